@@ -1,0 +1,269 @@
+"""Attention: kind (MHA/GQA/MQA/MLA), per-layer pattern, and attention-module parameters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .config_reader import ModelConfig, check_int
+from .errors import AnalysisError
+from .tensors import ATTENTION, NORM, TensorGroup, linear, vector
+
+FULL = "full_attention"
+SLIDING = "sliding_attention"
+CHUNKED = "chunked_attention"
+LINEAR = "linear_attention"
+MAMBA = "mamba"
+
+# Layer kinds that keep a per-token K/V cache; linear attention and SSM layers keep a fixed
+# recurrent state instead.
+KV_LAYER_TYPES = frozenset({FULL, SLIDING, CHUNKED})
+
+
+@dataclass(frozen=True)
+class MlaDims:
+    """Multi-head latent attention ranks (DeepSeek-V2 paper §2.1), widths in elements."""
+
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
+class AttentionLayout:
+    """Which kind of token mixer each layer has, and the attention shape.
+
+    `layer_types[i]` is one of full/sliding/chunked/linear attention or "mamba".
+    `window` is the token span a sliding layer keeps; `chunk_size` that of a chunked layer.
+    """
+
+    kind: str
+    layer_types: tuple[str, ...]
+    window: int | None
+    chunk_size: int | None
+    mla: MlaDims | None
+
+    def attention_counts_no_kv(self) -> int:
+        """Layers without a per-token KV cache (linear attention, SSM)."""
+        return sum(1 for t in self.layer_types if t not in KV_LAYER_TYPES)
+
+    def layers_of(self, *kinds: str) -> tuple[int, ...]:
+        """Indices of the layers whose type is one of `kinds`."""
+        return tuple(i for i, t in enumerate(self.layer_types) if t in kinds)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able summary: kind, MLA ranks, window, the pattern and per-kind layer counts."""
+        counts = {t: self.layer_types.count(t) for t in (FULL, SLIDING, CHUNKED, LINEAR, MAMBA)}
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "layer_pattern": layer_pattern(self.layer_types),
+            "layer_types": list(self.layer_types),
+            "sliding_window": self.window if counts[SLIDING] else None,
+            "attention_chunk_size": self.chunk_size if counts[CHUNKED] else None,
+            "full_layers": counts[FULL],
+            "sliding_layers": counts[SLIDING],
+            "chunked_layers": counts[CHUNKED],
+            "linear_attention_layers": counts[LINEAR],
+            "ssm_layers": counts[MAMBA],
+            "kv_cache_layers": sum(1 for t in self.layer_types if t in KV_LAYER_TYPES),
+        }
+        if self.mla is not None:
+            out.update(
+                q_lora_rank=self.mla.q_lora_rank,
+                kv_lora_rank=self.mla.kv_lora_rank,
+                qk_nope_head_dim=self.mla.qk_nope_head_dim,
+                qk_rope_head_dim=self.mla.qk_rope_head_dim,
+                v_head_dim=self.mla.v_head_dim,
+            )
+        return out
+
+
+def layer_pattern(types: tuple[str, ...]) -> str:
+    """The shortest repeating unit of the layer types, e.g. "(sliding, full) x 12"."""
+    short = [t.removesuffix("_attention") for t in types]
+    n = len(short)
+    for size in range(1, n + 1):
+        if n % size == 0 and short == short[:size] * (n // size):
+            unit = ", ".join(short[:size])
+            return f"({unit}) x {n // size}" if size > 1 else f"{unit} x {n}"
+    return ", ".join(short)
+
+
+def _normalise_type(raw: Any, index: int) -> str:
+    if not isinstance(raw, str):
+        raise AnalysisError(f"layer_types[{index}] must be a string, got {raw!r}")
+    name = raw.lower()
+    if "linear" in name:
+        return LINEAR
+    if "sliding" in name or "local" in name:
+        return SLIDING
+    if "chunk" in name:
+        return CHUNKED
+    if "attention" in name or name in ("full", "global", "attn"):
+        return FULL
+    if name in ("mamba", "mamba2", "ssm", "conv", "hybrid"):
+        return MAMBA
+    raise AnalysisError(f"layer_types[{index}] = {raw!r} is not a known layer kind")
+
+
+def _layer_types(cfg: ModelConfig, notes: list[str]) -> tuple[str, ...]:
+    view, n = cfg.view, cfg.num_layers
+    family = cfg.family.name if cfg.family else None
+    for key in ("layer_types", "layers_block_type"):
+        raw = view.raw.get(key)
+        if raw is not None:
+            if not isinstance(raw, list) or len(raw) != n:
+                raise AnalysisError(f"{key} must list one entry per layer ({n})")
+            return tuple(_normalise_type(t, i) for i, t in enumerate(raw))
+    window = view.int("sliding_window", None, minimum=0)
+    if view.has("attn_layer_period") or family == "jamba":
+        # Jamba: attention where i % attn_layer_period == attn_layer_offset, Mamba elsewhere.
+        period = view.int("attn_layer_period")
+        offset = view.int("attn_layer_offset", 0, minimum=0)
+        return tuple(FULL if i % period == offset else MAMBA for i in range(n))  # type: ignore[operator]
+    if family == "qwen3_next" or view.has("full_attention_interval"):
+        interval = view.int("full_attention_interval", 4)
+        return tuple(LINEAR if (i + 1) % interval else FULL for i in range(n))  # type: ignore[operator]
+    if family == "llama4":
+        # Llama 4: NoPE layers use full attention, RoPE layers chunked local attention.
+        no_rope = view.raw.get("no_rope_layers")
+        if not no_rope:
+            interval = view.int("no_rope_layer_interval", 4)
+            no_rope = [int((i + 1) % interval != 0) for i in range(n)]  # type: ignore[operator]
+        if view.value("attention_chunk_size") is None:
+            return (FULL,) * n
+        return tuple(CHUNKED if flag else FULL for flag in no_rope)
+    if "use_sliding_window" in view.raw or family in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
+        # Qwen2 family: sliding only when use_sliding_window, on layers >= max_window_layers
+        # (transformers configuration_qwen2.py).
+        if not view.bool("use_sliding_window", False) or not window:
+            if window and view.has("sliding_window"):
+                notes.append(
+                    "sliding_window is set but use_sliding_window is false: all layers full"
+                )
+            return (FULL,) * n
+        first = view.int("max_window_layers", n, minimum=0)
+        return tuple(SLIDING if i >= first else FULL for i in range(n))  # type: ignore[operator]
+    if view.value("sliding_window_pattern") is not None and window:
+        # Gemma 2/3: every `pattern`-th layer is global, the others slide.
+        pattern = view.int("sliding_window_pattern")
+        return tuple(SLIDING if (i + 1) % pattern else FULL for i in range(n))  # type: ignore[operator]
+    if window:
+        # Mistral v0.1, Phi-3: one window on every layer.
+        return (SLIDING,) * n
+    return (FULL,) * n
+
+
+def attention_layout(cfg: ModelConfig) -> tuple[AttentionLayout, list[str]]:
+    """The attention kind and per-layer pattern of `cfg`, with notes.
+
+    Kind: MLA when the config has MLA ranks (`kv_lora_rank`); otherwise from the KV heads:
+    equal to the attention heads → MHA, one → MQA, between → GQA (Ainslie et al. 2023).
+    """
+    notes: list[str] = []
+    view = cfg.view
+    types = _layer_types(cfg, notes)
+    mla = None
+    if cfg.is_mla:
+        kind = "MLA"
+        mla = MlaDims(
+            q_lora_rank=view.int("q_lora_rank", None),
+            kv_lora_rank=view.int("kv_lora_rank"),  # type: ignore[arg-type]
+            qk_nope_head_dim=view.int("qk_nope_head_dim"),  # type: ignore[arg-type]
+            qk_rope_head_dim=view.int("qk_rope_head_dim"),  # type: ignore[arg-type]
+            v_head_dim=view.int("v_head_dim"),  # type: ignore[arg-type]
+        )
+    elif cfg.num_kv_heads == cfg.num_attention_heads:
+        kind = "MHA"
+    elif cfg.num_kv_heads == 1:
+        kind = "MQA"
+    else:
+        kind = "GQA"
+    window = None
+    if SLIDING in types:
+        window = view.int("sliding_window", None)
+        if window is None:
+            raise AnalysisError("layer_types has sliding_attention layers but no sliding_window")
+    chunk = None
+    if CHUNKED in types:
+        chunk = check_int("attention_chunk_size", view.value("attention_chunk_size"))
+    return AttentionLayout(kind, types, window, chunk, mla), notes
+
+
+def attention_tensors(
+    cfg: ModelConfig, layout: AttentionLayout, layers: tuple[int, ...], *, mtp: bool = False
+) -> list[TensorGroup]:
+    """Parameter tensors of the attention block of `layers` (params per layer by shape).
+
+    Standard: q/k/v/o projections (transformers modeling_llama.py), q/k/v bias when
+    `attention_bias` or always in the Qwen2 family, o bias where the family puts one,
+    Qwen3/Gemma 3 per-head q_norm/k_norm, OLMo 2 whole-projection norms, gpt-oss sinks,
+    Qwen3-Next's output gate doubling q_proj. MLA (modeling_deepseek_v3.py): q_a/q_b with
+    q_a_layernorm (or one q_proj without q_lora_rank), kv_a_proj_with_mqa, kv_a_layernorm,
+    kv_b_proj, o_proj.
+    """
+    if not layers:
+        return []
+    fam = cfg.family
+    h = cfg.hidden_size
+    p = "model.layers.{layer}.self_attn."
+    bias = cfg.attention_bias
+    if layout.mla is not None:
+        m = layout.mla
+        heads = cfg.num_attention_heads
+        qk_head = m.qk_nope_head_dim + m.qk_rope_head_dim
+        groups: list[TensorGroup] = []
+        if m.q_lora_rank:
+            groups += linear(
+                p + "q_a_proj", m.q_lora_rank, h, ATTENTION, layers, bias=bias, mtp=mtp
+            )
+            groups.append(vector(p + "q_a_layernorm", m.q_lora_rank, NORM, layers, mtp=mtp))
+            groups += linear(
+                p + "q_b_proj", heads * qk_head, m.q_lora_rank, ATTENTION, layers, mtp=mtp
+            )
+        else:
+            groups += linear(p + "q_proj", heads * qk_head, h, ATTENTION, layers, mtp=mtp)
+        kv_a_out = m.kv_lora_rank + m.qk_rope_head_dim
+        groups += linear(
+            p + "kv_a_proj_with_mqa", kv_a_out, h, ATTENTION, layers, bias=bias, mtp=mtp
+        )
+        groups.append(vector(p + "kv_a_layernorm", m.kv_lora_rank, NORM, layers, mtp=mtp))
+        kv_b_out = heads * (m.qk_nope_head_dim + m.v_head_dim)
+        groups += linear(p + "kv_b_proj", kv_b_out, m.kv_lora_rank, ATTENTION, layers, mtp=mtp)
+        groups += linear(
+            p + "o_proj", h, heads * m.v_head_dim, ATTENTION, layers, bias=bias, mtp=mtp
+        )
+        return groups
+
+    q_width = cfg.num_attention_heads * cfg.head_dim
+    kv_width = cfg.num_kv_heads * cfg.head_dim
+    qkv_bias = fam.qkv_bias if fam is not None and fam.qkv_bias is not None else bias
+    o_bias = bias if fam is None or fam.o_bias_follows_attention_bias else False
+    q_out = q_width * (2 if fam is not None and fam.attention_output_gate else 1)
+    groups = [
+        *linear(p + "q_proj", q_out, h, ATTENTION, layers, bias=qkv_bias, mtp=mtp),
+        *linear(p + "k_proj", kv_width, h, ATTENTION, layers, bias=qkv_bias, mtp=mtp),
+        *linear(p + "v_proj", kv_width, h, ATTENTION, layers, bias=qkv_bias, mtp=mtp),
+        *linear(p + "o_proj", h, q_width, ATTENTION, layers, bias=o_bias, mtp=mtp),
+    ]
+    qk_norm = fam.qk_norm if fam is not None else None
+    if qk_norm == "config":
+        qk_norm = "head" if cfg.view.bool("use_qk_norm", False) else None
+    if qk_norm == "head":
+        groups += [
+            vector(p + "q_norm", cfg.head_dim, NORM, layers, mtp=mtp),
+            vector(p + "k_norm", cfg.head_dim, NORM, layers, mtp=mtp),
+        ]
+    elif qk_norm == "projection":
+        groups += [
+            vector(p + "q_norm", q_width, NORM, layers, mtp=mtp),
+            vector(p + "k_norm", kv_width, NORM, layers, mtp=mtp),
+        ]
+    if fam is not None and fam.attention_sinks:
+        # gpt-oss: one learned sink logit per attention head (modeling_gpt_oss.py `sinks`).
+        groups.append(
+            vector(p + "sinks", cfg.num_attention_heads, ATTENTION, layers, param="sinks", mtp=mtp)
+        )
+    return groups

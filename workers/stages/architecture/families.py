@@ -1,0 +1,587 @@
+"""Known model families: how transformers builds each one, and the defaults it applies.
+
+A family is one transformers modeling implementation (`modeling_<family>.py`). Its entry says
+what the config alone does not: the defaults the family's config class fills in for absent
+keys (transformers 5 `configuration_<family>.py`), and the modules of a decoder layer that vary
+between families (biases, extra norms, attention sinks, module names in the checkpoint).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """What one transformers modeling implementation builds from a config.
+
+    `qkv_bias`: True when q/k/v projections always carry a bias (Qwen2 family), None when
+    `attention_bias` decides. `o_bias_follows_attention_bias`: whether o_proj also carries the
+    bias (Llama, gpt-oss) or never does (Qwen2, GLM-4.5). `qk_norm`: "head" for RMSNorm over
+    head_dim on q and k (Qwen3, Gemma 3), "projection" for RMSNorm over the whole q/k
+    projection (OLMo 2), "config" when `use_qk_norm` decides (GLM-4.5), None otherwise.
+    `norms_per_layer`: hidden-size norms per decoder layer. `mlp_prefix`/`router_name`/
+    `experts_naming`/`shared_expert_name`: module names as in the published checkpoints, used
+    to match quantization exclusion patterns.
+    """
+
+    name: str
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    qkv_bias: bool | None = None
+    o_bias_follows_attention_bias: bool = True
+    qk_norm: str | None = None
+    norms_per_layer: int = 2
+    final_norm: bool = True
+    attention_sinks: bool = False
+    attention_output_gate: bool = False
+    router_bias: bool = False
+    expert_bias: bool = False
+    router_score_bias_buffer: bool = False
+    mlp_prefix: str = "mlp"
+    router_name: str = "gate"
+    experts_naming: str = "per_expert"  # "per_expert" gate/up/down, "mixtral" w1/w3/w2, "fused"
+    shared_expert_name: str = "shared_experts"
+    mtp_stores_embeddings: bool = False
+
+
+def _d(**kwargs: Any) -> Mapping[str, Any]:
+    return MappingProxyType(kwargs)
+
+
+# Defaults copied from the transformers 5 config classes (the values used when a key is absent).
+_LLAMA_DEFAULTS = _d(
+    vocab_size=32000,
+    hidden_size=4096,
+    intermediate_size=11008,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    max_position_embeddings=2048,
+    tie_word_embeddings=False,
+    attention_bias=False,
+    mlp_bias=False,
+    rope_theta=10000.0,
+)
+
+FAMILIES: Mapping[str, FamilySpec] = MappingProxyType(
+    {
+        "llama": FamilySpec(name="llama", defaults=_LLAMA_DEFAULTS),
+        "mistral": FamilySpec(
+            name="mistral",
+            defaults=_d(
+                vocab_size=32000,
+                hidden_size=4096,
+                intermediate_size=14336,
+                num_hidden_layers=32,
+                num_attention_heads=32,
+                num_key_value_heads=8,
+                max_position_embeddings=131072,
+                tie_word_embeddings=False,
+                sliding_window=4096,
+                rope_theta=10000.0,
+                attention_bias=False,
+            ),
+        ),
+        "mixtral": FamilySpec(
+            name="mixtral",
+            defaults=_d(
+                vocab_size=32000,
+                hidden_size=4096,
+                intermediate_size=14336,
+                num_hidden_layers=32,
+                num_attention_heads=32,
+                num_key_value_heads=8,
+                max_position_embeddings=131072,
+                tie_word_embeddings=False,
+                num_local_experts=8,
+                num_experts_per_tok=2,
+                rope_theta=1000000.0,
+                attention_bias=False,
+            ),
+            mlp_prefix="block_sparse_moe",
+            experts_naming="mixtral",
+        ),
+        "qwen2": FamilySpec(
+            name="qwen2",
+            defaults=_d(
+                vocab_size=151936,
+                hidden_size=4096,
+                intermediate_size=22016,
+                num_hidden_layers=32,
+                num_attention_heads=32,
+                num_key_value_heads=32,
+                max_position_embeddings=32768,
+                tie_word_embeddings=False,
+                use_sliding_window=False,
+                sliding_window=4096,
+                max_window_layers=28,
+                rope_theta=10000.0,
+            ),
+            qkv_bias=True,
+            o_bias_follows_attention_bias=False,
+        ),
+        "qwen2_moe": FamilySpec(
+            name="qwen2_moe",
+            defaults=_d(
+                vocab_size=151936,
+                hidden_size=2048,
+                intermediate_size=5632,
+                num_hidden_layers=24,
+                num_attention_heads=16,
+                num_key_value_heads=16,
+                max_position_embeddings=32768,
+                tie_word_embeddings=False,
+                use_sliding_window=False,
+                sliding_window=4096,
+                max_window_layers=28,
+                decoder_sparse_step=1,
+                moe_intermediate_size=1408,
+                shared_expert_intermediate_size=5632,
+                num_experts_per_tok=4,
+                num_experts=60,
+                norm_topk_prob=False,
+                rope_theta=10000.0,
+            ),
+            qkv_bias=True,
+            o_bias_follows_attention_bias=False,
+            shared_expert_name="shared_expert",
+        ),
+        "qwen3": FamilySpec(
+            name="qwen3",
+            defaults=_d(
+                vocab_size=151936,
+                hidden_size=4096,
+                intermediate_size=22016,
+                num_hidden_layers=32,
+                num_attention_heads=32,
+                num_key_value_heads=32,
+                head_dim=128,
+                max_position_embeddings=32768,
+                tie_word_embeddings=False,
+                attention_bias=False,
+                use_sliding_window=False,
+                sliding_window=4096,
+                max_window_layers=28,
+                rope_theta=10000.0,
+            ),
+            qk_norm="head",
+        ),
+        "qwen3_moe": FamilySpec(
+            name="qwen3_moe",
+            defaults=_d(
+                vocab_size=151936,
+                hidden_size=2048,
+                intermediate_size=6144,
+                num_hidden_layers=24,
+                num_attention_heads=32,
+                num_key_value_heads=4,
+                max_position_embeddings=32768,
+                tie_word_embeddings=False,
+                attention_bias=False,
+                use_sliding_window=False,
+                sliding_window=4096,
+                max_window_layers=28,
+                decoder_sparse_step=1,
+                moe_intermediate_size=768,
+                num_experts_per_tok=8,
+                num_experts=128,
+                norm_topk_prob=False,
+                rope_theta=10000.0,
+            ),
+            qk_norm="head",
+        ),
+        "qwen3_next": FamilySpec(
+            name="qwen3_next",
+            defaults=_d(
+                vocab_size=151936,
+                hidden_size=2048,
+                intermediate_size=5632,
+                num_hidden_layers=48,
+                num_attention_heads=16,
+                num_key_value_heads=2,
+                head_dim=256,
+                max_position_embeddings=32768,
+                tie_word_embeddings=False,
+                attention_bias=False,
+                linear_conv_kernel_dim=4,
+                linear_key_head_dim=128,
+                linear_value_head_dim=128,
+                linear_num_key_heads=16,
+                linear_num_value_heads=32,
+                decoder_sparse_step=1,
+                moe_intermediate_size=512,
+                shared_expert_intermediate_size=512,
+                num_experts_per_tok=10,
+                num_experts=512,
+                norm_topk_prob=True,
+                full_attention_interval=4,
+                rope_theta=10000.0,
+                partial_rotary_factor=0.25,
+            ),
+            qk_norm="head",
+            attention_output_gate=True,
+            shared_expert_name="shared_expert",
+        ),
+        "deepseek_v2": FamilySpec(
+            name="deepseek_v2",
+            defaults=_d(
+                vocab_size=102400,
+                hidden_size=4096,
+                intermediate_size=11008,
+                num_hidden_layers=32,
+                num_attention_heads=32,
+                max_position_embeddings=2048,
+                tie_word_embeddings=False,
+                attention_bias=False,
+                mlp_bias=False,
+                first_k_dense_replace=0,
+                kv_lora_rank=512,
+                q_lora_rank=1536,
+                n_routed_experts=64,
+                n_shared_experts=2,
+                qk_nope_head_dim=128,
+                qk_rope_head_dim=64,
+                routed_scaling_factor=1.0,
+                topk_method="greedy",
+                norm_topk_prob=False,
+                v_head_dim=128,
+                moe_intermediate_size=1407,
+                rope_theta=10000.0,
+                scoring_func="softmax",
+                moe_layer_freq=1,
+            ),
+        ),
+        "deepseek_v3": FamilySpec(
+            name="deepseek_v3",
+            defaults=_d(
+                vocab_size=129280,
+                hidden_size=7168,
+                intermediate_size=18432,
+                moe_intermediate_size=2048,
+                num_hidden_layers=61,
+                num_attention_heads=128,
+                num_key_value_heads=128,
+                n_shared_experts=1,
+                n_routed_experts=256,
+                routed_scaling_factor=2.5,
+                kv_lora_rank=512,
+                q_lora_rank=1536,
+                qk_rope_head_dim=64,
+                v_head_dim=128,
+                qk_nope_head_dim=128,
+                n_group=8,
+                topk_group=4,
+                num_experts_per_tok=8,
+                first_k_dense_replace=3,
+                norm_topk_prob=True,
+                max_position_embeddings=4096,
+                tie_word_embeddings=False,
+                attention_bias=False,
+                rope_theta=10000.0,
+                scoring_func="sigmoid",
+                topk_method="noaux_tc",
+                moe_layer_freq=1,
+            ),
+            router_score_bias_buffer=True,
+            mtp_stores_embeddings=True,
+        ),
+        "gpt_oss": FamilySpec(
+            name="gpt_oss",
+            defaults=_d(
+                num_hidden_layers=36,
+                num_local_experts=128,
+                vocab_size=201088,
+                hidden_size=2880,
+                intermediate_size=2880,
+                head_dim=64,
+                num_attention_heads=64,
+                num_key_value_heads=8,
+                sliding_window=128,
+                tie_word_embeddings=False,
+                max_position_embeddings=131072,
+                num_experts_per_tok=4,
+                attention_bias=True,
+                rope_theta=150000.0,
+                sliding_window_pattern=2,
+            ),
+            attention_sinks=True,
+            router_bias=True,
+            expert_bias=True,
+            router_name="router",
+            experts_naming="fused",
+        ),
+        "gemma": FamilySpec(
+            name="gemma",
+            defaults=_d(
+                vocab_size=256000,
+                hidden_size=3072,
+                intermediate_size=24576,
+                num_hidden_layers=28,
+                num_attention_heads=16,
+                num_key_value_heads=16,
+                head_dim=256,
+                max_position_embeddings=8192,
+                tie_word_embeddings=True,
+                attention_bias=False,
+                rope_theta=10000.0,
+            ),
+        ),
+        "gemma2": FamilySpec(
+            name="gemma2",
+            defaults=_d(
+                vocab_size=256000,
+                hidden_size=2304,
+                intermediate_size=9216,
+                num_hidden_layers=26,
+                num_attention_heads=8,
+                num_key_value_heads=4,
+                head_dim=256,
+                max_position_embeddings=8192,
+                tie_word_embeddings=True,
+                attention_bias=False,
+                sliding_window=4096,
+                sliding_window_pattern=2,
+                rope_theta=10000.0,
+            ),
+            norms_per_layer=4,
+        ),
+        "gemma3": FamilySpec(
+            name="gemma3",
+            defaults=_d(
+                vocab_size=262208,
+                hidden_size=2304,
+                intermediate_size=9216,
+                num_hidden_layers=26,
+                num_attention_heads=8,
+                num_key_value_heads=4,
+                head_dim=256,
+                max_position_embeddings=131072,
+                tie_word_embeddings=True,
+                attention_bias=False,
+                sliding_window=4096,
+                sliding_window_pattern=6,
+                rope_theta=1000000.0,
+                rope_local_base_freq=10000.0,
+            ),
+            qk_norm="head",
+            norms_per_layer=4,
+        ),
+        "phi3": FamilySpec(
+            name="phi3",
+            defaults=_d(
+                vocab_size=32064,
+                hidden_size=3072,
+                intermediate_size=8192,
+                num_hidden_layers=32,
+                num_attention_heads=32,
+                max_position_embeddings=4096,
+                tie_word_embeddings=False,
+                rope_theta=10000.0,
+                attention_bias=False,
+            ),
+        ),
+        "glm4_moe": FamilySpec(
+            name="glm4_moe",
+            defaults=_d(
+                vocab_size=151552,
+                hidden_size=4096,
+                intermediate_size=10944,
+                num_hidden_layers=46,
+                num_attention_heads=96,
+                num_key_value_heads=8,
+                max_position_embeddings=131072,
+                tie_word_embeddings=False,
+                attention_bias=False,
+                moe_intermediate_size=1408,
+                num_experts_per_tok=8,
+                n_shared_experts=1,
+                n_routed_experts=128,
+                routed_scaling_factor=1.0,
+                n_group=1,
+                topk_group=1,
+                first_k_dense_replace=1,
+                norm_topk_prob=True,
+                use_qk_norm=False,
+                rope_theta=10000.0,
+                partial_rotary_factor=0.5,
+                scoring_func="sigmoid",
+                topk_method="noaux_tc",
+                num_nextn_predict_layers=1,
+            ),
+            o_bias_follows_attention_bias=False,
+            qk_norm="config",
+            router_score_bias_buffer=True,
+            mtp_stores_embeddings=True,
+        ),
+        "granite": FamilySpec(name="granite", defaults=_LLAMA_DEFAULTS),
+        "granitemoe": FamilySpec(
+            name="granitemoe",
+            defaults=_d(
+                vocab_size=32000,
+                hidden_size=4096,
+                intermediate_size=11008,
+                num_hidden_layers=32,
+                num_attention_heads=32,
+                max_position_embeddings=2048,
+                tie_word_embeddings=False,
+                attention_bias=False,
+                num_local_experts=8,
+                num_experts_per_tok=2,
+                rope_theta=10000.0,
+            ),
+            mlp_prefix="block_sparse_moe",
+            router_name="router",
+            experts_naming="fused",
+        ),
+        "olmo": FamilySpec(
+            name="olmo",
+            defaults=_d(
+                vocab_size=50304,
+                hidden_size=4096,
+                intermediate_size=11008,
+                num_hidden_layers=32,
+                num_attention_heads=32,
+                max_position_embeddings=2048,
+                tie_word_embeddings=False,
+                attention_bias=False,
+                rope_theta=10000.0,
+            ),
+            # OLMo 1 uses LayerNorm without learnable weights (modeling_olmo.py OlmoLayerNorm).
+            norms_per_layer=0,
+            final_norm=False,
+        ),
+        "olmo2": FamilySpec(
+            name="olmo2",
+            defaults=_d(
+                vocab_size=50304,
+                hidden_size=4096,
+                intermediate_size=11008,
+                num_hidden_layers=32,
+                num_attention_heads=32,
+                max_position_embeddings=2048,
+                tie_word_embeddings=False,
+                attention_bias=False,
+                rope_theta=10000.0,
+            ),
+            qk_norm="projection",
+        ),
+        "llama4": FamilySpec(
+            name="llama4",
+            defaults=_d(
+                vocab_size=202048,
+                hidden_size=5120,
+                intermediate_size=8192,
+                intermediate_size_mlp=16384,
+                num_hidden_layers=48,
+                num_attention_heads=40,
+                num_key_value_heads=8,
+                head_dim=128,
+                max_position_embeddings=131072,
+                tie_word_embeddings=False,
+                num_experts_per_tok=1,
+                num_local_experts=16,
+                interleave_moe_layer_step=1,
+                no_rope_layer_interval=4,
+                attention_chunk_size=8192,
+                attention_bias=False,
+                rope_theta=500000.0,
+            ),
+            mlp_prefix="feed_forward",
+            router_name="router",
+            experts_naming="fused",
+            shared_expert_name="shared_expert",
+        ),
+        "jamba": FamilySpec(
+            name="jamba",
+            defaults=_d(
+                vocab_size=65536,
+                tie_word_embeddings=False,
+                hidden_size=4096,
+                intermediate_size=14336,
+                num_hidden_layers=32,
+                num_attention_heads=32,
+                num_key_value_heads=8,
+                max_position_embeddings=262144,
+                num_experts_per_tok=2,
+                num_experts=16,
+                expert_layer_period=2,
+                expert_layer_offset=1,
+                attn_layer_period=8,
+                attn_layer_offset=4,
+                mamba_d_state=16,
+                mamba_d_conv=4,
+                mamba_expand=2,
+                mamba_dt_rank="auto",
+                mamba_conv_bias=True,
+                mamba_proj_bias=False,
+                rope_theta=10000.0,
+            ),
+            mlp_prefix="feed_forward",
+            router_name="router",
+            experts_naming="fused",
+        ),
+    }
+)
+
+# model_type → family, for model types that reuse another family's modeling code.
+_MODEL_TYPE_ALIASES: Mapping[str, str] = MappingProxyType(
+    {
+        "gemma3_text": "gemma3",
+        "llama4_text": "llama4",
+        "kimi_k2": "deepseek_v3",
+        "olmo3": "olmo2",
+    }
+)
+
+# `architectures` class name → family: a config whose model_type transformers does not know
+# (Kimi-K2's "kimi_k2") still names the modeling class it runs with.
+_ARCHITECTURE_FAMILIES: Mapping[str, str] = MappingProxyType(
+    {
+        "LlamaForCausalLM": "llama",
+        "MistralForCausalLM": "mistral",
+        "MixtralForCausalLM": "mixtral",
+        "Qwen2ForCausalLM": "qwen2",
+        "Qwen2MoeForCausalLM": "qwen2_moe",
+        "Qwen3ForCausalLM": "qwen3",
+        "Qwen3MoeForCausalLM": "qwen3_moe",
+        "Qwen3NextForCausalLM": "qwen3_next",
+        "DeepseekV2ForCausalLM": "deepseek_v2",
+        "DeepseekV3ForCausalLM": "deepseek_v3",
+        "GptOssForCausalLM": "gpt_oss",
+        "GemmaForCausalLM": "gemma",
+        "Gemma2ForCausalLM": "gemma2",
+        "Gemma3ForCausalLM": "gemma3",
+        "Gemma3ForConditionalGeneration": "gemma3",
+        "Phi3ForCausalLM": "phi3",
+        "Glm4MoeForCausalLM": "glm4_moe",
+        "GraniteForCausalLM": "granite",
+        "GraniteMoeForCausalLM": "granitemoe",
+        "OlmoForCausalLM": "olmo",
+        "Olmo2ForCausalLM": "olmo2",
+        "Llama4ForCausalLM": "llama4",
+        "Llama4ForConditionalGeneration": "llama4",
+        "JambaForCausalLM": "jamba",
+    }
+)
+
+
+def family_for(
+    model_type: str | None, architectures: Sequence[str]
+) -> tuple[FamilySpec | None, str]:
+    """The known family of a config, and how it was recognised.
+
+    The `model_type` decides when transformers knows it; otherwise the first `architectures`
+    entry that names a known modeling class (Kimi-K2: `kimi_k2` → `DeepseekV3ForCausalLM`).
+    Returns `(None, reason)` for an unknown family.
+    """
+    if model_type:
+        key = _MODEL_TYPE_ALIASES.get(model_type, model_type)
+        if key in FAMILIES:
+            via = "model_type" if key == model_type else f"model_type {model_type!r}"
+            return FAMILIES[key], via
+    for arch in architectures:
+        if arch in _ARCHITECTURE_FAMILIES:
+            return FAMILIES[_ARCHITECTURE_FAMILIES[arch]], f"architectures entry {arch!r}"
+    return None, "neither model_type nor architectures name a known family"

@@ -1,0 +1,151 @@
+"""The full tensor inventory of a checkpoint and the parameter counts drawn from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .attention import FULL, LINEAR, MAMBA, AttentionLayout, attention_tensors
+from .config_reader import ModelConfig
+from .linear_mixers import gated_deltanet_tensors, mamba_tensors
+from .moe import MoeLayout, dense_mlp_tensors, moe_tensors
+from .tensors import EMBEDDING, LM_HEAD, MTP_PROJ, NORM, TensorGroup, linear, vector
+
+# Hidden-size norms of a decoder layer, in the order families add them (Gemma 2/3 use all four).
+_LAYER_NORM_NAMES = (
+    "input_layernorm",
+    "post_attention_layernorm",
+    "pre_feedforward_layernorm",
+    "post_feedforward_layernorm",
+)
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameter counts (params), all from the same inventory.
+
+    `total`: parameters of the main model as transformers instantiates it (buffers and MTP
+    modules excluded). `active`: per token, excluding the input embedding table. `extra`:
+    parameters stored in the checkpoint outside the main model (MTP modules, including their
+    stored copies of the embedding and LM head). `buffers`: stored tensors that are buffers in
+    transformers (router score-correction bias). `embedding`: the input embedding table.
+    """
+
+    total: int
+    active: int
+    extra: int
+    buffers: int
+    embedding: int
+
+
+def _layer_tensors(
+    cfg: ModelConfig,
+    layout: AttentionLayout,
+    moe: MoeLayout | None,
+    layers: tuple[int, ...],
+    types: dict[int, str],
+    *,
+    mtp: bool = False,
+) -> list[TensorGroup]:
+    """Mixer, feed-forward and norms of the decoder `layers`."""
+    fam = cfg.family
+    attn_layers = tuple(i for i in layers if types[i] not in (LINEAR, MAMBA))
+    groups = attention_tensors(cfg, layout, attn_layers, mtp=mtp)
+    groups += gated_deltanet_tensors(cfg, tuple(i for i in layers if types[i] == LINEAR))
+    groups += mamba_tensors(cfg, tuple(i for i in layers if types[i] == MAMBA))
+    if moe is None:
+        assert cfg.intermediate_size is not None  # checked by the caller
+        groups += dense_mlp_tensors(cfg, layers, cfg.intermediate_size, mtp=mtp)
+    else:
+        moe_set = set(moe.moe_layers)
+        sparse = tuple(i for i in layers if i in moe_set or i >= cfg.num_layers)
+        dense = tuple(i for i in layers if i not in sparse)
+        groups += moe_tensors(cfg, moe, sparse, mtp=mtp)
+        if dense:
+            assert moe.dense_intermediate_size is not None
+            groups += dense_mlp_tensors(cfg, dense, moe.dense_intermediate_size, mtp=mtp)
+    norms = fam.norms_per_layer if fam is not None else 2
+    for name in _LAYER_NORM_NAMES[:norms]:
+        groups.append(
+            vector(f"model.layers.{{layer}}.{name}", cfg.hidden_size, NORM, layers, mtp=mtp)
+        )
+    return groups
+
+
+def _mtp_tensors(
+    cfg: ModelConfig, layout: AttentionLayout, moe: MoeLayout | None, count: int
+) -> list[TensorGroup]:
+    """DeepSeek-V3 multi-token-prediction modules (DeepSeek-V3 report §2.2), as stored after
+    the main layers: a full decoder layer, enorm/hnorm, eh_proj (hidden x 2*hidden) and
+    shared_head.norm, plus copies of embed_tokens and shared_head.head where the family stores
+    them (DeepSeek-V3, GLM-4.5)."""
+    h, v = cfg.hidden_size, cfg.vocab_size
+    layers = tuple(range(cfg.num_layers, cfg.num_layers + count))
+    types = {i: FULL for i in layers}
+    groups = _layer_tensors(cfg, layout, moe, layers, types, mtp=True)
+    p = "model.layers.{layer}."
+    groups += [
+        vector(p + "enorm", h, NORM, layers, mtp=True),
+        vector(p + "hnorm", h, NORM, layers, mtp=True),
+        vector(p + "shared_head.norm", h, NORM, layers, mtp=True),
+        *linear(p + "eh_proj", h, 2 * h, MTP_PROJ, layers, mtp=True),
+    ]
+    if cfg.family is not None and cfg.family.mtp_stores_embeddings:
+        groups.append(
+            TensorGroup(p + "embed_tokens", "weight", (v, h), EMBEDDING, layers, mtp=True)
+        )
+        groups += linear(p + "shared_head.head", v, h, LM_HEAD, layers, mtp=True)
+    return groups
+
+
+def mtp_layer_count(cfg: ModelConfig) -> int:
+    """MTP modules in the checkpoint: `num_nextn_predict_layers`, or `num_mtp_layers`."""
+    for key in ("num_nextn_predict_layers", "num_mtp_layers"):
+        if cfg.view.has(key):
+            return cfg.view.int(key, 0, minimum=0) or 0
+    return 0
+
+
+def build_inventory(
+    cfg: ModelConfig, layout: AttentionLayout, moe: MoeLayout | None
+) -> list[TensorGroup]:
+    """Every tensor of the checkpoint: embedding, decoder layers, final norm, LM head, MTP."""
+    h, v = cfg.hidden_size, cfg.vocab_size
+    groups = [TensorGroup("model.embed_tokens", "weight", (v, h), EMBEDDING)]
+    types = dict(enumerate(layout.layer_types))
+    groups += _layer_tensors(cfg, layout, moe, tuple(range(cfg.num_layers)), types)
+    if cfg.family is None or cfg.family.final_norm:
+        groups.append(vector("model.norm", h, NORM))
+    if not cfg.tie_word_embeddings:
+        groups += linear("lm_head", v, h, LM_HEAD)
+    mtp = mtp_layer_count(cfg)
+    if mtp:
+        groups += _mtp_tensors(cfg, layout, moe, mtp)
+    return groups
+
+
+def count_params(cfg: ModelConfig, inventory: list[TensorGroup]) -> ParamCounts:
+    """Totals over the inventory (see `ParamCounts`).
+
+    Active parameters follow the convention of published "activated" figures (DeepSeek-V3,
+    Qwen3, gpt-oss model cards): every non-expert parameter, `experts_per_token` routed experts
+    per MoE layer, the LM head, not the input embedding table. With tied embeddings the shared
+    matrix is counted once, as the LM head it also is.
+    """
+    total = active = extra = buffers = embedding = 0
+    for g in inventory:
+        if g.mtp:
+            extra += g.numel
+            continue
+        if g.buffer:
+            buffers += g.numel
+            continue
+        total += g.numel
+        if g.role == EMBEDDING:
+            embedding += g.numel
+            if cfg.tie_word_embeddings:
+                active += g.numel
+            continue
+        active += g.active_numel
+    return ParamCounts(
+        total=total, active=active, extra=extra, buffers=buffers, embedding=embedding
+    )

@@ -1,0 +1,86 @@
+"""The stage contract: plain inputs in, a JSON-able result out, no Django.
+
+A stage is a function `run(ctx: StageContext) -> dict`. The Celery task loads the rows, builds
+the context, calls the stage and stores what it returns (or the error it raises) through a
+service. Stages are listed, in order, in `workers.stages.registry`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class StageFailed(Exception):
+    """The stage ran and the release cannot pass it: a user error (bad config, unknown
+    architecture). Fails the stage at once with `reason`; never retried."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class StageTransientError(Exception):
+    """Something outside the release failed (network, hub rate limit). The task retries with
+    backoff; `retry_after_s` is a lower bound on the wait, when the cause says one."""
+
+    def __init__(self, reason: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class ReleaseRef:
+    """The release a job adapts: where it lives and at which revision."""
+
+    hub_kind: str
+    hub_endpoint: str
+    repo_id: str
+    revision: str
+    hub_token: str | None = None
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """The accelerator pool whose worker runs the stage: name, torch backend, Celery queue."""
+
+    name: str
+    backend: str
+    queue: str
+
+
+def _ignore(_message: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """Everything a stage may read.
+
+    `previous` maps each earlier stage's name to its stored result dict (latest attempt).
+    `known_families` holds analysis dicts of earlier releases (one per model family, newest
+    first) for "what is new". `log` appends a line to the stage's log excerpt.
+    """
+
+    release: ReleaseRef
+    pool: PoolSpec
+    previous: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    known_families: tuple[dict[str, Any], ...] = ()
+    log: Callable[[str], None] = _ignore
+
+
+@dataclass(frozen=True)
+class StageDefinition:
+    """One entry of the stage registry.
+
+    `soft_time_limit_s`/`time_limit_s` become the Celery task's limits for this stage.
+    """
+
+    name: str
+    title: str
+    run: Callable[[StageContext], dict[str, Any]]
+    description: str = ""
+    soft_time_limit_s: int = 300
+    time_limit_s: int = 360
