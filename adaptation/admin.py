@@ -1,0 +1,71 @@
+"""Admin for the rows people configure (watches, pools) and read-mostly views of the rest."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from adaptation.models import AcceleratorPool, AdaptationJob, HubWatch, ModelRelease, StageRun
+
+
+@admin.register(AcceleratorPool)
+class AcceleratorPoolAdmin(admin.ModelAdmin):
+    list_display = ("name", "backend", "queue", "enabled")
+    list_filter = ("backend", "enabled")
+    search_fields = ("name", "queue")
+
+
+@admin.register(HubWatch)
+class HubWatchAdmin(admin.ModelAdmin):
+    list_display = (
+        "name",
+        "kind",
+        "author",
+        "repo_pattern",
+        "pool",
+        "enabled",
+        "poll_interval_s",
+        "last_polled_at",
+        "next_poll_at",
+        "consecutive_failures",
+    )
+    list_filter = ("kind", "enabled", "pool")
+    search_fields = ("name", "author", "repo_pattern", "endpoint")
+    readonly_fields = (
+        "last_polled_at",
+        "last_success_at",
+        "last_error",
+        "consecutive_failures",
+        "next_poll_at",
+    )
+
+
+class StageRunInline(admin.TabularInline):
+    model = StageRun
+    extra = 0
+    can_delete = False
+    fields = ("stage", "attempt", "status", "started_at", "finished_at", "worker_host", "error")
+    readonly_fields = fields
+
+
+@admin.register(AdaptationJob)
+class AdaptationJobAdmin(admin.ModelAdmin):
+    list_display = ("id", "release", "pool", "trigger", "status", "created_at", "finished_at")
+    list_filter = ("status", "pool", "trigger")
+    inlines = [StageRunInline]
+    readonly_fields = (
+        "release",
+        "pool",
+        "trigger",
+        "stages",
+        "status",
+        "started_at",
+        "finished_at",
+    )
+
+
+@admin.register(ModelRelease)
+class ModelReleaseAdmin(admin.ModelAdmin):
+    list_display = ("repo_id", "revision", "hub_kind", "family", "published_at", "discovered_at")
+    list_filter = ("hub_kind", "found_by", "family")
+    search_fields = ("repo_id", "revision")
+    readonly_fields = ("config", "metadata")

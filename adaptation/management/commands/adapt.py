@@ -1,0 +1,115 @@
+"""`python manage.py adapt PATH_OR_REPO_ID [--pool cpu] [--wait] [--format json]`.
+
+Creates a manual release and an adaptation job; with --wait, follows the stages in the
+terminal and exits 0 when every stage succeeds, 1 when one fails (2 on timeout).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from adaptation.models import AdaptationJob, FoundBy, JobStatus, Trigger
+from adaptation.selectors import job_current_stage_runs, job_summary
+from adaptation.services import ServiceError, job_create, pool_get, release_get_or_create
+from adaptation.targets import TargetError, resolve_target
+
+POLL_EVERY_S = 0.5
+
+
+class Command(BaseCommand):
+    help = "Adapt one release (a mirror-style folder or a Hub repo id) on a pool."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("target", help="A release folder (or its config.json), or org/name.")
+        parser.add_argument("--pool", default=None, help="Pool name (default: DAY0_DEFAULT_POOL).")
+        parser.add_argument("--wait", action="store_true", help="Follow the job until it ends.")
+        parser.add_argument("--timeout", type=float, default=3600.0, help="Seconds to wait.")
+        parser.add_argument("--format", choices=["text", "json"], default="text")
+
+    def handle(self, *args, target: str, pool: str | None, wait: bool, timeout: float,
+               format: str, **options) -> None:  # fmt: skip
+        try:
+            resolved = resolve_target(target)
+            pool_row = pool_get(name=pool)
+        except (TargetError, ServiceError) as exc:
+            raise CommandError(str(exc)) from exc
+        candidate = resolved.candidate
+        with transaction.atomic():
+            release, _ = release_get_or_create(
+                hub_kind=resolved.spec.kind,
+                hub_endpoint=resolved.endpoint,
+                repo_id=candidate.repo_id,
+                revision=candidate.revision,
+                published_at=candidate.published_at,
+                found_by=FoundBy.MANUAL,
+            )
+            job = job_create(release=release, pool=pool_row, trigger=Trigger.MANUAL)
+        text = format == "text"
+        if text:
+            self.stdout.write(
+                f"Job {job.pk}: {release.repo_id}@{release.revision[:12]} on pool {pool_row.name} "
+                f"(queue {pool_row.queue})"
+            )
+        if not wait:
+            if not text:
+                self.stdout.write(json.dumps(job_summary(job), indent=2))
+            return
+        job = self._follow(job, timeout=timeout, echo=text)
+        if not text:
+            self.stdout.write(json.dumps(job_summary(job), indent=2))
+        if job.status == JobStatus.FAILED:
+            sys.exit(1)
+        if job.status != JobStatus.SUCCEEDED:
+            self.stderr.write(f"Timed out after {timeout:.0f} s; job {job.pk} is {job.status}.")
+            sys.exit(2)
+
+    def _follow(self, job: AdaptationJob, *, timeout: float, echo: bool) -> AdaptationJob:
+        """Print each stage's status changes until the job ends or `timeout` passes."""
+        deadline = time.monotonic() + timeout
+        seen: dict[str, str] = {}
+        warned_queue = False
+        started = time.monotonic()
+        while True:
+            job.refresh_from_db()
+            for run in job_current_stage_runs(job):
+                key = f"{run.stage}#{run.attempt}"
+                if seen.get(key) != run.status:
+                    seen[key] = run.status
+                    if echo:
+                        self.stdout.write(self._line(run))
+                if (
+                    echo
+                    and not warned_queue
+                    and run.status == "queued"
+                    and time.monotonic() - started > 15
+                ):
+                    warned_queue = True
+                    self.stdout.write(
+                        f"  still queued after 15 s: is a worker listening on {job.pool.queue}? "
+                        "(`make run` starts one)"
+                    )
+            if job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+                if echo:
+                    self.stdout.write(f"Job {job.pk} {job.status}.")
+                return job
+            if time.monotonic() > deadline:
+                return job
+            time.sleep(POLL_EVERY_S)
+
+    @staticmethod
+    def _line(run) -> str:
+        line = f"  {run.stage:<12} {run.status}"
+        if run.attempt > 1:
+            line += f" (attempt {run.attempt})"
+        if run.duration is not None and run.status in ("succeeded", "failed"):
+            line += f" in {run.duration.total_seconds():.1f} s"
+        if run.worker_host:
+            line += f" on {run.worker_host}"
+        if run.error:
+            line += f": {run.error.splitlines()[0]}"
+        return line

@@ -1,0 +1,209 @@
+"""day0's domain: hub watches, model releases, accelerator pools, adaptation jobs and their
+stage runs. Writes go through `adaptation.services`, reads through `adaptation.selectors`."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class HubKind(models.TextChoices):
+    HUGGINGFACE = "huggingface", "Hugging Face Hub"
+    MIRROR = "mirror", "Mirror folder"
+
+
+class AcceleratorPool(models.Model):
+    """A set of accelerators served by the Celery workers listening on `queue`.
+
+    `backend` is the torch device type the pool's worker runs on ("cpu", "cuda", "xpu", a
+    PrivateUse1 name), or "manifest" for an accelerator whose worker is not here.
+    """
+
+    name = models.SlugField(max_length=64, unique=True)
+    backend = models.CharField(max_length=32, default="cpu")
+    queue = models.CharField(max_length=128, unique=True)
+    description = models.TextField(blank=True)
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class HubWatch(models.Model):
+    """A hub location polled for new releases: an org/author or a repo pattern."""
+
+    name = models.CharField(max_length=128, unique=True)
+    kind = models.CharField(max_length=32, choices=HubKind.choices)
+    endpoint = models.CharField(
+        max_length=512,
+        blank=True,
+        help_text="Hub URL (blank: HF_ENDPOINT or huggingface.co) or a mirror root folder.",
+    )
+    author = models.CharField(max_length=128, blank=True, help_text="Org or user to list.")
+    repo_pattern = models.CharField(
+        max_length=256, blank=True, help_text="fnmatch pattern on the repo id; blank: all."
+    )
+    pool = models.ForeignKey(
+        AcceleratorPool,
+        on_delete=models.PROTECT,
+        related_name="watches",
+        help_text="Pool whose workers adapt the releases this watch finds.",
+    )
+    enabled = models.BooleanField(default=True)
+    poll_interval_s = models.PositiveIntegerField(default=300)
+    last_polled_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    next_poll_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "hub watches"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class FoundBy(models.TextChoices):
+    POLL = "poll", "Hub poll"
+    WEBHOOK = "webhook", "Webhook"
+    MANUAL = "manual", "Manual"
+
+
+class ModelRelease(models.Model):
+    """One repo at one revision on one hub. Never created twice for the same triple."""
+
+    watch = models.ForeignKey(
+        HubWatch, null=True, blank=True, on_delete=models.SET_NULL, related_name="releases"
+    )
+    hub_kind = models.CharField(max_length=32, choices=HubKind.choices)
+    hub_endpoint = models.CharField(max_length=512)
+    repo_id = models.CharField(max_length=256)
+    revision = models.CharField(max_length=128)
+    published_at = models.DateTimeField(null=True, blank=True, help_text="As the hub says.")
+    discovered_at = models.DateTimeField(default=timezone.now)
+    found_by = models.CharField(max_length=16, choices=FoundBy.choices)
+    config = models.JSONField(null=True, blank=True, help_text="config.json as fetched.")
+    metadata = models.JSONField(default=dict, blank=True)
+    architecture = models.CharField(max_length=128, blank=True)
+    family = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["-discovered_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["hub_kind", "hub_endpoint", "repo_id", "revision"],
+                name="release_unique_per_hub_repo_revision",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.repo_id}@{self.revision[:12]}"
+
+    @property
+    def time_to_detect(self) -> timedelta | None:
+        if self.published_at is None:
+            return None
+        return self.discovered_at - self.published_at
+
+
+class JobStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+
+
+class Trigger(models.TextChoices):
+    POLL = "poll", "Hub poll"
+    WEBHOOK = "webhook", "Webhook"
+    MANUAL = "manual", "Manual"
+
+
+class AdaptationJob(models.Model):
+    """Adapting one release to one pool: an ordered list of stages run on the pool's queue.
+
+    `stages` is the stage list fixed when the job was created; `status` is derived from the
+    latest attempt of each stage by `services.job_refresh_status`.
+    """
+
+    release = models.ForeignKey(ModelRelease, on_delete=models.CASCADE, related_name="jobs")
+    pool = models.ForeignKey(AcceleratorPool, on_delete=models.PROTECT, related_name="jobs")
+    trigger = models.CharField(max_length=16, choices=Trigger.choices)
+    stages = models.JSONField(default=list)
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.PENDING)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status"])]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} ({self.release} on {self.pool})"
+
+
+class StageStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    SKIPPED = "skipped", "Skipped"
+
+
+ACTIVE_STAGE_STATUSES = (StageStatus.QUEUED, StageStatus.RUNNING)
+DONE_STAGE_STATUSES = (StageStatus.SUCCEEDED, StageStatus.FAILED, StageStatus.SKIPPED)
+
+
+class StageRun(models.Model):
+    """One attempt of one stage of a job: the truth about that piece of work."""
+
+    job = models.ForeignKey(AdaptationJob, on_delete=models.CASCADE, related_name="stage_runs")
+    stage = models.CharField(max_length=64)
+    position = models.PositiveSmallIntegerField(help_text="Index of the stage in job.stages.")
+    attempt = models.PositiveIntegerField(default=1)
+    status = models.CharField(
+        max_length=16, choices=StageStatus.choices, default=StageStatus.PENDING
+    )
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    worker_host = models.CharField(max_length=255, blank=True)
+    celery_task_id = models.CharField(max_length=64, blank=True)
+    retries = models.PositiveIntegerField(default=0)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    log = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["job_id", "position", "attempt"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "stage", "attempt"], name="stage_run_unique_attempt"
+            )
+        ]
+        indexes = [models.Index(fields=["status", "heartbeat_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.stage}#{self.attempt} of job {self.job_id}"
+
+    @property
+    def duration(self) -> timedelta | None:
+        if self.started_at is None:
+            return None
+        end = self.finished_at or timezone.now()
+        return end - self.started_at

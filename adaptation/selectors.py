@@ -1,0 +1,126 @@
+"""Every read of day0's domain that more than one caller needs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Prefetch, QuerySet
+
+from adaptation.models import (
+    ACTIVE_STAGE_STATUSES,
+    AdaptationJob,
+    HubWatch,
+    ModelRelease,
+    StageRun,
+    StageStatus,
+)
+
+
+def job_current_stage_runs(job: AdaptationJob) -> list[StageRun]:
+    """The latest attempt of each of the job's stages, in stage order."""
+    latest: dict[int, StageRun] = {}
+    for run in StageRun.objects.filter(job=job).order_by("position", "attempt"):
+        latest[run.position] = run
+    return [latest[p] for p in sorted(latest)]
+
+
+def job_previous_results(job: AdaptationJob, *, before_position: int) -> dict[str, dict[str, Any]]:
+    """Results of the latest succeeded attempt of each stage before `before_position`."""
+    results: dict[str, dict[str, Any]] = {}
+    for run in job_current_stage_runs(job):
+        if run.position < before_position and run.status == StageStatus.SUCCEEDED:
+            results[run.stage] = run.result or {}
+    return results
+
+
+def known_family_analyses(*, exclude_release_id: int | None, limit: int = 50) -> list[dict]:
+    """The newest successful analysis of each model family seen so far, newest first,
+    leaving out the given release (what a new release is compared against)."""
+    runs = (
+        StageRun.objects.filter(stage="analyze", status=StageStatus.SUCCEEDED)
+        .exclude(job__release_id=exclude_release_id)
+        .order_by("-finished_at")
+        .only("result")
+    )
+    seen: dict[str, dict] = {}
+    for run in runs.iterator():
+        result = run.result or {}
+        family = result.get("family") or result.get("model_type") or ""
+        if family and family not in seen:
+            seen[family] = result
+            if len(seen) >= limit:
+                break
+    return list(seen.values())
+
+
+def releases_for_board(*, limit: int = 100) -> QuerySet[ModelRelease]:
+    """Releases, newest first, each with its jobs (newest first) and their stage runs."""
+    jobs = AdaptationJob.objects.select_related("pool").prefetch_related(
+        Prefetch("stage_runs", queryset=StageRun.objects.order_by("position", "attempt"))
+    )
+    return (
+        ModelRelease.objects.select_related("watch")
+        .prefetch_related(Prefetch("jobs", queryset=jobs.order_by("-created_at", "-id")))
+        .order_by("-discovered_at", "-id")[:limit]
+    )
+
+
+def latest_runs_by_stage(job: AdaptationJob) -> dict[str, StageRun]:
+    """The latest attempt per stage name from a job whose stage runs are prefetched."""
+    latest: dict[str, StageRun] = {}
+    for run in job.stage_runs.all():
+        current = latest.get(run.stage)
+        if current is None or run.attempt > current.attempt:
+            latest[run.stage] = run
+    return latest
+
+
+def anything_running() -> bool:
+    """Whether any stage is queued or running (pages keep refreshing while so)."""
+    return StageRun.objects.filter(status__in=ACTIVE_STAGE_STATUSES).exists()
+
+
+def release_detail(*, release_id: int) -> ModelRelease:
+    """One release with its jobs and all their stage attempts. Raises DoesNotExist."""
+    jobs = AdaptationJob.objects.select_related("pool").prefetch_related(
+        Prefetch("stage_runs", queryset=StageRun.objects.order_by("position", "attempt"))
+    )
+    return (
+        ModelRelease.objects.select_related("watch")
+        .prefetch_related(Prefetch("jobs", queryset=jobs.order_by("-created_at", "-id")))
+        .get(pk=release_id)
+    )
+
+
+def watches_with_errors() -> QuerySet[HubWatch]:
+    """Enabled watches whose last poll failed."""
+    return HubWatch.objects.filter(enabled=True).exclude(last_error="")
+
+
+def job_summary(job: AdaptationJob) -> dict[str, Any]:
+    """The job as JSON: its status and the latest attempt of each stage, in order."""
+
+    def iso(value) -> str | None:
+        return value.isoformat() if value else None
+
+    return {
+        "job": job.pk,
+        "release": job.release_id,
+        "repo_id": job.release.repo_id,
+        "revision": job.release.revision,
+        "pool": job.pool.name,
+        "status": job.status,
+        "stages": [
+            {
+                "name": run.stage,
+                "status": run.status,
+                "attempt": run.attempt,
+                "started_at": iso(run.started_at),
+                "finished_at": iso(run.finished_at),
+                "worker_host": run.worker_host,
+                "result": run.result,
+                "error": run.error,
+            }
+            for run in job_current_stage_runs(job)
+        ],
+    }

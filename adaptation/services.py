@@ -1,0 +1,428 @@
+"""Every write to day0's domain. Keyword-only functions named `<entity>_<verb>`.
+
+Work is enqueued only after the transaction that created it commits, and claimed with a
+conditional update, so a duplicate delivery of a Celery message never runs a stage twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from adaptation import stage_results
+from adaptation.hubs import HubSpec, hub_source
+from adaptation.hubs.base import HubError, HubRateLimited, ReleaseCandidate
+from adaptation.models import (
+    AcceleratorPool,
+    AdaptationJob,
+    FoundBy,
+    HubWatch,
+    JobStatus,
+    ModelRelease,
+    StageRun,
+    StageStatus,
+)
+from adaptation.selectors import job_current_stage_runs
+from workers.stages.registry import get_stage, stage_names
+
+logger = logging.getLogger(__name__)
+
+
+class ServiceError(Exception):
+    """A request the domain refuses, with a message for the person who made it."""
+
+
+# --- pools and releases ---------------------------------------------------------------------
+
+
+def pool_get(*, name: str | None = None) -> AcceleratorPool:
+    """The enabled pool called `name` (default: `DAY0_DEFAULT_POOL`).
+
+    Raises `ServiceError` naming the known pools when there is none.
+    """
+    name = name or settings.DAY0_DEFAULT_POOL
+    try:
+        return AcceleratorPool.objects.get(name=name, enabled=True)
+    except AcceleratorPool.DoesNotExist:
+        known = ", ".join(
+            AcceleratorPool.objects.filter(enabled=True).values_list("name", flat=True)
+        )
+        raise ServiceError(f"No enabled pool {name!r}; enabled pools: {known or 'none'}.") from None
+
+
+def release_get_or_create(
+    *,
+    hub_kind: str,
+    hub_endpoint: str,
+    repo_id: str,
+    revision: str,
+    published_at: datetime | None,
+    found_by: str,
+    watch: HubWatch | None = None,
+) -> tuple[ModelRelease, bool]:
+    """The release at (hub, repo, revision), created on first sight. Safe under races: the
+    unique constraint decides, and the loser reads the winner's row."""
+    lookup = {
+        "hub_kind": hub_kind,
+        "hub_endpoint": hub_endpoint,
+        "repo_id": repo_id,
+        "revision": revision,
+    }
+    existing = ModelRelease.objects.filter(**lookup).first()
+    if existing is not None:
+        return existing, False
+    try:
+        with transaction.atomic():
+            release = ModelRelease.objects.create(
+                **lookup, published_at=published_at, found_by=found_by, watch=watch
+            )
+    except IntegrityError:
+        return ModelRelease.objects.get(**lookup), False
+    return release, True
+
+
+# --- jobs and stage runs ---------------------------------------------------------------------
+
+
+def job_create(
+    *,
+    release: ModelRelease,
+    pool: AcceleratorPool,
+    trigger: str,
+    requested_by: Any = None,
+    stages: list[str] | None = None,
+) -> AdaptationJob:
+    """Create a job with one pending run per stage and queue its first stage after commit.
+
+    `stages` defaults to every registered stage; unknown names raise `ServiceError`.
+    """
+    names = stages or stage_names()
+    try:
+        for name in names:
+            get_stage(name)
+    except LookupError as exc:
+        raise ServiceError(str(exc)) from exc
+    with transaction.atomic():
+        job = AdaptationJob.objects.create(
+            release=release,
+            pool=pool,
+            trigger=trigger,
+            stages=names,
+            requested_by=requested_by if getattr(requested_by, "pk", None) else None,
+        )
+        runs = StageRun.objects.bulk_create(
+            StageRun(job=job, stage=name, position=i, attempt=1) for i, name in enumerate(names)
+        )
+        _stage_run_enqueue(runs[0])
+    return job
+
+
+def _stage_run_enqueue(run: StageRun) -> None:
+    """Mark `run` queued and send it to its pool's queue once the transaction commits."""
+    run.status = StageStatus.QUEUED
+    run.queued_at = timezone.now()
+    run.save(update_fields=["status", "queued_at"])
+    job = run.job
+    if job.started_at is None:
+        job.started_at = run.queued_at
+    job.status = JobStatus.RUNNING
+    job.finished_at = None
+    job.save(update_fields=["started_at", "status", "finished_at"])
+    definition = get_stage(run.stage)
+    queue = job.pool.queue
+    run_id = run.pk
+
+    def send() -> None:
+        from workers.tasks import run_stage
+
+        run_stage.apply_async(
+            args=[run_id],
+            queue=queue,
+            soft_time_limit=definition.soft_time_limit_s,
+            time_limit=definition.time_limit_s,
+        )
+
+    transaction.on_commit(send)
+
+
+def stage_run_claim(*, stage_run_id: int, worker_host: str, task_id: str = "") -> StageRun | None:
+    """Move a queued run to running for this worker. None when another delivery (or the
+    reaper) got there first: a conditional update decides."""
+    now = timezone.now()
+    claimed = StageRun.objects.filter(pk=stage_run_id, status=StageStatus.QUEUED).update(
+        status=StageStatus.RUNNING,
+        started_at=now,
+        heartbeat_at=now,
+        worker_host=worker_host[:255],
+        celery_task_id=task_id[:64],
+    )
+    if not claimed:
+        return None
+    return StageRun.objects.select_related("job__release", "job__pool").get(pk=stage_run_id)
+
+
+def stage_run_heartbeat(*, stage_run_id: int) -> bool:
+    """Record that the worker still runs this stage. False when it is no longer running."""
+    return bool(
+        StageRun.objects.filter(pk=stage_run_id, status=StageStatus.RUNNING).update(
+            heartbeat_at=timezone.now()
+        )
+    )
+
+
+def stage_run_succeed(*, stage_run: StageRun, result: dict[str, Any], log: str = "") -> None:
+    """Store a stage's result, apply it to the domain rows, and queue the next stage or
+    finish the job. Does nothing when the run is no longer running (reaped meanwhile)."""
+    with transaction.atomic():
+        updated = StageRun.objects.filter(pk=stage_run.pk, status=StageStatus.RUNNING).update(
+            status=StageStatus.SUCCEEDED, finished_at=timezone.now(), result=result, log=log
+        )
+        if not updated:
+            return
+        stage_results.apply(stage=stage_run.stage, release=stage_run.job.release, result=result)
+        job = AdaptationJob.objects.select_for_update().get(pk=stage_run.job_id)
+        following = [
+            run for run in job_current_stage_runs(job) if run.position > stage_run.position
+        ]
+        if following and following[0].status == StageStatus.PENDING:
+            _stage_run_enqueue(following[0])
+        job_refresh_status(job=job)
+
+
+def stage_run_fail(*, stage_run: StageRun, error: str, log: str = "") -> None:
+    """Fail a stage with its reason; the job stops and its later stages are skipped."""
+    with transaction.atomic():
+        updated = StageRun.objects.filter(
+            pk=stage_run.pk, status__in=[StageStatus.RUNNING, StageStatus.QUEUED]
+        ).update(status=StageStatus.FAILED, finished_at=timezone.now(), error=error, log=log)
+        if not updated:
+            return
+        job = AdaptationJob.objects.select_for_update().get(pk=stage_run.job_id)
+        _skip_after(job=job, position=stage_run.position)
+        job_refresh_status(job=job)
+
+
+def stage_run_requeue(*, stage_run: StageRun, reason: str, log: str = "") -> bool:
+    """Put a running stage back in the queue after a transient error (the task retries it).
+    False when it was no longer running."""
+    line = f"{timezone.now():%H:%M:%S} retrying: {reason}"
+    return bool(
+        StageRun.objects.filter(pk=stage_run.pk, status=StageStatus.RUNNING).update(
+            status=StageStatus.QUEUED,
+            queued_at=timezone.now(),
+            retries=F("retries") + 1,
+            log=f"{log}\n{line}".strip(),
+        )
+    )
+
+
+def _skip_after(*, job: AdaptationJob, position: int) -> None:
+    StageRun.objects.filter(
+        pk__in=[r.pk for r in job_current_stage_runs(job) if r.position > position],
+        status=StageStatus.PENDING,
+    ).update(status=StageStatus.SKIPPED)
+
+
+def derive_job_status(statuses: list[str]) -> str:
+    """A job's status from the latest attempt of each of its stages, in order."""
+    if any(s == StageStatus.FAILED for s in statuses):
+        return JobStatus.FAILED
+    if statuses and all(s in (StageStatus.SUCCEEDED, StageStatus.SKIPPED) for s in statuses):
+        return JobStatus.SUCCEEDED
+    if all(s == StageStatus.PENDING for s in statuses):
+        return JobStatus.PENDING
+    return JobStatus.RUNNING
+
+
+def job_refresh_status(*, job: AdaptationJob) -> AdaptationJob:
+    """Recompute and store the job's status and finish time from its stage runs."""
+    status = derive_job_status([run.status for run in job_current_stage_runs(job)])
+    job.status = status
+    done = status in (JobStatus.SUCCEEDED, JobStatus.FAILED)
+    job.finished_at = (job.finished_at or timezone.now()) if done else None
+    job.save(update_fields=["status", "finished_at"])
+    return job
+
+
+def job_rerun_stage(*, job: AdaptationJob, stage: str) -> StageRun:
+    """Run `stage` again, and every stage after it, keeping all earlier attempts.
+
+    Raises `ServiceError` for a stage the job does not have or while the job still runs.
+    """
+    with transaction.atomic():
+        job = AdaptationJob.objects.select_for_update().get(pk=job.pk)
+        if stage not in job.stages:
+            raise ServiceError(
+                f"Job {job.pk} has no stage {stage!r}; it has {', '.join(job.stages)}."
+            )
+        current = job_current_stage_runs(job)
+        active = [r.stage for r in current if r.status in (StageStatus.QUEUED, StageStatus.RUNNING)]
+        if active:
+            raise ServiceError(f"Job {job.pk} is still running ({', '.join(active)}); wait for it.")
+        start = job.stages.index(stage)
+        new_runs = [
+            StageRun.objects.create(
+                job=job, stage=run.stage, position=run.position, attempt=run.attempt + 1
+            )
+            for run in current
+            if run.position >= start
+        ]
+        job.finished_at = None
+        _stage_run_enqueue(new_runs[0])
+        return new_runs[0]
+
+
+def stage_runs_reap_stale(*, now: datetime | None = None) -> int:
+    """Fail running stages whose worker stopped sending heartbeats. Returns how many."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.DAY0_STALE_HEARTBEAT_S)
+    stale = StageRun.objects.filter(status=StageStatus.RUNNING, heartbeat_at__lt=cutoff)
+    count = 0
+    for run in stale.select_related("job"):
+        stage_run_fail(
+            stage_run=run,
+            error=(
+                f"The worker on {run.worker_host or 'an unknown host'} stopped sending heartbeats "
+                f"(last at {run.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC); the stage was abandoned."
+            ),
+            log=run.log,
+        )
+        count += 1
+    return count
+
+
+# --- hub polling -----------------------------------------------------------------------------
+
+
+@dataclass
+class WatchPollOutcome:
+    """What one poll of one watch did."""
+
+    watch: str
+    new_releases: list[str] = field(default_factory=list)
+    incomplete: list[str] = field(default_factory=list)
+    error: str = ""
+    skipped_until: datetime | None = None
+
+
+def hub_spec_for_watch(watch: HubWatch) -> HubSpec:
+    """The plain hub description a source needs, from a watch row."""
+    return HubSpec(
+        kind=watch.kind,
+        endpoint=watch.endpoint,
+        author=watch.author,
+        repo_pattern=watch.repo_pattern,
+    )
+
+
+def resolved_endpoint(kind: str, endpoint: str) -> str:
+    """The endpoint a release is recorded under: blank Hub endpoints resolve to HF_ENDPOINT
+    or the public Hub, so one release seen through a watch and by hand is one row."""
+    if kind == "huggingface" and not endpoint:
+        from huggingface_hub import constants
+
+        return constants.ENDPOINT.rstrip("/")
+    return endpoint.rstrip("/") if kind == "huggingface" else endpoint
+
+
+def hub_watch_poll(*, watch: HubWatch, now: datetime | None = None) -> WatchPollOutcome:
+    """List the watch's hub once; create a release and a job for each complete new revision.
+
+    Hub errors are recorded on the watch (message, failure count) and push its next poll out
+    exponentially from its interval (at least the hub's Retry-After on 429), capped at
+    `DAY0_MAX_BACKOFF_S`. Nothing is raised for hub errors.
+    """
+    now = now or timezone.now()
+    outcome = WatchPollOutcome(watch=watch.name)
+    watch.last_polled_at = now
+    try:
+        candidates = hub_source(hub_spec_for_watch(watch)).list_releases()
+    except (HubError, ValueError) as exc:
+        message = exc.message if isinstance(exc, HubError) else str(exc)
+        watch.consecutive_failures += 1
+        backoff = min(
+            watch.poll_interval_s * 2**watch.consecutive_failures, settings.DAY0_MAX_BACKOFF_S
+        )
+        if isinstance(exc, HubRateLimited):
+            backoff = max(backoff, exc.retry_after_s)
+        watch.next_poll_at = now + timedelta(seconds=backoff)
+        watch.last_error = f"{now:%Y-%m-%d %H:%M:%S} UTC: {message} (next try in {int(backoff)} s)"
+        watch.save()
+        outcome.error = message
+        logger.warning("Polling %s failed: %s", watch.name, message)
+        return outcome
+    endpoint = resolved_endpoint(watch.kind, watch.endpoint)
+    for candidate in candidates:
+        if not candidate.complete:
+            outcome.incomplete.append(f"{candidate.repo_id}: {candidate.reason}")
+            continue
+        if release_from_candidate(
+            candidate=candidate,
+            hub_kind=watch.kind,
+            hub_endpoint=endpoint,
+            found_by=FoundBy.POLL,
+            pool=watch.pool,
+            watch=watch,
+        ):
+            outcome.new_releases.append(f"{candidate.repo_id}@{candidate.revision[:12]}")
+    watch.consecutive_failures = 0
+    watch.last_error = ""
+    watch.last_success_at = now
+    watch.next_poll_at = now + timedelta(seconds=watch.poll_interval_s)
+    watch.save()
+    return outcome
+
+
+def release_from_candidate(
+    *,
+    candidate: ReleaseCandidate,
+    hub_kind: str,
+    hub_endpoint: str,
+    found_by: str,
+    pool: AcceleratorPool,
+    watch: HubWatch | None = None,
+    requested_by: Any = None,
+) -> AdaptationJob | None:
+    """Record a hub candidate as a release and start its job. None when the release was
+    already known (it is never created, nor adapted, twice)."""
+    with transaction.atomic():
+        release, created = release_get_or_create(
+            hub_kind=hub_kind,
+            hub_endpoint=hub_endpoint,
+            repo_id=candidate.repo_id,
+            revision=candidate.revision,
+            published_at=candidate.published_at,
+            found_by=found_by,
+            watch=watch,
+        )
+        if not created:
+            return None
+        return job_create(release=release, pool=pool, trigger=found_by, requested_by=requested_by)
+
+
+def hub_watches_poll(
+    *, due_only: bool, force: bool = False, now: datetime | None = None
+) -> list[WatchPollOutcome]:
+    """One polling round over the enabled watches.
+
+    `due_only` (the periodic task) skips watches whose interval has not run out. A watch
+    backing off after a hub error (429 included) is skipped until its next try unless
+    `force`; skipped watches are reported with the time they are due.
+    """
+    now = now or timezone.now()
+    outcomes = []
+    for watch in HubWatch.objects.filter(enabled=True).select_related("pool"):
+        waiting = watch.next_poll_at is not None and watch.next_poll_at > now
+        backing_off = waiting and watch.consecutive_failures > 0
+        if waiting and (due_only or (backing_off and not force)):
+            outcomes.append(WatchPollOutcome(watch=watch.name, skipped_until=watch.next_poll_at))
+            continue
+        outcomes.append(hub_watch_poll(watch=watch, now=now))
+    return outcomes

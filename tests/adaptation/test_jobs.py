@@ -1,0 +1,135 @@
+"""Jobs and stage runs: creation, status derivation, claims, re-runs and the reaper."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from adaptation import services
+from adaptation.models import AdaptationJob, JobStatus, StageRun, StageStatus
+from tests.factories import cpu_pool, make_job, make_release
+
+pytestmark = pytest.mark.django_db
+
+
+def test_release_is_created_once_per_hub_repo_and_revision():
+    fields = {
+        "hub_kind": "huggingface",
+        "hub_endpoint": "https://huggingface.co",
+        "repo_id": "acme/m",
+        "revision": "a" * 40,
+        "published_at": None,
+        "found_by": "poll",
+    }
+    first, created = services.release_get_or_create(**fields)
+    again, created_again = services.release_get_or_create(**{**fields, "found_by": "webhook"})
+    other_rev, created_other = services.release_get_or_create(**{**fields, "revision": "b" * 40})
+    assert created and not created_again and created_other
+    assert again.pk == first.pk and again.found_by == "poll"
+    assert other_rev.pk != first.pk
+
+
+def test_job_create_queues_only_the_first_stage_after_commit(django_capture_on_commit_callbacks):
+    release = make_release()
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        job = services.job_create(release=release, pool=cpu_pool(), trigger="manual")
+    runs = list(job.stage_runs.order_by("position"))
+    assert [r.stage for r in runs] == ["fetch", "analyze"]
+    assert [r.status for r in runs] == [StageStatus.QUEUED, StageStatus.PENDING]
+    assert job.status == JobStatus.RUNNING
+    assert len(callbacks) == 1  # one message, sent only once the transaction commits
+
+
+def test_job_create_refuses_unknown_stage():
+    with pytest.raises(services.ServiceError, match="Unknown stage 'warp'"):
+        services.job_create(
+            release=make_release(), pool=cpu_pool(), trigger="manual", stages=["warp"]
+        )
+
+
+@pytest.mark.parametrize(
+    ("statuses", "expected"),
+    [
+        (["pending", "pending"], "pending"),
+        (["queued", "pending"], "running"),
+        (["succeeded", "running"], "running"),
+        (["succeeded", "succeeded"], "succeeded"),
+        (["failed", "skipped"], "failed"),
+        (["succeeded", "failed"], "failed"),
+    ],
+)
+def test_job_status_is_derived_from_its_stages(statuses, expected):
+    assert services.derive_job_status(statuses) == expected
+
+
+def test_claim_is_won_by_exactly_one_delivery():
+    job = make_job(statuses={"fetch": StageStatus.QUEUED})
+    run = job.stage_runs.get(stage="fetch")
+    first = services.stage_run_claim(stage_run_id=run.pk, worker_host="w1")
+    second = services.stage_run_claim(stage_run_id=run.pk, worker_host="w2")
+    assert first is not None and first.worker_host == "w1"
+    assert first.status == StageStatus.RUNNING
+    assert second is None
+
+
+def test_success_queues_next_stage_and_failure_skips_the_rest():
+    job = make_job(statuses={"fetch": StageStatus.RUNNING})
+    fetch = job.stage_runs.get(stage="fetch")
+    services.stage_run_succeed(stage_run=fetch, result={"config": {"model_type": "llama"}})
+    analyze = job.stage_runs.get(stage="analyze")
+    assert analyze.status == StageStatus.QUEUED
+    job.release.refresh_from_db()
+    assert job.release.config == {"model_type": "llama"}
+
+    services.stage_run_claim(stage_run_id=analyze.pk, worker_host="w1")
+    services.stage_run_fail(stage_run=analyze, error="missing hidden_size")
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert job.finished_at is not None
+    assert job.stage_runs.get(stage="analyze").error == "missing hidden_size"
+
+
+def test_rerun_keeps_earlier_attempts_and_reruns_the_following_stages():
+    job = make_job(
+        statuses={"fetch": StageStatus.SUCCEEDED, "analyze": StageStatus.FAILED},
+        errors={"analyze": "boom"},
+    )
+    run = services.job_rerun_stage(job=job, stage="fetch")
+    assert (run.stage, run.attempt, run.status) == ("fetch", 2, StageStatus.QUEUED)
+    attempts = list(
+        job.stage_runs.order_by("position", "attempt").values_list("stage", "attempt", "status")
+    )
+    assert attempts == [
+        ("fetch", 1, StageStatus.SUCCEEDED),
+        ("fetch", 2, StageStatus.QUEUED),
+        ("analyze", 1, StageStatus.FAILED),
+        ("analyze", 2, StageStatus.PENDING),
+    ]
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and job.finished_at is None
+
+
+def test_rerun_is_refused_while_the_job_runs_and_for_unknown_stages():
+    job = make_job(statuses={"fetch": StageStatus.RUNNING})
+    with pytest.raises(services.ServiceError, match="still running"):
+        services.job_rerun_stage(job=job, stage="analyze")
+    with pytest.raises(services.ServiceError, match="has no stage 'plan'"):
+        services.job_rerun_stage(job=job, stage="plan")
+
+
+def test_reaper_fails_stages_whose_heartbeat_went_stale(settings):
+    job = make_job(statuses={"fetch": StageStatus.RUNNING})
+    run = job.stage_runs.get(stage="fetch")
+    stale = timezone.now() - timedelta(seconds=settings.DAY0_STALE_HEARTBEAT_S + 5)
+    StageRun.objects.filter(pk=run.pk).update(heartbeat_at=stale)
+    fresh_job = make_job(statuses={"fetch": StageStatus.RUNNING})
+
+    assert services.stage_runs_reap_stale() == 1
+    run.refresh_from_db()
+    assert run.status == StageStatus.FAILED
+    assert "stopped sending heartbeats" in run.error
+    assert job.stage_runs.get(stage="analyze").status == StageStatus.SKIPPED
+    assert AdaptationJob.objects.get(pk=job.pk).status == JobStatus.FAILED
+    assert fresh_job.stage_runs.get(stage="fetch").status == StageStatus.RUNNING

@@ -1,0 +1,67 @@
+"""The fetch stage's parsing, without Django or a hub."""
+
+from __future__ import annotations
+
+import pytest
+
+from adaptation.hubs.base import ReleaseFiles
+from workers.stages.base import StageFailed
+from workers.stages.fetch import parse_json_file, parse_release_files, summarize_weights
+
+
+def test_malformed_json_names_the_file_and_the_position():
+    with pytest.raises(StageFailed) as info:
+        parse_json_file("generation_config.json", b'{"a": 1,\n "b": }')
+    assert info.value.reason == (
+        "generation_config.json is not valid JSON: Expecting value at line 2 column 7 (char 15)."
+    )
+
+
+def test_non_utf8_is_refused_with_the_offset():
+    with pytest.raises(StageFailed, match=r"config.json is not UTF-8 text \(byte 1\)"):
+        parse_json_file("config.json", b"{\xff}")
+
+
+def test_missing_config_and_non_object_config_fail():
+    with pytest.raises(StageFailed, match=r"has no config\.json"):
+        parse_release_files(ReleaseFiles(repo_id="a/b", revision="r", files={}))
+    with pytest.raises(StageFailed, match="not an object"):
+        parse_release_files(
+            ReleaseFiles(repo_id="a/b", revision="r", files={"config.json": b"[1]"})
+        )
+
+
+def test_index_is_summarized_without_keeping_the_weight_map():
+    index = {
+        "metadata": {"total_size": 16_060_522_496},
+        "weight_map": {
+            "model.embed_tokens.weight": "model-00001-of-00004.safetensors",
+            "model.layers.0.mlp.up_proj.weight": "model-00002-of-00004.safetensors",
+            "lm_head.weight": "model-00004-of-00004.safetensors",
+        },
+    }
+    summary = summarize_weights(index, None)
+    assert summary == {
+        "source": "index",
+        "total_size": 16_060_522_496,
+        "shard_count": 3,
+        "tensor_count": 3,
+        "dtypes": {},
+    }
+    with pytest.raises(StageFailed, match="no 'weight_map'"):
+        summarize_weights({"metadata": {}}, None)
+
+
+def test_safetensors_headers_are_summarized_per_dtype():
+    metadata = {
+        "total_size": 0,
+        "tensors": {
+            "w": {"dtype": "BF16", "shape": [4, 8]},
+            "s": {"dtype": "F32", "shape": [4]},
+            "q": {"dtype": "F8_E4M3", "shape": [16, 16]},
+        },
+    }
+    summary = summarize_weights(None, metadata)
+    assert summary["dtypes"] == {"BF16": 64, "F32": 16, "F8_E4M3": 256}
+    assert summary["total_size"] == 336
+    assert summary["source"] == "safetensors_headers"

@@ -1,0 +1,135 @@
+"""Runs one stage attempt for a Celery task: claim the row, build the engine's plain inputs,
+call the stage, store what happened through the services. The task in `workers.tasks` only
+wraps this with Celery's retry and time limits."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import traceback
+from dataclasses import dataclass, field
+
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from adaptation import selectors, services
+from adaptation.models import StageRun
+from workers.stages.base import (
+    PoolSpec,
+    ReleaseRef,
+    StageContext,
+    StageFailed,
+    StageTransientError,
+)
+from workers.stages.registry import get_stage
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class StageOutcome:
+    """What the task should do next: nothing, or retry after `retry_after_s`."""
+
+    status: str
+    retry_after_s: float | None = None
+    reason: str = ""
+
+
+@dataclass
+class _Log:
+    lines: list[str] = field(default_factory=list)
+
+    def __call__(self, message: str) -> None:
+        self.lines.append(f"{timezone.now():%H:%M:%S} {message}")
+
+    def text(self, previous: str = "") -> str:
+        return "\n".join([previous, *self.lines]).strip()[-20000:]
+
+
+class Heartbeat:
+    """Updates the run's heartbeat from a background thread while the stage runs, so the
+    reaper can tell a slow stage from a dead worker."""
+
+    def __init__(self, stage_run_id: int, every_s: float) -> None:
+        self.stage_run_id = stage_run_id
+        self.every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="day0-heartbeat", daemon=True)
+
+    def _beat(self) -> None:
+        try:
+            while not self._stop.wait(self.every_s):
+                services.stage_run_heartbeat(stage_run_id=self.stage_run_id)
+        finally:
+            connection.close()  # the thread's own connection
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def stage_context(run: StageRun, log: _Log) -> StageContext:
+    """The plain inputs the engine gets for `run`."""
+    job = run.job
+    release = job.release
+    return StageContext(
+        release=ReleaseRef(
+            hub_kind=release.hub_kind,
+            hub_endpoint=release.hub_endpoint,
+            repo_id=release.repo_id,
+            revision=release.revision,
+        ),
+        pool=PoolSpec(name=job.pool.name, backend=job.pool.backend, queue=job.pool.queue),
+        previous=selectors.job_previous_results(job, before_position=run.position),
+        known_families=tuple(selectors.known_family_analyses(exclude_release_id=release.pk)),
+        log=log,
+    )
+
+
+def execute_stage_run(
+    stage_run_id: int, *, task_id: str = "", final_try: bool = False
+) -> StageOutcome:
+    """Claim and run one stage attempt. Never raises for a stage's own failure: the failure
+    is stored on the run. A transient error asks for a retry unless `final_try`."""
+    close_old_connections()
+    run = services.stage_run_claim(
+        stage_run_id=stage_run_id, worker_host=socket.gethostname(), task_id=task_id
+    )
+    if run is None:
+        logger.info("Stage run %s was not queued any more; skipping this delivery.", stage_run_id)
+        return StageOutcome(status="not-claimed")
+    log = _Log()
+    definition = get_stage(run.stage)
+    log(f"started {run.stage} attempt {run.attempt} on {run.worker_host}")
+    try:
+        with Heartbeat(run.pk, settings.DAY0_HEARTBEAT_EVERY_S):
+            result = definition.run(stage_context(run, log))
+    except StageFailed as exc:
+        services.stage_run_fail(stage_run=run, error=exc.reason, log=log.text(run.log))
+        return StageOutcome(status="failed", reason=exc.reason)
+    except StageTransientError as exc:
+        if final_try:
+            reason = f"{exc.reason} (gave up after {run.retries + 1} tries)"
+            services.stage_run_fail(stage_run=run, error=reason, log=log.text(run.log))
+            return StageOutcome(status="failed", reason=reason)
+        services.stage_run_requeue(stage_run=run, reason=exc.reason, log=log.text(run.log))
+        return StageOutcome(status="retry", retry_after_s=exc.retry_after_s, reason=exc.reason)
+    except SoftTimeLimitExceeded:
+        reason = f"{run.stage} ran past its time limit of {definition.soft_time_limit_s} s."
+        services.stage_run_fail(stage_run=run, error=reason, log=log.text(run.log))
+        return StageOutcome(status="failed", reason=reason)
+    except Exception as exc:  # a bug or an unexpected input: keep the traceback on the run
+        logger.exception("Stage %s of job %s crashed", run.stage, run.job_id)
+        reason = f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc(limit=20)}"
+        services.stage_run_fail(stage_run=run, error=reason, log=log.text(run.log))
+        return StageOutcome(status="failed", reason=str(exc))
+    log(f"finished {run.stage}")
+    services.stage_run_succeed(stage_run=run, result=result, log=log.text(run.log))
+    return StageOutcome(status="succeeded")
