@@ -1,0 +1,115 @@
+"""Thin page views: read through `selectors`, shape through `presenters`, write through
+`services`.
+
+The board and the release page each return their full page, or, for an htmx request, only
+the live part that polls; that part carries its polling trigger only while something runs,
+so the browser stops asking once the work is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required as django_login_required
+from django.contrib.auth.views import redirect_to_login
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from adaptation import presenters, selectors, services
+from adaptation.models import AdaptationJob, ModelRelease
+
+POLL_EVERY = "every 3s"
+
+
+def login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Django's `login_required`, except that an htmx poll whose session expired sends the
+    whole browser to the login page instead of swapping the login form into a table."""
+    guarded = django_login_required(view)
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+        if getattr(request, "htmx", False) and not request.user.is_authenticated:
+            login = redirect_to_login(request.get_full_path())
+            return HttpResponseClientRedirect(login["Location"])
+        return guarded(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _wants_partial(request: HttpRequest) -> bool:
+    """Whether this is an htmx request for the live part (not a boosted page load)."""
+    htmx = getattr(request, "htmx", None)
+    return bool(htmx) and not htmx.boosted
+
+
+def _render(
+    request: HttpRequest, *, page: str, partial: str, context: dict[str, object]
+) -> HttpResponse:
+    """The full page, or the partial for htmx; caches keep the two apart."""
+    template = partial if _wants_partial(request) else page
+    response = render(request, template, {**context, "poll_every": POLL_EVERY})
+    patch_vary_headers(response, ("HX-Request",))
+    return response
+
+
+@login_required
+@require_GET
+def board(request: HttpRequest) -> HttpResponse:
+    """The release board: a row per release, a column per stage, refreshed while work runs."""
+    context = {
+        "board": presenters.board(selectors.releases_for_board(), now=timezone.now()),
+        "polling": selectors.anything_running(),
+        "troubled_watches": list(selectors.watches_with_errors()),
+    }
+    return _render(
+        request,
+        page="adaptation/board.html",
+        partial="adaptation/partials/board_live.html",
+        context=context,
+    )
+
+
+@login_required
+@require_GET
+def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """One release: header, analysis, and every attempt of every stage of its jobs."""
+    try:
+        release = selectors.release_detail(release_id=pk)
+    except ModelRelease.DoesNotExist:
+        raise Http404(f"No release {pk}.") from None
+    context = {
+        "release": release,
+        "analysis": presenters.analysis(release),
+        "timelines": presenters.job_timelines(release),
+        "polling": presenters.release_is_active(release),
+    }
+    return _render(
+        request,
+        page="adaptation/release_detail.html",
+        partial="adaptation/partials/release_live.html",
+        context=context,
+    )
+
+
+@login_required
+@require_POST
+def stage_rerun(request: HttpRequest, job_id: int, stage: str) -> HttpResponse:
+    """Run a stage of a job again (and the stages after it), then go back to the release."""
+    job = get_object_or_404(AdaptationJob, pk=job_id)
+    try:
+        run = services.job_rerun_stage(job=job, stage=stage)
+    except services.ServiceError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(
+            request,
+            f"{presenters.stage_title(run.stage)} of job {job.pk} queued again "
+            f"(attempt {run.attempt}); the stages after it follow.",
+        )
+    return redirect("adaptation:release_detail", pk=job.release_id)

@@ -1,0 +1,193 @@
+"""The release board: login, rows and cells, the Day-0 clock, live refresh, hub trouble."""
+
+from __future__ import annotations
+
+import html as html_lib
+import re
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from adaptation.models import StageRun
+from tests.factories import make_job, make_release, make_watch
+
+pytestmark = pytest.mark.django_db
+
+BOARD = reverse("adaptation:board")
+
+
+def cell_text(html: str, release_pk: int, stage: str) -> str:
+    """The whitespace-collapsed text of one stage cell of one release row."""
+    row = re.search(rf'<tr id="release-row-{release_pk}".*?</tr>', html, re.S)
+    assert row, f"no row for release {release_pk}"
+    cell = re.search(
+        rf'<td class="stage-cell[^"]*" data-stage="{stage}"[^>]*>(.*?)</td>', row[0], re.S
+    )
+    assert cell, f"no {stage} cell in row {release_pk}"
+    return " ".join(re.sub(r"<[^>]+>", " ", cell[1]).split())
+
+
+def test_board_requires_login(client):
+    response = client.get(BOARD)
+    assert response.status_code == 302
+    assert response.url.startswith(reverse("login"))
+    assert "next=/" in response.url
+
+
+def test_board_lists_releases_newest_first_with_stage_cells(logged_in_client):
+    now = timezone.now()
+    old = make_release(repo_id="meta-llama/Llama-3.1-8B", discovered_at=now - timedelta(days=1))
+    new = make_release(
+        repo_id="deepseek-ai/DeepSeek-V3",
+        discovered_at=now,
+        family="deepseek_v3",
+        architecture="DeepseekV3ForCausalLM",
+    )
+    make_job(release=old, statuses={"fetch": "succeeded", "analyze": "succeeded"})
+    make_job(
+        release=new,
+        statuses={"fetch": "succeeded", "analyze": "failed"},
+        errors={"analyze": "Unknown architecture FooForCausalLM\nsecond line"},
+    )
+
+    html = logged_in_client.get(BOARD).content.decode()
+
+    assert html.index("deepseek-ai/DeepSeek-V3") < html.index("meta-llama/Llama-3.1-8B")
+    assert cell_text(html, new.pk, "fetch") == "Succeeded 3.0 s"
+    assert cell_text(html, new.pk, "analyze") == "Failed 3.0 s"
+    assert cell_text(html, old.pk, "analyze") == "Succeeded 3.0 s"
+    assert 'title="Unknown architecture FooForCausalLM"' in html
+    assert reverse("adaptation:release_detail", args=[new.pk]) in html
+    assert f'<code title="{new.revision}">{new.revision[:12]}</code>' in html
+    assert "deepseek_v3" in html and "DeepseekV3ForCausalLM" in html
+    assert "Hugging Face Hub" in html and "pool cpu" in html and "hub poll" in html
+
+
+def test_stage_columns_use_registry_titles(logged_in_client):
+    from workers.stages.registry import get_stage
+
+    make_job(statuses={"fetch": "running"})
+    html = logged_in_client.get(BOARD).content.decode()
+    for name in ("fetch", "analyze"):
+        header = re.search(
+            rf'<th scope="col" class="stage-col" data-stage="{name}">(.*?)</th>', html
+        )
+        assert header and html_lib.unescape(header[1]) == get_stage(name).title
+
+
+def test_cell_shows_latest_attempt_number(logged_in_client):
+    job = make_job(statuses={"fetch": "succeeded", "analyze": "failed"})
+    StageRun.objects.create(job=job, stage="analyze", position=1, attempt=2, status="queued")
+    html = logged_in_client.get(BOARD).content.decode()
+    assert cell_text(html, job.release.pk, "analyze") == "Queued attempt 2"
+    assert cell_text(html, job.release.pk, "fetch") == "Succeeded 3.0 s"
+
+
+def test_day0_clock(logged_in_client):
+    now = timezone.now()
+    ready = make_release(published_at=now - timedelta(hours=3))
+    job = make_job(release=ready, statuses={"fetch": "succeeded", "analyze": "succeeded"})
+    job.finished_at = ready.published_at + timedelta(hours=2, minutes=14)
+    job.save(update_fields=["finished_at"])
+    unknown = make_release(published_at=None)
+    make_job(release=unknown, statuses={"fetch": "running"})
+
+    html = logged_in_client.get(BOARD).content.decode()
+
+    ready_row = re.search(rf'<tr id="release-row-{ready.pk}".*?</tr>', html, re.S)[0]
+    assert "ready after 2 h 14 m" in ready_row
+    assert re.search(r"published <strong>3 h 00 m</strong> ago", ready_row)
+    unknown_row = re.search(rf'<tr id="release-row-{unknown.pk}".*?</tr>', html, re.S)[0]
+    assert "published time unknown" in unknown_row
+    assert "ready after" not in unknown_row
+
+
+def test_htmx_request_gets_only_the_partial_and_polls_while_running(logged_in_client):
+    job = make_job(statuses={"fetch": "succeeded", "analyze": "running"})
+
+    response = logged_in_client.get(BOARD, headers={"HX-Request": "true"})
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "<html" not in html and "<header" not in html
+    assert html.lstrip().startswith('<table id="board-table"')
+    assert 'hx-trigger="every 3s"' in html
+    assert f'hx-get="{BOARD}"' in html
+    assert 'hx-swap="outerHTML"' in html
+    assert cell_text(html, job.release.pk, "analyze").startswith("Running")
+    assert "HX-Request" in response.headers["Vary"]
+
+
+def test_full_page_polls_while_running(logged_in_client):
+    make_job(statuses={"fetch": "queued"})
+    html = logged_in_client.get(BOARD).content.decode()
+    assert "<html" in html
+    assert 'hx-trigger="every 3s"' in html
+    assert "Live: refreshing every 3 s" in html
+
+
+def test_polling_stops_when_nothing_runs(logged_in_client):
+    job = make_job(statuses={"fetch": "succeeded", "analyze": "running"})
+    StageRun.objects.filter(job=job, stage="analyze").update(
+        status="succeeded", finished_at=timezone.now()
+    )
+
+    html = logged_in_client.get(BOARD, headers={"HX-Request": "true"}).content.decode()
+
+    assert "hx-trigger" not in html and "hx-get" not in html
+    assert cell_text(html, job.release.pk, "analyze").startswith("Succeeded")
+    assert "Nothing running" in html
+
+
+def test_empty_board(logged_in_client):
+    html = logged_in_client.get(BOARD).content.decode()
+    assert "No releases yet." in html
+    assert "hx-trigger" not in html
+
+
+def test_failed_watch_shows_in_hub_trouble_banner(logged_in_client):
+    make_watch(
+        name="deepseek-org",
+        last_error=(
+            "2025-01-01 10:00:00 UTC: Hub answered 429 Too Many Requests (next try in 600 s)"
+        ),
+        consecutive_failures=2,
+    )
+    make_watch(name="healthy-watch")
+    make_watch(name="disabled-broken", enabled=False, last_error="401 gated")
+
+    html = logged_in_client.get(BOARD).content.decode()
+
+    assert "Hub trouble" in html
+    assert "deepseek-org" in html
+    assert "Hub answered 429 Too Many Requests (next try in 600 s)" in html
+    assert "2 failed polls in a row" in html
+    assert "healthy-watch" not in html
+    assert "disabled-broken" not in html
+
+
+def test_htmx_partial_refreshes_hub_trouble_out_of_band(logged_in_client):
+    make_job(statuses={"fetch": "running"})
+    make_watch(name="gated-watch", last_error="403: the repo is gated")
+    html = logged_in_client.get(BOARD, headers={"HX-Request": "true"}).content.decode()
+    assert (
+        '<div id="hub-trouble" class="banner banner-warning" '
+        'aria-labelledby="hub-trouble-title" hx-swap-oob="true">' in html
+    )
+    assert "403: the repo is gated" in html
+
+
+def test_hub_data_is_escaped(logged_in_client):
+    make_job(release=make_release(repo_id="evil/<script>alert(1)</script>"))
+    html = logged_in_client.get(BOARD).content.decode()
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+@pytest.mark.django_db
+def test_an_htmx_poll_after_the_session_expired_sends_the_browser_to_login(client):
+    response = client.get("/", headers={"HX-Request": "true"})
+    assert response.status_code == 200
+    assert response["HX-Redirect"] == "/accounts/login/?next=/"

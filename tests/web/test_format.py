@@ -1,0 +1,81 @@
+"""The formatting filters write exact strings with their units."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from adaptation.templatetags import day0_format as fmt
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (671026404352, "671.0 B params"),
+        (3606752256, "3.61 B params"),
+        (20914757184, "20.9 B params"),
+        (124439808, "124.4 M params"),
+        (0, "0 params"),
+        (None, "—"),
+        ("not a number", "—"),
+        (True, "—"),
+    ],
+)
+def test_params(value, expected):
+    assert fmt.params(value) == expected
+
+
+def test_params_short_has_no_word():
+    assert fmt.params_short(3606752256) == "3.61 B"
+    assert fmt.params_short(671026404352) == "671.0 B"
+    assert fmt.params_short(None) == "—"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (1342497964032, "1,250.3 GiB"),
+        (688586727753, "641.3 GiB"),
+        (2**30, "1.0 GiB"),
+        (70272 * 1024, "0.067 GiB"),
+        (0, "0.0 GiB"),
+        (None, "—"),
+    ],
+)
+def test_gib_is_binary(value, expected):
+    assert fmt.gib(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(70272, "70,272 bytes/token"), (131072.0, "131,072 bytes/token"), (None, "—")],
+)
+def test_bytes_per_token(value, expected):
+    assert fmt.bytes_per_token(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (timedelta(hours=1, minutes=2, seconds=40), "1 h 02 m"),
+        (timedelta(seconds=3.42), "3.4 s"),
+        (3.0, "3.0 s"),
+        (timedelta(minutes=5, seconds=7), "5 m 07 s"),
+        (timedelta(hours=2, minutes=14), "2 h 14 m"),
+        (timedelta(days=2, hours=3, minutes=59), "2 d 03 h"),
+        (timedelta(seconds=-90), "-1 m 30 s"),
+        (None, "—"),
+    ],
+)
+def test_duration(value, expected):
+    assert fmt.duration(value) == expected
+
+
+def test_count_and_dash_and_revision():
+    assert fmt.count(129280) == "129,280"
+    assert fmt.count(None) == "—"
+    assert fmt.dash("") == "—"
+    assert fmt.dash("worker-1") == "worker-1"
+    assert fmt.short_revision("0123456789abcdef0123") == "0123456789ab"
+    assert fmt.short_revision("") == "—"
