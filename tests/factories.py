@@ -24,8 +24,11 @@ _counter = itertools.count(1)
 
 
 def cpu_pool() -> AcceleratorPool:
-    """The `cpu` pool the migrations create."""
-    return AcceleratorPool.objects.get(name="cpu")
+    """The `cpu` pool the migrations create (made again after a transactional test's flush)."""
+    pool, _ = AcceleratorPool.objects.get_or_create(
+        name="cpu", defaults={"backend": "cpu", "queue": "pool.cpu"}
+    )
+    return pool
 
 
 def make_watch(**fields: Any) -> HubWatch:

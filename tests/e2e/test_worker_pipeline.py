@@ -1,0 +1,98 @@
+"""End to end: releases dropped into a mirror folder, `poll_hubs`, a real Celery worker
+process runs the stages, the board shows them; `adapt --wait` follows a job to its end."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from adaptation.models import AdaptationJob, JobStatus, ModelRelease, StageStatus
+from tests.conftest import REALCONFIGS_DIR
+from tests.e2e.conftest import wait_for
+from tests.factories import cpu_pool, make_watch
+
+pytestmark = [pytest.mark.e2e]
+
+BROKEN_CONFIG = b'{\n  "model_type": "llama",\n  "hidden_size": 4096,,\n}\n'
+
+
+def drop_release(root: Path, repo_id: str, config: bytes) -> Path:
+    folder = root / repo_id
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_bytes(config)
+    return folder
+
+
+def real_config(name: str) -> bytes:
+    return (REALCONFIGS_DIR / f"{name}.json").read_bytes()
+
+
+def all_jobs_done() -> bool:
+    jobs = AdaptationJob.objects.all()
+    return jobs.exists() and all(
+        job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED) for job in jobs
+    )
+
+
+def test_polled_releases_run_on_a_real_worker(celery_worker_process, tmp_path, client, staff_user):
+    root = tmp_path / "hub"
+    drop_release(root, "acme/llama-8b", real_config("meta-llama__Llama-3.1-8B"))
+    drop_release(root, "acme/broken", BROKEN_CONFIG)
+    drop_release(root, "acme/qwen3-moe", real_config("Qwen__Qwen3-235B-A22B-Instruct-2507"))
+    make_watch(name="acme-mirror", endpoint=str(root))
+
+    call_command("poll_hubs", stdout=io.StringIO())
+    assert ModelRelease.objects.count() == 3
+    wait_for(all_jobs_done, timeout_s=120, worker=celery_worker_process, what="the three jobs")
+
+    by_repo = {job.release.repo_id: job for job in AdaptationJob.objects.select_related("release")}
+    broken = by_repo["acme/broken"]
+    assert broken.status == JobStatus.FAILED
+    fetch, analyze = broken.stage_runs.order_by("position")
+    assert fetch.status == StageStatus.FAILED
+    assert "config.json is not valid JSON" in fetch.error
+    assert "line 3 column 23" in fetch.error
+    assert analyze.status == StageStatus.SKIPPED
+
+    for repo_id, total in (("acme/llama-8b", 8_030_261_248), ("acme/qwen3-moe", 235_093_634_560)):
+        job = by_repo[repo_id]
+        assert job.status == JobStatus.SUCCEEDED, job.stage_runs.values("stage", "error")
+        runs = list(job.stage_runs.order_by("position"))
+        assert [r.status for r in runs] == [StageStatus.SUCCEEDED, StageStatus.SUCCEEDED]
+        assert all(r.worker_host for r in runs)
+        assert abs(runs[1].result["total_params"] - total) / total < 0.01
+        assert job.release.config["model_type"] in ("llama", "qwen3_moe")
+
+    # Seen again, nothing is created twice.
+    call_command("poll_hubs", stdout=io.StringIO())
+    assert ModelRelease.objects.count() == 3
+    assert AdaptationJob.objects.count() == 3
+
+    client.force_login(staff_user)
+    board = client.get("/").content.decode()
+    for repo_id in by_repo:
+        assert repo_id in board
+    assert "failed" in board.lower() and "succeeded" in board.lower()
+
+
+def test_adapt_waits_and_prints_the_finished_job(celery_worker_process, tmp_path):
+    cpu_pool()
+    good = drop_release(tmp_path / "hub", "openai/gpt-oss-20b", real_config("openai__gpt-oss-20b"))
+    out = io.StringIO()
+    call_command("adapt", str(good), "--wait", "--format", "json", "--timeout", "120", stdout=out)
+    finished = json.loads(out.getvalue())
+    assert finished["status"] == "succeeded"
+    assert [s["name"] for s in finished["stages"]] == ["fetch", "analyze"]
+    assert all(s["status"] == "succeeded" and s["attempt"] == 1 for s in finished["stages"])
+    assert finished["stages"][1]["result"]["kv_cache_bytes_per_token"] == 49_152
+
+    broken = drop_release(tmp_path / "hub", "acme/broken", BROKEN_CONFIG)
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("adapt", str(broken), "--wait", "--timeout", "120", stdout=out)
+    assert exit_info.value.code == 1
+    assert "fetch" in out.getvalue() and "not valid JSON" in out.getvalue()
