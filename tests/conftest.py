@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakehub import fake_hub  # noqa: F401  (the local Hub fixture, for every test)
+
 DATA_DIR = Path(__file__).parent / "data"
 REALCONFIGS_DIR = DATA_DIR / "realconfigs"
 
@@ -27,3 +29,11 @@ def staff_user(django_user_model):
 def logged_in_client(client, staff_user):
     client.force_login(staff_user)
     return client
+
+
+@pytest.fixture(autouse=True)
+def isolated_hf_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """No real endpoint, token or cache leaks in: each test gets its own download cache."""
+    for name in ("HF_ENDPOINT", "HF_TOKEN", "HF_HUB_OFFLINE", "HF_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import connection
 from django.utils import timezone
 
 from adaptation import selectors, services
@@ -98,7 +98,7 @@ def execute_stage_run(
 ) -> StageOutcome:
     """Claim and run one stage attempt. Never raises for a stage's own failure: the failure
     is stored on the run. A transient error asks for a retry unless `final_try`."""
-    close_old_connections()
+    # Celery's Django fix-up closes stale database connections around each task.
     run = services.stage_run_claim(
         stage_run_id=stage_run_id, worker_host=socket.gethostname(), task_id=task_id
     )

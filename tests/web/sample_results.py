@@ -1,75 +1,25 @@
-"""Stage results shaped like the engine's, for page tests: DeepSeek-V3's figures."""
+"""Stage results for page tests: the engine's real analysis of DeepSeek-V3, and a made-up
+new family for the "what is new" table."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from tests.conftest import load_realconfig
+from workers.stages.architecture import analyze_config
+
+# The real engine's output for DeepSeek-V3's published config and its index's total_size.
 DEEPSEEK_V3_ANALYSIS: dict[str, Any] = {
-    "architecture": "DeepseekV3ForCausalLM",
-    "model_type": "deepseek_v3",
-    "family": "deepseek_v3",
-    "num_layers": 61,
-    "hidden_size": 7168,
-    "num_attention_heads": 128,
-    "num_kv_heads": 128,
-    "head_dim": 192,
-    "attention": {
-        "kind": "mla",
-        "layer_pattern": "(full) x 61",
-        "layer_types": ["full_attention"] * 61,
-        "sliding_window": None,
-        "attention_chunk_size": None,
-        "full_layers": 61,
-        "sliding_layers": 0,
-        "chunked_layers": 0,
-        "linear_attention_layers": 0,
-        "ssm_layers": 0,
-        "kv_cache_layers": 61,
-        "q_lora_rank": 1536,
-        "kv_lora_rank": 512,
-        "qk_nope_head_dim": 128,
-        "qk_rope_head_dim": 64,
-        "v_head_dim": 128,
-    },
-    "vocab_size": 129280,
-    "rope": {"type": "yarn", "factor": 40.0, "theta": 10000.0},
-    "moe": {
-        "num_experts": 256,
-        "experts_per_token": 8,
-        "num_shared_experts": 1,
-        "moe_layers": 58,
-        "dense_layers": 3,
-        "expert_intermediate_size": 2048,
-        "scoring": "sigmoid",
-        "n_group": 8,
-        "topk_group": 4,
-    },
-    "quantization": {
-        "method": "fp8",
-        "modules_not_converted": [],
-        "format": "e4m3",
-        "bits": 8,
-        "weight_block_size": [128, 128],
-        "activation_scheme": "dynamic",
-        "quantized_params": 680571043840,
-        "unquantized_params": 3918801664,
-        "scale_bytes": 166161984,
-    },
-    "torch_dtype": "bfloat16",
-    "mtp_layers": 1,
-    "weight_bytes_by_dtype": {"BF16": 7837573120, "F32": 166222400, "F8_E4M3": 680571043840},
-    "conventions": {"active_params": "parameters used per token, excluding the input embedding"},
-    "total_params": 671026404352,
-    "active_params": 36666432000,
-    "extra_params": 11507188224,
-    "weight_bytes": 688586727000,
-    "checkpoint_total_size_bytes": 688586727753,
-    "kv_cache_bytes_per_token": 70272,
-    "kv_cache_bytes_at_max_context": 11513364480,
-    "max_position_embeddings": 163840,
-    "tie_word_embeddings": False,
-    "family_known": True,
-    "notes": ["The 1 multi-token-prediction layer is counted in extra params, not in total."],
+    **analyze_config(
+        load_realconfig("deepseek-ai__DeepSeek-V3"),
+        weights={
+            "source": "index",
+            "total_size": 688_586_727_753,
+            "shard_count": 163,
+            "tensor_count": 91_991,
+            "dtypes": {},
+        },
+    ).to_dict(),
     "new_against_known": [],
 }
 

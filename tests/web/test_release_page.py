@@ -98,10 +98,10 @@ def test_analysis_figures_have_units_and_sources(logged_in_client):
 
     assert row_value(html, "Total params") == "671.0 B params"
     assert row_value(html, "Active params") == (
-        "36.7 B params per token, excluding the input embedding"
+        "36.6 B params per token, excluding the input embedding"
     )
     assert row_value(html, "Extra params") == (
-        "11.5 B params multi-token prediction (MTP) modules: 1; not in total params"
+        "13.5 B params multi-token prediction (MTP) modules: 1; not in total params"
     )
     assert row_value(html, "KV cache per token") == "70,272 bytes/token"
     assert row_value(html, "KV cache at max context").startswith("10.7 GiB")
@@ -120,10 +120,10 @@ def test_analysis_figures_have_units_and_sources(logged_in_client):
     assert row_value(html, "Architecture") == "DeepseekV3ForCausalLM"
     assert row_value(html, "Model type") == "deepseek_v3"
     assert row_value(html, "Family") == "deepseek_v3"
-    assert row_value(html, "Attention kind") == "mla"
+    assert row_value(html, "Attention kind") == "MLA"
     assert row_value(html, "MLA KV LoRA rank") == "512"
     assert row_value(html, "MLA Q LoRA rank") == "1,536"
-    assert row_value(html, "Layer pattern") == "(full) x 61"
+    assert row_value(html, "Layer pattern") == "full x 61"
     assert "Sliding-window layers" not in html  # zero counts are left out
     assert row_value(html, "RoPE type") == "yarn"
     assert row_value(html, "RoPE factor") == "40"
@@ -145,7 +145,7 @@ def test_analysis_figures_have_units_and_sources(logged_in_client):
     assert row_value(html, "Stored dtype") == "bfloat16"
     assert "How these figures are counted" in html
     assert "none is measured yet" in html
-    assert "The 1 multi-token-prediction layer is counted in extra params" in html
+    assert "1 MTP (next-token-prediction) module(s): 13,463,426,304 params in extra_params" in html
     assert "Nothing: the release matches a known family." in html
 
 

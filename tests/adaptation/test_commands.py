@@ -1,0 +1,120 @@
+"""The management commands: output on real configs, exit codes on bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from adaptation.models import AdaptationJob, StageStatus
+from tests.conftest import REALCONFIGS_DIR
+from tests.factories import make_job, make_watch
+
+REQUIRED_KEYS = {
+    "architecture", "model_type", "num_layers", "hidden_size", "num_attention_heads",
+    "num_kv_heads", "head_dim", "attention", "vocab_size", "rope", "moe", "total_params",
+    "active_params", "extra_params", "weight_bytes", "kv_cache_bytes_per_token",
+    "kv_cache_bytes_at_max_context", "max_position_embeddings",
+}  # fmt: skip
+
+
+def analyze_json(target: str) -> dict:
+    out = io.StringIO()
+    call_command("analyze", target, "--format", "json", stdout=out)
+    return json.loads(out.getvalue())
+
+
+def test_analyze_prints_the_analysis_of_a_config_file():
+    result = analyze_json(str(REALCONFIGS_DIR / "deepseek-ai__DeepSeek-V3.json"))
+    assert result.keys() >= REQUIRED_KEYS
+    assert result["architecture"] == "DeepseekV3ForCausalLM"
+    assert result["attention"]["kind"] == "MLA"
+    assert result["rope"]["type"] == "yarn" and result["rope"]["factor"] == 40
+    assert result["moe"]["num_experts"] == 256
+    assert result["moe"]["experts_per_token"] == 8
+    assert result["moe"]["num_shared_experts"] == 1
+    assert result["total_params"] == 671_026_404_352
+    assert result["kv_cache_bytes_per_token"] == 70_272
+    assert result["extra_params"] > 0  # the MTP layer, kept out of total_params
+
+
+def test_analyze_reads_a_release_folder_and_a_hub_repo(tmp_path, fake_hub, monkeypatch):
+    config = (REALCONFIGS_DIR / "openai__gpt-oss-20b.json").read_bytes()
+    folder = tmp_path / "openai" / "gpt-oss-20b"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_bytes(config)
+    assert analyze_json(str(folder))["total_params"] == 20_914_757_184
+
+    fake_hub.add_repo("openai/gpt-oss-20b", {"config.json": config})
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    assert analyze_json("openai/gpt-oss-20b")["active_params"] == 3_608_307_264
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b'{"model_type": "llama",', "is not valid JSON"),
+        (b'{"model_type": "mystery", "num_hidden_layers": 2}', "hidden_size"),
+        (b"[1, 2]", "not an object"),
+    ],
+)
+def test_analyze_refuses_bad_input_with_one_line(tmp_path, content, reason):
+    path = tmp_path / "model.json"
+    path.write_bytes(content)
+    with pytest.raises(CommandError) as info:
+        call_command("analyze", str(path), "--format", "json")
+    assert reason in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_analyze_refuses_a_target_that_is_neither_path_nor_repo():
+    with pytest.raises(CommandError, match="neither an existing path nor a Hub repo id"):
+        call_command("analyze", "no such thing")
+
+
+@pytest.mark.django_db
+def test_adapt_without_wait_creates_a_manual_job(tmp_path):
+    folder = tmp_path / "meta-llama" / "Llama-3.1-8B"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_bytes(
+        (REALCONFIGS_DIR / "meta-llama__Llama-3.1-8B.json").read_bytes()
+    )
+    out = io.StringIO()
+    call_command("adapt", str(folder / "config.json"), "--format", "json", stdout=out)
+    summary = json.loads(out.getvalue())
+    job = AdaptationJob.objects.get(pk=summary["job"])
+    assert job.trigger == "manual" and job.release.found_by == "manual"
+    assert job.release.repo_id == "meta-llama/Llama-3.1-8B"
+    assert [s["status"] for s in summary["stages"]] == ["queued", "pending"]
+
+
+@pytest.mark.django_db
+def test_adapt_refuses_an_unknown_pool(tmp_path):
+    folder = tmp_path / "a" / "b"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    with pytest.raises(CommandError, match="No enabled pool 'tpu'; enabled pools: cpu"):
+        call_command("adapt", str(folder), "--pool", "tpu")
+
+
+@pytest.mark.django_db
+def test_rerun_command_queues_a_new_attempt_and_refuses_bad_requests():
+    job = make_job(statuses={"fetch": "succeeded", "analyze": "failed"})
+    out = io.StringIO()
+    call_command("rerun", str(job.pk), "analyze", stdout=out)
+    assert "Queued analyze attempt 2" in out.getvalue()
+    assert job.stage_runs.get(stage="analyze", attempt=2).status == StageStatus.QUEUED
+    with pytest.raises(CommandError, match="still running"):
+        call_command("rerun", str(job.pk), "fetch")
+    with pytest.raises(CommandError, match="No job 999999"):
+        call_command("rerun", "999999", "fetch")
+
+
+@pytest.mark.django_db
+def test_poll_hubs_exits_non_zero_when_a_hub_fails(tmp_path):
+    make_watch(name="gone", endpoint=str(tmp_path / "missing"))
+    with pytest.raises(CommandError, match="gone: "):
+        call_command("poll_hubs", stdout=io.StringIO())

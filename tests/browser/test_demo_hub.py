@@ -1,0 +1,71 @@
+"""`make run`'s demo, in real Chromium: the demo hub's six real releases, polled and adapted
+by the real stages, shown on the board; one release page opened."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from django.core.management import call_command
+
+from adaptation.models import AdaptationJob, JobStatus, ModelRelease
+from day0web.celery import app
+from tests.factories import cpu_pool
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+DEMO_REPOS = {
+    "Qwen/Qwen2.5-72B-Instruct",
+    "Qwen/Qwen3-235B-A22B-Instruct-2507",
+    "deepseek-ai/DeepSeek-V3",
+    "meta-llama/Llama-3.1-8B",
+    "moonshotai/Kimi-K2-Instruct",
+    "openai/gpt-oss-20b",
+}
+
+
+@pytest.fixture
+def stages_run_in_process() -> Iterator[None]:
+    """Celery in eager mode: each queued stage runs in this process as it is enqueued, as a
+    worker would run it (the end-to-end tests use a real worker process)."""
+    app.conf.task_always_eager = True
+    try:
+        yield
+    finally:
+        app.conf.task_always_eager = False
+
+
+def test_demo_hub_releases_are_adapted_and_shown(live_server, page, stages_run_in_process):
+    from playwright.sync_api import expect
+
+    cpu_pool()  # a transactional test's flush removed the migration's row
+    call_command("load_demo", verbosity=0)
+    call_command("poll_hubs")
+    assert set(ModelRelease.objects.values_list("repo_id", flat=True)) == DEMO_REPOS
+    assert set(AdaptationJob.objects.values_list("status", flat=True)) == {JobStatus.SUCCEEDED}
+
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.get_by_label("Username").fill("demo")
+    page.get_by_label("Password").fill("day0-demo")
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="Release board")).to_be_visible()
+
+    shown = set(page.locator("#board-table tbody th.release a").all_inner_texts())
+    assert shown == DEMO_REPOS
+    for stage in ("fetch", "analyze"):
+        cells = page.locator(f"#board-table td[data-stage='{stage}']").all_inner_texts()
+        assert len(cells) == 6 and all("Succeeded" in text for text in cells)
+    expect(page.locator("#board-table caption")).to_contain_text("Nothing running")
+
+    page.get_by_role("link", name="moonshotai/Kimi-K2-Instruct").click()
+    expect(page.get_by_role("heading", name="moonshotai/Kimi-K2-Instruct", level=1)).to_be_visible()
+    size = page.get_by_role("table", name="Size and memory")
+    expect(size.get_by_role("row", name=re.compile("^Total params"))).to_contain_text(
+        "1,026.4 B params"
+    )
+    expect(size.get_by_role("row", name=re.compile("^KV cache per token"))).to_contain_text(
+        "70,272 bytes/token"
+    )
+    expect(page.get_by_role("table", name="Attention")).to_contain_text("MLA")
+    page.screenshot(path="/tmp/day0-demo-kimi.png", full_page=True)
