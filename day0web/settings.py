@@ -123,7 +123,7 @@ REST_FRAMEWORK = {
 # --- Celery -------------------------------------------------------------------------------
 # The filesystem transport keeps messages as files under var/broker: no server to install.
 _BROKER_DIR = VAR_DIR / "broker"
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://localhost/")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     for sub in ("queue", "processed", "control"):
         (_BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
