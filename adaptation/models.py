@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -56,7 +57,11 @@ class HubWatch(models.Model):
         help_text="Pool whose workers adapt the releases this watch finds.",
     )
     enabled = models.BooleanField(default=True)
-    poll_interval_s = models.PositiveIntegerField(default=300)
+    poll_interval_s = models.PositiveIntegerField(
+        default=300,
+        validators=[MinValueValidator(10)],
+        help_text="Seconds between polls; errors back off exponentially from it.",
+    )
     last_polled_at = models.DateTimeField(null=True, blank=True)
     last_success_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
@@ -72,7 +77,9 @@ class HubWatch(models.Model):
         return self.name
 
 
-class FoundBy(models.TextChoices):
+class Trigger(models.TextChoices):
+    """How a release was found, and so what started its first job."""
+
     POLL = "poll", "Hub poll"
     WEBHOOK = "webhook", "Webhook"
     MANUAL = "manual", "Manual"
@@ -90,7 +97,7 @@ class ModelRelease(models.Model):
     revision = models.CharField(max_length=128)
     published_at = models.DateTimeField(null=True, blank=True, help_text="As the hub says.")
     discovered_at = models.DateTimeField(default=timezone.now)
-    found_by = models.CharField(max_length=16, choices=FoundBy.choices)
+    found_by = models.CharField(max_length=16, choices=Trigger.choices)
     config = models.JSONField(null=True, blank=True, help_text="config.json as fetched.")
     metadata = models.JSONField(default=dict, blank=True)
     architecture = models.CharField(max_length=128, blank=True)
@@ -110,6 +117,7 @@ class ModelRelease(models.Model):
 
     @property
     def time_to_detect(self) -> timedelta | None:
+        """Discovered minus published (None when the hub gave no publication time)."""
         if self.published_at is None:
             return None
         return self.discovered_at - self.published_at
@@ -120,12 +128,6 @@ class JobStatus(models.TextChoices):
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
-
-
-class Trigger(models.TextChoices):
-    POLL = "poll", "Hub poll"
-    WEBHOOK = "webhook", "Webhook"
-    MANUAL = "manual", "Manual"
 
 
 class AdaptationJob(models.Model):
@@ -165,7 +167,6 @@ class StageStatus(models.TextChoices):
 
 
 ACTIVE_STAGE_STATUSES = (StageStatus.QUEUED, StageStatus.RUNNING)
-DONE_STAGE_STATUSES = (StageStatus.SUCCEEDED, StageStatus.FAILED, StageStatus.SKIPPED)
 
 
 class StageRun(models.Model):
@@ -203,6 +204,7 @@ class StageRun(models.Model):
 
     @property
     def duration(self) -> timedelta | None:
+        """Started to finished, or to now while running; None before it starts."""
         if self.started_at is None:
             return None
         end = self.finished_at or timezone.now()

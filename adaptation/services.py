@@ -11,23 +11,25 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from adaptation import stage_results
-from adaptation.hubs import HubSpec, hub_source
+from adaptation.hubs import HubSpec, canonical_endpoint, hub_source
 from adaptation.hubs.base import HubError, HubRateLimited, ReleaseCandidate
 from adaptation.models import (
+    ACTIVE_STAGE_STATUSES,
     AcceleratorPool,
     AdaptationJob,
-    FoundBy,
     HubWatch,
     JobStatus,
     ModelRelease,
     StageRun,
     StageStatus,
+    Trigger,
 )
 from adaptation.selectors import job_current_stage_runs
 from workers.stages.registry import get_stage, stage_names
@@ -135,34 +137,47 @@ def _stage_run_enqueue(run: StageRun) -> None:
     job.status = JobStatus.RUNNING
     job.finished_at = None
     job.save(update_fields=["started_at", "status", "finished_at"])
-    definition = get_stage(run.stage)
-    queue = job.pool.queue
-    run_id = run.pk
+    run_id, stage, queue = run.pk, run.stage, job.pool.queue
+    # robust: a broker outage must not undo the committed rows; the reaper re-sends later.
+    transaction.on_commit(
+        lambda: _send_stage_message(stage_run_id=run_id, stage=stage, queue=queue), robust=True
+    )
 
-    def send() -> None:
-        from workers.tasks import run_stage
 
-        run_stage.apply_async(
-            args=[run_id],
-            queue=queue,
-            soft_time_limit=definition.soft_time_limit_s,
-            time_limit=definition.time_limit_s,
-        )
+def _send_stage_message(*, stage_run_id: int, stage: str, queue: str) -> None:
+    """Send the Celery message that runs one stage attempt on its pool's queue."""
+    from workers.tasks import run_stage
 
-    transaction.on_commit(send)
+    definition = get_stage(stage)
+    run_stage.apply_async(
+        args=[stage_run_id],
+        queue=queue,
+        soft_time_limit=definition.soft_time_limit_s,
+        time_limit=definition.time_limit_s,
+    )
 
 
 def stage_run_claim(*, stage_run_id: int, worker_host: str, task_id: str = "") -> StageRun | None:
     """Move a queued run to running for this worker. None when another delivery (or the
-    reaper) got there first: a conditional update decides."""
+    reaper) got there first: a conditional update decides.
+
+    A run still marked running whose heartbeat went stale is taken over too: that is the
+    message redelivered after its worker was lost (`acks_late` + `reject_on_worker_lost`).
+    """
     now = timezone.now()
-    claimed = StageRun.objects.filter(pk=stage_run_id, status=StageStatus.QUEUED).update(
-        status=StageStatus.RUNNING,
-        started_at=now,
-        heartbeat_at=now,
-        worker_host=worker_host[:255],
-        celery_task_id=task_id[:64],
-    )
+    fields = {
+        "status": StageStatus.RUNNING,
+        "started_at": now,
+        "heartbeat_at": now,
+        "worker_host": worker_host[:255],
+        "celery_task_id": task_id[:64],
+    }
+    runs = StageRun.objects.filter(pk=stage_run_id)
+    claimed = runs.filter(status=StageStatus.QUEUED).update(**fields)
+    if not claimed:
+        claimed = runs.filter(
+            status=StageStatus.RUNNING, heartbeat_at__lt=_stale_cutoff(now)
+        ).update(**fields, retries=F("retries") + 1)
     if not claimed:
         return None
     return StageRun.objects.select_related("job__release", "job__pool").get(pk=stage_run_id)
@@ -196,17 +211,27 @@ def stage_run_succeed(*, stage_run: StageRun, result: dict[str, Any], log: str =
         job_refresh_status(job=job)
 
 
-def stage_run_fail(*, stage_run: StageRun, error: str, log: str = "") -> None:
-    """Fail a stage with its reason; the job stops and its later stages are skipped."""
+def stage_run_fail(
+    *, stage_run: StageRun, error: str, log: str = "", stale_before: datetime | None = None
+) -> bool:
+    """Fail a stage with its reason; the job stops and its later stages are skipped.
+
+    With `stale_before`, only a run whose heartbeat is older than that is failed (the reaper:
+    a heartbeat that lands meanwhile keeps the stage alive). False when nothing changed.
+    """
     with transaction.atomic():
-        updated = StageRun.objects.filter(
-            pk=stage_run.pk, status__in=[StageStatus.RUNNING, StageStatus.QUEUED]
-        ).update(status=StageStatus.FAILED, finished_at=timezone.now(), error=error, log=log)
+        runs = StageRun.objects.filter(pk=stage_run.pk, status__in=ACTIVE_STAGE_STATUSES)
+        if stale_before is not None:
+            runs = runs.filter(heartbeat_at__lt=stale_before)
+        updated = runs.update(
+            status=StageStatus.FAILED, finished_at=timezone.now(), error=error, log=log
+        )
         if not updated:
-            return
+            return False
         job = AdaptationJob.objects.select_for_update().get(pk=stage_run.job_id)
         _skip_after(job=job, position=stage_run.position)
         job_refresh_status(job=job)
+    return True
 
 
 def stage_run_requeue(*, stage_run: StageRun, reason: str, log: str = "") -> bool:
@@ -263,10 +288,17 @@ def job_rerun_stage(*, job: AdaptationJob, stage: str) -> StageRun:
                 f"Job {job.pk} has no stage {stage!r}; it has {', '.join(job.stages)}."
             )
         current = job_current_stage_runs(job)
-        active = [r.stage for r in current if r.status in (StageStatus.QUEUED, StageStatus.RUNNING)]
+        active = [r.stage for r in current if r.status in ACTIVE_STAGE_STATUSES]
         if active:
             raise ServiceError(f"Job {job.pk} is still running ({', '.join(active)}); wait for it.")
         start = job.stages.index(stage)
+        unmet = [
+            r.stage for r in current if r.position < start and r.status != StageStatus.SUCCEEDED
+        ]
+        if unmet:
+            raise ServiceError(
+                f"{stage} needs {', '.join(unmet)} to succeed first; re-run {unmet[0]} instead."
+            )
         new_runs = [
             StageRun.objects.create(
                 job=job, stage=run.stage, position=run.position, attempt=run.attempt + 1
@@ -279,22 +311,43 @@ def job_rerun_stage(*, job: AdaptationJob, stage: str) -> StageRun:
         return new_runs[0]
 
 
+def _stale_cutoff(now: datetime) -> datetime:
+    return now - timedelta(seconds=settings.DAY0_STALE_HEARTBEAT_S)
+
+
 def stage_runs_reap_stale(*, now: datetime | None = None) -> int:
     """Fail running stages whose worker stopped sending heartbeats. Returns how many."""
     now = now or timezone.now()
-    cutoff = now - timedelta(seconds=settings.DAY0_STALE_HEARTBEAT_S)
-    stale = StageRun.objects.filter(status=StageStatus.RUNNING, heartbeat_at__lt=cutoff)
+    cutoff = _stale_cutoff(now)
     count = 0
-    for run in stale.select_related("job"):
-        stage_run_fail(
+    for run in StageRun.objects.filter(status=StageStatus.RUNNING, heartbeat_at__lt=cutoff):
+        count += stage_run_fail(
             stage_run=run,
             error=(
                 f"The worker on {run.worker_host or 'an unknown host'} stopped sending heartbeats "
                 f"(last at {run.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC); the stage was abandoned."
             ),
             log=run.log,
+            stale_before=cutoff,
         )
-        count += 1
+    return count
+
+
+def stage_runs_resend_queued(*, now: datetime | None = None) -> int:
+    """Send again the message of each stage queued for longer than `DAY0_RESEND_QUEUED_S`:
+    one lost with a broker restart or outage would otherwise leave its job waiting forever.
+    A duplicate is harmless (only one delivery claims the run). Returns how many."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.DAY0_RESEND_QUEUED_S)
+    count = 0
+    stale = StageRun.objects.filter(status=StageStatus.QUEUED, queued_at__lt=cutoff)
+    for run in stale.select_related("job__pool"):
+        bumped = StageRun.objects.filter(
+            pk=run.pk, status=StageStatus.QUEUED, queued_at=run.queued_at
+        ).update(queued_at=now)
+        if bumped:
+            _send_stage_message(stage_run_id=run.pk, stage=run.stage, queue=run.job.pool.queue)
+            count += 1
     return count
 
 
@@ -322,62 +375,79 @@ def hub_spec_for_watch(watch: HubWatch) -> HubSpec:
     )
 
 
-def resolved_endpoint(kind: str, endpoint: str) -> str:
-    """The endpoint a release is recorded under: blank Hub endpoints resolve to HF_ENDPOINT
-    or the public Hub, so one release seen through a watch and by hand is one row."""
-    if kind == "huggingface" and not endpoint:
-        from huggingface_hub import constants
-
-        return constants.ENDPOINT.rstrip("/")
-    return endpoint.rstrip("/") if kind == "huggingface" else endpoint
+_WATCH_POLL_FIELDS = [
+    "last_polled_at",
+    "last_success_at",
+    "last_error",
+    "consecutive_failures",
+    "next_poll_at",
+]
 
 
 def hub_watch_poll(*, watch: HubWatch, now: datetime | None = None) -> WatchPollOutcome:
     """List the watch's hub once; create a release and a job for each complete new revision.
 
-    Hub errors are recorded on the watch (message, failure count) and push its next poll out
+    Any failure (a hub error, an unreadable mirror, a disabled pool, a database or broker
+    error) is recorded on the watch (message, failure count) and pushes its next poll out
     exponentially from its interval (at least the hub's Retry-After on 429), capped at
-    `DAY0_MAX_BACKOFF_S`. Nothing is raised for hub errors.
+    `DAY0_MAX_BACKOFF_S`. Nothing is raised, except Celery's soft time limit.
     """
     now = now or timezone.now()
     outcome = WatchPollOutcome(watch=watch.name)
     watch.last_polled_at = now
     try:
-        candidates = hub_source(hub_spec_for_watch(watch)).list_releases()
-    except (HubError, ValueError) as exc:
-        message = exc.message if isinstance(exc, HubError) else str(exc)
-        watch.consecutive_failures += 1
-        backoff = min(
-            watch.poll_interval_s * 2**watch.consecutive_failures, settings.DAY0_MAX_BACKOFF_S
-        )
-        if isinstance(exc, HubRateLimited):
-            backoff = max(backoff, exc.retry_after_s)
-        watch.next_poll_at = now + timedelta(seconds=backoff)
-        watch.last_error = f"{now:%Y-%m-%d %H:%M:%S} UTC: {message} (next try in {int(backoff)} s)"
-        watch.save()
-        outcome.error = message
-        logger.warning("Polling %s failed: %s", watch.name, message)
+        if not watch.pool.enabled:
+            raise ServiceError(f"pool {watch.pool.name!r} is disabled; enable it or pick another.")
+        spec = hub_spec_for_watch(watch)
+        candidates = hub_source(spec).list_releases()
+        endpoint = canonical_endpoint(spec)
+        for candidate in candidates:
+            if not candidate.complete:
+                outcome.incomplete.append(f"{candidate.repo_id}: {candidate.reason}")
+                continue
+            if release_from_candidate(
+                candidate=candidate,
+                hub_kind=watch.kind,
+                hub_endpoint=endpoint,
+                found_by=Trigger.POLL,
+                pool=watch.pool,
+                watch=watch,
+            ):
+                outcome.new_releases.append(f"{candidate.repo_id}@{candidate.revision[:12]}")
+    except Exception as exc:  # one bad watch must not stop the round or loop without backoff
+        _watch_record_failure(watch=watch, exc=exc, now=now, outcome=outcome)
+        if isinstance(exc, SoftTimeLimitExceeded):
+            raise
         return outcome
-    endpoint = resolved_endpoint(watch.kind, watch.endpoint)
-    for candidate in candidates:
-        if not candidate.complete:
-            outcome.incomplete.append(f"{candidate.repo_id}: {candidate.reason}")
-            continue
-        if release_from_candidate(
-            candidate=candidate,
-            hub_kind=watch.kind,
-            hub_endpoint=endpoint,
-            found_by=FoundBy.POLL,
-            pool=watch.pool,
-            watch=watch,
-        ):
-            outcome.new_releases.append(f"{candidate.repo_id}@{candidate.revision[:12]}")
     watch.consecutive_failures = 0
     watch.last_error = ""
     watch.last_success_at = now
     watch.next_poll_at = now + timedelta(seconds=watch.poll_interval_s)
-    watch.save()
+    watch.save(update_fields=_WATCH_POLL_FIELDS)
     return outcome
+
+
+def _watch_record_failure(
+    *, watch: HubWatch, exc: Exception, now: datetime, outcome: WatchPollOutcome
+) -> None:
+    if isinstance(exc, HubError):
+        message = exc.message
+    elif isinstance(exc, ServiceError | ValueError):
+        message = str(exc)
+    else:
+        logger.exception("Polling %s crashed", watch.name)
+        message = f"{type(exc).__name__}: {exc}"
+    watch.consecutive_failures += 1
+    backoff = min(
+        watch.poll_interval_s * 2**watch.consecutive_failures, settings.DAY0_MAX_BACKOFF_S
+    )
+    if isinstance(exc, HubRateLimited):
+        backoff = max(backoff, exc.retry_after_s)
+    watch.next_poll_at = now + timedelta(seconds=backoff)
+    watch.last_error = f"{now:%Y-%m-%d %H:%M:%S} UTC: {message} (next try in {int(backoff)} s)"
+    watch.save(update_fields=_WATCH_POLL_FIELDS)
+    outcome.error = message
+    logger.warning("Polling %s failed: %s", watch.name, message)
 
 
 def release_from_candidate(
@@ -405,6 +475,29 @@ def release_from_candidate(
         if not created:
             return None
         return job_create(release=release, pool=pool, trigger=found_by, requested_by=requested_by)
+
+
+def release_adapt(
+    *,
+    candidate: ReleaseCandidate,
+    hub_kind: str,
+    hub_endpoint: str,
+    pool: AcceleratorPool,
+    trigger: str,
+    requested_by: Any = None,
+) -> AdaptationJob:
+    """Adapt a release on request: the release is recorded on first sight, and a new job
+    starts even when it is already known (someone asked for it explicitly)."""
+    with transaction.atomic():
+        release, _ = release_get_or_create(
+            hub_kind=hub_kind,
+            hub_endpoint=hub_endpoint,
+            repo_id=candidate.repo_id,
+            revision=candidate.revision,
+            published_at=candidate.published_at,
+            found_by=trigger,
+        )
+        return job_create(release=release, pool=pool, trigger=trigger, requested_by=requested_by)
 
 
 def hub_watches_poll(

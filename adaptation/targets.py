@@ -11,9 +11,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from adaptation.hubs import HubSpec, hub_source
+from adaptation.hubs import HubSpec, canonical_endpoint, hub_source
 from adaptation.hubs.base import HubError, ReleaseCandidate
-from adaptation.services import resolved_endpoint
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -31,7 +30,7 @@ class ResolvedTarget:
 
     @property
     def endpoint(self) -> str:
-        return resolved_endpoint(self.spec.kind, self.spec.endpoint)
+        return canonical_endpoint(self.spec)
 
 
 def resolve_target(target: str) -> ResolvedTarget:

@@ -157,12 +157,19 @@ DAY0_POLL_EVERY_S = env_int("DAY0_POLL_EVERY_S", 60, minimum=5)
 # A running stage whose heartbeat is older than this is failed by the reaper.
 DAY0_HEARTBEAT_EVERY_S = env_int("DAY0_HEARTBEAT_EVERY_S", 10, minimum=1)
 DAY0_STALE_HEARTBEAT_S = env_int("DAY0_STALE_HEARTBEAT_S", 300, minimum=30)
+# A stage queued this long has its message sent again (one lost with a broker restart).
+DAY0_RESEND_QUEUED_S = env_int("DAY0_RESEND_QUEUED_S", 900, minimum=60)
 # Hub errors back off exponentially from the watch's interval up to this ceiling.
 DAY0_MAX_BACKOFF_S = env_int("DAY0_MAX_BACKOFF_S", 6 * 3600, minimum=60)
 DAY0_DEMO_HUB_DIR = Path(env_str("DAY0_DEMO_HUB_DIR", str(BASE_DIR / "demo" / "hub")))
 
 CELERY_BEAT_SCHEDULE = {
-    "poll-hubs": {"task": "day0.poll_hubs", "schedule": float(DAY0_POLL_EVERY_S)},
+    "poll-hubs": {
+        "task": "day0.poll_hubs",
+        "schedule": float(DAY0_POLL_EVERY_S),
+        # A round nobody picked up before the next one is due is dropped, not stacked.
+        "options": {"expires": float(DAY0_POLL_EVERY_S)},
+    },
     "reap-stale-stage-runs": {
         "task": "day0.reap_stale_stage_runs",
         "schedule": float(max(DAY0_STALE_HEARTBEAT_S // 4, 15)),

@@ -21,6 +21,7 @@ from workers.stages.base import (
     PoolSpec,
     ReleaseRef,
     StageContext,
+    StageDefinition,
     StageFailed,
     StageTransientError,
 )
@@ -40,6 +41,8 @@ class StageOutcome:
 
 @dataclass
 class _Log:
+    """The stage's log lines, time-stamped; stored (last 20,000 characters) on the run."""
+
     lines: list[str] = field(default_factory=list)
 
     def __call__(self, message: str) -> None:
@@ -60,9 +63,16 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._beat, name="day0-heartbeat", daemon=True)
 
     def _beat(self) -> None:
+        """Beat until stopped; a failed beat (database blip) is logged and the next one tried."""
         try:
             while not self._stop.wait(self.every_s):
-                services.stage_run_heartbeat(stage_run_id=self.stage_run_id)
+                try:
+                    services.stage_run_heartbeat(stage_run_id=self.stage_run_id)
+                except Exception:
+                    logger.warning(
+                        "Heartbeat of stage run %s failed", self.stage_run_id, exc_info=True
+                    )
+                    connection.close()
         finally:
             connection.close()  # the thread's own connection
 
@@ -75,10 +85,15 @@ class Heartbeat:
         self._thread.join(timeout=5)
 
 
-def stage_context(run: StageRun, log: _Log) -> StageContext:
+def stage_context(run: StageRun, definition: StageDefinition, log: _Log) -> StageContext:
     """The plain inputs the engine gets for `run`."""
     job = run.job
     release = job.release
+    known = (
+        selectors.known_family_analyses(exclude_release_id=release.pk)
+        if definition.reads_known_families
+        else []
+    )
     return StageContext(
         release=ReleaseRef(
             hub_kind=release.hub_kind,
@@ -88,7 +103,7 @@ def stage_context(run: StageRun, log: _Log) -> StageContext:
         ),
         pool=PoolSpec(name=job.pool.name, backend=job.pool.backend, queue=job.pool.queue),
         previous=selectors.job_previous_results(job, before_position=run.position),
-        known_families=tuple(selectors.known_family_analyses(exclude_release_id=release.pk)),
+        known_families=tuple(known),
         log=log,
     )
 
@@ -106,11 +121,15 @@ def execute_stage_run(
         logger.info("Stage run %s was not queued any more; skipping this delivery.", stage_run_id)
         return StageOutcome(status="not-claimed")
     log = _Log()
-    definition = get_stage(run.stage)
     log(f"started {run.stage} attempt {run.attempt} on {run.worker_host}")
+    limit_s = 0
     try:
+        definition = get_stage(run.stage)
+        limit_s = definition.soft_time_limit_s
         with Heartbeat(run.pk, settings.DAY0_HEARTBEAT_EVERY_S):
-            result = definition.run(stage_context(run, log))
+            result = definition.run(stage_context(run, definition, log))
+        log(f"finished {run.stage}")
+        services.stage_run_succeed(stage_run=run, result=result, log=log.text(run.log))
     except StageFailed as exc:
         services.stage_run_fail(stage_run=run, error=exc.reason, log=log.text(run.log))
         return StageOutcome(status="failed", reason=exc.reason)
@@ -119,17 +138,16 @@ def execute_stage_run(
             reason = f"{exc.reason} (gave up after {run.retries + 1} tries)"
             services.stage_run_fail(stage_run=run, error=reason, log=log.text(run.log))
             return StageOutcome(status="failed", reason=reason)
-        services.stage_run_requeue(stage_run=run, reason=exc.reason, log=log.text(run.log))
+        if not services.stage_run_requeue(stage_run=run, reason=exc.reason, log=log.text(run.log)):
+            return StageOutcome(status="not-claimed", reason="reaped while running")
         return StageOutcome(status="retry", retry_after_s=exc.retry_after_s, reason=exc.reason)
     except SoftTimeLimitExceeded:
-        reason = f"{run.stage} ran past its time limit of {definition.soft_time_limit_s} s."
+        reason = f"{run.stage} ran past its time limit of {limit_s} s."
         services.stage_run_fail(stage_run=run, error=reason, log=log.text(run.log))
         return StageOutcome(status="failed", reason=reason)
-    except Exception as exc:  # a bug or an unexpected input: keep the traceback on the run
+    except Exception as exc:  # a bug, bad input or a result that cannot be stored
         logger.exception("Stage %s of job %s crashed", run.stage, run.job_id)
         reason = f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc(limit=20)}"
         services.stage_run_fail(stage_run=run, error=reason, log=log.text(run.log))
         return StageOutcome(status="failed", reason=str(exc))
-    log(f"finished {run.stage}")
-    services.stage_run_succeed(stage_run=run, result=result, log=log.text(run.log))
     return StageOutcome(status="succeeded")

@@ -10,15 +10,15 @@ from workers.runner import execute_stage_run
 MAX_STAGE_RETRIES = 5
 
 
-@shared_task(
-    bind=True,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    max_retries=MAX_STAGE_RETRIES,
-    name="day0.run_stage",
-)
+@shared_task(bind=True, max_retries=MAX_STAGE_RETRIES, name="day0.run_stage")
 def run_stage(self, stage_run_id: int) -> str:
-    """Run one stage attempt; retry with exponential backoff on transient errors only."""
+    """Run one stage attempt (acks late, rejected back to the queue if the worker is lost:
+    see the CELERY_TASK_* settings).
+
+    A transient error (network, hub 429) retries after max(10 s * 2**retries, the hub's
+    Retry-After): 10, 20, 40, 80, 160 s; the sixth transient error fails the stage with its
+    reason. A stage's own failure is stored on its run and never retried.
+    """
     outcome = execute_stage_run(
         stage_run_id,
         task_id=self.request.id or "",
@@ -31,7 +31,7 @@ def run_stage(self, stage_run_id: int) -> str:
     return outcome.status
 
 
-@shared_task(name="day0.poll_hubs", acks_late=True, soft_time_limit=300, time_limit=360)
+@shared_task(name="day0.poll_hubs", soft_time_limit=300, time_limit=360)
 def poll_hubs() -> dict[str, int]:
     """Periodic: poll every watch whose interval has run out."""
     outcomes = services.hub_watches_poll(due_only=True)
@@ -42,7 +42,11 @@ def poll_hubs() -> dict[str, int]:
     }
 
 
-@shared_task(name="day0.reap_stale_stage_runs", acks_late=True)
-def reap_stale_stage_runs() -> int:
-    """Periodic: fail stages whose worker stopped sending heartbeats."""
-    return services.stage_runs_reap_stale()
+@shared_task(name="day0.reap_stale_stage_runs")
+def reap_stale_stage_runs() -> dict[str, int]:
+    """Periodic: fail stages whose worker stopped sending heartbeats, and send again the
+    messages of stages left queued too long."""
+    return {
+        "failed": services.stage_runs_reap_stale(),
+        "resent": services.stage_runs_resend_queued(),
+    }

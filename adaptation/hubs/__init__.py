@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import os
+
 from adaptation.hubs.base import (
     RELEASE_FILES,
     HubAuthError,
@@ -20,6 +22,7 @@ from adaptation.hubs.base import (
 )
 
 HUB_KINDS: tuple[str, ...] = ("huggingface", "mirror")
+PUBLIC_HUB_ENDPOINT = "https://huggingface.co"
 
 __all__ = [
     "HUB_KINDS",
@@ -33,8 +36,19 @@ __all__ = [
     "HubUnavailable",
     "ReleaseCandidate",
     "ReleaseFiles",
+    "canonical_endpoint",
     "hub_source",
 ]
+
+
+def canonical_endpoint(spec: HubSpec) -> str:
+    """Where the spec's source will look, as releases record it: a blank Hub endpoint is
+    `HF_ENDPOINT` (read now, not at import) or the public Hub, without a trailing slash; a
+    mirror's is its root folder. One function, so a release seen through a watch and by hand
+    is one row."""
+    if spec.kind == "huggingface":
+        return (spec.endpoint or os.environ.get("HF_ENDPOINT") or PUBLIC_HUB_ENDPOINT).rstrip("/")
+    return spec.endpoint
 
 
 def hub_source(spec: HubSpec) -> HubSource:

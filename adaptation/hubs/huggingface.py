@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx2
-from huggingface_hub import HfApi, constants
+from huggingface_hub import HfApi
 from huggingface_hub.errors import (
     FileMetadataError,
     HfHubHTTPError,
@@ -34,6 +34,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.hf_api import ModelInfo
 
+from adaptation.hubs import canonical_endpoint
 from adaptation.hubs.base import (
     INDEX_FILE,
     RELEASE_FILES,
@@ -209,10 +210,7 @@ class HuggingFaceSource:
         scan_limit: int = DEFAULT_SCAN_LIMIT,
     ) -> None:
         self.spec = spec
-        # Read HF_ENDPOINT now rather than trusting the library's import-time copy.
-        self.endpoint = (
-            spec.endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
-        ).rstrip("/")
+        self.endpoint = canonical_endpoint(spec)
         self.cache_dir = str(cache_dir) if cache_dir is not None else _cache_dir_from_env()
         self.timeout_s = timeout_s
         self.scan_limit = scan_limit

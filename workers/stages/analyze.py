@@ -34,6 +34,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 DEFINITION = StageDefinition(
     name="analyze",
+    reads_known_families=True,
     title="Architecture analysis",
     run=run,
     description=(

@@ -39,7 +39,6 @@ class ReleaseRef:
     hub_endpoint: str
     repo_id: str
     revision: str
-    hub_token: str | None = None
 
 
 @dataclass(frozen=True)
@@ -84,3 +83,5 @@ class StageDefinition:
     description: str = ""
     soft_time_limit_s: int = 300
     time_limit_s: int = 360
+    # Whether `run` reads `ctx.known_families` (it costs a query over earlier analyses).
+    reads_known_families: bool = False

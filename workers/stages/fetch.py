@@ -7,23 +7,40 @@ are fetched; without an index, the safetensors headers are read (never the weigh
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from typing import Any
 
 from adaptation.hubs import HubSpec, hub_source
-from adaptation.hubs.base import HubError, ReleaseFiles
+from adaptation.hubs.base import HubError, ReleaseFiles, tensor_nbytes
 from workers.stages.base import StageContext, StageDefinition, StageFailed, StageTransientError
 
 README_EXCERPT_CHARS = 4000
 
-# safetensors dtype names → bytes per element (safetensors format spec; F4 packs two per byte
-# and is not a safetensors dtype, MXFP4 checkpoints store packed U8 "blocks" tensors).
-_SAFETENSORS_DTYPE_BYTES: dict[str, float] = {
-    "F64": 8, "I64": 8, "U64": 8,
-    "F32": 4, "I32": 4, "U32": 4,
-    "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
-    "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I8": 1, "U8": 1, "BOOL": 1,
-}  # fmt: skip
+_NON_FINITE = re.compile(r"[:\[,]\s*(-?Infinity|NaN)\b")
+
+
+class _NonFiniteNumber(ValueError):
+    pass
+
+
+def _refuse_constant(constant: str) -> Any:
+    # Python's json accepts NaN/Infinity; JSON (RFC 8259) and the database's JSON do not.
+    raise _NonFiniteNumber(constant)
+
+
+def _non_finite_error(name: str, text: str, constant: str) -> StageFailed:
+    """Where the first NaN/Infinity stands (json's callback is not told the position)."""
+    match = _NON_FINITE.search(text)
+    if match is None:
+        return StageFailed(f"{name} is not valid JSON: {constant} (JSON has no NaN or Infinity).")
+    pos = match.start(1)
+    line = text.count("\n", 0, pos) + 1
+    column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    return StageFailed(
+        f"{name} is not valid JSON: {match.group(1)} at line {line} column {column} (char {pos}); "
+        "JSON has no NaN or Infinity."
+    )
 
 
 def parse_json_file(name: str, raw: bytes) -> Any:
@@ -37,7 +54,9 @@ def parse_json_file(name: str, raw: bytes) -> Any:
     except UnicodeDecodeError as exc:
         raise StageFailed(f"{name} is not UTF-8 text (byte {exc.start}).") from exc
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_refuse_constant)
+    except _NonFiniteNumber as exc:
+        raise _non_finite_error(name, text, str(exc)) from exc
     except json.JSONDecodeError as exc:
         raise StageFailed(
             f"{name} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "
@@ -70,11 +89,11 @@ def summarize_weights(
     if safetensors_metadata is not None:
         tensors = safetensors_metadata.get("tensors", {})
         per_dtype: Counter[str] = Counter()
-        for info in tensors.values():
-            numel = 1
-            for dim in info.get("shape", []):
-                numel *= int(dim)
-            per_dtype[info["dtype"]] += int(numel * _SAFETENSORS_DTYPE_BYTES.get(info["dtype"], 0))
+        for name, info in tensors.items():
+            try:
+                per_dtype[info["dtype"]] += tensor_nbytes(info["dtype"], info.get("shape", []))
+            except ValueError as exc:
+                raise StageFailed(f"safetensors header of tensor {name!r}: {exc}.") from exc
         return {
             "source": "safetensors_headers",
             "total_size": int(safetensors_metadata.get("total_size") or sum(per_dtype.values())),
@@ -118,7 +137,7 @@ def parse_release_files(fetched: ReleaseFiles) -> dict[str, Any]:
 def run(ctx: StageContext) -> dict[str, Any]:
     """Fetch and parse the release's files from its hub."""
     release = ctx.release
-    spec = HubSpec(kind=release.hub_kind, endpoint=release.hub_endpoint, token=release.hub_token)
+    spec = HubSpec(kind=release.hub_kind, endpoint=release.hub_endpoint)
     try:
         fetched = hub_source(spec).fetch_release(release.repo_id, release.revision)
     except HubError as exc:

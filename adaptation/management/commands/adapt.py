@@ -11,11 +11,10 @@ import sys
 import time
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
 
-from adaptation.models import AdaptationJob, FoundBy, JobStatus, Trigger
+from adaptation.models import AdaptationJob, JobStatus, Trigger
 from adaptation.selectors import job_current_stage_runs, job_summary
-from adaptation.services import ServiceError, job_create, pool_get, release_get_or_create
+from adaptation.services import ServiceError, pool_get, release_adapt
 from adaptation.targets import TargetError, resolve_target
 
 POLL_EVERY_S = 0.5
@@ -38,17 +37,14 @@ class Command(BaseCommand):
             pool_row = pool_get(name=pool)
         except (TargetError, ServiceError) as exc:
             raise CommandError(str(exc)) from exc
-        candidate = resolved.candidate
-        with transaction.atomic():
-            release, _ = release_get_or_create(
-                hub_kind=resolved.spec.kind,
-                hub_endpoint=resolved.endpoint,
-                repo_id=candidate.repo_id,
-                revision=candidate.revision,
-                published_at=candidate.published_at,
-                found_by=FoundBy.MANUAL,
-            )
-            job = job_create(release=release, pool=pool_row, trigger=Trigger.MANUAL)
+        job = release_adapt(
+            candidate=resolved.candidate,
+            hub_kind=resolved.spec.kind,
+            hub_endpoint=resolved.endpoint,
+            pool=pool_row,
+            trigger=Trigger.MANUAL,
+        )
+        release = job.release
         text = format == "text"
         if text:
             self.stdout.write(
