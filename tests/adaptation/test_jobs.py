@@ -55,6 +55,8 @@ def test_job_create_refuses_unknown_stage():
         (["pending", "pending"], "pending"),
         (["queued", "pending"], "running"),
         (["succeeded", "running"], "running"),
+        (["succeeded", "pending"], "running"),
+        (["succeeded", "queued"], "running"),
         (["succeeded", "succeeded"], "succeeded"),
         (["failed", "skipped"], "failed"),
         (["succeeded", "failed"], "failed"),
@@ -133,3 +135,24 @@ def test_reaper_fails_stages_whose_heartbeat_went_stale(settings):
     assert job.stage_runs.get(stage="analyze").status == StageStatus.SKIPPED
     assert AdaptationJob.objects.get(pk=job.pk).status == JobStatus.FAILED
     assert fresh_job.stage_runs.get(stage="fetch").status == StageStatus.RUNNING
+
+
+def test_rerun_past_a_failed_stage_is_refused():
+    job = make_job(statuses={"fetch": StageStatus.FAILED, "analyze": StageStatus.SKIPPED})
+    with pytest.raises(services.ServiceError, match="analyze needs fetch to succeed first"):
+        services.job_rerun_stage(job=job, stage="analyze")
+
+
+def test_queued_stages_whose_message_was_lost_are_sent_again(settings, monkeypatch):
+    job = make_job(statuses={"fetch": StageStatus.QUEUED})
+    run = job.stage_runs.get(stage="fetch")
+    long_ago = timezone.now() - timedelta(seconds=settings.DAY0_RESEND_QUEUED_S + 5)
+    StageRun.objects.filter(pk=run.pk).update(queued_at=long_ago)
+    fresh = make_job(statuses={"fetch": StageStatus.QUEUED}).stage_runs.get(stage="fetch")
+    StageRun.objects.filter(pk=fresh.pk).update(queued_at=timezone.now())
+
+    sent = []  # the broker is not under test here: record what would be sent
+    monkeypatch.setattr(services, "_send_stage_message", lambda **kw: sent.append(kw))
+    assert services.stage_runs_resend_queued() == 1
+    assert services.stage_runs_resend_queued() == 0  # queued_at was moved on
+    assert sent == [{"stage_run_id": run.pk, "stage": "fetch", "queue": "pool.cpu"}]

@@ -154,3 +154,20 @@ def test_transient_hub_error_in_a_stage_is_retried_then_succeeds(hf_watch, fake_
     assert execute_stage_run(fetch.pk).status == "succeeded"
     fetch.refresh_from_db()
     assert fetch.status == StageStatus.SUCCEEDED and fetch.attempt == 1
+
+
+def test_a_broken_watch_does_not_stop_the_round(tmp_path, fake_hub):
+    from adaptation.models import AcceleratorPool
+
+    off = AcceleratorPool.objects.create(name="off", backend="cpu", queue="pool.off", enabled=False)
+    make_watch(name="a-disabled-pool", endpoint=str(tmp_path), pool=off)
+    make_watch(name="b-missing-root", endpoint=str(tmp_path / "nope"))
+    folder = tmp_path / "good" / "acme" / "llama"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_bytes(real("meta-llama__Llama-3.1-8B"))
+    make_watch(name="c-good", endpoint=str(tmp_path / "good"))
+
+    outcomes = {o.watch: o for o in services.hub_watches_poll(due_only=False)}
+    assert "pool 'off' is disabled" in outcomes["a-disabled-pool"].error
+    assert outcomes["b-missing-root"].error
+    assert outcomes["c-good"].new_releases and not outcomes["c-good"].error

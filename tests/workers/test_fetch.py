@@ -65,3 +65,14 @@ def test_safetensors_headers_are_summarized_per_dtype():
     assert summary["dtypes"] == {"BF16": 64, "F32": 16, "F8_E4M3": 256}
     assert summary["total_size"] == 336
     assert summary["source"] == "safetensors_headers"
+
+
+def test_nan_and_infinity_are_refused_with_their_position():
+    with pytest.raises(StageFailed) as info:
+        parse_json_file("config.json", b'{\n  "rope_theta": NaN\n}')
+    assert info.value.reason == (
+        "config.json is not valid JSON: NaN at line 2 column 17 (char 18); "
+        "JSON has no NaN or Infinity."
+    )
+    with pytest.raises(StageFailed, match="-Infinity at line 1 column 7"):
+        parse_json_file("config.json", b'{"a": -Infinity}')
