@@ -13,6 +13,7 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -24,6 +25,7 @@ from adaptation.models import (
     ACTIVE_STAGE_STATUSES,
     AcceleratorPool,
     AdaptationJob,
+    HubKind,
     HubWatch,
     JobStatus,
     ModelRelease,
@@ -498,6 +500,27 @@ def release_adapt(
             found_by=trigger,
         )
         return job_create(release=release, pool=pool, trigger=trigger, requested_by=requested_by)
+
+
+def demo_hub_install(*, hub_dir: str, username: str, password: str) -> HubWatch:
+    """The `demo-hub` watch on a mirror folder, polled every minute by the `cpu` pool, and a
+    staff login to see it: what `make run` shows a newcomer."""
+    watch, _ = HubWatch.objects.update_or_create(
+        name="demo-hub",
+        defaults={
+            "kind": HubKind.MIRROR,
+            "endpoint": hub_dir,
+            "pool": pool_get(name="cpu"),
+            "poll_interval_s": 60,
+            "enabled": True,
+        },
+    )
+    user, _ = get_user_model().objects.get_or_create(
+        username=username, defaults={"is_staff": True, "is_superuser": True}
+    )
+    user.set_password(password)
+    user.save()
+    return watch
 
 
 def hub_watches_poll(

@@ -36,7 +36,6 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django_htmx",
     "django_celery_beat",
-    "rest_framework",
     "adaptation",
 ]
 
@@ -113,11 +112,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-}
-
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
 }
 
 # --- Celery -------------------------------------------------------------------------------
