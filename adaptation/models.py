@@ -4,8 +4,11 @@ stage runs. Writes go through `adaptation.services`, reads through `adaptation.s
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
@@ -25,7 +28,12 @@ class AcceleratorPool(models.Model):
 
     name = models.SlugField(max_length=64, unique=True)
     backend = models.CharField(max_length=32, default="cpu")
-    queue = models.CharField(max_length=128, unique=True)
+    queue = models.CharField(
+        max_length=128,
+        unique=True,
+        blank=True,
+        help_text="Celery queue its workers listen on; blank: pool.<name>.",
+    )
     description = models.TextField(blank=True)
     enabled = models.BooleanField(default=True)
 
@@ -34,6 +42,11 @@ class AcceleratorPool(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self.queue:
+            self.queue = f"pool.{self.name}"
+        super().save(*args, **kwargs)
 
 
 class HubWatch(models.Model):
@@ -75,6 +88,12 @@ class HubWatch(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        """A mirror watch needs a readable folder; a typo is caught when saved, not at the
+        next poll."""
+        if self.kind == HubKind.MIRROR and not Path(self.endpoint).is_dir():
+            raise ValidationError({"endpoint": f"{self.endpoint or '(blank)'} is not a folder."})
 
 
 class Trigger(models.TextChoices):

@@ -504,8 +504,9 @@ def release_adapt(
 
 def demo_hub_install(*, hub_dir: str, username: str, password: str) -> HubWatch:
     """The `demo-hub` watch on a mirror folder, polled every minute by the `cpu` pool, and a
-    staff login to see it: what `make run` shows a newcomer."""
-    watch, _ = HubWatch.objects.update_or_create(
+    staff login to see it: what `make run` shows a newcomer. Both are created once; changes
+    made later in the admin (or a new password) are kept on the next `make run`."""
+    watch, _ = HubWatch.objects.get_or_create(
         name="demo-hub",
         defaults={
             "kind": HubKind.MIRROR,
@@ -515,11 +516,12 @@ def demo_hub_install(*, hub_dir: str, username: str, password: str) -> HubWatch:
             "enabled": True,
         },
     )
-    user, _ = get_user_model().objects.get_or_create(
+    user, created = get_user_model().objects.get_or_create(
         username=username, defaults={"is_staff": True, "is_superuser": True}
     )
-    user.set_password(password)
-    user.save()
+    if created:
+        user.set_password(password)
+        user.save(update_fields=["password"])
     return watch
 
 

@@ -40,6 +40,11 @@ def resolve_target(target: str) -> ResolvedTarget:
         folder = (path.parent if path.is_file() else path).resolve()
         if path.is_file() and path.name != "config.json":
             raise TargetError(f"{path} is a file but not a config.json; give its folder instead.")
+        if not (folder / "config.json").is_file():
+            raise TargetError(
+                f"{folder} has no config.json file: give a release folder (<root>/<org>/<name>/) "
+                "or its config.json."
+            )
         if folder.parent == folder or folder.parent.parent == folder.parent:
             raise TargetError(f"{folder} is too close to / to be read as <root>/<org>/<name>.")
         # A mirror root is <root>/<org>/<name>: read the folder as one release of its parent's.

@@ -118,3 +118,53 @@ def test_poll_hubs_exits_non_zero_when_a_hub_fails(tmp_path):
     make_watch(name="gone", endpoint=str(tmp_path / "missing"))
     with pytest.raises(CommandError, match="gone: "):
         call_command("poll_hubs", stdout=io.StringIO())
+
+
+def test_analyze_text_output_has_units_and_says_it_is_computed():
+    out = io.StringIO()
+    call_command("analyze", str(REALCONFIGS_DIR / "openai__gpt-oss-20b.json"), stdout=out)
+    text = out.getvalue()
+    assert "20.9 B params (20,914,757,184)" in text
+    assert "49,152 bytes/token at bf16" in text
+    assert "layer_pattern=(sliding, full) x 12" in text
+    assert text.rstrip().endswith("Every figure is computed from the config (nothing measured).")
+
+
+def test_analyze_names_a_folder_without_config(tmp_path):
+    folder = tmp_path / "org" / "model"
+    folder.mkdir(parents=True)
+    with pytest.raises(CommandError, match=r"model has no config\.json file"):
+        call_command("analyze", str(folder))
+
+
+def test_analyze_refuses_json_nested_too_deeply(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000)
+    with pytest.raises(CommandError, match="nested too deeply"):
+        call_command("analyze", str(path))
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1", "soon"])
+def test_adapt_refuses_a_timeout_that_is_not_positive(timeout):
+    with pytest.raises(CommandError, match="--timeout"):
+        call_command("adapt", "org/model", "--wait", "--timeout", timeout)
+
+
+@pytest.mark.django_db
+def test_load_demo_keeps_what_was_changed_since(settings):
+    from django.contrib.auth import get_user_model
+
+    from adaptation.models import HubWatch
+
+    call_command("load_demo", stdout=io.StringIO())
+    HubWatch.objects.filter(name="demo-hub").update(enabled=False, poll_interval_s=600)
+    user = get_user_model().objects.get(username="demo")
+    user.set_password("a new secret phrase")
+    user.save()
+
+    call_command("load_demo", stdout=io.StringIO())
+    watch = HubWatch.objects.get(name="demo-hub")
+    assert (watch.enabled, watch.poll_interval_s) == (False, 600)
+    assert watch.endpoint == str(settings.DAY0_DEMO_HUB_DIR)
+    user.refresh_from_db()
+    assert user.check_password("a new secret phrase")

@@ -156,3 +156,22 @@ def test_queued_stages_whose_message_was_lost_are_sent_again(settings, monkeypat
     assert services.stage_runs_resend_queued() == 1
     assert services.stage_runs_resend_queued() == 0  # queued_at was moved on
     assert sent == [{"stage_run_id": run.pk, "stage": "fetch", "queue": "pool.cpu"}]
+
+
+def test_a_pool_without_queue_gets_the_conventional_one():
+    from adaptation.models import AcceleratorPool
+
+    pool = AcceleratorPool.objects.create(name="h200-east", backend="cuda")
+    assert pool.queue == "pool.h200-east"
+
+
+def test_a_mirror_watch_on_a_missing_folder_is_refused(tmp_path):
+    from django.core.exceptions import ValidationError
+
+    from adaptation.models import HubKind, HubWatch
+
+    watch = HubWatch(name="typo", kind=HubKind.MIRROR, endpoint=str(tmp_path / "nope"))
+    with pytest.raises(ValidationError, match="is not a folder"):
+        watch.clean()
+    watch.endpoint = str(tmp_path)
+    watch.clean()

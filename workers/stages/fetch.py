@@ -57,6 +57,8 @@ def parse_json_file(name: str, raw: bytes) -> Any:
         return json.loads(text, parse_constant=_refuse_constant)
     except _NonFiniteNumber as exc:
         raise _non_finite_error(name, text, str(exc)) from exc
+    except RecursionError as exc:
+        raise StageFailed(f"{name} is nested too deeply to be a model config.") from exc
     except json.JSONDecodeError as exc:
         raise StageFailed(
             f"{name} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "

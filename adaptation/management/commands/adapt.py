@@ -6,6 +6,7 @@ terminal and exits 0 when every stage succeeds, 1 when one fails (2 on timeout).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -20,6 +21,17 @@ from adaptation.targets import TargetError, resolve_target
 POLL_EVERY_S = 0.5
 
 
+def _positive_seconds(text: str) -> float:
+    """argparse type: a number of seconds above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be above 0 seconds")
+    return value
+
+
 class Command(BaseCommand):
     help = "Adapt one release (a mirror-style folder or a Hub repo id) on a pool."
 
@@ -27,7 +39,12 @@ class Command(BaseCommand):
         parser.add_argument("target", help="A release folder (or its config.json), or org/name.")
         parser.add_argument("--pool", default=None, help="Pool name (default: DAY0_DEFAULT_POOL).")
         parser.add_argument("--wait", action="store_true", help="Follow the job until it ends.")
-        parser.add_argument("--timeout", type=float, default=3600.0, help="Seconds to wait.")
+        parser.add_argument(
+            "--timeout",
+            type=_positive_seconds,
+            default=3600.0,
+            help="Seconds --wait follows the job before giving up (default 3600).",
+        )
         parser.add_argument("--format", choices=["text", "json"], default="text")
 
     def handle(self, *args, target: str, pool: str | None, wait: bool, timeout: float,
@@ -61,7 +78,11 @@ class Command(BaseCommand):
         if job.status == JobStatus.FAILED:
             sys.exit(1)
         if job.status != JobStatus.SUCCEEDED:
-            self.stderr.write(f"Timed out after {timeout:.0f} s; job {job.pk} is {job.status}.")
+            states = ", ".join(f"{r.stage} {r.status}" for r in job_current_stage_runs(job))
+            hint = ""
+            if any(r.status == "queued" for r in job_current_stage_runs(job)):
+                hint = f"; no worker took it: is one listening on {job.pool.queue}?"
+            self.stderr.write(f"Timed out after {timeout:g} s; job {job.pk}: {states}{hint}")
             sys.exit(2)
 
     def _follow(self, job: AdaptationJob, *, timeout: float, echo: bool) -> AdaptationJob:

@@ -11,9 +11,53 @@ from django.core.management.base import BaseCommand, CommandError
 from adaptation.hubs import hub_source
 from adaptation.hubs.base import HubError
 from adaptation.targets import TargetError, resolve_target
+from adaptation.templatetags import day0_format as fmt
 from workers.stages.architecture import AnalysisError, analyze_config
 from workers.stages.base import StageFailed
 from workers.stages.fetch import parse_json_file, parse_release_files
+
+
+def _layout(name: str, layout: dict | None, skip: tuple[str, ...] = ()) -> str:
+    """One line for a nested part of the analysis (attention, RoPE, MoE, quantization)."""
+    if not layout:
+        return f"  {name:<14}none"
+    parts = [
+        f"{key}={value}"
+        for key, value in layout.items()
+        if key not in skip and value not in (None, [], {}, "", 0)
+    ]
+    return f"  {name:<14}" + ", ".join(parts)
+
+
+def summary_text(a: dict) -> str:
+    """The analysis for a terminal: sizes with units, nested layouts on one line each."""
+    lines = [
+        f"{a.get('architecture')} (model_type {a.get('model_type')}, family {a.get('family')}"
+        f"{'' if a.get('family_known', True) else ', not a known family'})",
+        f"  {'shape':<14}{a.get('num_layers')} layers, hidden {a.get('hidden_size'):,}, "
+        f"{a.get('num_attention_heads')} heads / {a.get('num_kv_heads')} KV heads, "
+        f"head_dim {a.get('head_dim')}, vocab {a.get('vocab_size'):,}",
+        _layout("attention", a.get("attention"), skip=("layer_types",)),
+        _layout("RoPE", a.get("rope")),
+        _layout("MoE", a.get("moe"), skip=("moe_layer_indices", "dense_layer_indices")),
+        _layout("quantization", a.get("quantization")),
+        f"  {'total params':<14}{fmt.params(a.get('total_params'))} ({a.get('total_params'):,})",
+        f"  {'active params':<14}{fmt.params(a.get('active_params'))} per token, "
+        "excluding the input embedding",
+        f"  {'extra params':<14}{fmt.params(a.get('extra_params'))} (MTP and the like)",
+        f"  {'weight bytes':<14}{fmt.gib(a.get('weight_bytes'))}"
+        + (
+            f"; checkpoint as published {fmt.gib(a['checkpoint_total_size_bytes'])}"
+            if a.get("checkpoint_total_size_bytes")
+            else ""
+        ),
+        f"  {'KV cache':<14}{fmt.bytes_per_token(a.get('kv_cache_bytes_per_token'))} at bf16; "
+        f"{fmt.gib(a.get('kv_cache_bytes_at_max_context'))} at max context "
+        f"({a.get('max_position_embeddings'):,} tokens)",
+    ]
+    lines += [f"  note: {note}" for note in a.get("notes", [])]
+    lines.append("Every figure is computed from the config (nothing measured).")
+    return "\n".join(lines)
 
 
 class Command(BaseCommand):
@@ -33,10 +77,7 @@ class Command(BaseCommand):
         if format == "json":
             self.stdout.write(json.dumps(analysis, indent=2))
             return
-        width = max(len(key) for key in analysis)
-        for key, value in analysis.items():
-            shown = json.dumps(value) if isinstance(value, dict | list) else value
-            self.stdout.write(f"{key:<{width}}  {shown}")
+        self.stdout.write(summary_text(analysis))
 
     @staticmethod
     def _load(target: str) -> tuple[dict, dict | None]:

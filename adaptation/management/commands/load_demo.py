@@ -20,4 +20,4 @@ class Command(BaseCommand):
             hub_dir=str(settings.DAY0_DEMO_HUB_DIR), username=DEMO_USERNAME, password=DEMO_PASSWORD
         )
         self.stdout.write(f"Watch {watch.name!r} on {watch.endpoint}")
-        self.stdout.write(f"Login: {DEMO_USERNAME} / {DEMO_PASSWORD}")
+        self.stdout.write(f"Login: {DEMO_USERNAME} / {DEMO_PASSWORD} (unless changed since)")
