@@ -320,3 +320,31 @@ def test_disagreeing_experts_per_token_keys_are_noted():
     a = analyze_config(config)
     assert a.moe is not None and a.moe["experts_per_token"] == 2
     assert any("experts_per_token = 4 disagrees" in n for n in a.notes)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('{"rope_theta": NaN}', "rope_theta"),
+        ('{"rope_scaling": {"type": "linear", "factor": Infinity}}', "rope_scaling.factor"),
+        ('{"hidden_size": -Infinity}', "hidden_size"),
+        ('{"rope_scaling": {"type": "longrope", "long_factor": [1.0, NaN]}}', "long_factor"),
+    ],
+)
+def test_non_finite_numbers_are_rejected_naming_the_key(text, key):
+    import json
+
+    config = {**STANDARD_UNKNOWN, **json.loads(text)}  # Python's json accepts NaN/Infinity
+    with pytest.raises(AnalysisError, match=rf"{key}.*finite"):
+        analyze_config(config)
+
+
+def test_active_params_including_embedding_for_untied_and_tied():
+    untied = analyze_config(STANDARD_UNKNOWN)
+    assert untied.active_params_including_embedding == untied.active_params + 1000 * 1024
+    d = untied.to_dict()
+    assert d["active_params_including_embedding"] == untied.active_params_including_embedding
+    assert "excluding the input embedding table" in d["conventions"]["active_params"]
+    assert "Llama-4-Scout" in d["conventions"]["active_params"]
+    tied = analyze_config({**STANDARD_UNKNOWN, "tie_word_embeddings": True})
+    assert tied.active_params_including_embedding == tied.active_params

@@ -23,8 +23,15 @@ CONVENTIONS: Mapping[str, str] = {
     ),
     "active_params": (
         "parameters used per token, excluding the input embedding table (the convention of "
-        "published 'activated' figures): non-expert weights, experts_per_token routed experts "
-        "per MoE layer, shared experts, routers, the LM head"
+        "DeepSeek-V3, Qwen3 and gpt-oss 'activated' figures): non-expert weights, "
+        "experts_per_token routed experts per MoE layer, shared experts, routers, the LM head "
+        "(with tied embeddings the shared matrix counts once, as the LM head). Some model cards "
+        "count the input embedding too (Llama-4-Scout's '17B active'): compare those with "
+        "active_params_including_embedding"
+    ),
+    "active_params_including_embedding": (
+        "active_params plus the input embedding table (when embeddings are untied; a tied "
+        "table is already in active_params as the LM head)"
     ),
     "extra_params": "parameters stored in the checkpoint outside the main model (MTP modules)",
     "weight_bytes": (
@@ -76,6 +83,13 @@ class ArchitectureAnalysis:
     conventions: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def active_params_including_embedding(self) -> int:
+        """`active_params` plus the input embedding table, counted once (params)."""
+        if self.tie_word_embeddings:
+            return self.active_params
+        return self.active_params + self.embedding_params
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict of every field (fresh containers, safe to mutate)."""
         return {
@@ -96,6 +110,7 @@ class ArchitectureAnalysis:
             "quantization": _copy(self.quantization),
             "total_params": self.total_params,
             "active_params": self.active_params,
+            "active_params_including_embedding": self.active_params_including_embedding,
             "extra_params": self.extra_params,
             "embedding_params": self.embedding_params,
             "router_score_bias_params": self.router_score_bias_params,
@@ -199,9 +214,15 @@ def analyze_config(config: dict, *, weights: dict | None = None) -> Architecture
     notes += structural_default_notes(cfg.view)
     notes += _weight_notes(cfg, scheme, wb, weights, checkpoint_size)
     if mtp:
+        layout_note = ""
+        if cfg.family is not None and cfg.family.mtp_layout == "qwen3_next":
+            layout_note = (
+                " (stored under mtp.*: fc, pre-fc norms, full-attention MoE decoder layer(s) "
+                "and a norm; the embedding and LM head are the main model's)"
+            )
         notes.append(
-            f"{mtp} MTP (next-token-prediction) module(s): {counts.extra:,} params in "
-            "extra_params, not in total_params; their bytes are in weight_bytes"
+            f"{mtp} MTP (next-token-prediction) module(s){layout_note}: {counts.extra:,} params "
+            "in extra_params, not in total_params; their bytes are in weight_bytes"
         )
     if counts.buffers:
         notes.append(

@@ -146,7 +146,14 @@ def _layer_types(cfg: ModelConfig, notes: list[str]) -> tuple[str, ...]:
             return (FULL,) * n
         first = view.int("max_window_layers", n, minimum=0)
         return tuple(SLIDING if i >= first else FULL for i in range(n))  # type: ignore[operator]
-    if view.value("sliding_window_pattern") is not None and window:
+    raw_pattern = view.value("sliding_window_pattern")
+    if isinstance(raw_pattern, str) and window:
+        # EXAONE 4: "LLLG" = three local (sliding) layers then one global, repeated.
+        unit = raw_pattern.upper()
+        if not unit or set(unit) - {"L", "G"}:
+            raise AnalysisError(f"sliding_window_pattern {raw_pattern!r} is not made of L and G")
+        return tuple(SLIDING if unit[i % len(unit)] == "L" else FULL for i in range(n))
+    if raw_pattern is not None and window:
         # Gemma 2/3: every `pattern`-th layer is global, the others slide.
         pattern = view.int("sliding_window_pattern")
         return tuple(SLIDING if (i + 1) % pattern else FULL for i in range(n))  # type: ignore[operator]
@@ -241,6 +248,8 @@ def attention_tensors(
     kv_width = cfg.num_kv_heads * cfg.head_dim
     qkv_bias = fam.qkv_bias if fam is not None and fam.qkv_bias is not None else bias
     o_bias = bias if fam is None or fam.o_bias_follows_attention_bias else False
+    if fam is not None and fam.o_bias_key:
+        o_bias = cfg.view.bool(fam.o_bias_key, False)  # Seed-OSS attention_out_bias
     q_out = q_width * (2 if fam is not None and fam.attention_output_gate else 1)
     groups = [
         *linear(p + "q_proj", q_out, h, ATTENTION, layers, bias=qkv_bias, mtp=mtp),

@@ -7,6 +7,7 @@ used), so a bad config fails with one clear `AnalysisError` instead of a wrong n
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -161,6 +162,7 @@ class ModelConfig:
     tie_word_embeddings: bool
     attention_bias: bool
     mlp_bias: bool
+    lm_head_bias: bool
     torch_dtype: str | None
     is_mla: bool
 
@@ -192,6 +194,23 @@ def unwrap_text_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], str |
     return merged, note
 
 
+def reject_non_finite(value: Any, path: str = "") -> None:
+    """`AnalysisError` naming the key of the first NaN or infinity anywhere in `value`.
+
+    Python's `json` module accepts the non-standard `NaN`, `Infinity` and `-Infinity`
+    literals, so a parsed config.json can hold them; no config value means either.
+    """
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise AnalysisError(f"{path or 'config'} must be a finite number, got {value!r}")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            reject_non_finite(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            reject_non_finite(item, f"{path}[{i}]")
+
+
 def read_config(config: Mapping[str, Any]) -> ModelConfig:
     """Normalise a parsed `config.json` into `ModelConfig`.
 
@@ -200,6 +219,7 @@ def read_config(config: Mapping[str, Any]) -> ModelConfig:
     """
     if not isinstance(config, Mapping):
         raise AnalysisError(f"config must be a JSON object, got {type(config).__name__}")
+    reject_non_finite(config)
     merged, wrapper_note = unwrap_text_config(config)
     model_type = merged.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
@@ -266,6 +286,9 @@ def read_config(config: Mapping[str, Any]) -> ModelConfig:
     if max_pos is None:
         view.notes.append("max_position_embeddings absent: KV cache at max context unknown")
     intermediate = view.int("intermediate_size", None)
+    # Ernie 4.5: one `use_bias` flag for every projection, the MLP and the LM head.
+    bias_key = family.bias_key if family is not None else None
+    all_bias = view.bool(bias_key, False) if bias_key else None
 
     config_keys = tuple(sorted(set(config) | set(merged)))
     return ModelConfig(
@@ -283,8 +306,9 @@ def read_config(config: Mapping[str, Any]) -> ModelConfig:
         intermediate_size=intermediate,
         max_position_embeddings=max_pos,
         tie_word_embeddings=tie,
-        attention_bias=view.bool("attention_bias", False),
-        mlp_bias=view.bool("mlp_bias", False),
+        attention_bias=all_bias if all_bias is not None else view.bool("attention_bias", False),
+        mlp_bias=all_bias if all_bias is not None else view.bool("mlp_bias", False),
+        lm_head_bias=bool(all_bias and family is not None and family.lm_head_follows_bias_key),
         torch_dtype=torch_dtype,
         is_mla=is_mla,
     )

@@ -18,7 +18,17 @@ from .tensors import (
 
 # Keys families use for the routed-expert count, in the order transformers' configs prefer.
 EXPERT_COUNT_KEYS = ("n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts")
-TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_top_k", "num_selected_experts")
+TOP_K_KEYS = (
+    "num_experts_per_tok",
+    "experts_per_token",
+    "moe_top_k",
+    "num_selected_experts",
+    "moe_k",  # Ernie 4.5 (attribute_map num_experts_per_tok -> moe_k)
+    "moe_topk",  # Hunyuan (attribute_map num_experts_per_tok -> moe_topk)
+)
+# Shared experts of the routed width: DeepSeek `n_shared_experts`, Ernie 4.5
+# `moe_num_shared_experts` (one MLP of n x moe_intermediate_size in both).
+SHARED_COUNT_KEYS = ("n_shared_experts", "moe_num_shared_experts")
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,8 @@ def moe_layout(cfg: ModelConfig) -> tuple[MoeLayout | None, list[str]]:
     Which layers are MoE follows each family's modeling code: DeepSeek
     (`first_k_dense_replace`, `moe_layer_freq`: modeling_deepseek.py), Qwen-MoE
     (`decoder_sparse_step`, `mlp_only_layers`), Llama 4 (`moe_layers` /
-    `interleave_moe_layer_step`), Jamba (`expert_layer_period`/`offset`); otherwise every layer.
+    `interleave_moe_layer_step`), Jamba (`expert_layer_period`/`offset`), Ernie 4.5
+    (`moe_layer_start_index`/`end_index`/`interval`); otherwise every layer.
     """
     notes: list[str] = []
     view = cfg.view
@@ -106,7 +117,18 @@ def moe_layout(cfg: ModelConfig) -> tuple[MoeLayout | None, list[str]]:
 
     n = cfg.num_layers
     dense_width = cfg.intermediate_size
-    if view.has("first_k_dense_replace") or fam in ("deepseek_v2", "deepseek_v3", "glm4_moe"):
+    if view.has("moe_layer_start_index") or fam == "ernie4_5_moe":
+        # modeling_ernie4_5_moe.py: MoE iff (i + 1) % interval == 0 and start <= i <= end.
+        start = view.int("moe_layer_start_index", 0, minimum=0)
+        end = view.int("moe_layer_end_index", n - 1, minimum=0)
+        interval = view.int("moe_layer_interval", 1)
+        is_moe = [(i + 1) % interval == 0 and start <= i <= end for i in range(n)]  # type: ignore[operator]
+    elif view.has("first_k_dense_replace") or fam in (
+        "deepseek_v2",
+        "deepseek_v3",
+        "glm4_moe",
+        "dots1",
+    ):
         first_dense = view.int("first_k_dense_replace", 0, minimum=0)
         freq = view.int("moe_layer_freq", 1)
         # DeepSeek's own modeling code: MoE iff i >= first_k_dense_replace and i % freq == 0.
@@ -142,15 +164,23 @@ def moe_layout(cfg: ModelConfig) -> tuple[MoeLayout | None, list[str]]:
     if dense_layers and dense_width is None:
         raise AnalysisError("dense layers need intermediate_size, which is missing")
 
-    shared_count = view.int("n_shared_experts", 0, minimum=0) or 0
+    shared_count = 0
+    for key in SHARED_COUNT_KEYS:
+        if view.value(key) is not None:
+            shared_count = view.int(key, 0, minimum=0) or 0
+            break
     shared_width: int | None = None
     shared_gate = False
-    if shared_count:
+    always_shared = cfg.family.always_shared_expert if cfg.family else None
+    if always_shared == "intermediate_size":
+        # Hunyuan: one shared MLP of intermediate_size, whatever num_shared_expert says.
+        shared_count, shared_width = 1, cfg.intermediate_size
+    elif shared_count:
         shared_width = shared_count * expert_width
     elif view.value("shared_expert_intermediate_size"):
         shared_count, shared_gate = 1, True
         shared_width = view.int("shared_expert_intermediate_size")
-    elif fam == "llama4":
+    elif always_shared == "expert":
         # Llama 4 always adds one shared expert of the routed width (modeling_llama4.py).
         shared_count, shared_width = 1, expert_width
 
@@ -188,17 +218,26 @@ def moe_layout(cfg: ModelConfig) -> tuple[MoeLayout | None, list[str]]:
 def dense_mlp_tensors(
     cfg: ModelConfig, layers: tuple[int, ...], width: int, *, mtp: bool = False
 ) -> list[TensorGroup]:
-    """Gated MLP (SwiGLU: gate_proj, up_proj, down_proj; Shazeer 2020), bias if `mlp_bias`."""
+    """Gated MLP (SwiGLU: gate_proj, up_proj, down_proj; Shazeer 2020), bias if `mlp_bias`.
+
+    Apertus: no gate (up_proj, down_proj) and a learned xIELU activation with two scalars
+    (`act_fn.alpha_p`, `act_fn.alpha_n`, modeling_apertus.py) per layer.
+    """
     if not layers:
         return []
     fam = cfg.family
     p = f"model.layers.{{layer}}.{fam.mlp_prefix if fam else 'mlp'}."
     h, b = cfg.hidden_size, cfg.mlp_bias
-    return [
-        *linear(p + "gate_proj", width, h, DENSE_MLP, layers, bias=b, mtp=mtp),
+    groups = []
+    if fam is None or fam.gated_mlp:
+        groups += linear(p + "gate_proj", width, h, DENSE_MLP, layers, bias=b, mtp=mtp)
+    groups += [
         *linear(p + "up_proj", width, h, DENSE_MLP, layers, bias=b, mtp=mtp),
         *linear(p + "down_proj", h, width, DENSE_MLP, layers, bias=b, mtp=mtp),
     ]
+    for i in range(fam.mlp_act_params if fam else 0):
+        groups.append(TensorGroup(p + "act_fn", f"alpha_{'pn'[i % 2]}", (1,), DENSE_MLP, layers))
+    return groups
 
 
 def moe_tensors(
@@ -224,6 +263,19 @@ def moe_tensors(
     mlp = f"model.layers.{{layer}}.{fam.mlp_prefix if fam else 'mlp'}."
     router = mlp + (fam.router_name if fam else "gate")
     groups = linear(router, e, h, ROUTER, layers, bias=bool(fam and fam.router_bias), mtp=mtp)
+    if fam is not None and fam.router_score_bias_param:
+        # Ernie 4.5: a (1, experts) fp32 parameter in `gate.moe_statics` (transformers counts it).
+        groups.append(
+            TensorGroup(
+                router + ".moe_statics",
+                "e_score_correction_bias",
+                (1, e),
+                ROUTER,
+                layers,
+                mtp=mtp,
+                dtype="F32",
+            )
+        )
     if fam is not None and fam.router_score_bias_buffer:
         groups.append(
             TensorGroup(
@@ -255,9 +307,11 @@ def moe_tensors(
     if moe.num_shared_experts and moe.shared_expert_intermediate_size:
         sw = moe.shared_expert_intermediate_size
         sp = mlp + (fam.shared_expert_name if fam else "shared_experts") + "."
-        groups += linear(sp + "gate_proj", sw, h, SHARED_EXPERT, layers, mtp=mtp)
-        groups += linear(sp + "up_proj", sw, h, SHARED_EXPERT, layers, mtp=mtp)
-        groups += linear(sp + "down_proj", h, sw, SHARED_EXPERT, layers, mtp=mtp)
+        # Shared experts carry biases only where one flag biases every MLP (Ernie use_bias).
+        sb = bool(fam and fam.bias_key and cfg.mlp_bias)
+        groups += linear(sp + "gate_proj", sw, h, SHARED_EXPERT, layers, bias=sb, mtp=mtp)
+        groups += linear(sp + "up_proj", sw, h, SHARED_EXPERT, layers, bias=sb, mtp=mtp)
+        groups += linear(sp + "down_proj", h, sw, SHARED_EXPERT, layers, bias=sb, mtp=mtp)
         if moe.shared_expert_gate:
             groups += linear(mlp + "shared_expert_gate", 1, h, ROUTER, layers, mtp=mtp)
     return groups

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .attention import FULL, LINEAR, MAMBA, AttentionLayout, attention_tensors
 from .config_reader import ModelConfig
@@ -64,7 +64,8 @@ def _layer_tensors(
             assert moe.dense_intermediate_size is not None
             groups += dense_mlp_tensors(cfg, dense, moe.dense_intermediate_size, mtp=mtp)
     norms = fam.norms_per_layer if fam is not None else 2
-    for name in _LAYER_NORM_NAMES[:norms]:
+    names = fam.norm_names if fam is not None and fam.norm_names else _LAYER_NORM_NAMES[:norms]
+    for name in names:
         groups.append(
             vector(f"model.layers.{{layer}}.{name}", cfg.hidden_size, NORM, layers, mtp=mtp)
         )
@@ -97,9 +98,45 @@ def _mtp_tensors(
     return groups
 
 
+def _qwen3_next_mtp_tensors(
+    cfg: ModelConfig, layout: AttentionLayout, moe: MoeLayout | None, count: int
+) -> list[TensorGroup]:
+    """Qwen3-Next MTP block as the published checkpoint stores it under `mtp.` and vLLM's
+    `qwen3_next_mtp.py` (Qwen3NextMultiTokenPredictor) loads it: `pre_fc_norm_embedding` and
+    `pre_fc_norm_hidden` RMSNorms, `fc` (hidden x 2*hidden, no bias), `count` full-attention
+    decoder layers `mtp.layers.{i}` with the sparse-MoE block, and a final `mtp.norm`.
+    Embedding and LM head are the main model's (vLLM loads `embed_tokens`/`lm_head` into the
+    MTP module), so nothing vocab-sized is added. transformers ignores `mtp.*` on load.
+    """
+    h, n = cfg.hidden_size, cfg.num_layers
+    # Built as layers n.. so the MoE/full-attention rules apply, then renamed to mtp.layers.i.
+    built = tuple(range(n, n + count))
+    groups = _layer_tensors(cfg, layout, moe, built, {i: FULL for i in built}, mtp=True)
+    renamed = [
+        replace(
+            g,
+            module=g.module.replace("model.layers.{layer}.", "mtp.layers.{layer}."),
+            layers=tuple(i - n for i in g.layers),
+        )
+        for g in groups
+    ]
+    return [
+        *renamed,
+        vector("mtp.pre_fc_norm_embedding", h, NORM, mtp=True),
+        vector("mtp.pre_fc_norm_hidden", h, NORM, mtp=True),
+        *linear("mtp.fc", h, 2 * h, MTP_PROJ, mtp=True),
+        vector("mtp.norm", h, NORM, mtp=True),
+    ]
+
+
+# Keys for the number of MTP modules: DeepSeek-V3/GLM-4.5 `num_nextn_predict_layers`,
+# Qwen3-Next/Qwen3.5 `mtp_num_hidden_layers`, and `num_mtp_layers`.
+MTP_COUNT_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
+
+
 def mtp_layer_count(cfg: ModelConfig) -> int:
-    """MTP modules in the checkpoint: `num_nextn_predict_layers`, or `num_mtp_layers`."""
-    for key in ("num_nextn_predict_layers", "num_mtp_layers"):
+    """MTP modules in the checkpoint, from the first of `MTP_COUNT_KEYS` the config sets."""
+    for key in MTP_COUNT_KEYS:
         if cfg.view.has(key):
             return cfg.view.int(key, 0, minimum=0) or 0
     return 0
@@ -116,9 +153,14 @@ def build_inventory(
     if cfg.family is None or cfg.family.final_norm:
         groups.append(vector("model.norm", h, NORM))
     if not cfg.tie_word_embeddings:
-        groups += linear("lm_head", v, h, LM_HEAD)
+        groups += linear("lm_head", v, h, LM_HEAD, bias=cfg.lm_head_bias)
+    elif cfg.lm_head_bias:
+        # Ernie 4.5 with use_bias: the weight is the tied embedding, the bias is its own.
+        groups.append(vector("lm_head", v, LM_HEAD, param="bias"))
     mtp = mtp_layer_count(cfg)
-    if mtp:
+    if mtp and cfg.family is not None and cfg.family.mtp_layout == "qwen3_next":
+        groups += _qwen3_next_mtp_tensors(cfg, layout, moe, mtp)
+    elif mtp:
         groups += _mtp_tensors(cfg, layout, moe, mtp)
     return groups
 

@@ -11,6 +11,18 @@ Byte formulas per method (weights stored as published, scale tensors included):
   int32 `g_idx` per input column.
 - compressed-tensors (llm-compressor): `num_bits` per value; scales per tensor, channel,
   group or block in the model dtype; zero points for asymmetric schemes.
+- NVFP4 (compressed-tensors `nvfp4-pack-quantized`, strategy `tensor_group`; NVIDIA ModelOpt
+  `quant_algo: NVFP4`): FP4 E2M1 values packed two per byte (U8 `weight_packed` / `weight`),
+  one FP8-E4M3 scale per group of 16 input columns (`weight_scale`), one F32 global scale per
+  tensor (`weight_global_scale` / ModelOpt `weight_scale_2`) and, where activations are
+  quantized, one F32 `input_global_scale` / `input_scale`. Sources: compressed-tensors docs
+  (NVFP4 scheme, `nvfp4-pack-quantized` compressor), NVIDIA Model Optimizer docs ("Unified
+  HuggingFace Checkpoint": uint8 packed weights, float8_e4m3fn block scales, float32
+  weight_scale_2/input_scale), vLLM docs/features/quantization/modelopt.md.
+- ModelOpt FP8 (`quant_algo: FP8`): F8-E4M3 values, one F32 `weight_scale` per tensor and one
+  static F32 `input_scale` (vLLM docs: "per-tensor weight scale (+ optional static activation
+  scale)"). ModelOpt leaves routers and the LM head unquantized by default; `exclude_modules`
+  (or `ignore`) lists the rest it skipped.
 - bitsandbytes 4-bit: 4 bits per value plus one absmax per 64 values (fp32, or 1 byte with
   double quantization); 8-bit: 1 byte per value plus one fp32 scale per output row.
 Routers (MoE gates), norms, biases and the embedding stay in the model dtype in every method
@@ -81,6 +93,8 @@ class QuantScheme:
     `bits`: bits per value. `group_size`: values along the input dimension sharing one scale
     (None: per output channel or per block/tensor). `block`: (rows, cols) of one scale block.
     `per_tensor`: one scale per matrix. `scale_dtype`/`value_dtype`: safetensors dtype names.
+    `input_scale`: one F32 activation scale per tensor. `global_scales`: F32 per-tensor scales
+    on top of the group scales (NVFP4's second-level scale).
     """
 
     method: str
@@ -95,6 +109,7 @@ class QuantScheme:
     zero_points: bool = False
     g_idx: bool = False
     input_scale: bool = False
+    global_scales: int = 0
     details: dict[str, Any] = field(default_factory=dict)
 
     def linear_bytes(self, out_features: int, in_features: int) -> dict[str, int]:
@@ -115,8 +130,8 @@ class QuantScheme:
             out["I32"] = out.get("I32", 0) + ceil(scales * self.bits / 8)
         if self.g_idx:
             out["I32"] = out.get("I32", 0) + in_features * 4
-        if self.input_scale:
-            out["F32"] = out.get("F32", 0) + 4
+        if self.input_scale or self.global_scales:
+            out["F32"] = out.get("F32", 0) + 4 * (int(self.input_scale) + self.global_scales)
         return out
 
     def quantizes(self, group: TensorGroup, layer: int | None) -> bool:
@@ -143,7 +158,13 @@ def _matches(pattern: str, name: str) -> bool:
 
 def _exclusions(qc: Mapping[str, Any]) -> tuple[str, ...]:
     out: list[str] = []
-    for key in ("modules_to_not_convert", "ignore", "ignored_layers", "llm_int8_skip_modules"):
+    for key in (
+        "modules_to_not_convert",
+        "ignore",
+        "ignored_layers",
+        "llm_int8_skip_modules",
+        "exclude_modules",  # NVIDIA ModelOpt
+    ):
         value = qc.get(key)
         if value is None:
             continue
@@ -249,6 +270,8 @@ def parse_quantization(
         return scheme, notes
     if method == "compressed-tensors":
         return _compressed_tensors(qc, exclude, details, model_dtype, notes), notes
+    if method == "modelopt" or (not method and isinstance(qc.get("quantization"), Mapping)):
+        return _modelopt(qc, notes), notes
     if method == "bitsandbytes":
         four = bool(qc.get("load_in_4bit") or qc.get("_load_in_4bit"))
         double = bool(qc.get("bnb_4bit_use_double_quant"))
@@ -311,6 +334,28 @@ def _compressed_tensors(
     strategy = weights.get("strategy", "tensor")
     group = _int_field(weights, "group_size")
     block = weights.get("block_structure")
+    if qc.get("format") == "nvfp4-pack-quantized" or (
+        kind == "float" and bits == 4 and strategy == "tensor_group"
+    ):
+        # Activations quantized too (NVFP4 W4A4) add an F32 input_global_scale per tensor.
+        acts = first.get("input_activations")
+        details.update(
+            format=qc.get("format") or "nvfp4-pack-quantized",
+            bits=4,
+            type=kind,
+            strategy=strategy,
+            group_size=group or 16,
+            scale_format="e4m3",
+            activations_quantized=isinstance(acts, Mapping),
+        )
+        return _nvfp4_scheme(
+            "compressed-tensors",
+            exclude,
+            details,
+            group or 16,
+            input_scale=isinstance(acts, Mapping),
+            roles=_DECODER_LINEAR | {LM_HEAD},
+        )
     value_dtype = ("F8_E4M3" if kind == "float" else "I8") if bits == 8 else "I32"
     scale_dtype = SAFETENSORS_NAME.get(model_dtype, "BF16")
     details.update(
@@ -338,6 +383,82 @@ def _compressed_tensors(
         zero_points=not weights.get("symmetric", True),
         details=details,
     )
+
+
+def _nvfp4_scheme(
+    method: str,
+    exclude: tuple[str, ...],
+    details: dict[str, Any],
+    group: int,
+    *,
+    input_scale: bool,
+    roles: frozenset[str],
+) -> QuantScheme:
+    """NVFP4: U8-packed FP4 values, FP8-E4M3 group scales, one F32 global scale per tensor."""
+    if group <= 0:
+        raise AnalysisError(f"NVFP4 group_size must be positive, got {group}")
+    return QuantScheme(
+        method=method,
+        bits=4,
+        value_dtype="U8",
+        scale_dtype="F8_E4M3",
+        roles=roles,
+        exclude=exclude,
+        group_size=group,
+        global_scales=1,
+        input_scale=input_scale,
+        details=details,
+    )
+
+
+def _modelopt(qc: Mapping[str, Any], notes: list[str]) -> QuantScheme | None:
+    """NVIDIA ModelOpt checkpoints: `quant_algo` FP8 or NVFP4, flat in `quantization_config`
+    or nested in a `quantization` block as in `hf_quant_config.json` (vLLM's ModelOpt configs
+    read both). Exclusions from `exclude_modules` (or `ignore`); group size from `group_size`,
+    else the first config group's weights, else 16."""
+    block = qc.get("quantization") if isinstance(qc.get("quantization"), Mapping) else qc
+    algo = str(block.get("quant_algo") or "").upper()
+    exclude = _exclusions(block) if block is not qc else _exclusions(qc)
+    details: dict[str, Any] = {
+        "method": "modelopt",
+        "quant_algo": algo or None,
+        "modules_not_converted": list(exclude),
+        "kv_cache_quant_algo": block.get("kv_cache_quant_algo"),
+    }
+    if block.get("kv_cache_quant_algo"):
+        notes.append(
+            f"ModelOpt kv_cache_quant_algo {block['kv_cache_quant_algo']}: KV-cache figures "
+            "stay at bf16; the per-layer k/v scale scalars are not counted"
+        )
+    roles = _DECODER_LINEAR  # ModelOpt disables router and lm_head quantizers by default
+    if algo == "NVFP4":
+        group = _int_field(block, "group_size")
+        if group is None:
+            groups = qc.get("config_groups")
+            first = next(iter(groups.values()), None) if isinstance(groups, Mapping) else None
+            weights = first.get("weights") if isinstance(first, Mapping) else None
+            group = _int_field(weights, "group_size") if isinstance(weights, Mapping) else None
+        details.update(format="nvfp4", bits=4, group_size=group or 16, scale_format="e4m3")
+        return _nvfp4_scheme(
+            "modelopt", exclude, details, group or 16, input_scale=True, roles=roles
+        )
+    if algo == "FP8":
+        details.update(format="e4m3", bits=8)
+        return QuantScheme(
+            method="modelopt",
+            bits=8,
+            value_dtype="F8_E4M3",
+            scale_dtype="F32",
+            roles=roles,
+            exclude=exclude,
+            per_tensor=True,
+            input_scale=True,
+            details=details,
+        )
+    notes.append(
+        f"ModelOpt quant_algo {algo or None!r} is not modelled: weights counted unquantized"
+    )
+    return None
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from .config_reader import ConfigView
+from .config_reader import ConfigView, check_int
 from .errors import AnalysisError
 
 DEFAULT_ROPE_THETA = 10000.0  # transformers' default base when a config names none
+# RoPE types whose parameters carry the pretraining context (`original_max_position_embeddings`).
+_ORIGINAL_CONTEXT_TYPES = ("llama3", "yarn", "longrope")
 
 
 def _scaling_dict(view: ConfigView) -> tuple[Mapping[str, Any] | None, str]:
@@ -33,6 +36,13 @@ def rope_info(view: ConfigView) -> tuple[dict[str, Any], list[str]]:
     Type from `rope_type`, else the legacy `type` (transformers' `rope_config_validation`
     renames it), else "default" when there is no scaling. Theta from `rope_theta` (or
     `rope_parameters.rope_theta`), default 10000 as in transformers' RoPE init functions.
+
+    llama3/yarn/longrope: `original_max_position_embeddings` as transformers'
+    `standardize_rope_params` sets it (a top-level key wins, as Phi-3 stores it there; else the
+    scaling dict's; else max_position_embeddings). longrope (and yarn without `factor`):
+    `factor` = max_position_embeddings / original_max_position_embeddings when the dict has
+    none, and longrope's `attention_factor` = sqrt(1 + ln factor / ln original) when absent
+    (modeling_rope_utils.py `_compute_longrope_parameters`).
     """
     notes: list[str] = []
     params, source = _scaling_dict(view)
@@ -80,6 +90,8 @@ def rope_info(view: ConfigView) -> tuple[dict[str, Any], list[str]]:
         if isinstance(theta_raw, bool) or not isinstance(theta_raw, int | float) or theta_raw <= 0:
             raise AnalysisError(f"rope_theta must be a positive number, got {theta_raw!r}")
         theta = float(theta_raw)
+    if rope_type in _ORIGINAL_CONTEXT_TYPES:
+        factor = _original_context(view, params or {}, rope_type, factor, extra, notes)
     info: dict[str, Any] = {"type": rope_type, "factor": factor, "theta": theta}
     if rope_type == "default" and factor is None:
         info["factor"] = 1.0
@@ -93,3 +105,42 @@ def rope_info(view: ConfigView) -> tuple[dict[str, Any], list[str]]:
         info["local_theta"] = local  # Gemma 3's base for its sliding-window layers
     info.update(extra)
     return info, notes
+
+
+def _original_context(
+    view: ConfigView,
+    params: Mapping[str, Any],
+    rope_type: str,
+    factor: float | None,
+    extra: dict[str, Any],
+    notes: list[str],
+) -> float | None:
+    """Fill `original_max_position_embeddings` (and longrope's derived factor) into `extra`;
+    returns the factor transformers uses."""
+    top = view.raw.get("original_max_position_embeddings")
+    inner = params.get("original_max_position_embeddings")
+    max_pos = view.int("max_position_embeddings", None)
+    if top is not None:
+        original = view.int("original_max_position_embeddings")
+        if inner is not None and inner != top:
+            notes.append(
+                f"original_max_position_embeddings {top} (top level) and {inner} (RoPE "
+                "parameters) differ: the top-level one is used, as transformers does"
+            )
+    elif inner is not None:
+        original = check_int("original_max_position_embeddings", inner)
+    else:
+        original = max_pos
+    if original is None:
+        return factor
+    extra["original_max_position_embeddings"] = original
+    if factor is None and rope_type in ("longrope", "yarn") and max_pos:
+        factor = max_pos / original
+    if rope_type == "longrope" and factor is not None:
+        attention = params.get("attention_factor")
+        if attention is None:
+            attention = (
+                1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+            )
+        extra["attention_factor"] = attention
+    return factor
