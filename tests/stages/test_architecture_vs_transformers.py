@@ -69,6 +69,15 @@ _SMALL = {
     "eos_token_id": None,
 }
 _MLA = {"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8}
+# Gated DeltaNet heads for the Qwen3-Next/Qwen3.5 hybrids.
+_GDN = {
+    "head_dim": 16,
+    "linear_num_value_heads": 4,
+    "linear_num_key_heads": 2,
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8,
+    "linear_conv_kernel_dim": 4,
+}
 _FAMILY_CASES = {
     "llama": {"attention_bias": True, "mlp_bias": True, "tie_word_embeddings": True},
     "mistral": {},
@@ -204,6 +213,74 @@ _RELEASE_DAY_CASES = {
     "granitemoe": {"num_local_experts": 4, "num_experts_per_tok": 2},
     "exaone4": {"sliding_window": 64},
     "smollm3": {},
+    # MLA + DeepSeek Sparse Attention indexer (wq_b, wk, k_norm with bias, weights_proj).
+    "deepseek_v32": {
+        **_MLA,
+        "q_lora_rank": 32,
+        "n_routed_experts": 8,
+        "moe_intermediate_size": 24,
+        "num_experts_per_tok": 2,
+        "n_group": 2,
+        "topk_group": 1,
+        "index_n_heads": 2,
+        "index_head_dim": 16,
+        "index_topk": 8,
+    },
+    "glm4_moe_lite": {
+        **_MLA,
+        "q_lora_rank": 32,
+        "n_routed_experts": 8,
+        "moe_intermediate_size": 24,
+        "num_experts_per_tok": 2,
+        "mlp_layer_types": ["dense", "sparse", "dense", "sparse"],
+    },
+    "glm": {},
+    "glm4": {},
+    "qwen3_5_text": {**_GDN},
+    "qwen3_5_moe_text": {
+        **_GDN,
+        "num_experts": 8,
+        "moe_intermediate_size": 24,
+        "shared_expert_intermediate_size": 48,
+        "num_experts_per_tok": 2,
+    },
+    # Kimi Delta Attention on the kda_layers, NoPE MLA on the full_attn_layers (1-indexed, as
+    # the checkpoint's linear_attn_config lists them).
+    "kimi_linear": {
+        **_MLA,
+        "num_hidden_layers": 6,
+        "num_experts": 8,
+        "moe_intermediate_size": 24,
+        "num_experts_per_token": 2,
+        "num_shared_experts": 1,
+        "linear_attn_config": {
+            "full_attn_layers": [3, 6],
+            "kda_layers": [1, 2, 4, 5],
+            "num_heads": 4,
+            "head_dim": 8,
+            "short_conv_kernel_size": 4,
+        },
+    },
+    "minimax": {"num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 16},
+    "cohere": {"use_qk_norm": True},
+    "cohere2": {"sliding_window": 64, "head_dim": 16},
+    "arcee": {"mlp_bias": True},
+    "ministral3": {"head_dim": 16},
+    "olmoe": {"num_experts": 8, "num_experts_per_tok": 2},
+    "flex_olmo": {"num_experts": 4, "num_experts_per_tok": 2},
+    "solar_open": {
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 24,
+        "head_dim": 16,
+    },
+    "exaone_moe": {
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 24,
+        "num_shared_experts": 2,
+        "sliding_window": 64,
+    },
 }
 
 
@@ -214,6 +291,77 @@ def test_release_day_family_total_equals_transformers(model_type):
     config = {**_SMALL, **_RELEASE_DAY_CASES[model_type], "model_type": model_type}
     analysis = analyze_config(config)
     assert analysis.family == model_type and analysis.family_known
+    assert analysis.total_params == meta_param_count(config)
+
+
+def _cache_bytes_per_token(config: dict, tokens: int = 5) -> int:
+    """bf16 bytes per token of transformers' own KV cache after a forward pass of `tokens`
+    tokens through a tiny randomly initialised model (fewer tokens than any sliding window)."""
+    kwargs = {k: v for k, v in config.items() if k != "model_type"}
+    cfg = transformers.AutoConfig.for_model(config["model_type"], **kwargs)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    with torch.no_grad():
+        cache = model(torch.arange(tokens)[None], use_cache=True).past_key_values
+    elements = 0
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            t = getattr(layer, name, None)
+            if isinstance(t, torch.Tensor):
+                elements += t.numel()
+    return elements * 2 // tokens
+
+
+@pytest.mark.parametrize(
+    "model_type", ["qwen3_5_text", "qwen3_5_moe_text", "minimax", "cohere2", "exaone_moe", "glm4"]
+)
+def test_release_day_kv_bytes_per_token_equal_transformers_cache(model_type):
+    """KV bytes/token against the cache transformers fills: only full/sliding attention layers
+    hold K/V (the Gated DeltaNet and lightning-attention layers of the hybrids hold none)."""
+    config = {**_SMALL, **_RELEASE_DAY_CASES[model_type], "model_type": model_type}
+    assert analyze_config(config).kv_cache_bytes_per_token == _cache_bytes_per_token(config)
+
+
+def test_deepseek_v32_indexer_kv_and_layout():
+    """DeepSeek-V3.2: the MLA latent and RoPE key plus the indexer's one key of
+    index_head_dim per token and layer (transformers DynamicIndexedLayer.indexer_keys)."""
+    config = {**_SMALL, **_RELEASE_DAY_CASES["deepseek_v32"], "model_type": "deepseek_v32"}
+    kwargs = {k: v for k, v in config.items() if k != "model_type"}
+    cfg = transformers.AutoConfig.for_model("deepseek_v32", **kwargs)
+    analysis = analyze_config(config)
+    per_layer = cfg.kv_lora_rank + cfg.qk_rope_head_dim + cfg.index_head_dim
+    assert analysis.kv_cache_bytes_per_token == 2 * per_layer * cfg.num_hidden_layers
+    attention = analysis.attention
+    assert attention["kind"] == "MLA" and attention["index_head_dim"] == 16
+    assert attention["index_n_heads"] == 2 and attention["index_topk"] == 8
+    assert analysis.moe["dense_layer_indices"] == [0, 1, 2]  # first_k_dense_replace default 3
+
+
+def test_kimi_linear_layout_reads_linear_attn_config():
+    config = {**_SMALL, **_RELEASE_DAY_CASES["kimi_linear"], "model_type": "kimi_linear"}
+    kwargs = {k: v for k, v in config.items() if k != "model_type"}
+    cfg = transformers.AutoConfig.for_model("kimi_linear", **kwargs)
+    analysis = analyze_config(config)
+    assert analysis.attention["layer_types"] == list(cfg.layer_types)
+    assert analysis.attention["kv_cache_layers"] == 2 and analysis.attention["kind"] == "MLA"
+    # MLA latent + RoPE key on the two full-attention layers only.
+    assert analysis.kv_cache_bytes_per_token == 2 * 2 * (16 + 4)
+    assert analysis.moe["experts_per_token"] == 2 and analysis.moe["num_shared_experts"] == 1
+    assert analysis.moe["dense_layer_indices"] == [0]
+
+
+@pytest.mark.parametrize("model_type", ["kimi_linear", "minimax", "qwen3_5_text"])
+def test_hybrid_default_layer_types_equal_transformers(model_type):
+    """Without layer_types, each hybrid places its linear-attention layers as its config
+    class does."""
+    case = {k: v for k, v in _RELEASE_DAY_CASES[model_type].items() if k != "linear_attn_config"}
+    config = {**_SMALL, **case, "num_hidden_layers": 9, "model_type": model_type}
+    if model_type == "kimi_linear":
+        config.update(linear_num_heads=4, linear_head_dim=8)
+    kwargs = {k: v for k, v in config.items() if k != "model_type"}
+    cfg = transformers.AutoConfig.for_model(model_type, **kwargs)
+    analysis = analyze_config(config)
+    assert analysis.attention["layer_types"] == list(cfg.layer_types)
     assert analysis.total_params == meta_param_count(config)
 
 
@@ -242,18 +390,25 @@ _SMALL_VISION = {"depth": 1, "hidden_size": 32, "intermediate_size": 32, "num_he
             "qwen3_vl_moe_text",
             {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 24},
         ),
+        # Qwen3.5: the hybrid Gated DeltaNet text model inside the multimodal wrapper.
+        ("qwen3_5", "qwen3_5_text", _GDN),
+        ("qwen3_5_moe", "qwen3_5_moe_text", _RELEASE_DAY_CASES["qwen3_5_moe_text"]),
     ],
 )
 @pytest.mark.parametrize("tie", [False, None])
 def test_qwen3_vl_text_model_equals_transformers(wrapper, text_type, moe, tie):
-    """Qwen3-VL(-MoE): the text model (q/k norms, fused experts) plus the wrapper's LM head,
-    tied or not as the wrapper says (its default is untied)."""
+    """Qwen3-VL(-MoE), Qwen3.5(-MoE): the text model (q/k norms, fused experts, linear
+    attention) plus the wrapper's LM head, tied or not as the wrapper says (default untied)."""
     text = {**_SMALL, "head_dim": 16, **moe, "model_type": text_type}
+    classes = {
+        "qwen3_vl": "Qwen3VLForConditionalGeneration",
+        "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration",
+        "qwen3_5": "Qwen3_5ForConditionalGeneration",
+        "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
+    }
     config = {
         "model_type": wrapper,
-        "architectures": [
-            "Qwen3VLMoeForConditionalGeneration" if moe else "Qwen3VLForConditionalGeneration"
-        ],
+        "architectures": [classes[wrapper]],
         "text_config": text,
         "vision_config": {**_SMALL_VISION, "out_hidden_size": _SMALL["hidden_size"]},
     }

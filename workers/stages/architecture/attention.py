@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
-from .config_reader import ModelConfig, check_int
+from .config_reader import ModelConfig, as_sequence, check_int
 from .errors import AnalysisError
 from .tensors import ATTENTION, NORM, TensorGroup, linear, vector
 
@@ -29,6 +30,9 @@ class MlaDims:
     qk_nope_head_dim: int
     qk_rope_head_dim: int
     v_head_dim: int
+    index_n_heads: int | None = None
+    index_head_dim: int | None = None
+    index_topk: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,13 @@ class AttentionLayout:
                 qk_rope_head_dim=self.mla.qk_rope_head_dim,
                 v_head_dim=self.mla.v_head_dim,
             )
+            if self.mla.index_head_dim:
+                out.update(
+                    sparse_attention="DSA indexer",
+                    index_n_heads=self.mla.index_n_heads,
+                    index_head_dim=self.mla.index_head_dim,
+                    index_topk=self.mla.index_topk,
+                )
         return out
 
 
@@ -108,6 +119,31 @@ def _normalise_type(raw: Any, index: int) -> str:
     raise AnalysisError(f"layer_types[{index}] = {raw!r} is not a known layer kind")
 
 
+def _hybrid_layer_types(cfg: ModelConfig) -> tuple[str, ...] | None:
+    """Linear-attention/full-attention placement of a hybrid family without `layer_types`, as
+    its config class derives it; None for a family that is not hybrid.
+
+    "interval" (Qwen3-Next, Qwen3.5): full attention every `full_attention_interval`-th layer.
+    "kimi" (Kimi Linear): `linear_attn_config` lists `full_attn_layers` and `kda_layers`
+    (1-indexed), else full attention on layers 4, 8, ... (0-indexed, not layer 0).
+    "alternate" (MiniMax-01): full attention on even layers, linear on odd ones.
+    """
+    view, n = cfg.view, cfg.num_layers
+    rule = cfg.family.hybrid_rule if cfg.family else None
+    if rule == "interval" or (rule is None and view.has("full_attention_interval")):
+        interval = view.int("full_attention_interval", 4)
+        return tuple(LINEAR if (i + 1) % interval else FULL for i in range(n))  # type: ignore[operator]
+    if rule == "kimi":
+        linear_cfg = view.raw.get("linear_attn_config")
+        if isinstance(linear_cfg, Mapping) and "full_attn_layers" in linear_cfg:
+            full = set(as_sequence(linear_cfg["full_attn_layers"]))
+            return tuple(FULL if i + 1 in full else LINEAR for i in range(n))
+        return tuple(FULL if i and i % 4 == 0 else LINEAR for i in range(n))
+    if rule == "alternate":
+        return tuple(LINEAR if i % 2 else FULL for i in range(n))
+    return None
+
+
 def _layer_types(cfg: ModelConfig, notes: list[str]) -> tuple[str, ...]:
     view, n = cfg.view, cfg.num_layers
     family = cfg.family.name if cfg.family else None
@@ -123,9 +159,9 @@ def _layer_types(cfg: ModelConfig, notes: list[str]) -> tuple[str, ...]:
         period = view.int("attn_layer_period")
         offset = view.int("attn_layer_offset", 0, minimum=0)
         return tuple(FULL if i % period == offset else MAMBA for i in range(n))  # type: ignore[operator]
-    if family == "qwen3_next" or view.has("full_attention_interval"):
-        interval = view.int("full_attention_interval", 4)
-        return tuple(LINEAR if (i + 1) % interval else FULL for i in range(n))  # type: ignore[operator]
+    hybrid = _hybrid_layer_types(cfg)
+    if hybrid is not None:
+        return hybrid
     if family == "llama4":
         # Llama 4: NoPE layers use full attention, RoPE layers chunked local attention.
         no_rope = view.raw.get("no_rope_layers")
@@ -182,6 +218,17 @@ def attention_layout(cfg: ModelConfig) -> tuple[AttentionLayout, list[str]]:
             qk_rope_head_dim=view.int("qk_rope_head_dim"),  # type: ignore[arg-type]
             v_head_dim=view.int("v_head_dim"),  # type: ignore[arg-type]
         )
+        if cfg.family is not None and cfg.family.mla_indexer:
+            if mla.q_lora_rank is None:
+                raise AnalysisError(
+                    "the sparse-attention indexer reads q_lora_rank, which is unset"
+                )
+            mla = replace(
+                mla,
+                index_n_heads=view.int("index_n_heads"),
+                index_head_dim=view.int("index_head_dim"),
+                index_topk=view.int("index_topk"),
+            )
     elif cfg.num_kv_heads == cfg.num_attention_heads:
         kind = "MHA"
     elif cfg.num_kv_heads == 1:
@@ -242,6 +289,20 @@ def attention_tensors(
         groups += linear(
             p + "o_proj", h, heads * m.v_head_dim, ATTENTION, layers, bias=bias, mtp=mtp
         )
+        if m.index_head_dim and m.index_n_heads and m.q_lora_rank:
+            # DeepSeek-V3.2 DSA indexer (modeling_deepseek_v32.py DeepseekV32Indexer): wq_b
+            # from the q latent, one shared key head wk with a LayerNorm (weight and bias),
+            # and per-head weights_proj.
+            ip, d = p + "indexer.", m.index_head_dim
+            groups += [
+                *linear(
+                    ip + "wq_b", m.index_n_heads * d, m.q_lora_rank, ATTENTION, layers, mtp=mtp
+                ),
+                *linear(ip + "wk", d, h, ATTENTION, layers, mtp=mtp),
+                vector(ip + "k_norm", d, NORM, layers, mtp=mtp),
+                vector(ip + "k_norm", d, NORM, layers, param="bias", mtp=mtp),
+                *linear(ip + "weights_proj", m.index_n_heads, h, ATTENTION, layers, mtp=mtp),
+            ]
         return groups
 
     q_width = cfg.num_attention_heads * cfg.head_dim
@@ -258,8 +319,8 @@ def attention_tensors(
         *linear(p + "o_proj", h, q_width, ATTENTION, layers, bias=o_bias, mtp=mtp),
     ]
     qk_norm = fam.qk_norm if fam is not None else None
-    if qk_norm == "config":
-        qk_norm = "head" if cfg.view.bool("use_qk_norm", False) else None
+    if fam is not None and fam.qk_norm_key and not cfg.view.bool(fam.qk_norm_key, False):
+        qk_norm = None
     if qk_norm == "head":
         groups += [
             vector(p + "q_norm", cfg.head_dim, NORM, layers, mtp=mtp),

@@ -35,8 +35,16 @@ KEY_ALIASES: Mapping[str, tuple[str, ...]] = {
     "num_attention_heads": ("n_head", "n_heads", "num_heads"),
     "num_key_value_heads": ("num_kv_heads", "n_head_kv", "n_kv_heads"),
     "intermediate_size": ("ffn_hidden_size", "d_ff", "n_inner", "ffn_dim"),
-    "max_position_embeddings": ("n_positions", "max_sequence_length", "seq_length"),
+    "max_position_embeddings": (
+        "n_positions",
+        "max_sequence_length",
+        "seq_length",
+        "model_max_length",  # Kimi Linear
+    ),
     "vocab_size": ("padded_vocab_size", "n_vocab"),
+    # Kimi Linear's attribute_map spellings of the MoE router keys.
+    "n_group": ("num_expert_group",),
+    "norm_topk_prob": ("moe_renormalize",),
 }
 
 # Keys a multimodal wrapper keeps at the top level that also describe its text model.

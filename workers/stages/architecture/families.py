@@ -21,8 +21,9 @@ class FamilySpec:
     `qkv_bias`: True when q/k/v projections always carry a bias (Qwen2 family), None when
     `attention_bias` decides. `o_bias_follows_attention_bias`: whether o_proj also carries the
     bias (Llama, gpt-oss) or never does (Qwen2, GLM-4.5). `qk_norm`: "head" for RMSNorm over
-    head_dim on q and k (Qwen3, Gemma 3), "projection" for RMSNorm over the whole q/k
-    projection (OLMo 2), "config" when `use_qk_norm` decides (GLM-4.5), None otherwise.
+    head_dim on q and k (Qwen3, Gemma 3), "projection" for a norm over the whole q/k
+    projection (OLMo 2, Cohere), None otherwise; `qk_norm_key` names a flag that switches it
+    on (GLM-4.5 and Cohere `use_qk_norm`).
     `norms_per_layer`: hidden-size norms per decoder layer. `mlp_prefix`/`router_name`/
     `experts_naming`/`shared_expert_name`: module names as in the published checkpoints, used
     to match quantization exclusion patterns.
@@ -39,6 +40,13 @@ class FamilySpec:
     `intermediate_size` (Hunyuan). `mtp_layout`: "deepseek" (MTP blocks stored as extra decoder
     layers) or "qwen3_next" (`mtp.*`: fc, pre-fc norms, decoder layers, final norm; embeddings
     shared).
+
+    Hybrid and sparse attention: `linear_mixer` is the module of the family's linear-attention
+    layers ("gated_deltanet": Qwen3-Next fused in_proj_qkvz/in_proj_ba; "gated_deltanet_split":
+    Qwen3.5 in_proj_qkv/z/b/a; "kimi_delta": Kimi Delta Attention; "lightning": MiniMax-01),
+    `hybrid_rule` how its config class places them when `layer_types` is absent (see
+    attention.py). `mla_indexer`: MLA with DeepSeek-V3.2's sparse-attention indexer (its own
+    wq_b/wk/k_norm/weights_proj and a per-token indexer key in the cache).
     """
 
     name: str
@@ -67,6 +75,10 @@ class FamilySpec:
     router_score_bias_param: bool = False
     always_shared_expert: str | None = None
     mtp_layout: str = "deepseek"
+    qk_norm_key: str | None = None
+    linear_mixer: str = "gated_deltanet"
+    hybrid_rule: str | None = None
+    mla_indexer: bool = False
 
 
 def _d(**kwargs: Any) -> Mapping[str, Any]:
@@ -245,6 +257,7 @@ _BASE_FAMILIES: dict[str, FamilySpec] = {
         attention_output_gate=True,
         shared_expert_name="shared_expert",
         mtp_layout="qwen3_next",
+        hybrid_rule="interval",
     ),
     "deepseek_v2": FamilySpec(
         name="deepseek_v2",
@@ -433,7 +446,8 @@ _BASE_FAMILIES: dict[str, FamilySpec] = {
             num_nextn_predict_layers=1,
         ),
         o_bias_follows_attention_bias=False,
-        qk_norm="config",
+        qk_norm="head",
+        qk_norm_key="use_qk_norm",
         router_score_bias_buffer=True,
         mtp_stores_embeddings=True,
     ),
@@ -806,7 +820,399 @@ _MORE_FAMILIES: dict[str, FamilySpec] = {
     ),
 }
 
-FAMILIES: Mapping[str, FamilySpec] = MappingProxyType({**_BASE_FAMILIES, **_MORE_FAMILIES})
+_QWEN3_5_DEFAULTS = dict(
+    vocab_size=248320,
+    max_position_embeddings=32768,
+    tie_word_embeddings=False,
+    attention_bias=False,
+    head_dim=256,
+    linear_conv_kernel_dim=4,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+    linear_num_key_heads=16,
+    linear_num_value_heads=32,
+    # Qwen3_5TextConfig: full attention every 4th layer when layer_types is absent.
+    full_attention_interval=4,
+    rope_theta=10000.0,
+    partial_rotary_factor=0.25,
+)
+
+_DEEPSEEK_V32_DEFAULTS = dict(
+    vocab_size=129280,
+    hidden_size=7168,
+    intermediate_size=18432,
+    moe_intermediate_size=2048,
+    num_hidden_layers=61,
+    num_attention_heads=128,
+    num_key_value_heads=128,
+    n_shared_experts=1,
+    n_routed_experts=256,
+    routed_scaling_factor=2.5,
+    kv_lora_rank=512,
+    q_lora_rank=1536,
+    qk_rope_head_dim=64,
+    v_head_dim=128,
+    qk_nope_head_dim=128,
+    n_group=8,
+    topk_group=4,
+    num_experts_per_tok=8,
+    first_k_dense_replace=3,
+    norm_topk_prob=True,
+    max_position_embeddings=163840,
+    tie_word_embeddings=False,
+    attention_bias=False,
+    mlp_bias=False,
+    index_topk=2048,
+    index_head_dim=128,
+    index_n_heads=64,
+    rope_theta=10000.0,
+    scoring_func="sigmoid",
+    topk_method="noaux_tc",
+)
+
+# Families added for release-day model types of transformers 5 (configuration_<type>.py
+# defaults, modules from modeling_<type>.py; each held to a meta-device build in tests/stages).
+_RELEASE_FAMILIES: dict[str, FamilySpec] = {
+    "deepseek_v32": FamilySpec(
+        name="deepseek_v32",
+        defaults=_d(**_DEEPSEEK_V32_DEFAULTS),
+        router_score_bias_buffer=True,
+        mtp_stores_embeddings=True,
+        mla_indexer=True,
+    ),
+    "glm4_moe_lite": FamilySpec(
+        name="glm4_moe_lite",
+        defaults=_d(
+            vocab_size=154880,
+            hidden_size=2048,
+            intermediate_size=10240,
+            moe_intermediate_size=1536,
+            num_hidden_layers=47,
+            num_attention_heads=20,
+            num_key_value_heads=20,
+            n_shared_experts=1,
+            n_routed_experts=64,
+            routed_scaling_factor=1.8,
+            kv_lora_rank=512,
+            q_lora_rank=768,
+            qk_rope_head_dim=64,
+            v_head_dim=256,
+            qk_nope_head_dim=192,
+            n_group=1,
+            topk_group=1,
+            num_experts_per_tok=4,
+            # Glm4MoeLiteConfig: mlp_layer_types = dense then sparse when absent.
+            first_k_dense_replace=1,
+            norm_topk_prob=True,
+            max_position_embeddings=202752,
+            tie_word_embeddings=False,
+            attention_bias=False,
+            rope_theta=10000.0,
+            scoring_func="sigmoid",
+            topk_method="noaux_tc",
+        ),
+        router_score_bias_buffer=True,
+        mtp_stores_embeddings=True,
+    ),
+    "glm": FamilySpec(
+        name="glm",
+        defaults=_d(
+            vocab_size=151552,
+            hidden_size=4096,
+            intermediate_size=13696,
+            num_hidden_layers=40,
+            num_attention_heads=32,
+            num_key_value_heads=2,
+            head_dim=128,
+            max_position_embeddings=131072,
+            tie_word_embeddings=False,
+            attention_bias=True,
+            rope_theta=10000.0,
+            partial_rotary_factor=0.5,
+        ),
+        o_bias_follows_attention_bias=False,
+    ),
+    "glm4": FamilySpec(
+        name="glm4",
+        defaults=_d(
+            vocab_size=151552,
+            hidden_size=4096,
+            intermediate_size=13696,
+            num_hidden_layers=40,
+            num_attention_heads=32,
+            num_key_value_heads=2,
+            head_dim=128,
+            max_position_embeddings=131072,
+            tie_word_embeddings=False,
+            attention_bias=True,
+            rope_theta=10000.0,
+            partial_rotary_factor=0.5,
+        ),
+        o_bias_follows_attention_bias=False,
+        norm_names=(
+            "input_layernorm",
+            "post_attention_layernorm",
+            "post_self_attn_layernorm",
+            "post_mlp_layernorm",
+        ),
+    ),
+    "qwen3_5_text": FamilySpec(
+        name="qwen3_5_text",
+        defaults=_d(
+            **_QWEN3_5_DEFAULTS,
+            hidden_size=4096,
+            intermediate_size=12288,
+            num_hidden_layers=32,
+            num_attention_heads=16,
+            num_key_value_heads=4,
+        ),
+        qk_norm="head",
+        attention_output_gate=True,
+        mtp_layout="qwen3_next",
+        linear_mixer="gated_deltanet_split",
+        hybrid_rule="interval",
+    ),
+    "qwen3_5_moe_text": FamilySpec(
+        name="qwen3_5_moe_text",
+        defaults=_d(
+            **_QWEN3_5_DEFAULTS,
+            hidden_size=2048,
+            num_hidden_layers=40,
+            num_attention_heads=16,
+            num_key_value_heads=2,
+            moe_intermediate_size=512,
+            shared_expert_intermediate_size=512,
+            num_experts_per_tok=8,
+            num_experts=256,
+        ),
+        qk_norm="head",
+        attention_output_gate=True,
+        shared_expert_name="shared_expert",
+        mtp_layout="qwen3_next",
+        linear_mixer="gated_deltanet_split",
+        hybrid_rule="interval",
+    ),
+    "kimi_linear": FamilySpec(
+        name="kimi_linear",
+        defaults=_d(
+            vocab_size=163840,
+            hidden_size=2304,
+            intermediate_size=9216,
+            moe_intermediate_size=1024,
+            num_hidden_layers=27,
+            num_attention_heads=32,
+            num_key_value_heads=32,
+            num_shared_experts=1,
+            routed_scaling_factor=2.446,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            v_head_dim=128,
+            qk_nope_head_dim=128,
+            n_group=1,
+            topk_group=1,
+            num_experts_per_token=8,
+            norm_topk_prob=True,
+            max_position_embeddings=1048576,
+            tie_word_embeddings=False,
+            attention_bias=False,
+            num_experts=256,
+            first_k_dense_replace=1,
+            linear_head_dim=128,
+            linear_num_heads=32,
+            linear_conv_kernel_dim=4,
+            rope_theta=10000.0,
+        ),
+        router_score_bias_buffer=True,
+        linear_mixer="kimi_delta",
+        hybrid_rule="kimi",
+    ),
+    "minimax": FamilySpec(
+        name="minimax",
+        defaults=_d(
+            vocab_size=32000,
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            max_position_embeddings=131072,
+            tie_word_embeddings=False,
+            num_experts_per_tok=2,
+            num_local_experts=8,
+            rope_theta=1000000.0,
+        ),
+        mlp_prefix="block_sparse_moe",
+        experts_naming="mixtral",
+        linear_mixer="lightning",
+        hybrid_rule="alternate",
+    ),
+    "cohere": FamilySpec(
+        name="cohere",
+        defaults=_d(
+            vocab_size=256000,
+            hidden_size=8192,
+            intermediate_size=22528,
+            num_hidden_layers=40,
+            num_attention_heads=64,
+            num_key_value_heads=64,
+            max_position_embeddings=8192,
+            tie_word_embeddings=True,
+            attention_bias=False,
+            use_qk_norm=False,
+            rope_theta=500000.0,
+        ),
+        # Parallel attention and MLP after one LayerNorm (weight only); q/k norms of shape
+        # (heads, head_dim) when use_qk_norm (modeling_cohere.py).
+        qk_norm="projection",
+        qk_norm_key="use_qk_norm",
+        norms_per_layer=1,
+    ),
+    "cohere2": FamilySpec(
+        name="cohere2",
+        defaults=_d(
+            vocab_size=256000,
+            hidden_size=8192,
+            intermediate_size=22528,
+            num_hidden_layers=40,
+            num_attention_heads=64,
+            num_key_value_heads=64,
+            max_position_embeddings=8192,
+            tie_word_embeddings=True,
+            attention_bias=False,
+            sliding_window=4096,
+            sliding_window_pattern=4,
+            rope_theta=10000.0,
+        ),
+        norms_per_layer=1,
+    ),
+    "arcee": FamilySpec(
+        name="arcee",
+        defaults=_d(
+            vocab_size=32000,
+            hidden_size=2560,
+            intermediate_size=18432,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=32,
+            max_position_embeddings=4096,
+            tie_word_embeddings=False,
+            attention_bias=False,
+            mlp_bias=False,
+            rope_theta=10000.0,
+        ),
+        gated_mlp=False,  # up_proj/down_proj with ReLU^2 (modeling_arcee.py)
+    ),
+    "ministral3": FamilySpec(
+        name="ministral3",
+        defaults=_d(
+            vocab_size=131072,
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=34,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            max_position_embeddings=262144,
+            tie_word_embeddings=False,
+            rope_theta=1000000.0,
+        ),
+    ),
+    "olmoe": FamilySpec(
+        name="olmoe",
+        defaults=_d(
+            vocab_size=50304,
+            hidden_size=2048,
+            intermediate_size=2048,
+            num_hidden_layers=16,
+            num_attention_heads=16,
+            num_key_value_heads=16,
+            max_position_embeddings=4096,
+            tie_word_embeddings=False,
+            attention_bias=False,
+            num_experts_per_tok=8,
+            num_experts=64,
+            norm_topk_prob=False,
+            rope_theta=10000.0,
+        ),
+        qk_norm="projection",
+    ),
+    "flex_olmo": FamilySpec(
+        name="flex_olmo",
+        defaults=_d(
+            vocab_size=100352,
+            hidden_size=4096,
+            intermediate_size=11008,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=32,
+            max_position_embeddings=4096,
+            tie_word_embeddings=False,
+            attention_bias=False,
+            num_experts_per_tok=5,
+            num_experts=7,
+            norm_topk_prob=False,
+            rope_theta=500000.0,
+        ),
+        qk_norm="projection",
+        norm_names=("post_attention_layernorm", "post_feedforward_layernorm"),
+    ),
+    "solar_open": FamilySpec(
+        name="solar_open",
+        defaults=_d(
+            vocab_size=196608,
+            hidden_size=4096,
+            num_hidden_layers=48,
+            num_attention_heads=64,
+            num_key_value_heads=8,
+            head_dim=128,
+            max_position_embeddings=131072,
+            tie_word_embeddings=False,
+            attention_bias=False,
+            moe_intermediate_size=1280,
+            num_experts_per_tok=8,
+            n_shared_experts=1,
+            n_routed_experts=128,
+            routed_scaling_factor=1.0,
+            n_group=1,
+            topk_group=1,
+            norm_topk_prob=True,
+            rope_theta=1000000.0,
+        ),
+        o_bias_follows_attention_bias=False,
+        router_score_bias_buffer=True,
+    ),
+    "exaone_moe": FamilySpec(
+        name="exaone_moe",
+        defaults=_d(
+            vocab_size=102400,
+            hidden_size=4096,
+            intermediate_size=16384,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=32,
+            max_position_embeddings=2048,
+            tie_word_embeddings=False,
+            sliding_window=4096,
+            sliding_window_pattern=4,
+            first_k_dense_replace=1,
+            moe_intermediate_size=1024,
+            num_experts=64,
+            num_experts_per_tok=8,
+            num_shared_experts=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            n_group=1,
+            topk_group=1,
+            rope_theta=10000.0,
+        ),
+        qk_norm="head",
+        router_score_bias_buffer=True,
+    ),
+}
+
+FAMILIES: Mapping[str, FamilySpec] = MappingProxyType(
+    {**_BASE_FAMILIES, **_MORE_FAMILIES, **_RELEASE_FAMILIES}
+)
 
 # model_type → family, for model types that reuse another family's modeling code.
 _MODEL_TYPE_ALIASES: Mapping[str, str] = MappingProxyType(
@@ -817,6 +1223,8 @@ _MODEL_TYPE_ALIASES: Mapping[str, str] = MappingProxyType(
         # Multimodal wrappers whose text_config lacks a model_type.
         "qwen3_vl": "qwen3_vl_text",
         "qwen3_vl_moe": "qwen3_vl_moe_text",
+        "qwen3_5": "qwen3_5_text",
+        "qwen3_5_moe": "qwen3_5_moe_text",
     }
 )
 
@@ -861,6 +1269,24 @@ _ARCHITECTURE_FAMILIES: Mapping[str, str] = MappingProxyType(
         "Exaone4ForCausalLM": "exaone4",
         "Olmo3ForCausalLM": "olmo3",
         "SmolLM3ForCausalLM": "smollm3",
+        "DeepseekV32ForCausalLM": "deepseek_v32",
+        "Glm4MoeLiteForCausalLM": "glm4_moe_lite",
+        "GlmForCausalLM": "glm",
+        "Glm4ForCausalLM": "glm4",
+        "Qwen3_5ForCausalLM": "qwen3_5_text",
+        "Qwen3_5ForConditionalGeneration": "qwen3_5_text",
+        "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
+        "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe_text",
+        "KimiLinearForCausalLM": "kimi_linear",
+        "MiniMaxForCausalLM": "minimax",
+        "CohereForCausalLM": "cohere",
+        "Cohere2ForCausalLM": "cohere2",
+        "ArceeForCausalLM": "arcee",
+        "Ministral3ForCausalLM": "ministral3",
+        "OlmoeForCausalLM": "olmoe",
+        "FlexOlmoForCausalLM": "flex_olmo",
+        "SolarOpenForCausalLM": "solar_open",
+        "ExaoneMoeForCausalLM": "exaone_moe",
     }
 )
 

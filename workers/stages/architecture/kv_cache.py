@@ -15,9 +15,12 @@ def kv_bytes_per_layer_token(cfg: ModelConfig, layout: AttentionLayout) -> int:
     MLA (DeepSeek-V2 paper §2.1.2; vLLM/SGLang MLA backends): the compressed latent
     (`kv_lora_rank`) and the shared RoPE key (`qk_rope_head_dim`) only → (kv_lora_rank +
     qk_rope_head_dim) x 2 bytes, no x2 for K and V, the same on every tensor-parallel rank.
+    DeepSeek-V3.2's sparse-attention indexer also caches one `index_head_dim` key per token
+    and layer (transformers `DynamicIndexedLayer.indexer_keys`).
     """
     if layout.mla is not None:
-        return (layout.mla.kv_lora_rank + layout.mla.qk_rope_head_dim) * KV_DTYPE_BYTES
+        m = layout.mla
+        return (m.kv_lora_rank + m.qk_rope_head_dim + (m.index_head_dim or 0)) * KV_DTYPE_BYTES
     return 2 * cfg.num_kv_heads * cfg.head_dim * KV_DTYPE_BYTES
 
 

@@ -25,10 +25,12 @@ TOP_K_KEYS = (
     "num_selected_experts",
     "moe_k",  # Ernie 4.5 (attribute_map num_experts_per_tok -> moe_k)
     "moe_topk",  # Hunyuan (attribute_map num_experts_per_tok -> moe_topk)
+    "num_experts_per_token",  # Kimi Linear
 )
 # Shared experts of the routed width: DeepSeek `n_shared_experts`, Ernie 4.5
-# `moe_num_shared_experts` (one MLP of n x moe_intermediate_size in both).
-SHARED_COUNT_KEYS = ("n_shared_experts", "moe_num_shared_experts")
+# `moe_num_shared_experts`, Kimi Linear / EXAONE-MoE / AFMoE `num_shared_experts` (one MLP of
+# n x moe_intermediate_size in each).
+SHARED_COUNT_KEYS = ("n_shared_experts", "moe_num_shared_experts", "num_shared_experts")
 
 
 @dataclass(frozen=True)
@@ -117,18 +119,23 @@ def moe_layout(cfg: ModelConfig) -> tuple[MoeLayout | None, list[str]]:
 
     n = cfg.num_layers
     dense_width = cfg.intermediate_size
-    if view.has("moe_layer_start_index") or fam == "ernie4_5_moe":
+    mlp_types = view.raw.get("mlp_layer_types")
+    if mlp_types is not None:
+        # DeepSeek-V3.2, GLM-4.7-Flash, Kimi Linear, EXAONE-MoE: "dense"/"sparse" per layer.
+        if not isinstance(mlp_types, list) or len(mlp_types) != n:
+            raise AnalysisError(f"mlp_layer_types must list one entry per layer ({n})")
+        if set(mlp_types) - {"dense", "sparse"}:
+            raise AnalysisError(f"mlp_layer_types entries must be 'dense' or 'sparse': {mlp_types}")
+        is_moe = [t == "sparse" for t in mlp_types]
+    elif view.has("moe_layer_start_index") or fam == "ernie4_5_moe":
         # modeling_ernie4_5_moe.py: MoE iff (i + 1) % interval == 0 and start <= i <= end.
         start = view.int("moe_layer_start_index", 0, minimum=0)
         end = view.int("moe_layer_end_index", n - 1, minimum=0)
         interval = view.int("moe_layer_interval", 1)
         is_moe = [(i + 1) % interval == 0 and start <= i <= end for i in range(n)]  # type: ignore[operator]
-    elif view.has("first_k_dense_replace") or fam in (
-        "deepseek_v2",
-        "deepseek_v3",
-        "glm4_moe",
-        "dots1",
-    ):
+    elif view.value("first_k_dense_replace") is not None:
+        # Set by the config or the family's default (DeepSeek, GLM-4.5, dots1, and the
+        # families whose config class derives mlp_layer_types from it).
         first_dense = view.int("first_k_dense_replace", 0, minimum=0)
         freq = view.int("moe_layer_freq", 1)
         # DeepSeek's own modeling code: MoE iff i >= first_k_dense_replace and i % freq == 0.

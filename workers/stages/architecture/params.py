@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from .attention import FULL, LINEAR, MAMBA, AttentionLayout, attention_tensors
 from .config_reader import ModelConfig
-from .linear_mixers import gated_deltanet_tensors, mamba_tensors
+from .linear_mixers import linear_mixer_tensors, mamba_tensors
 from .moe import MoeLayout, dense_mlp_tensors, moe_tensors
 from .tensors import EMBEDDING, LM_HEAD, MTP_PROJ, NORM, TensorGroup, linear, vector
 
@@ -50,7 +50,7 @@ def _layer_tensors(
     fam = cfg.family
     attn_layers = tuple(i for i in layers if types[i] not in (LINEAR, MAMBA))
     groups = attention_tensors(cfg, layout, attn_layers, mtp=mtp)
-    groups += gated_deltanet_tensors(cfg, tuple(i for i in layers if types[i] == LINEAR))
+    groups += linear_mixer_tensors(cfg, tuple(i for i in layers if types[i] == LINEAR))
     groups += mamba_tensors(cfg, tuple(i for i in layers if types[i] == MAMBA))
     if moe is None:
         assert cfg.intermediate_size is not None  # checked by the caller
