@@ -28,6 +28,8 @@ from adaptation.templatetags.day0_format import (
     gib,
     params,
 )
+from workers.stages.architecture.config_reader import KEY_ALIASES
+from workers.stages.architecture.moe import EXPERT_COUNT_KEYS, SHARED_COUNT_KEYS, TOP_K_KEYS
 from workers.stages.registry import get_stage, stage_names
 
 ANALYZE_STAGE = "analyze"
@@ -80,26 +82,70 @@ def is_active(run: StageRun) -> bool:
 class Day0Clock:
     """How long a release has been public and, once adapted, how long that took.
 
-    `since_published` runs from the hub's publication time to now; `ready_after` runs from
-    publication to the finish of the release's newest job, only when that job succeeded.
-    Both are None when the hub gave no publication time.
+    `ready_at` is the first time the release was adapted: the earliest moment at which every
+    stage of one of its jobs had a succeeded attempt (see `release_ready_at`). It never moves
+    later, so re-runs and manual re-adapts cannot make the clock worse. `since_published` runs
+    from the hub's publication time to now and `ready_after` from publication to `ready_at`;
+    both are None when the hub gave no publication time. `newest_job_state` says what the
+    newest job is doing now when it is not a success ("pending", "running", "failed"), so the
+    board can show a re-run beside the first readiness.
     """
 
     published_at: datetime | None
     since_published: timedelta | None
+    ready_at: datetime | None
     ready_after: timedelta | None
+    newest_job_state: str
+
+    @property
+    def ready(self) -> bool:
+        """Whether the release was adapted at least once."""
+        return self.ready_at is not None
 
 
-def day0_clock(release: ModelRelease, job: AdaptationJob | None, *, now: datetime) -> Day0Clock:
-    """The release's Day-0 clock at `now`."""
+def job_ready_at(job: AdaptationJob) -> datetime | None:
+    """When every stage of `job` first had a succeeded attempt (prefetched runs), or None.
+
+    Per stage the earliest succeeded attempt counts; the job was ready when the last of those
+    finished. A later re-run of a stage keeps the earlier success, so the time never moves.
+    """
+    first_success: dict[str, datetime] = {}
+    for run in job.stage_runs.all():
+        if run.status != StageStatus.SUCCEEDED or run.finished_at is None:
+            continue
+        known = first_success.get(run.stage)
+        if known is None or run.finished_at < known:
+            first_success[run.stage] = run.finished_at
+    if not job.stages or any(name not in first_success for name in job.stages):
+        return None
+    return max(first_success[name] for name in job.stages)
+
+
+def release_ready_at(jobs: Iterable[AdaptationJob]) -> datetime | None:
+    """The first time any of the release's jobs was ready (Day-0 readiness), or None."""
+    times = [at for at in (job_ready_at(job) for job in jobs) if at is not None]
+    return min(times) if times else None
+
+
+def _job_state(job: AdaptationJob | None) -> str:
+    """What the newest job is doing ("pending", "running", "failed"), or "" when it
+    succeeded or there is none."""
+    if job is None or job.status == JobStatus.SUCCEEDED:
+        return ""
+    return str(job.status)
+
+
+def day0_clock(release: ModelRelease, jobs: Iterable[AdaptationJob], *, now: datetime) -> Day0Clock:
+    """The release's Day-0 clock at `now`, from its jobs (newest first, runs prefetched)."""
+    jobs = list(jobs)
+    ready_at = release_ready_at(jobs)
     published = release.published_at
-    if published is None:
-        return Day0Clock(published_at=None, since_published=None, ready_after=None)
-    ready_after = None
-    if job is not None and job.status == JobStatus.SUCCEEDED and job.finished_at is not None:
-        ready_after = job.finished_at - published
     return Day0Clock(
-        published_at=published, since_published=now - published, ready_after=ready_after
+        published_at=published,
+        since_published=now - published if published is not None else None,
+        ready_at=ready_at,
+        ready_after=ready_at - published if published and ready_at else None,
+        newest_job_state=_job_state(jobs[0] if jobs else None),
     )
 
 
@@ -149,19 +195,19 @@ class Board:
 def board(releases: Iterable[ModelRelease], *, now: datetime) -> Board:
     """Build the board from releases whose jobs and stage runs are prefetched (newest job
     first, as `selectors.releases_for_board` returns them)."""
-    newest: list[tuple[ModelRelease, AdaptationJob | None]] = []
-    for release in releases:
-        jobs = list(release.jobs.all())
-        newest.append((release, jobs[0] if jobs else None))
-    columns = stage_columns(job.stages for _, job in newest if job is not None)
+    with_jobs = [(release, list(release.jobs.all())) for release in releases]
+    columns = stage_columns(jobs[0].stages for _, jobs in with_jobs if jobs)
     rows = []
-    for release, job in newest:
+    for release, jobs in with_jobs:
+        job = jobs[0] if jobs else None
         latest = latest_runs_by_stage(job) if job is not None else {}
         cells = [
             stage_cell(latest[column.name]) if column.name in latest else None for column in columns
         ]
         rows.append(
-            BoardRow(release=release, job=job, cells=cells, clock=day0_clock(release, job, now=now))
+            BoardRow(
+                release=release, job=job, cells=cells, clock=day0_clock(release, jobs, now=now)
+            )
         )
     return Board(columns=columns, rows=rows)
 
@@ -329,6 +375,193 @@ def _tokens(value: Any) -> str:
     return text if text == MISSING else f"{text} tokens"
 
 
+# --- where each figure comes from -----------------------------------------------------------
+
+# The config key(s) each analysis figure is read from, as dotted paths into `config.json`
+# (a number indexes a list); a figure is "read from config" only when the config itself holds
+# one of these keys with the value shown. An empty tuple marks a figure the engine always
+# computes (counts, summaries, layer patterns). Figures not listed fall back to the key of
+# the same name (`attention.X`, `moe.X`: `X`; `rope.X`: `rope_scaling.X`; `quantization.X`:
+# `quantization_config.X`), which is safe because the value must match too. Alternative
+# spellings come from the engine's own readers (`KEY_ALIASES`, the MoE key lists), so a
+# spelling the engine learns is recognised here too.
+_ROPE_DICTS = ("rope_scaling", "rope_parameters", "rope_parameters.full_attention")
+_QUANT_DICTS = ("quantization_config", "compression_config")
+
+
+def _in_dicts(dicts: tuple[str, ...], *keys: str) -> tuple[str, ...]:
+    return tuple(f"{prefix}.{key}" for key in keys for prefix in dicts)
+
+
+def _spellings(key: str) -> tuple[str, ...]:
+    """A standard config key and the aliases the engine's config reader accepts for it."""
+    return (key, *KEY_ALIASES.get(key, ()))
+
+
+FIGURE_CONFIG_KEYS: Mapping[str, tuple[str, ...]] = {
+    # model
+    "architecture": ("architectures.0",),
+    "model_type": ("model_type",),
+    "family": (),
+    "torch_dtype": ("torch_dtype", "dtype"),
+    "quantization_summary": (),
+    "tie_word_embeddings": ("tie_word_embeddings",),
+    # shape
+    "num_layers": _spellings("num_hidden_layers"),
+    "hidden_size": _spellings("hidden_size"),
+    "num_attention_heads": _spellings("num_attention_heads"),
+    "num_kv_heads": _spellings("num_key_value_heads"),
+    "head_dim": ("head_dim",),
+    "intermediate_size": _spellings("intermediate_size"),
+    "vocab_size": _spellings("vocab_size"),
+    "max_position_embeddings": _spellings("max_position_embeddings"),
+    # attention
+    "attention.kind": (),
+    "attention.layer_pattern": (),
+    "attention.full_layers": (),
+    "attention.sliding_layers": (),
+    "attention.chunked_layers": (),
+    "attention.linear_attention_layers": (),
+    "attention.ssm_layers": (),
+    "attention.kv_cache_layers": (),
+    "attention.layer_types": ("layer_types",),
+    # position encoding
+    "rope.type": _in_dicts(_ROPE_DICTS, "rope_type", "type"),
+    "rope.factor": _in_dicts(_ROPE_DICTS, "factor"),
+    "rope.theta": ("rope_theta", *_in_dicts(_ROPE_DICTS, "rope_theta")),
+    "rope.partial_rotary_factor": (
+        "partial_rotary_factor",
+        *_in_dicts(_ROPE_DICTS, "partial_rotary_factor"),
+    ),
+    "rope.local_theta": ("rope_local_base_freq",),
+    # experts
+    "moe.num_experts": EXPERT_COUNT_KEYS,
+    "moe.experts_per_token": TOP_K_KEYS,
+    "moe.num_shared_experts": SHARED_COUNT_KEYS,
+    "moe.moe_layers": (),
+    "moe.dense_layers": (),
+    "moe.dense_layer_indices": (),
+    "moe.expert_intermediate_size": ("moe_intermediate_size", *_spellings("intermediate_size")),
+    "moe.shared_expert_intermediate_size": ("shared_expert_intermediate_size",),
+    "moe.dense_intermediate_size": ("intermediate_size_mlp", *_spellings("intermediate_size")),
+    "moe.scoring": ("scoring_func",),
+    # quantization
+    "quantization.method": _in_dicts(_QUANT_DICTS, "quant_method"),
+    "quantization.format": _in_dicts(_QUANT_DICTS, "fmt", "format", "bnb_4bit_quant_type"),
+    "quantization.bits": _in_dicts(_QUANT_DICTS, "bits", "w_bit"),
+    "quantization.group_size": _in_dicts(_QUANT_DICTS, "group_size", "q_group_size"),
+    "quantization.modules_not_converted": _in_dicts(
+        _QUANT_DICTS, "modules_to_not_convert", "modules_not_converted", "ignore"
+    ),
+    "quantization.quantized_params": (),
+    "quantization.unquantized_params": (),
+    "quantization.scale_bytes": (),
+    "quantization.scale_format": (),
+    # size and memory: all computed, except the checkpoint size (see FIGURE_SOURCES)
+    "total_params": (),
+    "active_params": (),
+    "extra_params": (),
+    "embedding_params": (),
+    "weight_bytes": (),
+    "weight_bytes_by_dtype": (),
+    "kv_cache_bytes_per_token": (),
+    "kv_cache_bytes_at_max_context": (),
+}
+# Figures whose source is neither the config nor the engine's arithmetic.
+FIGURE_SOURCES: Mapping[str, str] = {"checkpoint_total_size_bytes": FROM_INDEX}
+
+_DEFAULT_PREFIXES: Mapping[str, tuple[str, ...]] = {
+    "attention": ("",),
+    "moe": ("",),
+    "rope": tuple(f"{name}." for name in _ROPE_DICTS),
+    "quantization": tuple(f"{name}." for name in _QUANT_DICTS),
+}
+
+
+def figure_config_keys(figure: str) -> tuple[str, ...]:
+    """The config paths `figure` may be read from (see `FIGURE_CONFIG_KEYS`)."""
+    if figure in FIGURE_CONFIG_KEYS:
+        return FIGURE_CONFIG_KEYS[figure]
+    section, _, key = figure.rpartition(".")
+    if not section:
+        return (figure,)
+    return tuple(prefix + key for prefix in _DEFAULT_PREFIXES.get(section, ()))
+
+
+_ABSENT = object()
+
+
+def _dig(config: Mapping[str, Any], path: str) -> Any:
+    """The value at a dotted path ("rope_scaling.factor", "architectures.0"), or _ABSENT."""
+    value: Any = config
+    for part in path.split("."):
+        if isinstance(value, Mapping) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return _ABSENT
+    return value
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON values: 10000 and 10000.0 are the same, True and 1 are not."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return float(a) == float(b)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+@dataclass(frozen=True)
+class FigureSources:
+    """Says where each figure comes from, against the config the analysis read.
+
+    A multimodal config is searched in its `text_config` first (the text model the engine
+    analyses), then at its top level (quantization, dtype and architectures live there).
+    """
+
+    scopes: tuple[Mapping[str, Any], ...]
+
+    @classmethod
+    def of_config(cls, config: Any) -> FigureSources:
+        if not isinstance(config, Mapping):
+            return cls(scopes=())
+        text = config.get("text_config")
+        return cls(scopes=(text, config) if isinstance(text, Mapping) else (config,))
+
+    def source(self, figure: str, value: Any) -> str:
+        """ "read from config" when the config holds one of the figure's keys with `value`,
+        the fixed source of an index figure, else "computed from config"."""
+        if figure in FIGURE_SOURCES:
+            return FIGURE_SOURCES[figure]
+        for path in figure_config_keys(figure):
+            for scope in self.scopes:
+                found = _dig(scope, path)
+                if found is not _ABSENT and found is not None and _same(found, value):
+                    return FROM_CONFIG
+        return COMPUTED
+
+    def row(
+        self, label: str, figure: str, value: Any, show: Any = None, *, note: str = ""
+    ) -> AnalysisRow:
+        """A row showing `value` through `show` (default `_text`); a missing value ("—") gets
+        no source."""
+        text = (show or _text)(value)
+        source = "" if text == MISSING else self.source(figure, value)
+        return AnalysisRow(label, text, source, note=note)
+
+    def computed(self, label: str, text: str, *, note: str = "") -> AnalysisRow:
+        """A row whose text the page composes itself (a summary)."""
+        return AnalysisRow(label, text, "" if text == MISSING else COMPUTED, note=note)
+
+
+# --- release page: analysis tables ----------------------------------------------------------
+
 _ATTENTION_FIELDS = (
     ("layer_pattern", "Layer pattern"),
     ("q_lora_rank", "MLA Q LoRA rank"),
@@ -355,37 +588,43 @@ _LAYER_COUNTS = {
 }
 
 
-def _attention_rows(attention: Mapping[str, Any] | None) -> list[AnalysisRow]:
+def _is_empty(value: Any) -> bool:
+    return value is None or value == [] or value == {}
+
+
+def _attention_rows(
+    attention: Mapping[str, Any] | None, sources: FigureSources
+) -> list[AnalysisRow]:
     """Kind, then the figures the attention summary has: absent, null and zero layer counts
     are left out; the per-layer list is shown only when there is no pattern summary."""
     if attention is None:
-        return [AnalysisRow("Attention kind", MISSING, FROM_CONFIG)]
-    rows = [AnalysisRow("Attention kind", _text(attention.get("kind")), FROM_CONFIG)]
+        return [sources.row("Attention kind", "attention.kind", None)]
+    rows = [sources.row("Attention kind", "attention.kind", attention.get("kind"))]
     labels = dict(_ATTENTION_FIELDS)
     keys = [key for key, _ in _ATTENTION_FIELDS] + [
         key for key in attention if key not in labels and key != "kind"
     ]
     for key in keys:
         value = attention.get(key)
-        if value is None or (key in _LAYER_COUNTS and value == 0):
+        if _is_empty(value) or (key in _LAYER_COUNTS and value == 0):
             continue
         if key == "layer_types" and attention.get("layer_pattern"):
             continue
-        text = _tokens(value) if key in _TOKEN_SPANS else _text(value)
-        rows.append(AnalysisRow(labels.get(key) or _label(key), text, FROM_CONFIG))
+        show = _tokens if key in _TOKEN_SPANS else _text
+        rows.append(sources.row(labels.get(key) or _label(key), f"attention.{key}", value, show))
     return rows
 
 
-def _rope_rows(rope: Mapping[str, Any] | None) -> list[AnalysisRow]:
+def _rope_rows(rope: Mapping[str, Any] | None, sources: FigureSources) -> list[AnalysisRow]:
     rope = rope or {}
     rows = [
-        AnalysisRow("RoPE type", _text(rope.get("type")), FROM_CONFIG),
-        AnalysisRow("RoPE factor", _text(rope.get("factor")), FROM_CONFIG),
-        AnalysisRow("RoPE theta", _text(rope.get("theta")), FROM_CONFIG),
+        sources.row("RoPE type", "rope.type", rope.get("type")),
+        sources.row("RoPE factor", "rope.factor", rope.get("factor")),
+        sources.row("RoPE theta", "rope.theta", rope.get("theta")),
     ]
     for key, value in rope.items():
         if key not in ("type", "factor", "theta") and value is not None:
-            rows.append(AnalysisRow(f"RoPE {_label(key).lower()}", _text(value), FROM_CONFIG))
+            rows.append(sources.row(f"RoPE {_label(key).lower()}", f"rope.{key}", value))
     return rows
 
 
@@ -402,20 +641,30 @@ _MOE_FIELDS = (
 )
 
 
-def _moe_rows(result: Mapping[str, Any]) -> list[AnalysisRow]:
+def _moe_rows(result: Mapping[str, Any], sources: FigureSources) -> list[AnalysisRow]:
     if "moe" not in result:
-        return [AnalysisRow("Mixture of experts", MISSING, FROM_CONFIG)]
+        return [sources.computed("Mixture of experts", MISSING)]
     moe = _dict(result.get("moe"))
     if moe is None:
-        return [AnalysisRow("Mixture of experts", "dense (no experts)", FROM_CONFIG)]
-    rows = [AnalysisRow(label, _text(moe.get(key)), FROM_CONFIG) for key, label in _MOE_FIELDS]
+        return [sources.computed("Mixture of experts", "dense (no experts)")]
+    rows = [sources.row(label, f"moe.{key}", moe.get(key)) for key, label in _MOE_FIELDS]
     known = {key for key, _ in _MOE_FIELDS}
     rows += [
-        AnalysisRow(_label(key), _text(value), FROM_CONFIG)
+        sources.row(_label(key), f"moe.{key}", value)
         for key, value in moe.items()
-        if key not in known and value is not None
+        if key not in known and not _is_empty(value)
     ]
     return rows
+
+
+def _has_dense_layers(result: Mapping[str, Any]) -> bool:
+    """False only for a mixture of experts whose every layer is MoE (gpt-oss, Qwen3-MoE):
+    its `intermediate_size` is no dense FFN's width."""
+    moe = _dict(result.get("moe"))
+    if moe is None:
+        return True
+    dense = moe.get("dense_layers")
+    return not (dense == 0 or moe.get("dense_layer_indices") == [])
 
 
 def _quantization_summary(result: Mapping[str, Any]) -> str:
@@ -455,25 +704,21 @@ _QUANT_FIELDS: tuple[tuple[str, str, Any], ...] = (
 )
 
 
-def _quantization_section(result: Mapping[str, Any]) -> AnalysisSection | None:
+def _quantization_section(
+    result: Mapping[str, Any], sources: FigureSources
+) -> AnalysisSection | None:
     """The quantization details, when the config declares a quantization."""
     quant = _dict(result.get("quantization"))
     if quant is None:
         return None
     known = {key for key, _, _ in _QUANT_FIELDS}
     rows = [
-        AnalysisRow(
-            label,
-            show(quant[key]),
-            COMPUTED
-            if key in ("quantized_params", "unquantized_params", "scale_bytes")
-            else FROM_CONFIG,
-        )
+        sources.row(label, f"quantization.{key}", quant[key], show)
         for key, label, show in _QUANT_FIELDS
         if key in quant and (quant[key] is not None or key == "modules_not_converted")
     ]
     rows += [
-        AnalysisRow(_label(key), _text(value), FROM_CONFIG)
+        sources.row(_label(key), f"quantization.{key}", value)
         for key, value in quant.items()
         if key not in known and value is not None
     ]
@@ -493,96 +738,129 @@ def _number_or_zero(value: Any) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
+MTP = "multi-token prediction (MTP)"
+
+
 def _extra_params_note(result: Mapping[str, Any]) -> str:
     mtp = result.get("mtp_layers")
     if isinstance(mtp, int) and not isinstance(mtp, bool):
-        return f"multi-token prediction (MTP) modules: {mtp}; not in total params"
-    return "multi-token prediction (MTP) modules; not in total params"
+        return f"{MTP} modules: {mtp}; not in total params"
+    return f"{MTP} modules; not in total params"
 
 
-def analysis_sections(result: Mapping[str, Any]) -> list[AnalysisSection]:
-    """The analysis result as titled tables; any missing key shows as an em dash."""
-    sections = [
-        AnalysisSection(
-            "Model",
-            [
-                AnalysisRow("Architecture", _text(result.get("architecture")), FROM_CONFIG),
-                AnalysisRow("Model type", _text(result.get("model_type")), FROM_CONFIG),
-                AnalysisRow("Family", _family_text(result), COMPUTED),
-                AnalysisRow("Stored dtype", _text(result.get("torch_dtype")), FROM_CONFIG),
-                AnalysisRow("Quantization", _quantization_summary(result), FROM_CONFIG),
-                AnalysisRow(
-                    "Tied input/output embeddings",
-                    _text(result.get("tie_word_embeddings")),
-                    FROM_CONFIG,
-                ),
-            ],
-        ),
-        AnalysisSection(
-            "Shape",
-            [
-                AnalysisRow("Layers", count(result.get("num_layers")), FROM_CONFIG),
-                AnalysisRow("Hidden size", count(result.get("hidden_size")), FROM_CONFIG),
-                AnalysisRow(
-                    "Attention heads", count(result.get("num_attention_heads")), FROM_CONFIG
-                ),
-                AnalysisRow("KV heads", count(result.get("num_kv_heads")), FROM_CONFIG),
-                AnalysisRow("Head dim", count(result.get("head_dim")), FROM_CONFIG),
-                AnalysisRow("Dense FFN size", count(result.get("intermediate_size")), FROM_CONFIG),
-                AnalysisRow("Vocabulary", _tokens(result.get("vocab_size")), FROM_CONFIG),
-                AnalysisRow(
-                    "Max context", _tokens(result.get("max_position_embeddings")), FROM_CONFIG
-                ),
-            ],
-        ),
-        AnalysisSection("Attention", _attention_rows(_dict(result.get("attention")))),
-        AnalysisSection("Position encoding", _rope_rows(_dict(result.get("rope")))),
-        AnalysisSection("Experts", _moe_rows(result)),
-        AnalysisSection(
-            "Size and memory",
-            [
-                AnalysisRow("Total params", params(result.get("total_params")), COMPUTED),
-                AnalysisRow(
-                    "Active params",
-                    params(result.get("active_params")),
-                    COMPUTED,
-                    note="per token, excluding the input embedding",
-                ),
-                AnalysisRow(
-                    "Extra params",
-                    params(result.get("extra_params")),
-                    COMPUTED,
-                    note=_extra_params_note(result),
-                ),
-                AnalysisRow("Embedding params", params(result.get("embedding_params")), COMPUTED),
-                AnalysisRow("Weight bytes", gib(result.get("weight_bytes")), COMPUTED),
-                AnalysisRow(
-                    "Weight bytes by dtype",
-                    _bytes_by_dtype(result.get("weight_bytes_by_dtype")),
-                    COMPUTED,
-                ),
-                AnalysisRow(
-                    "Checkpoint size",
-                    gib(result.get("checkpoint_total_size_bytes")),
-                    FROM_INDEX,
-                ),
-                AnalysisRow(
-                    "KV cache per token",
-                    bytes_per_token(result.get("kv_cache_bytes_per_token")),
-                    COMPUTED,
-                ),
-                AnalysisRow(
-                    "KV cache at max context",
-                    gib(result.get("kv_cache_bytes_at_max_context")),
-                    COMPUTED,
-                    note="one sequence of max context length",
-                ),
-            ],
+def analysis_sections(
+    result: Mapping[str, Any], config: Mapping[str, Any] | None = None
+) -> list[AnalysisSection]:
+    """The analysis result as titled tables; any missing key shows as an em dash.
+
+    `config` is the `config.json` the analysis read; a figure is labelled "read from config"
+    only when that config holds it (see `FIGURE_CONFIG_KEYS`), else "computed from config".
+    """
+    src = FigureSources.of_config(config)
+    shape = [
+        src.row("Layers", "num_layers", result.get("num_layers"), count),
+        src.row("Hidden size", "hidden_size", result.get("hidden_size"), count),
+        src.row("Attention heads", "num_attention_heads", result.get("num_attention_heads"), count),
+        src.row("KV heads", "num_kv_heads", result.get("num_kv_heads"), count),
+        src.row("Head dim", "head_dim", result.get("head_dim"), count),
+    ]
+    if _has_dense_layers(result):
+        shape.append(
+            src.row("Dense FFN size", "intermediate_size", result.get("intermediate_size"), count)
+        )
+    shape += [
+        src.row("Vocabulary", "vocab_size", result.get("vocab_size"), _tokens),
+        src.row(
+            "Max context",
+            "max_position_embeddings",
+            result.get("max_position_embeddings"),
+            _tokens,
         ),
     ]
-    model, *structure, size = sections
-    quantization = _quantization_section(result)
-    return [model, size, *structure, *([quantization] if quantization else [])]
+    model = AnalysisSection(
+        "Model",
+        [
+            src.row("Architecture", "architecture", result.get("architecture")),
+            src.row("Model type", "model_type", result.get("model_type")),
+            src.computed("Family", _family_text(result)),
+            src.row("Stored dtype", "torch_dtype", result.get("torch_dtype")),
+            src.computed("Quantization", _quantization_summary(result)),
+            src.row(
+                "Tied input/output embeddings",
+                "tie_word_embeddings",
+                result.get("tie_word_embeddings"),
+            ),
+        ],
+    )
+    size = AnalysisSection(
+        "Size and memory",
+        [
+            src.row("Total params", "total_params", result.get("total_params"), params),
+            src.row(
+                "Active params",
+                "active_params",
+                result.get("active_params"),
+                params,
+                note="per token, excluding the input embedding",
+            ),
+            src.row(
+                "Extra params",
+                "extra_params",
+                result.get("extra_params"),
+                params,
+                note=_extra_params_note(result),
+            ),
+            src.row("Embedding params", "embedding_params", result.get("embedding_params"), params),
+            src.row("Weight bytes", "weight_bytes", result.get("weight_bytes"), gib),
+            src.row(
+                "Weight bytes by dtype",
+                "weight_bytes_by_dtype",
+                result.get("weight_bytes_by_dtype"),
+                _bytes_by_dtype,
+            ),
+            src.row(
+                "Checkpoint size",
+                "checkpoint_total_size_bytes",
+                result.get("checkpoint_total_size_bytes"),
+                gib,
+            ),
+            src.row(
+                "KV cache per token",
+                "kv_cache_bytes_per_token",
+                result.get("kv_cache_bytes_per_token"),
+                bytes_per_token,
+            ),
+            src.row(
+                "KV cache at max context",
+                "kv_cache_bytes_at_max_context",
+                result.get("kv_cache_bytes_at_max_context"),
+                gib,
+                note="one sequence of max context length",
+            ),
+        ],
+    )
+    quantization = _quantization_section(result, src)
+    return [
+        model,
+        size,
+        AnalysisSection("Shape", shape),
+        AnalysisSection("Attention", _attention_rows(_dict(result.get("attention")), src)),
+        AnalysisSection("Position encoding", _rope_rows(_dict(result.get("rope")), src)),
+        AnalysisSection("Experts", _moe_rows(result, src)),
+        *([quantization] if quantization else []),
+    ]
+
+
+def _detail_without_aspect(aspect: str, detail: str) -> str:
+    """The detail without a leading repeat of its aspect label: aspect "RoPE type", detail
+    "RoPE type not seen before: yarn" → "not seen before: yarn"; "RoPE type: yarn" → "yarn"."""
+    if aspect == MISSING or not detail.lower().startswith(aspect.lower()):
+        return detail
+    rest = detail[len(aspect) :]
+    if rest[:1].isalnum():  # "family" in "familyX": not a repeat of the label
+        return detail
+    rest = rest.lstrip(" :—-")
+    return rest or detail
 
 
 def _new_aspects(value: Any) -> list[NewAspect]:
@@ -591,9 +869,9 @@ def _new_aspects(value: Any) -> list[NewAspect]:
     aspects = []
     for item in value:
         if isinstance(item, Mapping):
-            aspects.append(
-                NewAspect(aspect=_text(item.get("aspect")), detail=_text(item.get("detail")))
-            )
+            aspect = _text(item.get("aspect"))
+            detail = _detail_without_aspect(aspect, _text(item.get("detail")))
+            aspects.append(NewAspect(aspect=aspect, detail=detail))
         elif item:
             aspects.append(NewAspect(aspect=MISSING, detail=str(item)))
     return aspects
@@ -607,6 +885,25 @@ def _conventions(value: Any) -> list[tuple[str, str]]:
     return [(str(key), _text(text)) for key, text in conventions.items()]
 
 
+def analysed_config(release: ModelRelease, run: StageRun) -> Mapping[str, Any] | None:
+    """The `config.json` an analysis read: the release's stored config, else the config in
+    the result of the latest succeeded fetch of the analysis's job (prefetched runs)."""
+    if isinstance(release.config, Mapping):
+        return release.config
+    fetches = [
+        other
+        for job in release.jobs.all()
+        if job.pk == run.job_id
+        for other in job.stage_runs.all()
+        if other.stage == "fetch" and other.status == StageStatus.SUCCEEDED
+    ]
+    for fetch in sorted(fetches, key=lambda r: r.attempt, reverse=True):
+        config = fetch.result.get("config") if isinstance(fetch.result, Mapping) else None
+        if isinstance(config, Mapping):
+            return config
+    return None
+
+
 def analysis(release: ModelRelease) -> Analysis | None:
     """The release's latest successful analysis, or None when no analysis succeeded yet."""
     run = latest_analysis_run(release)
@@ -617,7 +914,7 @@ def analysis(release: ModelRelease) -> Analysis | None:
     family_known = result.get("family_known")
     return Analysis(
         run=run,
-        sections=analysis_sections(result),
+        sections=analysis_sections(result, analysed_config(release, run)),
         notes=[str(n) for n in notes] if isinstance(notes, list) else [],
         new_against_known=_new_aspects(result.get("new_against_known")),
         family_known=family_known if isinstance(family_known, bool) else None,

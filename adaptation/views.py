@@ -2,8 +2,10 @@
 `services`.
 
 The board and the release page each return their full page, or, for an htmx request, only
-the live part that polls; that part carries its polling trigger only while something runs,
-so the browser stops asking once the work is done.
+the live part that polls. The board always polls: every `BOARD_POLL_BUSY_S` seconds while a
+stage runs, every `BOARD_POLL_IDLE_S` seconds otherwise, so a release the periodic hub poll
+finds appears on an open board. The release page's job panel polls only while its job runs,
+so the browser stops asking once that work is done.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from adaptation import presenters, selectors, services
 from adaptation.models import AdaptationJob, ModelRelease
 
 POLL_EVERY = "every 3s"
+# The board's refresh period (seconds) while stages run, and while nothing runs.
+BOARD_POLL_BUSY_S = 3
+BOARD_POLL_IDLE_S = 20
 
 
 def login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -61,10 +66,13 @@ def _render(
 @login_required
 @require_GET
 def board(request: HttpRequest) -> HttpResponse:
-    """The release board: a row per release, a column per stage, refreshed while work runs."""
+    """The release board: a row per release, a column per stage; refreshed quickly while work
+    runs and slowly otherwise, so new releases appear without a reload."""
+    running = selectors.anything_running()
     context = {
         "board": presenters.board(selectors.releases_for_board(), now=timezone.now()),
-        "polling": selectors.anything_running(),
+        "polling": running,
+        "board_poll_s": BOARD_POLL_BUSY_S if running else BOARD_POLL_IDLE_S,
         "troubled_watches": list(selectors.watches_with_errors()),
     }
     return _render(

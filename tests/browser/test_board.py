@@ -55,8 +55,12 @@ def demo_releases() -> dict[str, object]:
         statuses={"fetch": "succeeded", "analyze": "succeeded"},
         results={"fetch": FETCH_RESULT, "analyze": DEEPSEEK_V3_ANALYSIS},
     )
-    ready_job.finished_at = ready.published_at + timedelta(hours=2, minutes=14)
-    ready_job.save(update_fields=["finished_at"])
+    # Adapted 2 h 14 min after publication: the analyze stage finished then.
+    for stage, minutes in (("fetch", 13), ("analyze", 14)):
+        finished = ready.published_at + timedelta(hours=2, minutes=minutes)
+        StageRun.objects.filter(job=ready_job, stage=stage).update(
+            started_at=finished - timedelta(seconds=3), finished_at=finished
+        )
     failed = make_release(
         repo_id="moonshotai/Kimi-K2-Instruct",
         published_at=now - timedelta(minutes=50),
@@ -78,6 +82,9 @@ def demo_releases() -> dict[str, object]:
 
 def test_board_live_refresh_and_release_page(live_server, page):
     from playwright.sync_api import expect
+
+    asked = []
+    page.on("request", lambda request: asked.append(request.url))
 
     rows = demo_releases()
     ready, failed, running = rows["ready"], rows["failed"], rows["running"]
@@ -125,9 +132,11 @@ def test_board_live_refresh_and_release_page(live_server, page):
     expect(cell(running, "analyze")).to_contain_text("Succeeded", timeout=10_000)
     assert page.evaluate("window.__day0NoReload") == "still here"
     assert page.evaluate("document.activeElement.id") == f"release-link-{ready.pk}"
-    # Nothing runs any more: the server sent the table without its polling trigger.
-    expect(page.locator("#board-table caption")).to_contain_text("Nothing running")
-    assert page.locator("#board-table").get_attribute("hx-trigger") is None
+    # Nothing runs any more: the server slowed the refresh down to look for new releases.
+    expect(page.locator("#board-table caption")).to_contain_text(
+        "Checking for new releases every 20 s"
+    )
+    assert page.locator("#board-table").get_attribute("hx-trigger") == "every 20s"
 
     # Open a release and read its analysis.
     page.locator(f"#release-link-{ready.pk}").click()
@@ -159,3 +168,58 @@ def test_board_live_refresh_and_release_page(live_server, page):
     # Log out through the header's POST form (real CSRF).
     page.get_by_role("button", name="Log out").click()
     expect(page).to_have_url(re.compile(r"/accounts/login/$"))
+    # The inline SVG icon spares the browser a /favicon.ico request (a 404 in the log).
+    assert not [url for url in asked if url.endswith("/favicon.ico")]
+
+
+def log_in(page, live_server) -> None:
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.get_by_label("Username").fill("demo")
+    page.get_by_label("Password").fill("day0-demo")
+    page.get_by_role("button", name="Log in").click()
+
+
+def test_idle_board_shows_a_new_release_without_a_reload(live_server, browser, monkeypatch):
+    """Nothing runs, the hub poll finds a release: it appears on the open board by itself,
+    the page keeps its scroll position and focus."""
+    from playwright.sync_api import expect
+
+    monkeypatch.setattr("adaptation.views.BOARD_POLL_IDLE_S", 1)  # 20 s in production
+    AcceleratorPool.objects.get_or_create(
+        name="cpu", defaults={"backend": "cpu", "queue": "pool.cpu"}
+    )
+    call_command("load_demo")
+    now = timezone.now()
+    for n in range(25):
+        make_job(
+            release=make_release(
+                repo_id=f"org/older-{n}", discovered_at=now - timedelta(hours=1, minutes=n)
+            ),
+            statuses={"fetch": "succeeded", "analyze": "succeeded"},
+        )
+    context = browser.new_context(viewport={"width": 1300, "height": 600})
+    context.set_default_timeout(10_000)
+    try:
+        page = context.new_page()
+        log_in(page, live_server)
+        expect(page.locator("#board-table caption")).to_contain_text(
+            "Checking for new releases every 1 s"
+        )
+        page.evaluate("window.__day0NoReload = 'still here'")
+        page.mouse.wheel(0, 400)
+        page.wait_for_function("window.scrollY >= 300")
+        scrolled = page.evaluate("window.scrollY")
+        link = page.get_by_role("link", name="org/older-10")
+        link.focus()
+
+        found = make_release(repo_id="openai/gpt-oss-120b", discovered_at=timezone.now())
+        make_job(release=found)  # found by the hub poll, its job not started yet
+
+        expect(page.locator(f"#release-row-{found.pk}")).to_contain_text("openai/gpt-oss-120b")
+        expect(page.locator(f"#release-row-{found.pk} td.clock")).to_contain_text("not ready yet")
+        assert page.evaluate("window.__day0NoReload") == "still here"
+        assert page.evaluate("document.activeElement.textContent") == "org/older-10"
+        assert abs(page.evaluate("window.scrollY") - scrolled) < 80
+        page.screenshot(path="/tmp/day0-board-new-release.png", full_page=True)
+    finally:
+        context.close()

@@ -56,7 +56,7 @@ def test_demo_hub_releases_are_adapted_and_shown(live_server, page, stages_run_i
     for stage in ("fetch", "analyze"):
         cells = page.locator(f"#board-table td[data-stage='{stage}']").all_inner_texts()
         assert len(cells) == 6 and all("Succeeded" in text for text in cells)
-    expect(page.locator("#board-table caption")).to_contain_text("Nothing running")
+    expect(page.locator("#board-table caption")).to_contain_text("Checking for new releases")
 
     page.get_by_role("link", name="moonshotai/Kimi-K2-Instruct").click()
     expect(page.get_by_role("heading", name="moonshotai/Kimi-K2-Instruct", level=1)).to_be_visible()

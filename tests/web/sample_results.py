@@ -39,4 +39,8 @@ NEW_FAMILY_ANALYSIS: dict[str, Any] = {
     "notes": [],
 }
 
-FETCH_RESULT: dict[str, Any] = {"files": ["config.json"], "config": {"model_type": "deepseek_v3"}}
+# What the fetch stage hands the analysis: DeepSeek-V3's published config.
+FETCH_RESULT: dict[str, Any] = {
+    "files": ["config.json"],
+    "config": load_realconfig("deepseek-ai__DeepSeek-V3"),
+}

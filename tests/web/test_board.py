@@ -85,12 +85,26 @@ def test_cell_shows_latest_attempt_number(logged_in_client):
     assert cell_text(html, job.release.pk, "fetch") == "Succeeded 3.0 s"
 
 
+def finish_stages(job, at, *, attempt: int = 1) -> None:
+    """Move the finish of the job's attempt-`attempt` runs to `at` (analyze) and 30 s
+    before (fetch)."""
+    StageRun.objects.filter(job=job, stage="fetch", attempt=attempt).update(
+        finished_at=at - timedelta(seconds=30)
+    )
+    StageRun.objects.filter(job=job, stage="analyze", attempt=attempt).update(finished_at=at)
+
+
+def clock_text(html: str, release_pk: int) -> str:
+    row = re.search(rf'<tr id="release-row-{release_pk}".*?</tr>', html, re.S)[0]
+    cell = re.search(r'<td class="clock">(.*?)</td>', row, re.S)[1]
+    return " ".join(re.sub(r"<[^>]+>", " ", cell).split())
+
+
 def test_day0_clock(logged_in_client):
     now = timezone.now()
     ready = make_release(published_at=now - timedelta(hours=3))
     job = make_job(release=ready, statuses={"fetch": "succeeded", "analyze": "succeeded"})
-    job.finished_at = ready.published_at + timedelta(hours=2, minutes=14)
-    job.save(update_fields=["finished_at"])
+    finish_stages(job, ready.published_at + timedelta(hours=2, minutes=14))
     unknown = make_release(published_at=None)
     make_job(release=unknown, statuses={"fetch": "running"})
 
@@ -99,9 +113,115 @@ def test_day0_clock(logged_in_client):
     ready_row = re.search(rf'<tr id="release-row-{ready.pk}".*?</tr>', html, re.S)[0]
     assert "ready after 2 h 14 m" in ready_row
     assert re.search(r"published <strong>3 h 00 m</strong> ago", ready_row)
+    assert "re-run" not in ready_row
     unknown_row = re.search(rf'<tr id="release-row-{unknown.pk}".*?</tr>', html, re.S)[0]
     assert "published time unknown" in unknown_row
     assert "ready after" not in unknown_row
+
+
+def test_day0_clock_keeps_the_first_readiness_through_a_later_successful_rerun(
+    logged_in_client,
+):
+    now = timezone.now()
+    release = make_release(published_at=now - timedelta(hours=3))
+    job = make_job(release=release, statuses={"fetch": "succeeded", "analyze": "succeeded"})
+    finish_stages(job, release.published_at + timedelta(minutes=1, seconds=2))
+    # A re-run of analyze an hour later, succeeded: the job's finish moves, readiness not.
+    StageRun.objects.create(
+        job=job,
+        stage="analyze",
+        position=1,
+        attempt=2,
+        status="succeeded",
+        started_at=now - timedelta(minutes=5),
+        finished_at=now - timedelta(minutes=4),
+    )
+    job.finished_at = now - timedelta(minutes=4)
+    job.save(update_fields=["finished_at"])
+    # And a manual re-adapt (a newer job) that also succeeded later still.
+    newer = make_job(
+        release=release,
+        statuses={"fetch": "succeeded", "analyze": "succeeded"},
+        trigger="manual",
+        created_at=now - timedelta(minutes=2),
+    )
+    finish_stages(newer, now - timedelta(minutes=1))
+
+    html = logged_in_client.get(BOARD).content.decode()
+
+    assert clock_text(html, release.pk) == "published 3 h 00 m ago ready after 1 m 02 s"
+
+
+@pytest.mark.parametrize(
+    ("newest_statuses", "shown"),
+    [
+        ({"fetch": "succeeded", "analyze": "failed"}, "ready after 1 m 02 s · re-run failed"),
+        ({"fetch": "succeeded", "analyze": "running"}, "ready after 1 m 02 s · re-run running"),
+        ({"fetch": "queued"}, "ready after 1 m 02 s · re-run running"),
+        ({}, "ready after 1 m 02 s · re-run pending"),
+    ],
+)
+def test_day0_clock_stays_ready_while_a_rerun_runs_or_after_it_failed(
+    logged_in_client, newest_statuses, shown
+):
+    now = timezone.now()
+    release = make_release(published_at=now - timedelta(hours=3))
+    first = make_job(release=release, statuses={"fetch": "succeeded", "analyze": "succeeded"})
+    finish_stages(first, release.published_at + timedelta(minutes=1, seconds=2))
+    make_job(
+        release=release,
+        statuses=newest_statuses,
+        errors={"analyze": "boom"},
+        trigger="manual",
+        created_at=timezone.now() + timedelta(seconds=5),
+    )
+
+    html = logged_in_client.get(BOARD).content.decode()
+
+    assert clock_text(html, release.pk) == f"published 3 h 00 m ago {shown}"
+    assert "not ready" not in clock_text(html, release.pk)
+
+
+def test_day0_clock_counts_a_stage_rerun_within_the_same_job(logged_in_client):
+    """A stage that failed and succeeded on its second attempt: ready when that attempt
+    finished; a third attempt that fails later does not undo it."""
+    now = timezone.now()
+    release = make_release(published_at=now - timedelta(hours=1))
+    job = make_job(
+        release=release,
+        statuses={"fetch": "succeeded", "analyze": "failed"},
+        errors={"analyze": "x"},
+    )
+    StageRun.objects.filter(job=job, stage="fetch").update(
+        finished_at=release.published_at + timedelta(minutes=5)
+    )
+    StageRun.objects.create(
+        job=job,
+        stage="analyze",
+        position=1,
+        attempt=2,
+        status="succeeded",
+        finished_at=release.published_at + timedelta(minutes=20),
+    )
+    StageRun.objects.create(
+        job=job, stage="analyze", position=1, attempt=3, status="failed", error="later"
+    )
+    from adaptation.services import job_refresh_status
+
+    job_refresh_status(job=job)
+
+    html = logged_in_client.get(BOARD).content.decode()
+
+    assert clock_text(html, release.pk) == (
+        "published 1 h 00 m ago ready after 20 m 00 s · re-run failed"
+    )
+
+
+def test_day0_clock_not_ready_when_no_job_ever_succeeded(logged_in_client):
+    release = make_release(published_at=timezone.now() - timedelta(hours=1))
+    make_job(release=release, statuses={"fetch": "succeeded", "analyze": "failed"})
+    html = logged_in_client.get(BOARD).content.decode()
+    assert clock_text(html, release.pk) == "published 1 h 00 m ago not ready: a stage failed"
 
 
 def test_htmx_request_gets_only_the_partial_and_polls_while_running(logged_in_client):
@@ -125,10 +245,12 @@ def test_full_page_polls_while_running(logged_in_client):
     html = logged_in_client.get(BOARD).content.decode()
     assert "<html" in html
     assert 'hx-trigger="every 3s"' in html
-    assert "Live: refreshing every 3 s" in html
+    assert "Live: refreshing every 3 s while stages run" in html
+    assert "Checking for new releases" not in html
 
 
-def test_polling_stops_when_nothing_runs(logged_in_client):
+def test_board_polls_slowly_when_nothing_runs(logged_in_client):
+    """An idle board keeps asking, slowly, so a release the hub poll finds appears."""
     job = make_job(statuses={"fetch": "succeeded", "analyze": "running"})
     StageRun.objects.filter(job=job, stage="analyze").update(
         status="succeeded", finished_at=timezone.now()
@@ -136,15 +258,30 @@ def test_polling_stops_when_nothing_runs(logged_in_client):
 
     html = logged_in_client.get(BOARD, headers={"HX-Request": "true"}).content.decode()
 
-    assert "hx-trigger" not in html and "hx-get" not in html
+    assert 'hx-trigger="every 20s"' in html and "every 3s" not in html
+    assert f'hx-get="{BOARD}"' in html and 'hx-swap="outerHTML"' in html
     assert cell_text(html, job.release.pk, "analyze").startswith("Succeeded")
-    assert "Nothing running" in html
+    assert "Checking for new releases every 20 s" in html
+    assert "Live: refreshing" not in html
 
 
 def test_empty_board(logged_in_client):
     html = logged_in_client.get(BOARD).content.decode()
     assert "No releases yet." in html
-    assert "hx-trigger" not in html
+    assert 'hx-trigger="every 20s"' in html
+    assert "Checking for new releases every 20 s" in html
+
+
+def test_idle_board_poll_shows_a_release_found_since(logged_in_client):
+    first = logged_in_client.get(BOARD, headers={"HX-Request": "true"}).content.decode()
+    assert "No releases yet." in first and 'hx-trigger="every 20s"' in first
+
+    release = make_release(repo_id="openai/gpt-oss-20b")
+    make_job(release=release)  # pending: found, not yet queued
+
+    later = logged_in_client.get(BOARD, headers={"HX-Request": "true"}).content.decode()
+    assert f'id="release-row-{release.pk}"' in later
+    assert 'hx-trigger="every 20s"' in later
 
 
 def test_failed_watch_shows_in_hub_trouble_banner(logged_in_client):

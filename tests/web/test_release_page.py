@@ -48,14 +48,38 @@ def row_source(html: str, label: str) -> str:
     return match[1]
 
 
-def analysed_release(result: dict | None = None, **release_fields):
+def all_sources(html: str) -> dict[str, str]:
+    """Every analysis row's label and source, in page order."""
+    return dict(
+        re.findall(
+            r'<th scope="row">([^<]*)</th>\s*<td class="value">.*?</td>\s*'
+            r'<td class="provenance-cell">(.*?)</td>',
+            html,
+            re.S,
+        )
+    )
+
+
+def analysed_release(result: dict | None = None, *, config: dict | None = None, **release_fields):
+    """A release whose job fetched `config` (default DeepSeek-V3's) and analysed it."""
     release = make_release(**release_fields)
+    fetch = {**FETCH_RESULT, "config": config} if config is not None else FETCH_RESULT
     make_job(
         release=release,
         statuses={"fetch": "succeeded", "analyze": "succeeded"},
-        results={"fetch": FETCH_RESULT, "analyze": result or DEEPSEEK_V3_ANALYSIS},
+        results={"fetch": fetch, "analyze": result or DEEPSEEK_V3_ANALYSIS},
     )
     return release
+
+
+def engine_release(config_name: str, *, config: dict | None = None, **release_fields):
+    """A release analysed by the real engine from a published config."""
+    from tests.conftest import load_realconfig
+    from workers.stages.architecture import analyze_config
+
+    config = config or load_realconfig(config_name)
+    result = analyze_config(config).to_dict()
+    return analysed_release(result, config=config, **release_fields)
 
 
 def test_release_page_requires_login(client):
@@ -166,7 +190,35 @@ def test_new_family_analysis(logged_in_client):
         '<th scope="row">attention</th>'
         "<td>Sliding window of 4,096 tokens on 3 of every 4 layers</td>" in new
     )
-    assert "RoPE type &#x27;llama3&#x27; with factor 8 on a new family" in new
+    # the aspect "rope" is not repeated at the start of its detail
+    assert (
+        '<th scope="row">rope</th><td>type &#x27;llama3&#x27; with factor 8 on a new family</td>'
+        in new
+    )
+    # a missing figure has no source
+    assert row_source(html, "Hidden size") == ""
+    assert row_source(html, "KV cache per token") == ""
+
+
+def test_new_against_known_does_not_repeat_the_aspect_in_its_detail(logged_in_client):
+    result = copy.deepcopy(DEEPSEEK_V3_ANALYSIS)
+    result["new_against_known"] = [
+        {"aspect": "family", "detail": "family deepseek_v3 has not been seen before"},
+        {"aspect": "RoPE type", "detail": "RoPE type not seen before: yarn"},
+        {"aspect": "MoE layout", "detail": "MoE layout: 256 experts, top 8"},
+        {"aspect": "config keys", "detail": "keys no known family uses: q_lora_rank"},
+        {"aspect": "attention", "detail": "attentions differ"},
+    ]
+    html = logged_in_client.get(page_url(analysed_release(result))).content.decode()
+    new = html[html.index("What is new against known families") :]
+    rows = re.findall(r'<tr><th scope="row">(.*?)</th><td>(.*?)</td></tr>', new)
+    assert rows == [
+        ("family", "deepseek_v3 has not been seen before"),
+        ("RoPE type", "not seen before: yarn"),
+        ("MoE layout", "256 experts, top 8"),
+        ("config keys", "keys no known family uses: q_lora_rank"),
+        ("attention", "attentions differ"),
+    ]
 
 
 def test_latest_succeeded_analysis_is_shown(logged_in_client):
@@ -293,3 +345,196 @@ def test_page_renders_the_real_engine_result(logged_in_client, config, expected)
     for label, value in expected.items():
         assert row_value(html, label).startswith(value)
     assert "first of its family" in html
+
+
+def test_sources_say_read_only_for_what_deepseek_v3_config_holds(logged_in_client):
+    html = logged_in_client.get(page_url(analysed_release())).content.decode()
+    sources = all_sources(html)
+
+    read = "read from config"
+    computed = "computed from config"
+    # config.json holds these keys with these values
+    for label in (
+        "Architecture",
+        "Model type",
+        "Stored dtype",
+        "Tied input/output embeddings",
+        "Layers",
+        "Hidden size",
+        "Attention heads",
+        "KV heads",
+        "Dense FFN size",
+        "Vocabulary",
+        "Max context",
+        "MLA Q LoRA rank",
+        "MLA KV LoRA rank",
+        "MLA QK head dim without RoPE",
+        "MLA QK RoPE head dim",
+        "MLA V head dim",
+        "RoPE type",
+        "RoPE factor",
+        "RoPE theta",
+        "RoPE original max position embeddings",
+        "Routed experts",
+        "Experts per token",
+        "Shared experts",
+        "Expert FFN size",
+        "Router scoring",
+        "Expert groups",
+        "Groups per token",
+        "Method",
+        "Format",
+        "Scale block",
+        "Activation scheme",
+    ):
+        assert sources[label] == read, label
+    # no head_dim key: nope + rope head dims; the rest the engine works out
+    for label in (
+        "Head dim",
+        "Family",
+        "Quantization",
+        "Attention kind",
+        "Layer pattern",
+        "Full-attention layers",
+        "Layers with a KV cache",
+        "MoE layers",
+        "Dense layers",
+        "Dense layer indices",
+        "Bits per weight",
+        "Modules not quantized",
+        "Quantized params",
+        "Total params",
+        "KV cache per token",
+    ):
+        assert sources[label] == computed, label
+    assert sources["Checkpoint size"] == "as published in the index"
+
+
+@pytest.mark.parametrize(
+    ("config_name", "sources"),
+    [
+        (
+            "meta-llama__Llama-3.1-8B",
+            {
+                "Head dim": "computed from config",  # hidden_size / heads: no head_dim key
+                "KV heads": "read from config",
+                "Attention kind": "computed from config",
+                "Mixture of experts": "computed from config",
+                "RoPE type": "read from config",  # rope_scaling.rope_type "llama3"
+                "Dense FFN size": "read from config",
+            },
+        ),
+        (
+            "openai__gpt-oss-20b",
+            {
+                "Head dim": "read from config",
+                "Sliding window": "read from config",
+                "Full-attention layers": "computed from config",
+                "Sliding-window layers": "computed from config",
+                "Expert FFN size": "read from config",  # its intermediate_size
+                "Routed experts": "read from config",  # num_local_experts
+                "Dense layers": "computed from config",
+                "Scale group size": "computed from config",
+                "Stored dtype": "",  # no torch_dtype: "—", no source
+            },
+        ),
+        (
+            "Qwen__Qwen3-235B-A22B-Instruct-2507",
+            {
+                "RoPE type": "computed from config",  # no rope_scaling: the default
+                "RoPE factor": "computed from config",
+                "RoPE theta": "read from config",
+                "Head dim": "read from config",
+            },
+        ),
+    ],
+)
+def test_sources_of_real_configs(logged_in_client, config_name, sources):
+    html = logged_in_client.get(page_url(engine_release(config_name))).content.decode()
+    shown = all_sources(html)
+    for label, source in sources.items():
+        assert shown[label] == source, label
+
+
+@pytest.mark.parametrize(
+    "config_name", ["openai__gpt-oss-20b", "Qwen__Qwen3-235B-A22B-Instruct-2507"]
+)
+def test_no_dense_ffn_size_when_every_layer_is_moe(logged_in_client, config_name):
+    html = logged_in_client.get(page_url(engine_release(config_name))).content.decode()
+    assert "Dense FFN size" not in html
+    assert row_value(html, "Dense layers") == "0"
+
+
+def test_dense_ffn_size_for_moe_with_dense_layers_and_dense_models(logged_in_client):
+    deepseek = logged_in_client.get(page_url(analysed_release())).content.decode()
+    assert row_value(deepseek, "Dense FFN size") == "18,432"
+    llama = engine_release("meta-llama__Llama-3.1-8B")
+    assert row_value(logged_in_client.get(page_url(llama)).content.decode(), "Dense FFN size") == (
+        "14,336"
+    )
+
+
+def test_sources_read_the_text_config_of_a_multimodal_config(logged_in_client):
+    from tests.conftest import load_realconfig
+
+    text = load_realconfig("meta-llama__Llama-3.1-8B")
+    dtype = text.pop("torch_dtype")
+    text.pop("architectures")
+    wrapper = {
+        "architectures": ["LlavaForConditionalGeneration"],
+        "model_type": "llava",
+        "torch_dtype": dtype,
+        "text_config": text,
+        "vision_config": {"hidden_size": 1024, "num_hidden_layers": 24},
+    }
+    html = logged_in_client.get(page_url(engine_release("", config=wrapper))).content.decode()
+    shown = all_sources(html)
+    assert row_value(html, "Layers") == "32"
+    assert shown["Layers"] == "read from config"  # text_config.num_hidden_layers
+    assert shown["Hidden size"] == "read from config"
+    assert shown["Stored dtype"] == "read from config"  # the wrapper's torch_dtype
+    assert shown["Architecture"] == "read from config"
+    assert shown["Head dim"] == "computed from config"
+
+
+def test_the_release_config_is_what_sources_are_checked_against(logged_in_client):
+    """The stored `release.config` wins over the fetch result's copy."""
+    from tests.conftest import load_realconfig
+
+    config = load_realconfig("deepseek-ai__DeepSeek-V3")
+    release = analysed_release(config={"model_type": "deepseek_v3"})
+    release.config = config
+    release.save(update_fields=["config"])
+    html = logged_in_client.get(page_url(release)).content.decode()
+    assert row_source(html, "Layers") == "read from config"
+
+    bare = analysed_release(config={"model_type": "deepseek_v3"})
+    html = logged_in_client.get(page_url(bare)).content.decode()
+    assert row_source(html, "Layers") == "computed from config"
+    assert row_source(html, "Model type") == "read from config"
+
+
+def test_figure_config_keys_cover_the_engine_key_spellings():
+    """The page's figure → config key map keeps up with the keys the engine reads."""
+    from adaptation.presenters import FIGURE_CONFIG_KEYS
+    from workers.stages.architecture.config_reader import KEY_ALIASES
+    from workers.stages.architecture.moe import (
+        EXPERT_COUNT_KEYS,
+        SHARED_COUNT_KEYS,
+        TOP_K_KEYS,
+    )
+
+    figures = {
+        "hidden_size": "hidden_size",
+        "num_hidden_layers": "num_layers",
+        "num_attention_heads": "num_attention_heads",
+        "num_key_value_heads": "num_kv_heads",
+        "intermediate_size": "intermediate_size",
+        "max_position_embeddings": "max_position_embeddings",
+        "vocab_size": "vocab_size",
+    }
+    for key, figure in figures.items():
+        assert {key, *KEY_ALIASES.get(key, ())} <= set(FIGURE_CONFIG_KEYS[figure]), key
+    assert set(EXPERT_COUNT_KEYS) <= set(FIGURE_CONFIG_KEYS["moe.num_experts"])
+    assert set(TOP_K_KEYS) <= set(FIGURE_CONFIG_KEYS["moe.experts_per_token"])
+    assert set(SHARED_COUNT_KEYS) <= set(FIGURE_CONFIG_KEYS["moe.num_shared_experts"])
