@@ -43,11 +43,25 @@ class ReleaseRef:
 
 @dataclass(frozen=True)
 class PoolSpec:
-    """The accelerator pool whose worker runs the stage: name, torch backend, Celery queue."""
+    """The accelerator pool whose worker runs the stage.
+
+    `backend` is the torch device type ("cpu", "cuda", "xpu", a PrivateUse1 name) or
+    "manifest" for an accelerator whose worker is not here; `device` is the torch device the
+    worker uses ("cpu", "cuda:0"). `dtypes` are the serving dtypes the pool declares (torch
+    names: "bfloat16", "float16", "int8", "float8_e4m3fn"). `operator_manifest` is the parsed
+    manifest of supported operators and dtypes, for a "manifest" pool. `trust_remote_code_orgs`
+    names the orgs whose shipped modeling code may run. `precision_thresholds` overrides the
+    default thresholds per dtype ({"bfloat16": {"min_top1_agreement": 0.9, ...}}).
+    """
 
     name: str
     backend: str
     queue: str
+    device: str = "cpu"
+    dtypes: tuple[str, ...] = ("bfloat16", "float16")
+    operator_manifest: Mapping[str, Any] | None = None
+    trust_remote_code_orgs: tuple[str, ...] = ()
+    precision_thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 def _ignore(_message: str) -> None:
