@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from adaptation.models import AcceleratorPool, AdaptationJob, HubWatch, ModelRelease, StageRun
+from adaptation.models import (
+    AcceleratorPool,
+    AdaptationJob,
+    HubWatch,
+    ModelRelease,
+    OperatorCheck,
+    PrecisionResult,
+    StageRun,
+)
 
 
 @admin.register(AcceleratorPool)
 class AcceleratorPoolAdmin(admin.ModelAdmin):
-    list_display = ("name", "backend", "queue", "enabled")
+    list_display = ("name", "backend", "device", "queue", "dtypes", "enabled")
     list_filter = ("backend", "enabled")
     search_fields = ("name", "queue")
 
@@ -69,3 +77,16 @@ class ModelReleaseAdmin(admin.ModelAdmin):
     list_filter = ("hub_kind", "found_by", "family")
     search_fields = ("repo_id", "revision")
     readonly_fields = ("config", "metadata")
+
+
+@admin.register(OperatorCheck)
+class OperatorCheckAdmin(admin.ModelAdmin):
+    list_display = ("name", "status", "feature", "pool", "stage_run")
+    list_filter = ("status", "pool")
+    search_fields = ("name", "feature")
+
+
+@admin.register(PrecisionResult)
+class PrecisionResultAdmin(admin.ModelAdmin):
+    list_display = ("stage_run", "pool", "dtype", "passed", "top1_agreement", "max_abs_error")
+    list_filter = ("passed", "dtype", "pool")

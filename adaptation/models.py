@@ -19,6 +19,10 @@ class HubKind(models.TextChoices):
     MIRROR = "mirror", "Mirror folder"
 
 
+def default_pool_dtypes() -> list[str]:
+    return ["bfloat16", "float16"]
+
+
 class AcceleratorPool(models.Model):
     """A set of accelerators served by the Celery workers listening on `queue`.
 
@@ -33,6 +37,30 @@ class AcceleratorPool(models.Model):
         unique=True,
         blank=True,
         help_text="Celery queue its workers listen on; blank: pool.<name>.",
+    )
+    device = models.CharField(
+        max_length=32, default="cpu", help_text='Torch device its workers use: "cpu", "cuda:0".'
+    )
+    dtypes = models.JSONField(
+        default=default_pool_dtypes,
+        blank=True,
+        help_text='Serving dtypes to validate, torch names: ["bfloat16", "float16", "int8"].',
+    )
+    operator_manifest = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Supported operators and dtypes, for an accelerator whose worker is not here "
+        "(format: workers/manifests/README.md).",
+    )
+    trust_remote_code_orgs = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Orgs whose shipped modeling code may run (sandboxed) on this pool.",
+    )
+    precision_thresholds = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Per-dtype overrides: {"bfloat16": {"min_top1_agreement": 0.95}}.',
     )
     description = models.TextField(blank=True)
     enabled = models.BooleanField(default=True)
@@ -228,3 +256,68 @@ class StageRun(models.Model):
             return None
         end = self.finished_at or timezone.now()
         return end - self.started_at
+
+
+class OperatorCheck(models.Model):
+    """One ATen operator the release's scaled twin ran, checked against its pool's backend."""
+
+    class Status(models.TextChoices):
+        COVERED = "covered", "Covered"
+        MISSING = "missing", "Missing"
+        FALLBACK = "fallback", "Falls back to CPU"
+
+    stage_run = models.ForeignKey(StageRun, on_delete=models.CASCADE, related_name="operators")
+    pool = models.ForeignKey(AcceleratorPool, on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=200, help_text='"aten::mm.default"')
+    dtypes = models.JSONField(default=list)
+    feature = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices)
+
+    class Meta:
+        ordering = ["stage_run_id", "name"]
+        indexes = [models.Index(fields=["pool", "status"])]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.status}"
+
+
+class PrecisionResult(models.Model):
+    """The twin's outputs in one dtype on the pool's device, against the float32 reference."""
+
+    stage_run = models.ForeignKey(StageRun, on_delete=models.CASCADE, related_name="precision")
+    pool = models.ForeignKey(AcceleratorPool, on_delete=models.CASCADE, related_name="+")
+    dtype = models.CharField(max_length=32)
+    max_abs_error = models.FloatField(help_text="Of logits.")
+    mean_abs_error = models.FloatField(help_text="Of logits.")
+    cosine_similarity = models.FloatField()
+    top1_agreement = models.FloatField(help_text="Fraction of positions, 0 to 1.")
+    kl_divergence = models.FloatField(help_text="Nats, reference to target.")
+    passed = models.BooleanField()
+    first_divergent_layer = models.IntegerField(null=True, blank=True)
+    first_divergent_module = models.CharField(max_length=64, blank=True)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["stage_run_id", "dtype"]
+        constraints = [
+            models.UniqueConstraint(fields=["stage_run", "dtype"], name="precision_once_per_dtype")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.dtype} {'passed' if self.passed else 'failed'}"
+
+
+class LayerDrift(models.Model):
+    """Hidden-state error of one decoder layer's sub-module, target dtype against float32."""
+
+    precision = models.ForeignKey(PrecisionResult, on_delete=models.CASCADE, related_name="layers")
+    layer = models.IntegerField()
+    module = models.CharField(max_length=64, help_text='"attention", "mlp", "moe", "norm"…')
+    max_abs_error = models.FloatField()
+    relative_error = models.FloatField()
+
+    class Meta:
+        ordering = ["precision_id", "layer", "id"]
+
+    def __str__(self) -> str:
+        return f"layer {self.layer} {self.module}"

@@ -203,7 +203,7 @@ def stage_run_succeed(*, stage_run: StageRun, result: dict[str, Any], log: str =
         )
         if not updated:
             return
-        stage_results.apply(stage=stage_run.stage, release=stage_run.job.release, result=result)
+        stage_results.apply(run=stage_run, result=result)
         job = AdaptationJob.objects.select_for_update().get(pk=stage_run.job_id)
         following = [
             run for run in job_current_stage_runs(job) if run.position > stage_run.position
@@ -214,22 +214,35 @@ def stage_run_succeed(*, stage_run: StageRun, result: dict[str, Any], log: str =
 
 
 def stage_run_fail(
-    *, stage_run: StageRun, error: str, log: str = "", stale_before: datetime | None = None
+    *,
+    stage_run: StageRun,
+    error: str,
+    log: str = "",
+    stale_before: datetime | None = None,
+    result: dict[str, Any] | None = None,
 ) -> bool:
     """Fail a stage with its reason; the job stops and its later stages are skipped.
 
-    With `stale_before`, only a run whose heartbeat is older than that is failed (the reaper:
-    a heartbeat that lands meanwhile keeps the stage alive). False when nothing changed.
+    `result` is what the stage measured before failing (a precision failure's metrics): it is
+    stored and applied to the domain rows like a success's. With `stale_before`, only a run
+    whose heartbeat is older than that is failed (the reaper: a heartbeat that lands
+    meanwhile keeps the stage alive). False when nothing changed.
     """
     with transaction.atomic():
         runs = StageRun.objects.filter(pk=stage_run.pk, status__in=ACTIVE_STAGE_STATUSES)
         if stale_before is not None:
             runs = runs.filter(heartbeat_at__lt=stale_before)
         updated = runs.update(
-            status=StageStatus.FAILED, finished_at=timezone.now(), error=error, log=log
+            status=StageStatus.FAILED,
+            finished_at=timezone.now(),
+            error=error,
+            log=log,
+            result=result,
         )
         if not updated:
             return False
+        if result is not None:
+            stage_results.apply(run=stage_run, result=result)
         job = AdaptationJob.objects.select_for_update().get(pk=stage_run.job_id)
         _skip_after(job=job, position=stage_run.position)
         job_refresh_status(job=job)

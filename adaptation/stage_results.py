@@ -1,7 +1,9 @@
 """What a stage's result changes in the domain rows besides its own `StageRun`.
 
 Each stage that feeds the domain registers a handler here; a stage without one only keeps
-its result on the run. Handlers run inside the transaction that stores the result.
+its result on the run. Handlers run inside the transaction that stores the result, for a
+succeeded run and for a failed one that still produced a result (a precision failure keeps
+its measurements).
 """
 
 from __future__ import annotations
@@ -9,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from adaptation.models import ModelRelease
+from adaptation.models import LayerDrift, OperatorCheck, PrecisionResult, StageRun
 
-Handler = Callable[[ModelRelease, dict[str, Any]], None]
+Handler = Callable[[StageRun, dict[str, Any]], None]
 
 
-def _store_fetched_files(release: ModelRelease, result: dict[str, Any]) -> None:
+def _store_fetched_files(run: StageRun, result: dict[str, Any]) -> None:
+    release = run.job.release
     release.config = result.get("config")
     release.metadata = {
         "files": result.get("files", []),
@@ -25,20 +28,65 @@ def _store_fetched_files(release: ModelRelease, result: dict[str, Any]) -> None:
     release.save(update_fields=["config", "metadata"])
 
 
-def _store_architecture(release: ModelRelease, result: dict[str, Any]) -> None:
+def _store_architecture(run: StageRun, result: dict[str, Any]) -> None:
+    release = run.job.release
     release.architecture = str(result.get("architecture") or "")[:128]
     release.family = str(result.get("family") or result.get("model_type") or "")[:64]
     release.save(update_fields=["architecture", "family"])
 
 
+def _store_operator_checks(run: StageRun, result: dict[str, Any]) -> None:
+    OperatorCheck.objects.bulk_create(
+        OperatorCheck(
+            stage_run=run,
+            pool=run.job.pool,
+            name=str(op["name"])[:200],
+            dtypes=list(op.get("dtypes") or []),
+            feature=str(op.get("feature") or "")[:200],
+            status=op["status"],
+        )
+        for op in result.get("operators", [])
+    )
+
+
+def _store_precision(run: StageRun, result: dict[str, Any]) -> None:
+    for dtype, metrics in (result.get("dtypes") or {}).items():
+        row = PrecisionResult.objects.create(
+            stage_run=run,
+            pool=run.job.pool,
+            dtype=dtype,
+            max_abs_error=metrics["max_abs_error"],
+            mean_abs_error=metrics["mean_abs_error"],
+            cosine_similarity=metrics["cosine_similarity"],
+            top1_agreement=metrics["top1_agreement"],
+            kl_divergence=metrics["kl_divergence"],
+            passed=bool(metrics["passed"]),
+            first_divergent_layer=metrics.get("first_divergent_layer"),
+            first_divergent_module=metrics.get("first_divergent_module") or "",
+            reason=metrics.get("reason") or "",
+        )
+        LayerDrift.objects.bulk_create(
+            LayerDrift(
+                precision=row,
+                layer=layer["layer"],
+                module=str(layer["module"])[:64],
+                max_abs_error=layer["max_abs_error"],
+                relative_error=layer["relative_error"],
+            )
+            for layer in metrics.get("layers", [])
+        )
+
+
 HANDLERS: dict[str, Handler] = {
     "fetch": _store_fetched_files,
     "analyze": _store_architecture,
+    "operators": _store_operator_checks,
+    "precision": _store_precision,
 }
 
 
-def apply(*, stage: str, release: ModelRelease, result: dict[str, Any]) -> None:
-    """Run the handler registered for `stage`, if any."""
-    handler = HANDLERS.get(stage)
+def apply(*, run: StageRun, result: dict[str, Any]) -> None:
+    """Run the handler registered for the run's stage, if any."""
+    handler = HANDLERS.get(run.stage)
     if handler is not None:
-        handler(release, result)
+        handler(run, result)

@@ -16,7 +16,7 @@ from django.db import connection
 from django.utils import timezone
 
 from adaptation import selectors, services
-from adaptation.models import StageRun
+from adaptation.models import AcceleratorPool, StageRun
 from workers.stages.base import (
     PoolSpec,
     ReleaseRef,
@@ -85,6 +85,20 @@ class Heartbeat:
         self._thread.join(timeout=5)
 
 
+def pool_spec(pool: AcceleratorPool) -> PoolSpec:
+    """The plain description of a pool the engine gets."""
+    return PoolSpec(
+        name=pool.name,
+        backend=pool.backend,
+        queue=pool.queue,
+        device=pool.device,
+        dtypes=tuple(pool.dtypes or ()),
+        operator_manifest=pool.operator_manifest,
+        trust_remote_code_orgs=tuple(pool.trust_remote_code_orgs or ()),
+        precision_thresholds=dict(pool.precision_thresholds or {}),
+    )
+
+
 def stage_context(run: StageRun, definition: StageDefinition, log: _Log) -> StageContext:
     """The plain inputs the engine gets for `run`."""
     job = run.job
@@ -101,7 +115,7 @@ def stage_context(run: StageRun, definition: StageDefinition, log: _Log) -> Stag
             repo_id=release.repo_id,
             revision=release.revision,
         ),
-        pool=PoolSpec(name=job.pool.name, backend=job.pool.backend, queue=job.pool.queue),
+        pool=pool_spec(job.pool),
         previous=selectors.job_previous_results(job, before_position=run.position),
         known_families=tuple(known),
         log=log,
@@ -131,7 +145,14 @@ def execute_stage_run(
         log(f"finished {run.stage}")
         services.stage_run_succeed(stage_run=run, result=result, log=log.text(run.log))
     except StageFailed as exc:
-        services.stage_run_fail(stage_run=run, error=exc.reason, log=log.text(run.log))
+        # A stage may attach what it measured before failing (precision metrics).
+        measured = getattr(exc, "result", None)
+        services.stage_run_fail(
+            stage_run=run,
+            error=exc.reason,
+            log=log.text(run.log),
+            result=measured if isinstance(measured, dict) else None,
+        )
         return StageOutcome(status="failed", reason=exc.reason)
     except StageTransientError as exc:
         if final_try:
