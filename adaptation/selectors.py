@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Case, Prefetch, QuerySet, When
 
 from adaptation.models import (
     ACTIVE_STAGE_STATUSES,
     AdaptationJob,
     HubWatch,
     ModelRelease,
+    OperatorCheck,
+    PrecisionResult,
     StageRun,
     StageStatus,
 )
@@ -124,3 +126,34 @@ def job_summary(job: AdaptationJob) -> dict[str, Any]:
             for run in job_current_stage_runs(job)
         ],
     }
+
+
+def release_latest_stage_run(release: ModelRelease, *, stage: str) -> StageRun | None:
+    """The newest finished attempt of `stage` over the release's jobs (newest job first)."""
+    return (
+        StageRun.objects.filter(
+            job__release=release,
+            stage=stage,
+            status__in=(StageStatus.SUCCEEDED, StageStatus.FAILED),
+        )
+        .select_related("job__pool")
+        .order_by("-job__created_at", "-job_id", "-attempt")
+        .first()
+    )
+
+
+def operator_checks(run: StageRun) -> QuerySet[OperatorCheck]:
+    """The operator rows of one `operators` run: missing first, then CPU fallbacks."""
+    order = Case(
+        When(status=OperatorCheck.Status.MISSING, then=0),
+        When(status=OperatorCheck.Status.FALLBACK, then=1),
+        default=2,
+    )
+    return OperatorCheck.objects.filter(stage_run=run).order_by(order, "name")
+
+
+def precision_results(run: StageRun) -> QuerySet[PrecisionResult]:
+    """The per-dtype rows of one `precision` run, with their per-layer drift."""
+    return (
+        PrecisionResult.objects.filter(stage_run=run).prefetch_related("layers").order_by("dtype")
+    )

@@ -23,7 +23,7 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from adaptation import presenters, selectors, services
+from adaptation import presenters, selectors, services, validation_presenters
 from adaptation.models import AdaptationJob, ModelRelease
 
 POLL_EVERY = "every 3s"
@@ -94,6 +94,7 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
     context = {
         "release": release,
         "analysis": presenters.analysis(release),
+        "validation": validation_presenters.validation(release),
         "timelines": presenters.job_timelines(release),
         "polling": presenters.release_is_active(release),
     }

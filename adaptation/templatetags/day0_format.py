@@ -130,3 +130,21 @@ def short_revision(value: Any) -> str:
     if not value:
         return MISSING
     return str(value)[:12]
+
+
+@register.filter
+def sig(value: Any) -> str:
+    """A measured error to 3 significant digits: 0.000123456 → "0.000123", 2.5e-09 → "2.5e-09"."""
+    number = _number(value)
+    if number is None:
+        return MISSING
+    return f"{number:.3g}"
+
+
+@register.filter
+def percent(value: Any) -> str:
+    """A fraction as a percentage with one decimal: 0.9734 → "97.3 %"."""
+    number = _number(value)
+    if number is None:
+        return MISSING
+    return f"{number * 100:.1f} %"

@@ -1,0 +1,59 @@
+"""Every chart day0 draws, built as plotly figures and embedded in pages as JSON.
+
+Pages render them with plotly.js served from the plotly package (`static/charts.js` only hands
+each embedded figure to `Plotly.newPlot`); no chart is drawn by hand-written JS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import plotly.graph_objects as go
+
+from adaptation.models import PrecisionResult
+
+
+def precision_layer_drift(results: Iterable[PrecisionResult]) -> dict[str, Any] | None:
+    """Relative error of each decoder layer's sub-modules against the float32 reference, one
+    line per dtype (log y axis): where the error jumps is where the port diverges.
+
+    `results` must have their `layers` prefetched. Returns the figure as a JSON-able dict, or
+    None when no layer was measured. Every point is measured on the pool's device.
+    """
+    fig = go.Figure()
+    for result in results:
+        layers = list(result.layers.all())
+        if not layers:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=[f"L{d.layer} {d.module}" for d in layers],
+                y=[max(d.relative_error, 1e-12) for d in layers],
+                mode="lines+markers",
+                name=f"{result.dtype} ({'passed' if result.passed else 'failed'})",
+                hovertemplate="%{x}<br>relative error %{y:.3g}<extra>%{fullData.name}</extra>",
+            )
+        )
+        if result.first_divergent_layer is not None:
+            fig.add_annotation(
+                x=f"L{result.first_divergent_layer} {result.first_divergent_module}",
+                y=0,
+                yref="paper",
+                text=f"{result.dtype} diverges",
+                showarrow=True,
+                arrowhead=2,
+            )
+    if not fig.data:
+        return None
+    fig.update_layout(
+        title="Per-layer error of the scaled twin vs float32 (measured)",
+        xaxis_title="decoder layer and sub-module",
+        yaxis_title="relative error of hidden states",
+        yaxis_type="log",
+        height=360,
+        margin={"l": 60, "r": 20, "t": 50, "b": 90},
+        legend={"orientation": "h", "y": 1.12},
+        template="plotly_white",
+    )
+    return fig.to_plotly_json()
