@@ -1,0 +1,114 @@
+"""Benchmark the `plan` engine: wall time per real config and for a 10-trillion-parameter
+config (target: under 1 s each), and the cross-check of predicted decode throughput against
+published single-node figures (see benchmarks/planner.md). Prints PASS/FAIL per target and
+exits non-zero when one fails.
+
+Run: .venv/bin/python benchmarks/planner.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from workers.stages.architecture import analyze_config  # noqa: E402
+from workers.stages.plan import NoFittingPlan, PoolLayout, evaluate_split, plan_release  # noqa: E402
+from workers.stages.plan.validity import Split  # noqa: E402
+
+CONFIGS = ROOT / "tests" / "data" / "realconfigs"
+TARGET_TIME_S = 1.0
+RUNS = 3
+
+
+def best_time_s(fn, runs: int = RUNS) -> float:
+    """Best wall time of `runs` calls, in seconds."""
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def plan_or_reason(analysis: dict, layout: PoolLayout) -> str:
+    try:
+        plan = plan_release(analysis, layout).to_dict()
+    except NoFittingPlan as err:
+        return f"no fit -> {err.suggestions}"
+    return f"TP{plan['tp']} PP{plan['pp']} EP{plan['ep']} DP{plan['dp']} on {plan['devices']}"
+
+
+def ten_trillion_config() -> dict:
+    """DeepSeek-V3's shape with 4,096 routed experts (about 10.5T parameters)."""
+    config = json.loads((CONFIGS / "deepseek-ai__DeepSeek-V3.json").read_text())
+    config["n_routed_experts"] = 4096
+    return config
+
+
+def main() -> int:
+    ok = True
+    print("== planning time (best of 3), pool 8 x h100 per node ==")
+    for path in sorted(CONFIGS.glob("*.json")):
+        analysis = analyze_config(json.loads(path.read_text())).to_dict()
+        layout = PoolLayout("h100", 8, nodes=4)
+        seconds = best_time_s(lambda a=analysis, lay=layout: plan_or_reason(a, lay))
+        status = "PASS" if seconds < TARGET_TIME_S else "FAIL"
+        ok &= status == "PASS"
+        print(
+            f"{status} {path.stem:45s} {seconds * 1000:8.1f} ms  {plan_or_reason(analysis, layout)}"
+        )
+
+    big = analyze_config(ten_trillion_config()).to_dict()
+    for layout in (PoolLayout("h100", 8, nodes=1), PoolLayout("h100", 8, nodes=32)):
+        seconds = best_time_s(lambda lay=layout: plan_or_reason(big, lay))
+        status = "PASS" if seconds < TARGET_TIME_S else "FAIL"
+        ok &= status == "PASS"
+        print(
+            f"{status} 10T params ({big['total_params'] / 1e12:.1f}T) on {layout.devices:4d} h100"
+            f" {seconds * 1000:8.1f} ms  {plan_or_reason(big, layout)}"
+        )
+
+    print(
+        "\n== cross-check against published single-node figures (ratio = published / predicted) =="
+    )
+    # MoE: SGLang v0.4.1.post2 release (sgl-project/sglang PR #2643), DeepSeek-V3 FP8,
+    # --tp 8, input 128 / output 256: batch 1 30.29 token/s, batch 32 760.52 token/s, on the
+    # 8 x H200 node its DeepSeek-V3 README recommends.
+    ds = analyze_config(json.loads((CONFIGS / "deepseek-ai__DeepSeek-V3.json").read_text()))
+    cand = evaluate_split(
+        ds.to_dict(), PoolLayout("h200", 8), Split(8, 1, 1, 1), context_tokens=384, concurrency=32
+    )
+    for batch, published in ((1, 30.29), (32, 760.52)):
+        predicted = cand.roofline.decode_point(batch)["decode_tokens_per_s"]
+        print(
+            f"DeepSeek-V3 8xH200 TP8 batch {batch:2d}: predicted {predicted:8.1f} tok/s, "
+            f"published {published:8.2f} -> ratio {published / predicted:.2f}"
+        )
+    # Dense: Red Hat's MLPerf Inference v5.1 submission, Llama-3.1-8B FP8 with vLLM 0.10.0
+    # on one H100: 5,777 tokens/s (Offline scenario).
+    llama = json.loads((CONFIGS / "meta-llama__Llama-3.1-8B.json").read_text())
+    cand = evaluate_split(
+        analyze_config(llama).to_dict(),
+        PoolLayout("h100", 8),
+        Split(1, 1, 1, 1),
+        context_tokens=2048,
+        concurrency=1,
+        dtype="fp8",
+    )
+    largest = cand.roofline.max_batch()
+    predicted = cand.roofline.decode_point(largest)["decode_tokens_per_s"]
+    print(
+        f"Llama-3.1-8B FP8 1xH100 batch {largest}: predicted {predicted:8.1f} tok/s, "
+        f"published 5777 (MLPerf Offline) -> ratio {5777 / predicted:.2f}"
+    )
+    print("\nPASS" if ok else "\nFAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

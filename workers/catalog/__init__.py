@@ -1,0 +1,232 @@
+"""The accelerator catalog: per accelerator kind, the datasheet figures a plan needs.
+
+The figures live in `accelerators.json` next to this module (versioned with the code; each
+figure names its source there). `load_catalog()` reads and checks the file;
+`cpu_accelerator()` describes the machine it runs on (cores and memory, measured now).
+Units: bytes, bytes/s, FLOP/s. A figure the vendor does not publish is `None`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+CATALOG_PATH = Path(__file__).resolve().parent / "accelerators.json"
+
+_NUMBER_FIELDS = (
+    "memory_bandwidth_bytes_per_s",
+    "dense_bf16_flops",
+    "dense_fp8_flops",
+    "intra_node_bandwidth_bytes_per_s",
+    "inter_node_bandwidth_bytes_per_s",
+)
+
+
+class CatalogError(ValueError):
+    """The catalog file is malformed, or a kind is not in it."""
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One accelerator kind.
+
+    `memory_bytes` (bytes) is the device memory; `memory_datasheet` keeps the datasheet's
+    words (its "GB" read as GiB, see the catalog's conventions). Bandwidths are bytes/s per
+    direction, FLOP figures dense peak FLOP/s (`dense_fp8_flops` is INT8 OP/s when
+    `low_precision_kind` is "int8"). `sources` maps each figure to its datasheet.
+    """
+
+    kind: str
+    name: str
+    vendor: str
+    memory_bytes: int
+    memory_bandwidth_bytes_per_s: float | None
+    dense_bf16_flops: float | None
+    dense_fp8_flops: float | None
+    dtypes: tuple[str, ...]
+    intra_node_bandwidth_bytes_per_s: float | None
+    inter_node_bandwidth_bytes_per_s: float | None
+    devices_per_node: int
+    low_precision_kind: str | None = None
+    device_resource: str = "nvidia.com/gpu"
+    memory_datasheet: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def supports_low_precision(self) -> bool:
+        """Whether the device serves 8-bit weights (FP8 or INT8) with its own unit."""
+        return self.dense_fp8_flops is not None or self.low_precision_kind is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict of every field."""
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "vendor": self.vendor,
+            "memory_bytes": self.memory_bytes,
+            "memory_datasheet": self.memory_datasheet,
+            "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
+            "dense_bf16_flops": self.dense_bf16_flops,
+            "dense_fp8_flops": self.dense_fp8_flops,
+            "low_precision_kind": self.low_precision_kind,
+            "dtypes": list(self.dtypes),
+            "intra_node_bandwidth_bytes_per_s": self.intra_node_bandwidth_bytes_per_s,
+            "inter_node_bandwidth_bytes_per_s": self.inter_node_bandwidth_bytes_per_s,
+            "devices_per_node": self.devices_per_node,
+            "device_resource": self.device_resource,
+            "sources": dict(self.sources),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The accelerators of one catalog file version."""
+
+    version: str
+    accelerators: Mapping[str, Accelerator]
+    conventions: Mapping[str, str] = field(default_factory=dict)
+
+    def accelerator(self, kind: str) -> Accelerator:
+        """The accelerator `kind` ("h100", ...; "cpu" measures this machine). Raises
+        `CatalogError` naming the known kinds."""
+        if kind == "cpu":
+            return cpu_accelerator()
+        try:
+            return self.accelerators[kind]
+        except KeyError:
+            known = ", ".join([*sorted(self.accelerators), "cpu"])
+            raise CatalogError(f"unknown accelerator kind {kind!r}; known kinds: {known}") from None
+
+    def kinds(self) -> list[str]:
+        """Catalog kinds in file order (without "cpu")."""
+        return list(self.accelerators)
+
+
+def _positive_number(entry: Mapping[str, Any], key: str, *, allow_none: bool) -> float | None:
+    value = entry.get(key)
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise CatalogError(f"{entry.get('kind')!r}: {key} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _parse_accelerator(entry: Mapping[str, Any]) -> Accelerator:
+    if not isinstance(entry, Mapping):
+        raise CatalogError(f"an accelerator entry must be an object, got {type(entry).__name__}")
+    kind = entry.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise CatalogError(f"accelerator entry without a kind: {entry!r}")
+    memory = entry.get("memory_bytes")
+    if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
+        raise CatalogError(f"{kind!r}: memory_bytes must be a positive integer, got {memory!r}")
+    per_node = entry.get("devices_per_node")
+    if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node <= 0:
+        raise CatalogError(f"{kind!r}: devices_per_node must be a positive integer")
+    numbers = {key: _positive_number(entry, key, allow_none=True) for key in _NUMBER_FIELDS}
+    sources = entry.get("sources") or {}
+    for key in ("memory_bytes", *_NUMBER_FIELDS):
+        if (key == "memory_bytes" or numbers[key] is not None) and key not in sources:
+            raise CatalogError(f"{kind!r}: {key} has no source")
+    return Accelerator(
+        kind=kind,
+        name=str(entry.get("name") or kind),
+        vendor=str(entry.get("vendor") or ""),
+        memory_bytes=memory,
+        dtypes=tuple(entry.get("dtypes") or ()),
+        devices_per_node=per_node,
+        low_precision_kind=entry.get("low_precision_kind"),
+        device_resource=str(entry.get("device_resource") or "nvidia.com/gpu"),
+        memory_datasheet=str(entry.get("memory_datasheet") or ""),
+        sources=dict(sources),
+        notes=tuple(entry.get("notes") or ()),
+        **numbers,
+    )
+
+
+def parse_catalog(data: Mapping[str, Any]) -> Catalog:
+    """A `Catalog` from the parsed JSON document (checks every entry)."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("accelerators"), list):
+        raise CatalogError("the catalog must be an object with an 'accelerators' list")
+    accelerators: dict[str, Accelerator] = {}
+    for entry in data["accelerators"]:
+        acc = _parse_accelerator(entry)
+        if acc.kind in accelerators or acc.kind == "cpu":
+            raise CatalogError(f"accelerator kind {acc.kind!r} appears twice or is reserved")
+        accelerators[acc.kind] = acc
+    return Catalog(
+        version=str(data.get("catalog_version") or ""),
+        accelerators=accelerators,
+        conventions=dict(data.get("conventions") or {}),
+    )
+
+
+@lru_cache(maxsize=4)
+def _load(path: str) -> Catalog:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise CatalogError(f"cannot read the accelerator catalog {path}: {err}") from err
+    return parse_catalog(data)
+
+
+def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
+    """The catalog in `path` (default: the `accelerators.json` shipped with this module)."""
+    return _load(str(path or CATALOG_PATH))
+
+
+def _physical_memory_bytes() -> int:
+    """Physical memory of this machine in bytes (POSIX sysconf pages x page size)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def cpu_accelerator() -> Accelerator:
+    """The machine this runs on as one "cpu" device: its cores and memory, measured now.
+
+    Memory bandwidth and FLOP/s are not measured (None): no roofline prediction is made for
+    the cpu kind. A machine whose memory cannot be read reports 1 byte, so nothing fits and
+    the plan says so instead of guessing.
+    """
+    cores = os.cpu_count() or 1
+    memory = _physical_memory_bytes()
+    return Accelerator(
+        kind="cpu",
+        name=f"this machine ({cores} cores)",
+        vendor="host",
+        memory_bytes=memory if memory > 0 else 1,
+        memory_bandwidth_bytes_per_s=None,
+        dense_bf16_flops=None,
+        dense_fp8_flops=None,
+        dtypes=("float32", "bfloat16"),
+        intra_node_bandwidth_bytes_per_s=None,
+        inter_node_bandwidth_bytes_per_s=None,
+        devices_per_node=1,
+        device_resource="cpu",
+        memory_datasheet=f"{memory} bytes (os.sysconf)",
+        sources={
+            "memory_bytes": "measured: os.sysconf('SC_PAGE_SIZE') x os.sysconf('SC_PHYS_PAGES')",
+            "cores": f"measured: os.cpu_count() = {cores}",
+        },
+        notes=("memory bandwidth and FLOP/s are not measured: no roofline prediction",),
+    )
+
+
+__all__ = [
+    "CATALOG_PATH",
+    "Accelerator",
+    "Catalog",
+    "CatalogError",
+    "cpu_accelerator",
+    "load_catalog",
+    "parse_catalog",
+]
