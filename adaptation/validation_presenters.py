@@ -85,5 +85,5 @@ def validation(release: ModelRelease) -> Validation | None:
         if part is not None and (part.run.result or {}).get("twin"):
             twin = part.run.result["twin"]
             break
-    shrunk = list(twin.get("shrunk", [])) if isinstance(twin, dict) else []
+    shrunk = list(twin.get("sizes", [])) if isinstance(twin, dict) else []
     return Validation(operators=operators, precision=precision, twin=twin, twin_shrunk=shrunk)

@@ -137,6 +137,11 @@ class HubSource(Protocol):
         """The describing files of `repo_id` at `revision`. Raises a `HubError` subclass."""
         ...
 
+    def fetch_files(self, repo_id: str, revision: str, names: list[str]) -> dict[str, bytes]:
+        """The bytes of the named small files (the release's `*.py` modeling code) at
+        `revision`. Raises `HubNotFound` naming a file the repo lacks, or another `HubError`."""
+        ...
+
 
 # Bits per element of each safetensors dtype (safetensors format spec).
 SAFETENSORS_DTYPE_BITS: dict[str, int] = {

@@ -339,6 +339,17 @@ class HuggingFaceSource:
 
         return self._call(f"{repo_id}@{revision}", run)
 
+    def fetch_files(self, repo_id: str, revision: str, names: list[str]) -> dict[str, bytes]:
+        """The named files of `repo_id` at `revision` (the release's `*.py` modeling code).
+
+        Raises a `HubError` subclass (`HubNotFound` for a file the repo lacks).
+        """
+
+        def run() -> dict[str, bytes]:
+            return {name: self._download(repo_id, name, revision) for name in names}
+
+        return self._call(f"{repo_id}@{revision}: {', '.join(names)}", run)
+
     def _read_headers(self, repo_id: str, revision: str, filenames: list[str]) -> dict:
         """Tensors of the safetensors files, from their headers (range requests only)."""
         tensors: dict[str, dict[str, Any]] = {}

@@ -203,6 +203,34 @@ class MirrorSource:
             )
         return fetched
 
+    def fetch_files(self, repo_id: str, revision: str, names: list[str]) -> dict[str, bytes]:
+        """The named files of `repo_id`'s folder (top level only: no paths, no hidden files),
+        if the folder is still at `revision` ("main": as it is now).
+
+        Raises `HubNotFound` (no folder, a name missing or not a plain top-level file name, the
+        folder changed since `revision`), `HubUnavailable` (read error).
+        """
+        folder = self._folder(repo_id)
+        if revision != "main":
+            current = self._snapshot(repo_id, folder).revision
+            if current != revision:
+                raise HubNotFound(
+                    f"{repo_id}@{revision[:12]}: the mirror changed since this revision was seen;"
+                    f" the folder is now at {current[:12]}."
+                )
+        out: dict[str, bytes] = {}
+        for name in names:
+            if "/" in name or "\\" in name or name.startswith(".") or not name:
+                raise HubNotFound(f"{repo_id}: {name!r} is not a top-level file name.")
+            path = folder / name
+            if not path.is_file():
+                raise HubNotFound(f"mirror {self.root} has no file {repo_id}/{name}.")
+            try:
+                out[name] = path.read_bytes()
+            except OSError as exc:
+                raise HubUnavailable(f"{repo_id}: cannot read {name}: {exc}") from exc
+        return out
+
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

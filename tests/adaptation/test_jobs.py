@@ -36,8 +36,8 @@ def test_job_create_queues_only_the_first_stage_after_commit(django_capture_on_c
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         job = services.job_create(release=release, pool=cpu_pool(), trigger="manual")
     runs = list(job.stage_runs.order_by("position"))
-    assert [r.stage for r in runs] == ["fetch", "analyze"]
-    assert [r.status for r in runs] == [StageStatus.QUEUED, StageStatus.PENDING]
+    assert [r.stage for r in runs] == ["fetch", "analyze", "operators", "precision"]
+    assert [r.status for r in runs] == [StageStatus.QUEUED] + [StageStatus.PENDING] * 3
     assert job.status == JobStatus.RUNNING
     assert len(callbacks) == 1  # one message, sent only once the transaction commits
 

@@ -53,7 +53,7 @@ def test_demo_hub_releases_are_adapted_and_shown(live_server, page, stages_run_i
 
     shown = set(page.locator("#board-table tbody th.release a").all_inner_texts())
     assert shown == DEMO_REPOS
-    for stage in ("fetch", "analyze"):
+    for stage in ("fetch", "analyze", "operators", "precision"):
         cells = page.locator(f"#board-table td[data-stage='{stage}']").all_inner_texts()
         assert len(cells) == 6 and all("Succeeded" in text for text in cells)
     expect(page.locator("#board-table caption")).to_contain_text("Checking for new releases")
@@ -68,4 +68,13 @@ def test_demo_hub_releases_are_adapted_and_shown(live_server, page, stages_run_i
         "70,272 bytes/token"
     )
     expect(page.get_by_role("table", name="Attention")).to_contain_text("MLA")
+
+    # Operators and precision, measured on the twin on the cpu pool, with the drift chart.
+    operators = page.get_by_role("table", name="Operator coverage")
+    expect(operators).to_contain_text("aten::")
+    assert "Missing" not in operators.inner_text()  # the cpu pool runs every operator
+    precision = page.get_by_role("table", name="Precision per dtype")
+    for dtype in ("bfloat16", "float16"):
+        expect(precision.get_by_role("row", name=re.compile(f"^{dtype}"))).to_contain_text("Passed")
+    expect(page.locator("#precision-drift-chart .main-svg").first).to_be_visible()
     page.screenshot(path="/tmp/day0-demo-kimi.png", full_page=True)

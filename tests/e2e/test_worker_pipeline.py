@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from adaptation.models import AdaptationJob, JobStatus, ModelRelease, StageStatus
+from adaptation.models import (
+    AdaptationJob,
+    JobStatus,
+    ModelRelease,
+    OperatorCheck,
+    PrecisionResult,
+    StageStatus,
+)
 from tests.conftest import REALCONFIGS_DIR
 from tests.e2e.conftest import wait_for
 from tests.factories import cpu_pool, make_watch
@@ -48,24 +55,31 @@ def test_polled_releases_run_on_a_real_worker(celery_worker_process, tmp_path, c
 
     call_command("poll_hubs", stdout=io.StringIO())
     assert ModelRelease.objects.count() == 3
-    wait_for(all_jobs_done, timeout_s=120, worker=celery_worker_process, what="the three jobs")
+    wait_for(all_jobs_done, timeout_s=240, worker=celery_worker_process, what="the three jobs")
 
     by_repo = {job.release.repo_id: job for job in AdaptationJob.objects.select_related("release")}
     broken = by_repo["acme/broken"]
     assert broken.status == JobStatus.FAILED
-    fetch, analyze = broken.stage_runs.order_by("position")
+    fetch, *later = broken.stage_runs.order_by("position")
     assert fetch.status == StageStatus.FAILED
     assert "config.json is not valid JSON" in fetch.error
     assert "line 3 column 23" in fetch.error
-    assert analyze.status == StageStatus.SKIPPED
+    assert [run.status for run in later] == [StageStatus.SKIPPED] * 3
 
     for repo_id, total in (("acme/llama-8b", 8_030_261_248), ("acme/qwen3-moe", 235_093_634_560)):
         job = by_repo[repo_id]
         assert job.status == JobStatus.SUCCEEDED, job.stage_runs.values("stage", "error")
-        runs = list(job.stage_runs.order_by("position"))
-        assert [r.status for r in runs] == [StageStatus.SUCCEEDED, StageStatus.SUCCEEDED]
-        assert all(r.worker_host for r in runs)
-        assert runs[1].result["total_params"] == total
+        runs = {r.stage: r for r in job.stage_runs.all()}
+        assert {r.status for r in runs.values()} == {StageStatus.SUCCEEDED}
+        assert all(r.worker_host for r in runs.values())
+        assert runs["analyze"].result["total_params"] == total
+        assert runs["operators"].result["missing"] == []  # the cpu pool runs every operator
+        assert OperatorCheck.objects.filter(stage_run=runs["operators"]).count() > 20
+        precision = {
+            p.dtype: p for p in PrecisionResult.objects.filter(stage_run=runs["precision"])
+        }
+        assert set(precision) == {"bfloat16", "float16"}
+        assert all(p.passed and p.cosine_similarity > 0.99 for p in precision.values())
         assert job.release.config["model_type"] in ("llama", "qwen3_moe")
 
     # Seen again, nothing is created twice.
@@ -76,15 +90,17 @@ def test_polled_releases_run_on_a_real_worker(celery_worker_process, tmp_path, c
     client.force_login(staff_user)
     board = client.get("/").content.decode()
     expected = {
-        "acme/llama-8b": ("Succeeded", "Succeeded"),
-        "acme/broken": ("Failed", "Skipped"),
-        "acme/qwen3-moe": ("Succeeded", "Succeeded"),
+        "acme/llama-8b": ["Succeeded"] * 4,
+        "acme/broken": ["Failed", "Skipped", "Skipped", "Skipped"],
+        "acme/qwen3-moe": ["Succeeded"] * 4,
     }
-    for repo_id, (fetch_state, analyze_state) in expected.items():
+    for repo_id, states in expected.items():
         row = board_row(board, by_repo[repo_id].release_id)
         assert repo_id in row
-        assert stage_cell(row, "fetch").startswith(fetch_state)
-        assert stage_cell(row, "analyze").startswith(analyze_state)
+        for stage, state in zip(
+            ("fetch", "analyze", "operators", "precision"), states, strict=True
+        ):
+            assert stage_cell(row, stage).startswith(state), (repo_id, stage)
 
 
 def board_row(board: str, release_id: int) -> str:
@@ -106,9 +122,19 @@ def test_adapt_waits_and_prints_the_finished_job(celery_worker_process, tmp_path
     call_command("adapt", str(good), "--wait", "--format", "json", "--timeout", "120", stdout=out)
     finished = json.loads(out.getvalue())
     assert finished["status"] == "succeeded"
-    assert [s["name"] for s in finished["stages"]] == ["fetch", "analyze"]
-    assert all(s["status"] == "succeeded" and s["attempt"] == 1 for s in finished["stages"])
-    assert finished["stages"][1]["result"]["kv_cache_bytes_per_token"] == 49_152
+    stages = {s["name"]: s for s in finished["stages"]}
+    assert list(stages) == ["fetch", "analyze", "operators", "precision"]
+    assert all(s["status"] == "succeeded" and s["attempt"] == 1 for s in stages.values())
+    assert stages["analyze"]["result"]["kv_cache_bytes_per_token"] == 49_152
+    operators = stages["operators"]["result"]
+    assert operators["missing"] == []
+    assert {"name", "dtypes", "feature", "status"} <= operators["operators"][0].keys()
+    precision = stages["precision"]["result"]
+    assert precision["reference"] == {"device": "cpu", "dtype": "float32"}
+    for metrics in precision["dtypes"].values():
+        assert {"max_abs_error", "mean_abs_error", "cosine_similarity", "top1_agreement",
+                "kl_divergence", "passed", "first_divergent_layer"} <= metrics.keys()  # fmt: skip
+    assert precision["twin"]["sizes"]
 
     broken = drop_release(tmp_path / "hub", "acme/broken", BROKEN_CONFIG)
     out = io.StringIO()

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
-from workers.stages import analyze, fetch
+from workers.stages import analyze, fetch, operators, precision
 from workers.stages.base import StageDefinition
 
 STAGES: tuple[StageDefinition, ...] = (
     fetch.DEFINITION,
     analyze.DEFINITION,
+    operators.DEFINITION,
+    precision.DEFINITION,
 )
 
 _BY_NAME = {stage.name: stage for stage in STAGES}
