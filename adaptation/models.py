@@ -13,6 +13,8 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from workers.stages.base import DEFAULT_REAL_WEIGHTS_MAX_BYTES
+
 
 class HubKind(models.TextChoices):
     HUGGINGFACE = "huggingface", "Hugging Face Hub"
@@ -61,6 +63,11 @@ class AcceleratorPool(models.Model):
         default=dict,
         blank=True,
         help_text='Per-dtype overrides: {"bfloat16": {"min_top1_agreement": 0.95}}.',
+    )
+    real_weights_max_bytes = models.PositiveBigIntegerField(
+        default=DEFAULT_REAL_WEIGHTS_MAX_BYTES,
+        help_text="A mirror release with a checkpoint up to this size (bytes) is validated on "
+        "its real weights at full size; larger ones on a scaled twin.",
     )
     description = models.TextField(blank=True)
     enabled = models.BooleanField(default=True)

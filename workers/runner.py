@@ -96,6 +96,7 @@ def pool_spec(pool: AcceleratorPool) -> PoolSpec:
         operator_manifest=pool.operator_manifest,
         trust_remote_code_orgs=tuple(pool.trust_remote_code_orgs or ()),
         precision_thresholds=dict(pool.precision_thresholds or {}),
+        real_weights_max_bytes=pool.real_weights_max_bytes,
     )
 
 

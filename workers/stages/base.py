@@ -11,6 +11,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# Real weights load in float32 (twice the bf16 bytes) and precision holds a reference and a
+# target copy: 1 GiB of checkpoint is about 4 GiB of memory and a few minutes on 2 CPU cores.
+DEFAULT_REAL_WEIGHTS_MAX_BYTES = 1024**3
+
 
 class StageFailed(Exception):
     """The stage ran and the release cannot pass it: a user error (bad config, unknown
@@ -51,7 +55,9 @@ class PoolSpec:
     names: "bfloat16", "float16", "int8", "float8_e4m3fn"). `operator_manifest` is the parsed
     manifest of supported operators and dtypes, for a "manifest" pool. `trust_remote_code_orgs`
     names the orgs whose shipped modeling code may run. `precision_thresholds` overrides the
-    default thresholds per dtype ({"bfloat16": {"min_top1_agreement": 0.9, ...}}).
+    default thresholds per dtype ({"bfloat16": {"min_top1_agreement": 0.9, ...}}). A release
+    whose checkpoint is at most `real_weights_max_bytes` (bytes, as published) and lies in a
+    mirror folder is validated on its real weights at full size instead of a scaled twin.
     """
 
     name: str
@@ -62,6 +68,7 @@ class PoolSpec:
     operator_manifest: Mapping[str, Any] | None = None
     trust_remote_code_orgs: tuple[str, ...] = ()
     precision_thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    real_weights_max_bytes: int = DEFAULT_REAL_WEIGHTS_MAX_BYTES
 
 
 def _ignore(_message: str) -> None:

@@ -1,8 +1,9 @@
 """The `operators` stage: which ATen operators the model needs, and whether the pool has them.
 
-The scaled twin (see `workers.stages.twin`) runs a prefill and a few greedy decode steps with
-its KV cache on the pool's device, in the pool's first serving dtype, under a recording
-`TorchDispatchMode`. A dispatch mode sees every operator below autograd, after
+The scaled twin (see `workers.stages.twin`), or the release itself where its real weights
+are present and small enough (`workers.stages.twin.real`), runs a prefill and a few greedy
+decode steps with its KV cache on the pool's device, in the pool's first serving dtype, under
+a recording `TorchDispatchMode`. A dispatch mode sees every operator below autograd, after
 CompositeImplicitAutograd operators have decomposed: exactly the operators a backend must
 implement (PyTorch docs, "Extending PyTorch: __torch_dispatch__"; dispatcher notes in
 https://pytorch.org/tutorials/advanced/dispatcher.html).
@@ -33,7 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from workers.stages.base import StageContext, StageDefinition, StageFailed
-from workers.stages.twin import Twin, build_twin, copy_twin_model
+from workers.stages.twin import Twin, copy_twin_model, twin_for_release
 from workers.stages.twin.run import DECODE_STEPS, prefill_and_decode, resolve_device
 
 # torch device type -> the dispatch key its kernels register under.
@@ -463,15 +464,18 @@ def _twin_config_dict(twin: Twin) -> dict[str, Any]:
 def run(ctx: StageContext) -> dict[str, Any]:
     """Record the twin's operators on the pool's device and check them against the pool.
 
-    Reads `ctx.previous["fetch"]["config"]`. Releases whose architecture transformers lacks
-    run in the remote-code sandbox when the pool trusts their org (`remote_code.py`).
+    Reads `ctx.previous["fetch"]["config"]`. The release's real weights run at full size where
+    a mirror folder holds them and they fit the pool (`twin.real.twin_for_release`); else the
+    seeded twin, the reason in its description's notes. Releases whose architecture
+    transformers lacks run in the remote-code sandbox when the pool trusts their org
+    (`remote_code.py`).
     """
     from workers.stages import remote_code
 
     config = remote_code.fetched_config(ctx)
     if remote_code.needs_remote_code(config):
         return remote_code.run_stage_in_sandbox(ctx, "operators", config)
-    twin = build_twin(config)
+    twin = twin_for_release(ctx, config)
     result = measure_operators(twin, ctx.pool)
     ctx.log(
         f"{len(result['operators'])} operators on {result['device']} ({result['dtype']}): "

@@ -1,7 +1,8 @@
 """The `precision` stage: does the pool's device, in each serving dtype, match the reference?
 
-Reference: the scaled twin in float32 on the CPU. Target: a copy of the same twin (same seeded
-weights) on the pool's device in each dtype the pool declares. Both see the same prompts
+Reference: the scaled twin in float32 on the CPU (or the release's real model at full size,
+where its weights are present: `workers.stages.twin.real`). Target: a copy of the same model
+(same weights) on the pool's device in each dtype the pool declares. Both see the same prompts
 (`Twin.input_ids`, [batch, tokens]): a prefill, then `DECODE_STEPS` decode steps through the
 KV cache. The reference decodes greedily; the target is fed the reference's tokens (teacher
 forcing) so that every position compares next-token distributions over the same context.
@@ -35,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from workers.stages.base import StageContext, StageDefinition, StageFailed
-from workers.stages.twin import Twin, build_twin, copy_twin_model
+from workers.stages.twin import Twin, copy_twin_model, twin_for_release
 from workers.stages.twin.run import DECODE_STEPS, Trace, prefill_and_decode, resolve_device
 
 # Unit roundoff u = 2^-p of each format, p = significand bits including the implicit one
@@ -650,6 +651,9 @@ def measure_precision(
 def run(ctx: StageContext) -> dict[str, Any]:
     """Compare the twin on the pool's device in each declared dtype with the float32 reference.
 
+    The twin is the release's real model where its weights are present and small enough
+    (`twin.real.twin_for_release`), so the figures are the release's own; else the seeded twin.
+
     Raises `StageFailed` (with `.result`) when a dtype crosses a threshold or yields NaN/Inf.
     """
     from workers.stages import remote_code
@@ -657,7 +661,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     config = remote_code.fetched_config(ctx)
     if remote_code.needs_remote_code(config):
         return remote_code.run_stage_in_sandbox(ctx, "precision", config)
-    result = measure_precision(build_twin(config), ctx.pool)
+    result = measure_precision(twin_for_release(ctx, config), ctx.pool)
     for entry in result["dtypes"].values():
         ctx.log(
             f"{entry['reason']} (top-1 {entry['top1_agreement']:.3f}, "

@@ -127,9 +127,10 @@ def build_twin(
     """A scaled twin of the release whose `config.json` is `config`.
 
     The description is {"architecture", "model_type", "class", "config_class", "code_source"
-    ("transformers" | "remote"), "class_found_by", "weights", "parameters", "sizes": [{"key",
-    "original", "twin", "why"}], "invariants": [{"name", "original", "twin", "kept"}],
-    "dropped": [{"key", "original", "why"}], "notes": [...], "prompt": {"batch", "tokens"}}.
+    ("transformers" | "remote"), "class_found_by", "weights", "weights_source" ("seeded"),
+    "parameters", "sizes": [{"key", "original", "twin", "why"}], "invariants": [{"name",
+    "original", "twin", "kept"}], "dropped": [{"key", "original", "why"}], "notes": [...],
+    "prompt": {"batch", "tokens"}}.
 
     Raises `StageFailed` when the config cannot be analysed, when transformers rejects the
     config or the twin (naming the error), or when transformers lacks the architecture and
@@ -236,6 +237,7 @@ def build_twin(
             f"(initializer_range {getattr(twin_config, 'initializer_range', None)}); the "
             "release's weights are not loaded"
         ),
+        "weights_source": "seeded",
         "parameters": sum(p.numel() for p in model.parameters()),
         "sizes": plan.sizes,
         "invariants": kept,
