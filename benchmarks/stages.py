@@ -78,7 +78,10 @@ def main() -> int:
         )
         for stage in (operators, precision):
             wall, py_peak, rss = measure(stage, ctx)
-            print(f"{name:40} {stage.DEFINITION.name:10} {wall:8.2f} {py_peak:12.1f} {rss:9.0f}")
+            print(
+                f"{name:40} {stage.__name__.rsplit('.', 1)[-1]:10} {wall:8.2f} "
+                f"{py_peak:12.1f} {rss:9.0f}"
+            )
             if name == TRILLION and wall >= LIMIT_S:
                 ok = False
     verdict = "PASS" if ok else "FAIL"

@@ -142,7 +142,7 @@ def execute_stage_run(
         definition = get_stage(run.stage)
         limit_s = definition.soft_time_limit_s
         with Heartbeat(run.pk, settings.DAY0_HEARTBEAT_EVERY_S):
-            result = definition.run(stage_context(run, definition, log))
+            result = definition(stage_context(run, definition, log))
         log(f"finished {run.stage}")
         services.stage_run_succeed(stage_run=run, result=result, log=log.text(run.log))
     except StageFailed as exc:

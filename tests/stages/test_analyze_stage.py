@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.stages.analyze import DEFINITION, run
+from workers.stages.analyze import run
 from workers.stages.base import PoolSpec, ReleaseRef, StageContext, StageFailed
 
 from .realconfigs import load
@@ -60,8 +60,3 @@ def test_bad_config_fails_the_stage_with_the_reason():
 def test_missing_fetch_result_fails_the_stage():
     with pytest.raises(StageFailed, match=r"no config\.json"):
         run(_ctx(None))
-
-
-def test_definition():
-    assert DEFINITION.name == "analyze" and DEFINITION.title == "Architecture analysis"
-    assert DEFINITION.run is run

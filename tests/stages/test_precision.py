@@ -136,4 +136,3 @@ def test_run_and_definition():
         previous={"fetch": {"config": load("meta-llama__Llama-3.1-8B")}},
     )
     assert precision.run(ctx)["passed"] is True
-    assert precision.DEFINITION.title == "Precision validation"

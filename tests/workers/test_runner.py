@@ -156,3 +156,23 @@ def test_the_engine_imports_without_django():
         "sys.exit(1 if any(m == 'django' or m.startswith('django.') for m in sys.modules) else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_the_registry_reads_without_importing_torch():
+    code = (
+        "import sys, workers.stages.registry as r; "
+        "assert [s.title for s in r.STAGES]; "
+        "sys.exit(1 if 'torch' in sys.modules or 'transformers' in sys.modules else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_every_registered_stage_resolves_to_its_run_function():
+    import importlib
+
+    from workers.stages.registry import STAGES
+
+    for stage in STAGES:
+        module, _, function = stage.run.partition(":")
+        assert callable(getattr(importlib.import_module(module), function)), stage.name
+        assert stage.soft_time_limit_s < stage.time_limit_s

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from workers.stages.architecture import AnalysisError, analyze_config, compare_with_known
-from workers.stages.base import StageContext, StageDefinition, StageFailed
+from workers.stages.base import StageContext, StageFailed
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
@@ -30,18 +30,3 @@ def run(ctx: StageContext) -> dict[str, Any]:
         f"KV {result['kv_cache_bytes_per_token']:,} B/token"
     )
     return result
-
-
-DEFINITION = StageDefinition(
-    name="analyze",
-    reads_known_families=True,
-    title="Architecture analysis",
-    run=run,
-    description=(
-        "Reads config.json and the safetensors summary: attention kind and layer pattern, "
-        "RoPE, MoE layout, quantization, total/active parameters, checkpoint bytes, KV-cache "
-        "bytes, and what is new against known families."
-    ),
-    soft_time_limit_s=60,
-    time_limit_s=90,
-)

@@ -7,6 +7,7 @@ service. Stages are listed, in order, in `workers.stages.registry`.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,14 +96,24 @@ class StageContext:
 class StageDefinition:
     """One entry of the stage registry.
 
-    `soft_time_limit_s`/`time_limit_s` become the Celery task's limits for this stage.
+    `run` is the stage function, or its import path "package.module:function" (imported on
+    first call, so that reading the registry stays cheap). `soft_time_limit_s`/`time_limit_s`
+    become the Celery task's limits for this stage.
     """
 
     name: str
     title: str
-    run: Callable[[StageContext], dict[str, Any]]
+    run: Callable[[StageContext], dict[str, Any]] | str
     description: str = ""
     soft_time_limit_s: int = 300
     time_limit_s: int = 360
     # Whether `run` reads `ctx.known_families` (it costs a query over earlier analyses).
     reads_known_families: bool = False
+
+    def __call__(self, ctx: StageContext) -> dict[str, Any]:
+        """Run the stage. Raises what the stage raises; ImportError for a bad `run` path."""
+        run = self.run
+        if isinstance(run, str):
+            module_name, _, function = run.partition(":")
+            run = getattr(importlib.import_module(module_name), function)
+        return run(ctx)

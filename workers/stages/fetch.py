@@ -13,7 +13,7 @@ from typing import Any
 
 from adaptation.hubs import HubSpec, hub_source
 from adaptation.hubs.base import HubError, ReleaseFiles, tensor_nbytes
-from workers.stages.base import StageContext, StageDefinition, StageFailed, StageTransientError
+from workers.stages.base import StageContext, StageFailed, StageTransientError
 
 README_EXCERPT_CHARS = 4000
 
@@ -152,13 +152,3 @@ def run(ctx: StageContext) -> dict[str, Any]:
         raise StageFailed(str(exc)) from exc
     ctx.log(f"fetched {', '.join(sorted(fetched.files))} from {release.hub_kind}")
     return parse_release_files(fetched)
-
-
-DEFINITION = StageDefinition(
-    name="fetch",
-    title="Fetch & parse",
-    run=run,
-    description="Download config, generation config, safetensors index and README; parse them.",
-    soft_time_limit_s=120,
-    time_limit_s=180,
-)

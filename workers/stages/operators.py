@@ -33,7 +33,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from workers.stages.base import StageContext, StageDefinition, StageFailed
+from workers.stages.base import StageContext, StageFailed
 from workers.stages.twin import Twin, copy_twin_model, twin_for_release
 from workers.stages.twin.run import DECODE_STEPS, prefill_and_decode, resolve_device
 
@@ -483,17 +483,3 @@ def run(ctx: StageContext) -> dict[str, Any]:
         f"{result['counts']['fallback']} fallback"
     )
     return result
-
-
-DEFINITION = StageDefinition(
-    name="operators",
-    title="Operator coverage",
-    run=run,
-    description=(
-        "Runs a scaled twin's prefill and decode on the pool's device under a recording "
-        "dispatch mode; checks every ATen operator and dtype against the pool's backend or "
-        "operator manifest, and maps missing ones to model features."
-    ),
-    soft_time_limit_s=300,
-    time_limit_s=360,
-)

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from workers.stages.base import StageContext, StageDefinition, StageFailed
+from workers.stages.base import StageContext, StageFailed
 from workers.stages.twin import Twin, copy_twin_model, twin_for_release
 from workers.stages.twin.run import DECODE_STEPS, Trace, prefill_and_decode, resolve_device
 
@@ -670,17 +670,3 @@ def run(ctx: StageContext) -> dict[str, Any]:
     for dtype, why in result["skipped_dtypes"].items():
         ctx.log(f"{dtype} skipped: {why}")
     return result
-
-
-DEFINITION = StageDefinition(
-    name="precision",
-    title="Precision validation",
-    run=run,
-    description=(
-        "Compares a scaled twin on the pool's device in each serving dtype with the float32 CPU "
-        "reference: logit errors, cosine, top-1 agreement, KL, and the first layer and "
-        "sub-module where the error jumps."
-    ),
-    soft_time_limit_s=300,
-    time_limit_s=360,
-)

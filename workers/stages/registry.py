@@ -1,16 +1,61 @@
-"""The ordered list of stages every adaptation job runs. Later stages append themselves here
-(see docs/extending.md, "Adding a stage")."""
+"""The ordered list of stages every adaptation job runs (see docs/extending.md, "Adding a
+stage").
+
+Each entry names its `run` function by import path, so reading the registry (the web process
+does, for titles and time limits) does not import torch or transformers; the worker imports a
+stage's module when it runs it.
+"""
 
 from __future__ import annotations
 
-from workers.stages import analyze, fetch, operators, precision
 from workers.stages.base import StageDefinition
 
 STAGES: tuple[StageDefinition, ...] = (
-    fetch.DEFINITION,
-    analyze.DEFINITION,
-    operators.DEFINITION,
-    precision.DEFINITION,
+    StageDefinition(
+        name="fetch",
+        title="Fetch & parse",
+        run="workers.stages.fetch:run",
+        description="Download config, generation config, safetensors index and README; parse them.",
+        soft_time_limit_s=120,
+        time_limit_s=180,
+    ),
+    StageDefinition(
+        name="analyze",
+        title="Architecture analysis",
+        run="workers.stages.analyze:run",
+        reads_known_families=True,
+        description=(
+            "Reads config.json and the safetensors summary: attention kind and layer pattern, "
+            "RoPE, MoE layout, quantization, total/active parameters, checkpoint bytes, KV-cache "
+            "bytes, and what is new against known families."
+        ),
+        soft_time_limit_s=60,
+        time_limit_s=90,
+    ),
+    StageDefinition(
+        name="operators",
+        title="Operator coverage",
+        run="workers.stages.operators:run",
+        description=(
+            "Runs a scaled twin's prefill and decode on the pool's device under a recording "
+            "dispatch mode; checks every ATen operator and dtype against the pool's backend or "
+            "operator manifest, and maps missing ones to model features."
+        ),
+        soft_time_limit_s=300,
+        time_limit_s=360,
+    ),
+    StageDefinition(
+        name="precision",
+        title="Precision validation",
+        run="workers.stages.precision:run",
+        description=(
+            "Compares a scaled twin on the pool's device in each serving dtype with the float32 "
+            "CPU reference: logit errors, cosine, top-1 agreement, KL, and the first layer and "
+            "sub-module where the error jumps."
+        ),
+        soft_time_limit_s=300,
+        time_limit_s=360,
+    ),
 )
 
 _BY_NAME = {stage.name: stage for stage in STAGES}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from workers.catalog import CatalogError
-from workers.stages.base import StageContext, StageDefinition, StageFailed
+from workers.stages.base import StageContext, StageFailed
 
 from .errors import NoFittingPlan, PlanInputError
 from .planner import Plan, PoolLayout, evaluate_split, plan_release
@@ -91,21 +91,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     return result
 
 
-DEFINITION = StageDefinition(
-    name="plan",
-    title="Distributed plan",
-    run=run,
-    description=(
-        "Chooses the TP/PP/EP/DP split that fits the pool with the fewest devices: memory "
-        "per device, communication per token, predicted (roofline) decode and prefill, "
-        "multi-device scaling, and vLLM/SGLang/Kubernetes launch artifacts."
-    ),
-    soft_time_limit_s=60,
-    time_limit_s=90,
-)
-
 __all__ = [
-    "DEFINITION",
     "NoFittingPlan",
     "Plan",
     "PlanInputError",
