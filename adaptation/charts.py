@@ -11,7 +11,12 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from adaptation.models import PrecisionResult
+from adaptation.models import LayerDrift, PrecisionResult
+
+
+def _point_label(drift: LayerDrift) -> str:
+    """A unique x label per measured module: its path in the twin when known."""
+    return drift.name or f"L{drift.layer} {drift.module}"
 
 
 def precision_layer_drift(results: Iterable[PrecisionResult]) -> dict[str, Any] | None:
@@ -23,12 +28,12 @@ def precision_layer_drift(results: Iterable[PrecisionResult]) -> dict[str, Any] 
     """
     fig = go.Figure()
     for result in results:
-        layers = list(result.layers.all())
+        layers = [d for d in result.layers.all() if d.relative_error is not None]
         if not layers:
             continue
         fig.add_trace(
             go.Scatter(
-                x=[f"L{d.layer} {d.module}" for d in layers],
+                x=[_point_label(d) for d in layers],
                 y=[max(d.relative_error, 1e-12) for d in layers],
                 mode="lines+markers",
                 name=f"{result.dtype} ({'passed' if result.passed else 'failed'})",
@@ -37,7 +42,8 @@ def precision_layer_drift(results: Iterable[PrecisionResult]) -> dict[str, Any] 
         )
         if result.first_divergent_layer is not None:
             fig.add_annotation(
-                x=f"L{result.first_divergent_layer} {result.first_divergent_module}",
+                x=result.first_divergent_name
+                or f"L{result.first_divergent_layer} {result.first_divergent_module}",
                 y=0,
                 yref="paper",
                 text=f"{result.dtype} diverges",

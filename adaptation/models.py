@@ -83,6 +83,27 @@ class AcceleratorPool(models.Model):
             self.queue = f"pool.{self.name}"
         super().save(*args, **kwargs)
 
+    def clean(self) -> None:
+        """Refuse settings the stages could not read, when they are saved."""
+        errors: dict[str, str] = {}
+        if not isinstance(self.dtypes, list) or not all(isinstance(d, str) for d in self.dtypes):
+            errors["dtypes"] = 'A list of torch dtype names, e.g. ["bfloat16", "float16"].'
+        if not isinstance(self.trust_remote_code_orgs, list):
+            errors["trust_remote_code_orgs"] = 'A list of org names, e.g. ["deepseek-ai"].'
+        thresholds = self.precision_thresholds
+        if not isinstance(thresholds, dict) or not all(
+            isinstance(limits, dict) and all(isinstance(v, int | float) for v in limits.values())
+            for limits in thresholds.values()
+        ):
+            errors["precision_thresholds"] = 'Per dtype, numbers: {"bfloat16": {"name": 0.9}}.'
+        manifest = self.operator_manifest
+        if manifest is not None and not (
+            isinstance(manifest, dict) and isinstance(manifest.get("operators"), dict)
+        ):
+            errors["operator_manifest"] = 'An object with an "operators" map (see its README).'
+        if errors:
+            raise ValidationError(errors)
+
 
 class HubWatch(models.Model):
     """A hub location polled for new releases: an org/author or a repo pattern."""
@@ -279,6 +300,7 @@ class OperatorCheck(models.Model):
     dtypes = models.JSONField(default=list)
     feature = models.CharField(max_length=200, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices)
+    missing_dtypes = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["stage_run_id", "name"]
@@ -294,14 +316,16 @@ class PrecisionResult(models.Model):
     stage_run = models.ForeignKey(StageRun, on_delete=models.CASCADE, related_name="precision")
     pool = models.ForeignKey(AcceleratorPool, on_delete=models.CASCADE, related_name="+")
     dtype = models.CharField(max_length=32)
-    max_abs_error = models.FloatField(help_text="Of logits.")
-    mean_abs_error = models.FloatField(help_text="Of logits.")
-    cosine_similarity = models.FloatField()
-    top1_agreement = models.FloatField(help_text="Fraction of positions, 0 to 1.")
-    kl_divergence = models.FloatField(help_text="Nats, reference to target.")
+    # Null when the target's outputs held NaN/Inf: no error figure means anything then.
+    max_abs_error = models.FloatField(null=True, help_text="Of logits.")
+    mean_abs_error = models.FloatField(null=True, help_text="Of logits.")
+    cosine_similarity = models.FloatField(null=True)
+    top1_agreement = models.FloatField(null=True, help_text="Fraction of positions, 0 to 1.")
+    kl_divergence = models.FloatField(null=True, help_text="Nats, reference to target.")
     passed = models.BooleanField()
     first_divergent_layer = models.IntegerField(null=True, blank=True)
     first_divergent_module = models.CharField(max_length=64, blank=True)
+    first_divergent_name = models.CharField(max_length=200, blank=True)
     reason = models.TextField(blank=True)
 
     class Meta:
@@ -320,8 +344,9 @@ class LayerDrift(models.Model):
     precision = models.ForeignKey(PrecisionResult, on_delete=models.CASCADE, related_name="layers")
     layer = models.IntegerField()
     module = models.CharField(max_length=64, help_text='"attention", "mlp", "moe", "norm"…')
-    max_abs_error = models.FloatField()
-    relative_error = models.FloatField()
+    name = models.CharField(max_length=200, blank=True, help_text="The module's path in the twin.")
+    max_abs_error = models.FloatField(null=True)
+    relative_error = models.FloatField(null=True)
 
     class Meta:
         ordering = ["precision_id", "layer", "id"]

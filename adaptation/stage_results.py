@@ -44,6 +44,7 @@ def _store_operator_checks(run: StageRun, result: dict[str, Any]) -> None:
             dtypes=list(op.get("dtypes") or []),
             feature=str(op.get("feature") or "")[:200],
             status=op["status"],
+            missing_dtypes=list(op.get("missing_dtypes") or []),
         )
         for op in result.get("operators", [])
     )
@@ -55,14 +56,15 @@ def _store_precision(run: StageRun, result: dict[str, Any]) -> None:
             stage_run=run,
             pool=run.job.pool,
             dtype=dtype,
-            max_abs_error=metrics["max_abs_error"],
-            mean_abs_error=metrics["mean_abs_error"],
-            cosine_similarity=metrics["cosine_similarity"],
-            top1_agreement=metrics["top1_agreement"],
-            kl_divergence=metrics["kl_divergence"],
+            max_abs_error=metrics.get("max_abs_error"),
+            mean_abs_error=metrics.get("mean_abs_error"),
+            cosine_similarity=metrics.get("cosine_similarity"),
+            top1_agreement=metrics.get("top1_agreement"),
+            kl_divergence=metrics.get("kl_divergence"),
             passed=bool(metrics["passed"]),
             first_divergent_layer=metrics.get("first_divergent_layer"),
             first_divergent_module=metrics.get("first_divergent_module") or "",
+            first_divergent_name=str(metrics.get("first_divergent_name") or "")[:200],
             reason=metrics.get("reason") or "",
         )
         LayerDrift.objects.bulk_create(
@@ -70,8 +72,9 @@ def _store_precision(run: StageRun, result: dict[str, Any]) -> None:
                 precision=row,
                 layer=layer["layer"],
                 module=str(layer["module"])[:64],
-                max_abs_error=layer["max_abs_error"],
-                relative_error=layer["relative_error"],
+                name=str(layer.get("name") or "")[:200],
+                max_abs_error=layer.get("max_abs_error"),
+                relative_error=layer.get("relative_error"),
             )
             for layer in metrics.get("layers", [])
         )

@@ -151,6 +151,9 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
 # --- day0 ---------------------------------------------------------------------------------
 DAY0_DEFAULT_POOL = env_str("DAY0_DEFAULT_POOL", "cpu")
+# torch threads per worker process (the worker's --concurrency times this should not exceed
+# the cores).
+DAY0_TORCH_THREADS = env_int("DAY0_TORCH_THREADS", 1, minimum=1)
 # How often beat runs the hub poll round; each watch also has its own interval.
 DAY0_POLL_EVERY_S = env_int("DAY0_POLL_EVERY_S", 60, minimum=5)
 # A running stage whose heartbeat is older than this is failed by the reaper.

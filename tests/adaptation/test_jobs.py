@@ -175,3 +175,23 @@ def test_a_mirror_watch_on_a_missing_folder_is_refused(tmp_path):
         watch.clean()
     watch.endpoint = str(tmp_path)
     watch.clean()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("dtypes", "bfloat16"),
+        ("precision_thresholds", {"bfloat16": 0.9}),
+        ("operator_manifest", {"ops": []}),
+        ("trust_remote_code_orgs", "acme"),
+    ],
+)
+def test_pool_settings_the_stages_cannot_read_are_refused(field, value):
+    from django.core.exceptions import ValidationError
+
+    from adaptation.models import AcceleratorPool
+
+    pool = AcceleratorPool(name="npu", backend="manifest", **{field: value})
+    with pytest.raises(ValidationError) as info:
+        pool.clean()
+    assert field in info.value.message_dict

@@ -96,3 +96,39 @@ def test_a_failed_precision_run_keeps_its_measurements(monkeypatch):
         by_dtype["float16"].first_divergent_module,
     ) == (1, "norm")
     assert LayerDrift.objects.filter(precision=by_dtype["bfloat16"]).count() == 2
+
+
+def test_a_precision_failure_with_nan_outputs_is_stored_with_its_reason(monkeypatch):
+    reason = "float16: the target's logits hold NaN/Inf; first non-finite hidden state at layer 2"
+    nan_metrics = {
+        "max_abs_error": None,
+        "mean_abs_error": None,
+        "cosine_similarity": None,
+        "top1_agreement": None,
+        "kl_divergence": None,
+        "passed": False,
+        "first_divergent_layer": 2,
+        "first_divergent_module": "moe",
+        "first_divergent_name": "model.layers.2.mlp",
+        "layers": [
+            {
+                "layer": 2,
+                "module": "moe",
+                "name": "model.layers.2.mlp",
+                "max_abs_error": None,
+                "relative_error": None,
+            },
+        ],  # fmt: skip
+        "reason": reason,
+    }
+
+    def nan_failure(ctx):
+        exc = StageFailed(reason)
+        exc.result = {"dtypes": {"bfloat16": BF16, "float16": nan_metrics}}
+        raise exc
+
+    run = run_stage_returning(monkeypatch, "precision", nan_failure)
+    assert (run.status, run.error) == (StageStatus.FAILED, reason)
+    fp16 = PrecisionResult.objects.get(stage_run=run, dtype="float16")
+    assert fp16.max_abs_error is None and fp16.first_divergent_name == "model.layers.2.mlp"
+    assert fp16.layers.get().relative_error is None
