@@ -118,7 +118,7 @@ def test_a_precision_failure_with_nan_outputs_is_stored_with_its_reason(monkeypa
                 "max_abs_error": None,
                 "relative_error": None,
             },
-        ],  # fmt: skip
+        ],
         "reason": reason,
     }
 
