@@ -837,38 +837,16 @@ _QWEN3_5_DEFAULTS = dict(
     partial_rotary_factor=0.25,
 )
 
-_DEEPSEEK_V32_DEFAULTS = dict(
-    vocab_size=129280,
-    hidden_size=7168,
-    intermediate_size=18432,
-    moe_intermediate_size=2048,
-    num_hidden_layers=61,
-    num_attention_heads=128,
-    num_key_value_heads=128,
-    n_shared_experts=1,
-    n_routed_experts=256,
-    routed_scaling_factor=2.5,
-    kv_lora_rank=512,
-    q_lora_rank=1536,
-    qk_rope_head_dim=64,
-    v_head_dim=128,
-    qk_nope_head_dim=128,
-    n_group=8,
-    topk_group=4,
-    num_experts_per_tok=8,
-    first_k_dense_replace=3,
-    norm_topk_prob=True,
-    max_position_embeddings=163840,
-    tie_word_embeddings=False,
-    attention_bias=False,
-    mlp_bias=False,
-    index_topk=2048,
-    index_head_dim=128,
-    index_n_heads=64,
-    rope_theta=10000.0,
-    scoring_func="sigmoid",
-    topk_method="noaux_tc",
-)
+# DeepSeek-V3.2 keeps V3's defaults (configuration_deepseek_v32.py) except its context, the
+# sparse-attention indexer's sizes, and no `moe_layer_freq`.
+_DEEPSEEK_V32_DEFAULTS = {
+    **{k: v for k, v in _BASE_FAMILIES["deepseek_v3"].defaults.items() if k != "moe_layer_freq"},
+    "max_position_embeddings": 163840,
+    "mlp_bias": False,
+    "index_topk": 2048,
+    "index_head_dim": 128,
+    "index_n_heads": 64,
+}
 
 # Families added for release-day model types of transformers 5 (configuration_<type>.py
 # defaults, modules from modeling_<type>.py; each held to a meta-device build in tests/stages).
