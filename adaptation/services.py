@@ -474,9 +474,13 @@ def release_from_candidate(
     pool: AcceleratorPool,
     watch: HubWatch | None = None,
     requested_by: Any = None,
+    adapt_known: bool = False,
 ) -> AdaptationJob | None:
-    """Record a hub candidate as a release and start its job. None when the release was
-    already known (it is never created, nor adapted, twice)."""
+    """Record a hub candidate as a release (never twice) and start its job.
+
+    A release seen before gets no new job (None) unless `adapt_known`: someone asked for it
+    explicitly (`adapt`), so it is adapted again.
+    """
     with transaction.atomic():
         release, created = release_get_or_create(
             hub_kind=hub_kind,
@@ -487,32 +491,9 @@ def release_from_candidate(
             found_by=found_by,
             watch=watch,
         )
-        if not created:
+        if not created and not adapt_known:
             return None
         return job_create(release=release, pool=pool, trigger=found_by, requested_by=requested_by)
-
-
-def release_adapt(
-    *,
-    candidate: ReleaseCandidate,
-    hub_kind: str,
-    hub_endpoint: str,
-    pool: AcceleratorPool,
-    trigger: str,
-    requested_by: Any = None,
-) -> AdaptationJob:
-    """Adapt a release on request: the release is recorded on first sight, and a new job
-    starts even when it is already known (someone asked for it explicitly)."""
-    with transaction.atomic():
-        release, _ = release_get_or_create(
-            hub_kind=hub_kind,
-            hub_endpoint=hub_endpoint,
-            repo_id=candidate.repo_id,
-            revision=candidate.revision,
-            published_at=candidate.published_at,
-            found_by=trigger,
-        )
-        return job_create(release=release, pool=pool, trigger=trigger, requested_by=requested_by)
 
 
 def demo_hub_install(*, hub_dir: str, username: str, password: str) -> HubWatch:

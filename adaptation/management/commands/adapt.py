@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from adaptation.models import AdaptationJob, JobStatus, Trigger
 from adaptation.selectors import job_current_stage_runs, job_summary
-from adaptation.services import ServiceError, pool_get, release_adapt
+from adaptation.services import ServiceError, pool_get, release_from_candidate
 from adaptation.targets import TargetError, resolve_target
 
 POLL_EVERY_S = 0.5
@@ -54,12 +54,13 @@ class Command(BaseCommand):
             pool_row = pool_get(name=pool)
         except (TargetError, ServiceError) as exc:
             raise CommandError(str(exc)) from exc
-        job = release_adapt(
+        job = release_from_candidate(
             candidate=resolved.candidate,
             hub_kind=resolved.spec.kind,
             hub_endpoint=resolved.endpoint,
+            found_by=Trigger.MANUAL,
             pool=pool_row,
-            trigger=Trigger.MANUAL,
+            adapt_known=True,
         )
         release = job.release
         text = format == "text"
