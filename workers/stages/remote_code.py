@@ -1,27 +1,45 @@
 """The remote-code policy and its sandboxed runner.
 
 A release whose architecture transformers lacks can only be twinned with the modeling code it
-ships (`auto_map` in config.json naming `modeling_*.py` classes). Running that code is
-`trust_remote_code`: off by default, allowed only when the release's org (the repo id before
-"/") is in the pool's `trust_remote_code_orgs`. Allowed code never runs in the calling
-process: a child process started with the multiprocessing "spawn" method (a fresh
-interpreter, nothing inherited but the arguments) limits its own address space with
-`resource.setrlimit(RLIMIT_AS)`, writes the fetched `*.py` files into a private temporary
-folder, builds the twin from them, runs the stage's measurement and sends back a JSON-able
-result through a pipe. The parent kills it when the time limit passes. A child that runs out
-of time or memory, or dies, fails the stage with that reason.
+ships (`auto_map` in config.json naming `modeling_*.py` classes, and the files those import
+relatively). Running that code is `trust_remote_code`: off by default, allowed only when the
+release's org (the repo id before "/") is in the pool's `trust_remote_code_orgs`.
+
+Allowed code never runs in the calling process. `run_sandboxed` starts a child with
+`subprocess.Popen([sys.executable, "-m", "workers.stages.remote_code_child", ...])`: a fresh
+interpreter, not a fork, and not `multiprocessing` (a Celery prefork pool process is daemonic,
+and a daemonic process may not start `multiprocessing` children). The child inherits:
+
+- an environment built from scratch: PATH, the device-visibility and library-path variables
+  of `PASSED_ENV` that are set, PYTHONPATH = the repository, HOME/TMPDIR/HF_HOME = its private
+  temporary folder, HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1. Never the worker's secrets
+  (DATABASE_URL, SECRET_KEY, HF_TOKEN, broker URLs);
+- its own session and process group (`start_new_session=True`), stdin (the task, JSON), and
+  stdout/stderr into a log file in the temporary folder (its tail is quoted when it fails);
+- no other file descriptors (`close_fds`).
+
+The child sets its limits before importing anything heavy (see `remote_code_child`): SIGKILL
+when the worker dies (`prctl(PR_SET_PDEATHSIG)`), address space (`RLIMIT_AS`; GPU pools may need
+`RLIMIT_DATA`, see `memory_rlimit`) and CPU seconds (`RLIMIT_CPU`). The parent enforces the
+wall-clock limit, kept below the stage's Celery soft time limit so the stage can still report
+it, and kills the child's whole process group (`os.killpg`) at the deadline and after it exits.
+A child that runs out of time or memory, or dies, fails the stage with that reason.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import multiprocessing
+import math
 import os
-import resource
+import re
+import signal
+import subprocess
+import sys
 import tempfile
-import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from workers.stages.architecture.config_reader import unwrap_text_config
@@ -29,6 +47,28 @@ from workers.stages.base import PoolSpec, StageContext, StageFailed, StageTransi
 
 DEFAULT_TIME_LIMIT_S = 240.0
 DEFAULT_MEMORY_LIMIT_BYTES = 16 * 1024**3
+# Seconds the sandbox's wall-clock limit stays below the stage's Celery soft time limit: room to
+# kill the child, read its log and store the failure.
+SOFT_LIMIT_MARGIN_S = 30
+# Environment variables the child may see when the worker has them (device visibility, the
+# loader's library path, thread counts); everything else is left out.
+PASSED_ENV = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "ZE_AFFINITY_MASK",
+    "OMP_NUM_THREADS",
+)
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# transformers.dynamic_module_utils.get_relative_imports: `import .x` and `from .x import y`.
+_RELATIVE_IMPORT_RES = (
+    re.compile(r"^\s*import\s+\.(\S+)\s*$", re.MULTILINE),
+    re.compile(r"^\s*from\s+\.(\S+)\s+import", re.MULTILINE),
+)
 
 
 def fetched_config(ctx: StageContext) -> dict[str, Any]:
@@ -84,57 +124,67 @@ def modeling_file_names(config: Mapping[str, Any]) -> list[str]:
     return sorted(names)
 
 
-def _limit_memory(limit_bytes: int) -> None:
-    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    new = limit_bytes if hard == resource.RLIM_INFINITY else min(limit_bytes, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (new, hard))
+def relative_imports(source: str) -> list[str]:
+    """The `*.py` files a module's source imports relatively, as transformers reads them
+    (`dynamic_module_utils.get_relative_imports`): "from .configuration_x import C" ->
+    "configuration_x.py".
+
+    Raises `StageFailed` for an import that leaves the release's folder ("from ..x") or names a
+    sub-package ("from .sub.mod"): only top-level files of the release are fetched.
+    """
+    names = set()
+    for pattern in _RELATIVE_IMPORT_RES:
+        for module in pattern.findall(source):
+            if module.startswith(".") or "." in module:
+                raise StageFailed(
+                    f"the release's modeling code imports .{module}: only modules at the top "
+                    "level of the release can be fetched"
+                )
+            names.add(f"{module}.py")
+    return sorted(names)
 
 
-def _child(conn: Any, task: dict[str, Any]) -> None:
-    """Child process body: limits, files, twin, measurement; one JSON message back."""
+def fetch_release_code(
+    fetch: Callable[[list[str]], Mapping[str, bytes]], names: list[str]
+) -> dict[str, bytes]:
+    """The files `names` and every file they import relatively, transitively (as
+    `transformers.dynamic_module_utils.get_relative_import_files` collects them), fetched with
+    `fetch(names) -> {name: bytes}`. Raises what `fetch` raises, `StageFailed` for a file that
+    is not UTF-8 or an import `relative_imports` refuses."""
+    files: dict[str, bytes] = {}
+    wanted = list(names)
+    while wanted:
+        fetched = fetch(wanted)
+        files.update(fetched)
+        found: set[str] = set()
+        for name in wanted:
+            try:
+                source = fetched[name].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise StageFailed(f"the release's {name} is not UTF-8 text: {exc}") from exc
+            found.update(relative_imports(source))
+        wanted = sorted(found - files.keys())
+    return files
+
+
+def sandbox_time_limit_s(stage: str, requested_s: float | None = None) -> float:
+    """The sandbox's wall-clock limit for `stage`: `requested_s` (default
+    `DEFAULT_TIME_LIMIT_S`), kept `SOFT_LIMIT_MARGIN_S` below the stage's Celery soft time
+    limit (`registry.get_stage(stage).soft_time_limit_s`) when the registry knows the stage."""
+    from workers.stages.registry import get_stage
+
+    limit = DEFAULT_TIME_LIMIT_S if requested_s is None else requested_s
     try:
-        _limit_memory(int(task["memory_limit_bytes"]))
-        with tempfile.TemporaryDirectory(prefix="day0-remote-") as folder:
-            os.environ["HF_MODULES_CACHE"] = os.path.join(folder, "modules")
-            os.environ["HF_HUB_OFFLINE"] = "1"
-            code_dir = os.path.join(folder, "code")
-            os.makedirs(code_dir)
-            for name, text in task["files"].items():
-                with open(
-                    os.path.join(code_dir, os.path.basename(name)), "w", encoding="utf-8"
-                ) as fh:
-                    fh.write(text)
-            with open(os.path.join(code_dir, "config.json"), "w", encoding="utf-8") as fh:
-                json.dump(task["config"], fh)
-            result = _measure(task, code_dir)
-        conn.send(json.dumps({"ok": True, "result": result}))
-    except StageFailed as exc:
-        payload = {
-            "ok": False,
-            "kind": "failed",
-            "reason": exc.reason,
-            "result": getattr(exc, "result", None),
-        }
-        conn.send(json.dumps(payload))
-    except MemoryError as exc:
-        conn.send(json.dumps({"ok": False, "kind": "memory", "reason": f"MemoryError: {exc}"}))
-    except BaseException as exc:
-        text = f"{type(exc).__name__}: {exc}"
-        kind = (
-            "memory"
-            if "can't allocate memory" in text or "out of memory" in text.lower()
-            else "error"
-        )
-        conn.send(
-            json.dumps(
-                {"ok": False, "kind": kind, "reason": text, "trace": traceback.format_exc()[-2000:]}
-            )
-        )
-    finally:
-        conn.close()
+        soft = get_stage(stage).soft_time_limit_s
+    except LookupError:
+        return limit
+    return max(1.0, min(limit, soft - SOFT_LIMIT_MARGIN_S))
 
 
-def _measure(task: dict[str, Any], code_dir: str) -> dict[str, Any]:
+def measure_in_child(task: dict[str, Any], code_dir: str) -> dict[str, Any]:
+    """The sandboxed child's measurement (called by `remote_code_child` after its limits are
+    set): build the twin from the release's files in `code_dir` and run `task["stage"]`'s
+    measurement ("operators", "precision" or "twin"). Raises `StageFailed` as they do."""
     from workers.stages.twin import build_twin
 
     pool = PoolSpec(
@@ -164,6 +214,39 @@ def _measure(task: dict[str, Any], code_dir: str) -> dict[str, Any]:
     raise StageFailed(f"no sandboxed measurement named {stage!r}")
 
 
+def child_environment(folder: str) -> dict[str, str]:
+    """The child's whole environment: `PASSED_ENV` where set, the repository on PYTHONPATH,
+    home, temp and Hugging Face caches in the sandbox's `folder`, hub access off."""
+    env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
+    env.setdefault("PATH", os.defpath)
+    env.update(
+        {
+            "PYTHONPATH": str(REPO_ROOT),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "HOME": os.path.join(folder, "home"),
+            "TMPDIR": os.path.join(folder, "tmp"),
+            "HF_HOME": os.path.join(folder, "hf"),
+            "HF_MODULES_CACHE": os.path.join(folder, "modules"),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+        }
+    )
+    return env
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)  # the child leads its own session and group
+
+
+def _log_tail(path: str, chars: int = 1500) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()[-chars:].strip()
+    except OSError:
+        return ""
+
+
 def run_sandboxed(
     stage: str,
     config: Mapping[str, Any],
@@ -173,15 +256,24 @@ def run_sandboxed(
     org: str,
     time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
+    cpu_limit_s: int | None = None,
+    memory_rlimit: str = "as",
 ) -> dict[str, Any]:
     """Run `stage`'s measurement ("operators", "precision" or "twin") on a twin built from the
-    release's modeling `files` ({name: bytes}) in a spawned child process.
+    release's modeling `files` ({name: bytes}) in a sandboxed child process (module docstring).
 
-    Returns the measurement's result dict. Raises `StageFailed` when the child exceeds
-    `time_limit_s` (seconds, wall clock; the child is killed) or `memory_limit_bytes`
-    (RLIMIT_AS, virtual address space), dies, or the measurement fails (the child's
-    `StageFailed` reason, with its `result` attached when it had one).
+    `time_limit_s`: wall clock, enforced here (the child's process group is killed).
+    `memory_limit_bytes`: RLIMIT_AS (virtual address space), or RLIMIT_DATA with
+    `memory_rlimit="data"` (for GPU pools whose runtime maps large virtual ranges).
+    `cpu_limit_s`: RLIMIT_CPU, CPU seconds over all threads (default: the wall limit times the
+    CPU count, a backstop behind the wall clock).
+
+    Returns the measurement's result dict. Raises `StageFailed` when the child exceeds a limit,
+    dies, or the measurement fails (the child's `StageFailed` reason, with its `result` attached
+    when it had one).
     """
+    if cpu_limit_s is None:
+        cpu_limit_s = math.ceil(time_limit_s * max(1, os.cpu_count() or 1)) + 5
     task = {
         "stage": stage,
         "config": dict(config),
@@ -195,36 +287,53 @@ def run_sandboxed(
         },
         "org": org,
         "memory_limit_bytes": memory_limit_bytes,
+        "memory_rlimit": memory_rlimit,
+        "cpu_limit_s": cpu_limit_s,
     }
-    context = multiprocessing.get_context("spawn")
-    parent, child_end = context.Pipe(duplex=False)
-    process = context.Process(
-        target=_child, args=(child_end, task), name=f"day0-remote-{stage}", daemon=True
-    )
-    process.start()
-    child_end.close()
     limit_gib = memory_limit_bytes / 1024**3
-    try:
-        if not parent.poll(time_limit_s):
-            process.kill()
-            process.join(5)
+    with tempfile.TemporaryDirectory(prefix="day0-remote-") as folder:
+        for sub in ("home", "tmp"):
+            os.makedirs(os.path.join(folder, sub))
+        log_path = os.path.join(folder, "child.log")
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "workers.stages.remote_code_child", str(os.getpid())],
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=folder,
+                env=child_environment(folder),
+                start_new_session=True,
+                close_fds=True,
+            )
+        try:
+            process.communicate(json.dumps(task).encode("utf-8"), timeout=time_limit_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            process.wait()
             raise StageFailed(
                 f"the release's modeling code ran past its time limit of {time_limit_s:g} s in the "
                 "sandboxed process and was killed"
-            )
-        try:
-            message = json.loads(parent.recv())
-        except EOFError:
-            process.join(5)
-            raise StageFailed(
-                f"the sandboxed process running the release's modeling code died (exit code "
-                f"{process.exitcode}) with a memory limit of {limit_gib:g} GiB"
             ) from None
-    finally:
-        parent.close()
-        if process.is_alive():
-            process.kill()
-        process.join(5)
+        finally:
+            _kill_group(process)  # whatever it left running in its group
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        result_path = os.path.join(folder, "result.json")
+        if not os.path.exists(result_path):
+            code = process.returncode
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            if code == -signal.SIGXCPU or code == -signal.SIGKILL:
+                how += f" (CPU limit {cpu_limit_s} s, or the kernel's out-of-memory killer)"
+            tail = _log_tail(log_path)
+            raise StageFailed(
+                f"the sandboxed process running the release's modeling code died ({how}) with a "
+                f"memory limit of {limit_gib:g} GiB"
+                + (f"; its output ended: {tail}" if tail else "")
+            )
+        with open(result_path, encoding="utf-8") as fh:
+            message = json.load(fh)
     if message["ok"]:
         return message["result"]
     if message["kind"] == "memory":
@@ -244,12 +353,15 @@ def run_sandboxed(
 
 
 def run_stage_in_sandbox(
-    ctx: StageContext, stage: str, config: Mapping[str, Any]
+    ctx: StageContext, stage: str, config: Mapping[str, Any], *, time_limit_s: float | None = None
 ) -> dict[str, Any]:
-    """The policy, then the sandbox: fetch the release's modeling files and run `stage`.
+    """The policy, then the sandbox: fetch the release's modeling files (those `auto_map` names
+    and what they import relatively) and run `stage` within `sandbox_time_limit_s(stage,
+    time_limit_s)`.
 
-    Raises `StageFailed` when the org is not trusted (naming the architecture and org),
-    `StageTransientError` when the hub cannot be reached.
+    Raises `StageFailed` when the org is not trusted (naming the architecture and org), the
+    release ships no code, or the sandbox fails; `StageTransientError` when the hub cannot be
+    reached.
     """
     from adaptation.hubs import HubSpec, hub_source
     from adaptation.hubs.base import HubError
@@ -269,16 +381,21 @@ def run_stage_in_sandbox(
             f"transformers has no {arch} and the release ships no modeling code (no auto_map)"
         )
     spec = HubSpec(kind=ctx.release.hub_kind, endpoint=ctx.release.hub_endpoint)
+    source = hub_source(spec)
     try:
-        files = hub_source(spec).fetch_files(ctx.release.repo_id, ctx.release.revision, names)
+        files = fetch_release_code(
+            lambda wanted: source.fetch_files(ctx.release.repo_id, ctx.release.revision, wanted),
+            names,
+        )
     except HubError as exc:
         if exc.transient:
             raise StageTransientError(
                 exc.message, retry_after_s=getattr(exc, "retry_after_s", None)
             ) from exc
         raise StageFailed(exc.message) from exc
+    limit_s = sandbox_time_limit_s(stage, time_limit_s)
     ctx.log(
-        f"running {', '.join(names)} of {ctx.release.repo_id} "
-        f"in a sandboxed process (org {org} trusted)"
+        f"running {', '.join(sorted(files))} of {ctx.release.repo_id} in a sandboxed process "
+        f"(org {org} trusted; {limit_s:g} s limit)"
     )
-    return run_sandboxed(stage, config, files, ctx.pool, org=org)
+    return run_sandboxed(stage, config, files, ctx.pool, org=org, time_limit_s=limit_s)
