@@ -6,24 +6,32 @@ import json
 
 import pytest
 import torch
+import transformers
 
-from tests.stages.realconfigs import load
+from tests.stages.realconfigs import REALCONFIGS_DIR, load
 from workers.stages.base import StageFailed
-from workers.stages.twin import PROMPT_TOKENS, build_twin
+from workers.stages.twin import PROMPT_TOKENS, build_twin, shrink
+from workers.stages.twin.shrink import TWIN_MAX_PARAMETERS
 
-CONFIGS = (
-    "meta-llama__Llama-3.1-8B",
-    "Qwen__Qwen2.5-72B-Instruct",
-    "Qwen__Qwen3-235B-A22B-Instruct-2507",
-    "deepseek-ai__DeepSeek-V3",
-    "moonshotai__Kimi-K2-Instruct",
-    "openai__gpt-oss-20b",
-)
+# Every real config on disk: a new file is covered without editing this list.
+CONFIGS = tuple(sorted(path.stem for path in REALCONFIGS_DIR.glob("*.json")))
 
 
 @pytest.fixture(scope="module")
-def twins():
-    return {name: build_twin(load(name)) for name in CONFIGS}
+def twins(seeded_twin):
+    return {name: seeded_twin(name) for name in CONFIGS}
+
+
+def falcon_40b() -> dict:
+    """Falcon-40B's shape in Falcon's own spelling (num_kv_heads, ffn_hidden_size)."""
+    return transformers.FalconConfig(
+        hidden_size=8192,
+        num_attention_heads=128,
+        num_kv_heads=8,
+        new_decoder_architecture=True,
+        num_hidden_layers=60,
+        ffn_hidden_size=32768,
+    ).to_dict() | {"architectures": ["FalconForCausalLM"]}
 
 
 def sizes(twin) -> dict:
@@ -103,6 +111,76 @@ def test_gpt_oss_keeps_alternating_sliding_layers_and_sinks(twins):
     )
     assert cfg.num_experts_per_tok == 4 <= cfg.num_local_experts
     assert cfg.attention_bias is True
+
+
+def test_the_realconfig_list_is_the_directory():
+    assert len(CONFIGS) >= 6 and "openai__gpt-oss-20b" in CONFIGS
+
+
+def test_falcon_sizes_are_shrunk_under_their_own_names():
+    twin = build_twin(falcon_40b())
+    cfg = twin.config
+    assert sizes(twin)["ffn_hidden_size"] == (32768, cfg.ffn_hidden_size)
+    assert cfg.ffn_hidden_size == 4 * cfg.hidden_size  # the 4x ratio kept
+    assert sizes(twin)["num_kv_heads"] == (8, 2)
+    assert cfg.num_attention_heads // cfg.num_kv_heads == 128 // 8  # GQA ratio of the model
+    attn = twin.model.transformer.h[0].self_attention
+    assert attn.num_kv_heads == 2
+    assert twin.description["parameters"] < TWIN_MAX_PARAMETERS
+    assert [i for i in twin.description["invariants"] if not i["kept"]] == []
+
+
+def test_opt_sizes_are_shrunk_under_their_own_names():
+    config = transformers.OPTConfig(
+        hidden_size=9216,
+        ffn_dim=36864,
+        num_hidden_layers=64,
+        num_attention_heads=72,
+        word_embed_proj_dim=9216,
+    ).to_dict() | {"architectures": ["OPTForCausalLM"]}
+    twin = build_twin(config)
+    assert twin.config.word_embed_proj_dim == twin.config.hidden_size
+    assert sizes(twin)["ffn_dim"] == (36864, twin.config.ffn_dim)
+    assert twin.description["parameters"] < 1_000_000
+
+
+def test_invariants_are_checked_on_the_built_config(monkeypatch):
+    """Without the alias table the shrink writes `num_key_value_heads`, which Falcon never
+    reads: the built model keeps 8 K/V heads, and the invariant says so."""
+    monkeypatch.setattr(shrink, "KEY_ALIASES", {})
+    monkeypatch.setattr("workers.stages.twin.build.TWIN_MAX_PARAMETERS", 10**9)
+    twin = build_twin(falcon_40b())
+    broken = {i["name"]: i for i in twin.description["invariants"] if not i["kept"]}
+    assert broken["GQA group ratio (query heads per K/V head)"]["twin"] == 32 // 8
+    assert any(
+        "ignores keys the shrink set: num_key_value_heads" in n for n in twin.description["notes"]
+    )
+
+
+def test_a_twin_over_the_parameter_cap_is_refused_naming_the_keys(monkeypatch):
+    # the shrink of a day-0 release whose width key it does not know, simulated for Falcon
+    monkeypatch.setattr(shrink, "KEY_ALIASES", {})
+    with pytest.raises(StageFailed) as err:
+        build_twin(falcon_40b())
+    assert "would have 137,110,528 parameters, over the cap of 20,000,000" in err.value.reason
+    assert "config keys left at their release size: ffn_hidden_size=32768" in err.value.reason
+
+
+def test_an_unknown_width_key_is_refused_not_run_huge():
+    config = transformers.Qwen3NextConfig(linear_value_head_dim=2048).to_dict() | {
+        "architectures": ["Qwen3NextForCausalLM"]
+    }
+    with pytest.raises(StageFailed, match=r"over the cap .*linear_value_head_dim=2048"):
+        build_twin(config)
+
+
+def test_building_a_twin_leaves_the_global_rng_alone():
+    config = load("meta-llama__Llama-3.1-8B")
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    build_twin(config, seed=5)
+    assert torch.equal(torch.rand(3), expected)
 
 
 def test_seeded_weights_repeat_and_another_seed_differs():

@@ -2,13 +2,17 @@
 
 `build_twin(config)` resolves the class (transformers' own, or the release's shipped modeling
 code when the caller allows it: see `workers.stages.remote_code`), shrinks the config with
-`shrink.shrink_config`, seeds torch and instantiates the model with the class's own weight
-initialisation, so the same config and seed give the same weights on every run.
+`shrink.shrink_config`, and instantiates the model with the class's own weight initialisation
+under a forked, seeded RNG (`torch.random.fork_rng`), so the same config and seed give the same
+weights on every run and the caller's global RNG state is left as it was. The invariants are
+checked on the built class's config (`config.to_dict()`), and a twin over
+`shrink.TWIN_MAX_PARAMETERS` is refused before its weights are allocated.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,26 +23,12 @@ from workers.stages.architecture import AnalysisError, analyze_config
 from workers.stages.architecture.config_reader import unwrap_text_config
 from workers.stages.base import StageFailed
 
-from .shrink import PROMPT_BATCH, PROMPT_TOKENS, invariants, shrink_config
-
-# Config values copied unchanged into the twin that decide a code path; each is listed in the
-# description's invariants with its value (norm epsilon, activation, biases, RoPE theta, ...).
-COPIED_KEYS = (
-    "hidden_act",
-    "rms_norm_eps",
-    "layer_norm_eps",
-    "attention_bias",
-    "mlp_bias",
-    "rope_theta",
-    "partial_rotary_factor",
-    "swiglu_limit",
-    "scoring_func",
-    "norm_topk_prob",
-    "routed_scaling_factor",
-    "decoder_sparse_step",
-    "moe_layer_freq",
-    "tie_word_embeddings",
-    "use_qk_norm",
+from .shrink import (
+    PROMPT_BATCH,
+    PROMPT_TOKENS,
+    TWIN_MAX_PARAMETERS,
+    invariants,
+    shrink_config,
 )
 
 
@@ -187,8 +177,10 @@ def build_twin(
     try:
         twin_config = config_cls(**_config_kwargs(plan.config))
         twin_config._attn_implementation = None
-        torch.manual_seed(seed)
-        model = model_cls(twin_config)
+        check_parameter_cap(model_cls, twin_config, raw, arch)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = model_cls(twin_config)
     except (StageFailed, MemoryError):
         raise
     except Exception as exc:
@@ -200,7 +192,11 @@ def build_twin(
         ) from exc
     model = model.float().eval()
 
-    twin_dict = {k: v for k, v in plan.config.items() if k != "auto_map"}
+    # The invariants are checked on what was built: the class's own config, as it serialises,
+    # less keys the shrink added that the class does not declare (stored, never read).
+    twin_dict, ignored = built_config_dict(config_cls, twin_config, raw)
+    if ignored:
+        notes.append(f"{config_cls.__name__} ignores keys the shrink set: {', '.join(ignored)}")
     try:
         twin_analysis = analyze_config(twin_dict).to_dict()
     except AnalysisError as err:  # the shrink produced a config the analysis refuses
@@ -224,6 +220,13 @@ def build_twin(
     if sinks or model_type == "gpt_oss":
         kept.append({"name": "attention sinks", "original": True, "twin": sinks, "kept": sinks})
 
+    parameters = sum(p.numel() for p in model.parameters())
+    if parameters > TWIN_MAX_PARAMETERS:  # a class the meta-device pre-check could not build
+        raise StageFailed(
+            f"the twin of {arch} has {parameters:,} parameters, over the cap of "
+            f"{TWIN_MAX_PARAMETERS:,} (TWIN_MAX_PARAMETERS)"
+        )
+    init_range = getattr(twin_config, "initializer_range", None)
     input_ids = prompt_ids(twin_config.vocab_size, seed, getattr(twin_config, "pad_token_id", None))
     description = {
         "architecture": arch,
@@ -233,12 +236,12 @@ def build_twin(
         "code_source": code_source,
         "class_found_by": found_by,
         "weights": (
-            f"seeded (torch.manual_seed({seed})) with the class's own initialisation "
-            f"(initializer_range {getattr(twin_config, 'initializer_range', None)}); the "
+            f"seeded (torch.manual_seed({seed}) in a forked RNG) with the class's own "
+            f"initialisation (initializer_range {init_range}); the "
             "release's weights are not loaded"
         ),
         "weights_source": "seeded",
-        "parameters": sum(p.numel() for p in model.parameters()),
+        "parameters": parameters,
         "sizes": plan.sizes,
         "invariants": kept,
         "dropped": plan.dropped,
@@ -256,6 +259,70 @@ def build_twin(
         description=description,
         input_ids=input_ids,
         analysis=twin_analysis,
+    )
+
+
+def built_config_dict(
+    config_cls: Any, twin_config: Any, raw: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """(the built config's `to_dict()` as the class reads it, keys dropped from it).
+
+    transformers stores unknown kwargs as attributes, so a key the shrink wrote under a name
+    the class never reads (`num_key_value_heads` for Falcon, which reads `num_kv_heads`) would
+    make the analysis see a size the model does not have. Dropped: keys neither in the release's
+    config nor in the class's defaults (`config_cls().to_dict()`); nothing is dropped when the
+    class has no defaults to compare with.
+    """
+    built = {k: v for k, v in twin_config.to_dict().items() if k not in ("auto_map", "dtype")}
+    try:
+        declared = set(config_cls().to_dict()) | set(getattr(config_cls, "attribute_map", {}))
+    except Exception:  # a config class that needs arguments: keep every key
+        return built, []
+    ignored = sorted(k for k in built if k not in raw and k not in declared)
+    return {k: v for k, v in built.items() if k not in ignored}, ignored
+
+
+# Integer config keys that are not widths: never reported as "left unshrunk".
+_NOT_WIDTHS = ("position", "token_id", "window", "seq", "rope", "original_max")
+
+
+def check_parameter_cap(
+    model_cls: Any, twin_config: Any, raw: Mapping[str, Any], arch: str
+) -> None:
+    """Refuse a twin over `TWIN_MAX_PARAMETERS` parameters before allocating its weights.
+
+    Counts parameters on torch's "meta" device (shapes only, no memory). Raises `StageFailed`
+    naming the size-like integer keys (>= 64) the built config still holds at their release
+    value and the largest tensors. A class that cannot be built on "meta" is not pre-checked
+    here; `build_twin` counts its parameters after building and applies the same cap.
+    """
+    try:
+        with torch.device("meta"):
+            meta = model_cls(twin_config)
+    except Exception:  # remote code or a class that reads tensor values in __init__
+        return
+    shapes = sorted(
+        ((name, tuple(p.shape)) for name, p in meta.named_parameters()),
+        key=lambda item: -math.prod(item[1]),
+    )
+    total = sum(math.prod(shape) for _name, shape in shapes)
+    if total <= TWIN_MAX_PARAMETERS:
+        return
+    built = twin_config.to_dict()
+    unshrunk = sorted(
+        f"{key}={value}"
+        for key, value in built.items()
+        if isinstance(value, int)
+        and not isinstance(value, bool)
+        and value >= 64
+        and raw.get(key) == value
+        and not any(part in key for part in _NOT_WIDTHS)
+    )
+    largest = ", ".join(f"{name} {list(shape)}" for name, shape in shapes[:3])
+    raise StageFailed(
+        f"the twin of {arch} would have {total:,} parameters, over the cap of "
+        f"{TWIN_MAX_PARAMETERS:,} (TWIN_MAX_PARAMETERS): config keys left at their release "
+        f"size: {', '.join(unshrunk) or 'none found'}; largest tensors: {largest}"
     )
 
 

@@ -7,7 +7,14 @@ proportion, one or more periods of the layer-type pattern, dense layers before M
 experts per token and grouped top-k, router scoring, RoPE type and scaling, norms, biases, tied
 embeddings, attention sinks) and shrinks the widths and counts that only change how much work
 each path does. Every shrunk size is reported with its reason; `invariants` compares the
-original analysis with the analysis of the twin's own config, so a broken invariant shows.
+original analysis with the analysis of the BUILT twin's config (`config.to_dict()` of the
+instantiated class, see `build.build_twin`), so a broken invariant shows.
+
+Keys are read and written in the config's own spelling: a size the analysis knows under its
+standard name (`intermediate_size`) is written to every spelling the config uses for it
+(Falcon's `ffn_hidden_size`, OPT's `ffn_dim`; `KEY_ALIASES` of the analysis package), so the
+class sees the shrunk value. Widths the alias table does not know but that follow
+`hidden_size` are listed in `HIDDEN_FOLLOWING_KEYS`.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from workers.stages.architecture.config_reader import KEY_ALIASES
 from workers.stages.architecture.moe import EXPERT_COUNT_KEYS
 
 # Target sizes: prefill of PROMPT_TOKENS tokens and a few decode steps run in about a second
@@ -31,6 +39,16 @@ PROMPT_TOKENS = 16
 PROMPT_BATCH = 2
 # MLA widths shrink by this factor (DeepSeek-V3: nope 128 -> 16, rope 64 -> 8, v 128 -> 16).
 MLA_HEAD_DIM_DIVISOR = 8
+
+# A seeded twin larger than this is refused (`build.build_twin` raises StageFailed naming the
+# keys left unshrunk): the shrunk real configs give 0.6M-7.7M parameters, so 20M means a width
+# the shrinker does not know stayed at its release size. float32: 80 MB per copy.
+TWIN_MAX_PARAMETERS = 20_000_000
+
+# Widths the analysis alias table does not know that follow hidden_size (key -> why).
+HIDDEN_FOLLOWING_KEYS: Mapping[str, str] = {
+    "word_embed_proj_dim": "OPT's embedding width (project_in/out when it differs from hidden)",
+}
 
 # Keys dropped from the twin's config and why (each reported when the config has it).
 DROPPED_KEYS: Mapping[str, str] = {
@@ -56,12 +74,30 @@ class ShrinkPlan:
     dropped: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     layer_plan: list[tuple[str, bool]] = field(default_factory=list)
+    original_keys: frozenset[str] = frozenset()
+
+    def spellings(self, key: str) -> list[str]:
+        """The spellings of `key` (standard name and `KEY_ALIASES`) the original config sets;
+        [key] when it sets none."""
+        names = [n for n in (key, *KEY_ALIASES.get(key, ())) if n in self.original_keys]
+        return names or [key]
 
     def set_size(self, key: str, original: Any, twin: Any, why: str) -> None:
-        """Set `key` in the twin config and record the change when the value differs."""
-        self.config[key] = twin
+        """Set `key` under every spelling the config uses and record the change (under the
+        config's own spelling) when the value differs."""
+        names = self.spellings(key)
+        for name in names:
+            self.config[name] = twin
         if original != twin:
-            self.sizes.append({"key": key, "original": original, "twin": twin, "why": why})
+            self.sizes.append({"key": names[0], "original": original, "twin": twin, "why": why})
+
+
+def aliased(raw: Mapping[str, Any], key: str) -> Any:
+    """`raw`'s value for `key` under its standard name or an alias (`KEY_ALIASES`), or None."""
+    for name in (key, *KEY_ALIASES.get(key, ())):
+        if raw.get(name) is not None:
+            return raw[name]
+    return None
 
 
 def _round_to(value: float, multiple: int, minimum: int) -> int:
@@ -149,7 +185,7 @@ def shrink_config(
     plain dict for the architecture's config class. Sizes in elements; counts in layers, heads,
     experts, tokens.
     """
-    plan = ShrinkPlan(config=dict(raw))
+    plan = ShrinkPlan(config=dict(raw), original_keys=frozenset(raw))
     cfg = plan.config
     for key, why in DROPPED_KEYS.items():
         if key == "auto_map" and keep_auto_map:
@@ -207,9 +243,13 @@ def shrink_config(
         "widths shrink for CPU speed; projection ratios below follow it",
     )
     plan.set_size("num_attention_heads", heads, twin_heads, why_heads)
-    if "num_key_value_heads" in raw or not is_mla:
+    kv_spelled = aliased(raw, "num_key_value_heads")
+    if kv_spelled is not None or not is_mla:
         plan.set_size(
-            "num_key_value_heads", raw.get("num_key_value_heads", kv_heads), twin_kv, why_heads
+            "num_key_value_heads",
+            kv_spelled if kv_spelled is not None else kv_heads,
+            twin_kv,
+            why_heads,
         )
     if is_mla:
         for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
@@ -230,14 +270,20 @@ def shrink_config(
 
     # -- feed-forward widths ----------------------------------------------------------------
     for key in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"):
-        value = raw.get(key)
-        if isinstance(value, int) and value > 0:
+        value = aliased(raw, key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             plan.set_size(
                 key,
                 value,
                 _round_to(value * scale, 16, 16),
                 f"FFN width in proportion to hidden_size (x{scale:.4g}, multiple of 16)",
             )
+
+    for key, why in HIDDEN_FOLLOWING_KEYS.items():
+        value = raw.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            twin = twin_hidden if value == hidden else _round_to(value * scale, 16, 16)
+            plan.set_size(key, value, twin, f"{why}; in proportion to hidden_size")
 
     # -- vocabulary and special tokens -------------------------------------------------------
     plan.set_size(
