@@ -20,26 +20,39 @@ def _point_label(drift: LayerDrift) -> str:
 
 
 def precision_layer_drift(results: Iterable[PrecisionResult]) -> dict[str, Any] | None:
-    """Relative error of each decoder layer's sub-modules against the float32 reference, one
-    line per dtype (log y axis): where the error jumps is where the port diverges.
+    """Each decoder sub-module's own relative error (fed the reference's input) against the
+    float32 reference, one line per dtype on a log axis, with the dtype's limit as a dashed
+    line: a point above its line is where the port diverges.
 
     `results` must have their `layers` prefetched. Returns the figure as a JSON-able dict, or
-    None when no layer was measured. Every point is measured on the pool's device.
+    None when no module was measured. Every point is measured on the pool's device.
     """
     fig = go.Figure()
     for result in results:
-        layers = [d for d in result.layers.all() if d.relative_error is not None]
+        layers = [d for d in result.layers.all() if _local_error(d) is not None]
         if not layers:
             continue
+        x = [_point_label(d) for d in layers]
         fig.add_trace(
             go.Scatter(
-                x=[_point_label(d) for d in layers],
-                y=[max(d.relative_error, 1e-12) for d in layers],
+                x=x,
+                y=[max(_local_error(d), 1e-12) for d in layers],
                 mode="lines+markers",
                 name=f"{result.dtype} ({'passed' if result.passed else 'failed'})",
                 hovertemplate="%{x}<br>relative error %{y:.3g}<extra>%{fullData.name}</extra>",
             )
         )
+        if result.max_local_relative_error:
+            fig.add_trace(
+                go.Scatter(
+                    x=[x[0], x[-1]],
+                    y=[result.max_local_relative_error] * 2,
+                    mode="lines",
+                    line={"dash": "dash", "width": 1},
+                    name=f"{result.dtype} limit",
+                    hoverinfo="skip",
+                )
+            )
         if result.first_divergent_layer is not None:
             fig.add_annotation(
                 x=result.first_divergent_name
@@ -53,13 +66,21 @@ def precision_layer_drift(results: Iterable[PrecisionResult]) -> dict[str, Any] 
     if not fig.data:
         return None
     fig.update_layout(
-        title="Per-layer error of the scaled twin vs float32 (measured)",
-        xaxis_title="decoder layer and sub-module",
-        yaxis_title="relative error of hidden states",
+        title="Per-module error of the scaled twin vs float32 (measured)",
+        xaxis_title="decoder layer sub-module",
+        yaxis_title="relative error of the module's own output",
         yaxis_type="log",
-        height=360,
-        margin={"l": 60, "r": 20, "t": 50, "b": 90},
+        height=380,
+        margin={"l": 60, "r": 20, "t": 50, "b": 110},
         legend={"orientation": "h", "y": 1.12},
         template="plotly_white",
     )
     return fig.to_plotly_json()
+
+
+def _local_error(drift: LayerDrift) -> float | None:
+    """The module's own error; rows stored before local errors were measured have only the
+    accumulated one."""
+    if drift.local_relative_error is not None:
+        return drift.local_relative_error
+    return drift.relative_error

@@ -326,6 +326,9 @@ class PrecisionResult(models.Model):
     first_divergent_layer = models.IntegerField(null=True, blank=True)
     first_divergent_module = models.CharField(max_length=64, blank=True)
     first_divergent_name = models.CharField(max_length=200, blank=True)
+    max_local_relative_error = models.FloatField(
+        null=True, help_text="The dtype's limit on one module's own relative error."
+    )
     reason = models.TextField(blank=True)
 
     class Meta:
@@ -346,7 +349,10 @@ class LayerDrift(models.Model):
     module = models.CharField(max_length=64, help_text='"attention", "mlp", "moe", "norm"…')
     name = models.CharField(max_length=200, blank=True, help_text="The module's path in the twin.")
     max_abs_error = models.FloatField(null=True)
-    relative_error = models.FloatField(null=True)
+    relative_error = models.FloatField(null=True, help_text="Accumulated from earlier layers.")
+    local_relative_error = models.FloatField(
+        null=True, help_text="This module alone, fed the reference's input."
+    )
 
     class Meta:
         ordering = ["precision_id", "layer", "id"]

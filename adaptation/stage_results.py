@@ -65,6 +65,9 @@ def _store_precision(run: StageRun, result: dict[str, Any]) -> None:
             first_divergent_layer=metrics.get("first_divergent_layer"),
             first_divergent_module=metrics.get("first_divergent_module") or "",
             first_divergent_name=str(metrics.get("first_divergent_name") or "")[:200],
+            max_local_relative_error=(metrics.get("thresholds") or {}).get(
+                "max_local_relative_error"
+            ),
             reason=metrics.get("reason") or "",
         )
         LayerDrift.objects.bulk_create(
@@ -75,6 +78,7 @@ def _store_precision(run: StageRun, result: dict[str, Any]) -> None:
                 name=str(layer.get("name") or "")[:200],
                 max_abs_error=layer.get("max_abs_error"),
                 relative_error=layer.get("relative_error"),
+                local_relative_error=layer.get("local_relative_error"),
             )
             for layer in metrics.get("layers", [])
         )
