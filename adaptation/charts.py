@@ -70,9 +70,9 @@ def precision_layer_drift(results: Iterable[PrecisionResult]) -> dict[str, Any] 
         xaxis_title="decoder layer sub-module",
         yaxis_title="relative error of the module's own output",
         yaxis_type="log",
-        height=380,
-        margin={"l": 60, "r": 20, "t": 50, "b": 110},
-        legend={"orientation": "h", "y": 1.12},
+        height=440,
+        margin={"l": 60, "r": 20, "t": 50, "b": 170},
+        legend={"orientation": "h", "y": -0.45, "x": 0},
         template="plotly_white",
     )
     return fig.to_plotly_json()

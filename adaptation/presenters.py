@@ -159,12 +159,16 @@ class StageCell:
     duration: timedelta | None
     attempt: int
     error_summary: str
+    finding: str = ""
 
 
 def stage_cell(run: StageRun) -> StageCell:
     """A board cell from a stage run; the error's first line becomes the cell's tooltip."""
     error_line = run.error.strip().splitlines()[0] if run.error.strip() else ""
+    counts = (run.result or {}).get("counts") or {} if run.stage == "operators" else {}
+    missing = counts.get("missing") or 0
     return StageCell(
+        finding=f"{missing} operator(s) missing" if missing else "",
         stage=run.stage,
         status=run.status,
         status_label=run.get_status_display(),

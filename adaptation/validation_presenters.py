@@ -18,6 +18,53 @@ class OperatorCoverage:
     counts: dict[str, int]
     notes: list[str]
     device: str
+    checked_against: str
+
+
+# (label, measured key, limit key, direction) of the figures a dtype's verdict rests on.
+_JUDGED = (
+    ("mean relative logit error", "relative_logit_error", "max_relative_logit_error", "<="),
+    ("worst row", "max_relative_logit_error", "max_row_relative_logit_error", "<="),
+    ("worst cosine (mean-centred)", "min_cosine_similarity", "min_cosine_similarity", ">="),
+    ("worst module's own error", "worst_local_relative_error", "max_local_relative_error", "<="),
+    ("top-1 agreement", "top1_agreement", "min_top1_agreement", ">="),
+    ("KL divergence", "kl_divergence", "max_kl_divergence", "<="),
+    ("mean abs error", "mean_abs_error", "max_mean_abs_error", "<="),
+)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One figure a dtype was judged by, with its limit."""
+
+    label: str
+    value: float
+    op: str
+    limit: float
+
+    @property
+    def within(self) -> bool:
+        return self.value <= self.limit if self.op == "<=" else self.value >= self.limit
+
+
+@dataclass
+class PrecisionRow:
+    """A dtype's stored row plus what its verdict rested on and where the limits come from."""
+
+    row: PrecisionResult
+    judged: list[Judged]
+    source: str
+
+
+def _precision_row(row: PrecisionResult, measured: dict[str, Any]) -> PrecisionRow:
+    thresholds = measured.get("thresholds") or {}
+    judged = [
+        Judged(label, measured[key], op, thresholds[limit])
+        for label, key, limit, op in _JUDGED
+        if isinstance(measured.get(key), int | float)
+        and isinstance(thresholds.get(limit), int | float)
+    ]
+    return PrecisionRow(row=row, judged=judged, source=str(thresholds.get("source") or ""))
 
 
 @dataclass
@@ -25,7 +72,7 @@ class Precision:
     """The per-dtype table, skipped dtypes and per-layer chart of one `precision` run."""
 
     run: StageRun
-    rows: list[PrecisionResult]
+    rows: list[PrecisionRow]
     skipped: dict[str, str]
     reference: str
     figure: dict[str, Any] | None
@@ -56,22 +103,34 @@ def _operators(release: ModelRelease) -> OperatorCoverage | None:
         counts=counts,
         notes=[str(n) for n in result.get("notes", [])],
         device=str(result.get("device") or run.job.pool.device),
+        checked_against=_checked_against(result, run),
     )
+
+
+def _checked_against(result: dict[str, Any], run: StageRun) -> str:
+    """What the operators were checked against: the pool's manifest, or torch's dispatcher."""
+    manifest = result.get("manifest") or {}
+    if result.get("checked_against") == "manifest" or manifest:
+        return f"the operator manifest of {manifest.get('accelerator') or 'the pool'}"
+    key = result.get("dispatch_key") or run.job.pool.backend
+    return f"torch's dispatcher ({key} kernels)"
 
 
 def _precision(release: ModelRelease) -> Precision | None:
     run = selectors.release_latest_stage_run(release, stage="precision")
     if run is None:
         return None
-    rows = list(selectors.precision_results(run))
+    stored = list(selectors.precision_results(run))
     result = run.result or {}
     reference = result.get("reference") or {}
+    measured = result.get("dtypes") or {}
+    rows = [_precision_row(row, measured.get(row.dtype) or {}) for row in stored]
     return Precision(
         run=run,
         rows=rows,
         skipped={str(k): str(v) for k, v in (result.get("skipped_dtypes") or {}).items()},
         reference=f"{reference.get('dtype', 'float32')} on {reference.get('device', 'cpu')}",
-        figure=charts.precision_layer_drift(rows),
+        figure=charts.precision_layer_drift(stored),
     )
 
 

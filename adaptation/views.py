@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import wraps
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required as django_login_required
 from django.contrib.auth.views import redirect_to_login
@@ -74,6 +75,7 @@ def board(request: HttpRequest) -> HttpResponse:
         "polling": running,
         "board_poll_s": BOARD_POLL_BUSY_S if running else BOARD_POLL_IDLE_S,
         "troubled_watches": list(selectors.watches_with_errors()),
+        "hub_poll_s": settings.DAY0_POLL_EVERY_S,
     }
     return _render(
         request,

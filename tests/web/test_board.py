@@ -328,3 +328,16 @@ def test_an_htmx_poll_after_the_session_expired_sends_the_browser_to_login(clien
     response = client.get("/", headers={"HX-Request": "true"})
     assert response.status_code == 200
     assert response["HX-Redirect"] == "/accounts/login/?next=/"
+
+
+@pytest.mark.django_db
+def test_missing_operators_show_on_the_board(logged_in_client):
+    job = make_job(
+        stages=("fetch", "analyze", "operators"),
+        statuses={"fetch": "succeeded", "analyze": "succeeded", "operators": "succeeded"},
+        results={"operators": {"counts": {"covered": 40, "missing": 2, "fallback": 0}}},
+    )
+    html = logged_in_client.get("/").content.decode()
+    row = html[html.index(f'id="release-row-{job.release_id}"') :]
+    cell = row[row.index('data-stage="operators"') :]
+    assert "2 operator(s) missing" in cell[: cell.index("</td>")]
