@@ -46,6 +46,18 @@ class Judged:
     def within(self) -> bool:
         return self.value <= self.limit if self.op == "<=" else self.value >= self.limit
 
+    def _text(self, number: float) -> str:
+        # Similarities sit just under 1: show enough digits to tell them from their limit.
+        return f"{number:.6f}" if "cosine" in self.label else f"{number:.3g}"
+
+    @property
+    def value_text(self) -> str:
+        return self._text(self.value)
+
+    @property
+    def limit_text(self) -> str:
+        return self._text(self.limit)
+
 
 @dataclass
 class PrecisionRow:

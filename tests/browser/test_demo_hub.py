@@ -89,3 +89,4 @@ def test_demo_hub_releases_are_adapted_and_shown(
         expect(row).to_contain_text("mean relative logit error")  # what the verdict rests on
     expect(page.locator("#precision-drift-chart .main-svg").first).to_be_visible()
     page.screenshot(path="/tmp/day0-demo-kimi.png", full_page=True)
+    page.locator("#validation").screenshot(path="/tmp/day0-demo-kimi-validation.png")
