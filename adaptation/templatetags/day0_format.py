@@ -7,6 +7,7 @@ the analysis engine did not fill.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from numbers import Real
 from typing import Any
@@ -148,3 +149,18 @@ def percent(value: Any) -> str:
     if number is None:
         return MISSING
     return f"{number * 100:.1f} %"
+
+
+@register.filter
+def plain(value: Any) -> str:
+    """A config value as a reader writes it: 7168 → "7,168", True → "yes", lists and objects
+    as compact JSON ({"type": "yarn", "factor": 40}), None → "—"."""
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, list | tuple | dict):
+        return json.dumps(value, separators=(", ", ": "))
+    return str(value)

@@ -79,3 +79,18 @@ def test_count_and_dash_and_revision():
     assert fmt.dash("worker-1") == "worker-1"
     assert fmt.short_revision("0123456789abcdef0123") == "0123456789ab"
     assert fmt.short_revision("") == "—"
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (7168, "7,168"),
+        (True, "yes"),
+        (None, "—"),
+        (["full_attention"], '["full_attention"]'),
+        ({"type": "yarn", "factor": 40}, '{"type": "yarn", "factor": 40}'),
+        ("silu", "silu"),
+    ],
+)
+def test_plain_config_values(value, shown):
+    assert fmt.plain(value) == shown
