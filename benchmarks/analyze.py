@@ -20,6 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from timing import best_time_s  # noqa: E402
+
 from workers.stages.architecture import analyze_config  # noqa: E402
 
 CONFIGS = ROOT / "tests" / "data" / "realconfigs"
@@ -29,16 +31,6 @@ TARGET_TIME_S = 1.0
 TARGET_PEAK_MB = 300.0
 # Model types transformers does not know, mapped by their `architectures` entry.
 ARCHITECTURE_MODEL_TYPES = {"DeepseekV3ForCausalLM": "deepseek_v3"}
-
-
-def best_time_s(fn, runs: int = RUNS) -> float:
-    """Best wall time of `runs` calls, in seconds."""
-    best = float("inf")
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def analysis_peak_mb(config: dict) -> float:
@@ -83,7 +75,7 @@ def main() -> int:
     failures: list[str] = []
     for path in sorted(CONFIGS.glob("*.json")):
         config = json.loads(path.read_text())
-        analysis_s = best_time_s(lambda config=config: analyze_config(config))
+        analysis_s = best_time_s(runs=RUNS, fn=lambda config=config: analyze_config(config))
         peak_mb = analysis_peak_mb(config)
         params = analyze_config(config).total_params
         meta_s, meta_params = meta_build(config)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from timing import best_time_s  # noqa: E402
 
 from workers.stages.architecture import analyze_config  # noqa: E402
 from workers.stages.plan import NoFittingPlan, PoolLayout, evaluate_split, plan_release  # noqa: E402
@@ -23,16 +24,6 @@ from workers.stages.plan.validity import Split  # noqa: E402
 CONFIGS = ROOT / "tests" / "data" / "realconfigs"
 TARGET_TIME_S = 1.0
 RUNS = 3
-
-
-def best_time_s(fn, runs: int = RUNS) -> float:
-    """Best wall time of `runs` calls, in seconds."""
-    best = float("inf")
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def plan_or_reason(analysis: dict, layout: PoolLayout) -> str:
@@ -56,7 +47,7 @@ def main() -> int:
     for path in sorted(CONFIGS.glob("*.json")):
         analysis = analyze_config(json.loads(path.read_text())).to_dict()
         layout = PoolLayout("h100", 8, nodes=4)
-        seconds = best_time_s(lambda a=analysis, lay=layout: plan_or_reason(a, lay))
+        seconds = best_time_s(runs=RUNS, fn=lambda a=analysis, lay=layout: plan_or_reason(a, lay))
         status = "PASS" if seconds < TARGET_TIME_S else "FAIL"
         ok &= status == "PASS"
         print(
@@ -65,7 +56,7 @@ def main() -> int:
 
     big = analyze_config(ten_trillion_config()).to_dict()
     for layout in (PoolLayout("h100", 8, nodes=1), PoolLayout("h100", 8, nodes=32)):
-        seconds = best_time_s(lambda lay=layout: plan_or_reason(big, lay))
+        seconds = best_time_s(runs=RUNS, fn=lambda lay=layout: plan_or_reason(big, lay))
         status = "PASS" if seconds < TARGET_TIME_S else "FAIL"
         ok &= status == "PASS"
         print(
