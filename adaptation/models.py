@@ -69,6 +69,31 @@ class AcceleratorPool(models.Model):
         help_text="A mirror release with a checkpoint up to this size (bytes) is validated on "
         "its real weights at full size; larger ones on a scaled twin.",
     )
+    accelerator = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="Accelerator kind from the catalog (h200, h100, a100-80gb, mi300x, ...); "
+        "blank on a cpu pool: the machine its worker runs on.",
+    )
+    devices_per_node = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Blank: the catalog's figure for the kind (1 for a cpu pool).",
+    )
+    nodes = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    intra_node_bandwidth_gbps = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.001)],
+        help_text="Device-to-device GB/s per direction inside a node; blank: the catalog's.",
+    )
+    inter_node_bandwidth_gbps = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.001)],
+        help_text="Network GB/s per device and direction across nodes; blank: the catalog's.",
+    )
     description = models.TextField(blank=True)
     enabled = models.BooleanField(default=True)
 
@@ -103,6 +128,45 @@ class AcceleratorPool(models.Model):
             errors["operator_manifest"] = 'An object with an "operators" map (see its README).'
         if errors:
             raise ValidationError(errors)
+
+
+class AcceleratorKind(models.Model):
+    """An accelerator catalog row edited in the admin: adds a kind to the shipped catalog
+    (`workers/catalog/accelerators.json`) or, with the same `kind`, replaces its entry.
+
+    Units as entered: GiB, TB/s, TFLOP/s and GB/s (decimal, per direction); every figure
+    given needs its source in `sources` ({"memory_bytes": "datasheet URL", ...}, keys as in
+    the catalog file).
+    """
+
+    kind = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=128)
+    vendor = models.CharField(max_length=64, blank=True)
+    memory_gib = models.FloatField(validators=[MinValueValidator(0.001)])
+    memory_bandwidth_tbps = models.FloatField(null=True, blank=True)
+    dense_bf16_tflops = models.FloatField(null=True, blank=True)
+    dense_fp8_tflops = models.FloatField(
+        null=True, blank=True, help_text="Or INT8 TOP/s when the low-precision kind is int8."
+    )
+    low_precision_kind = models.CharField(
+        max_length=8, blank=True, choices=[("fp8", "FP8"), ("int8", "INT8")]
+    )
+    dtypes = models.JSONField(default=default_pool_dtypes, blank=True)
+    intra_node_bandwidth_gbps = models.FloatField(null=True, blank=True)
+    inter_node_bandwidth_gbps = models.FloatField(null=True, blank=True)
+    devices_per_node = models.PositiveIntegerField(default=8, validators=[MinValueValidator(1)])
+    device_resource = models.CharField(
+        max_length=64, default="nvidia.com/gpu", help_text="Kubernetes extended resource name."
+    )
+    sources = models.JSONField(default=dict, blank=True)
+    notes = models.TextField(blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["kind"]
+
+    def __str__(self) -> str:
+        return self.kind
 
 
 class HubWatch(models.Model):
@@ -198,6 +262,34 @@ class ModelRelease(models.Model):
         return self.discovered_at - self.published_at
 
 
+class Worker(models.Model):
+    """A Celery worker process as it announced itself: host, queues, devices, heartbeat.
+
+    `name` is the Celery node name ("cpu@host"); `devices` lists what torch sees
+    ([{"index": 0, "name": "NVIDIA H200", "memory_bytes": ...}]); `cpu_cores` and
+    `memory_bytes` are the host's, measured at start.
+    """
+
+    name = models.CharField(max_length=255, unique=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    queues = models.JSONField(default=list)
+    backend = models.CharField(max_length=32, blank=True, help_text='"cuda", "cpu", ...')
+    devices = models.JSONField(default=list, blank=True)
+    cpu_cores = models.PositiveIntegerField(null=True, blank=True)
+    memory_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+    software = models.JSONField(default=dict, blank=True, help_text="torch, python versions.")
+    started_at = models.DateTimeField(default=timezone.now)
+    last_heartbeat_at = models.DateTimeField(default=timezone.now)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class JobStatus(models.TextChoices):
     PENDING = "pending", "Pending"
     RUNNING = "running", "Running"
@@ -216,6 +308,12 @@ class AdaptationJob(models.Model):
     pool = models.ForeignKey(AcceleratorPool, on_delete=models.PROTECT, related_name="jobs")
     trigger = models.CharField(max_length=16, choices=Trigger.choices)
     stages = models.JSONField(default=list)
+    options = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Per-job stage options: {"plan": {"context_tokens": 8192, "concurrency": 16, '
+        '"dtype": "fp8"}}.',
+    )
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.PENDING)
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
