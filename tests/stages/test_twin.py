@@ -211,3 +211,16 @@ def test_an_architecture_transformers_lacks_needs_allowed_remote_code():
         build_twin(config, org="acme")
     assert "transformers has no Day0TinyForCausalLM" in err.value.reason
     assert "not allowed for org acme (trust_remote_code is off)" in err.value.reason
+
+
+def test_an_unknown_rope_type_is_noted_by_analysis_and_refused_by_the_twin_naming_it():
+    """transformers builds the rotary embedding from ROPE_INIT_FUNCTIONS[rope_type]: a type
+    outside it cannot run in its classes (modeling_rope_utils.py)."""
+    from workers.stages.architecture import analyze_config
+
+    config = load("meta-llama__Llama-3.1-8B")
+    config["rope_scaling"] = dict(config["rope_scaling"], rope_type="ntk-by-parts-v9")
+    notes = analyze_config(config).to_dict()["notes"]
+    assert any("'ntk-by-parts-v9' is not a RoPE type transformers implements" in n for n in notes)
+    with pytest.raises(StageFailed, match=r"RoPE type 'ntk-by-parts-v9' .* LlamaForCausalLM"):
+        build_twin(config)

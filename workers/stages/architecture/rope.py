@@ -12,6 +12,12 @@ from .errors import AnalysisError
 DEFAULT_ROPE_THETA = 10000.0  # transformers' default base when a config names none
 # RoPE types whose parameters carry the pretraining context (`original_max_position_embeddings`).
 _ORIGINAL_CONTEXT_TYPES = ("llama3", "yarn", "longrope")
+# RoPE types transformers implements (modeling_rope_utils.ROPE_INIT_FUNCTIONS plus "default";
+# Qwen2-VL's "mrope" is read as "default" by its config class). Another type only runs with
+# the model's own code.
+TRANSFORMERS_ROPE_TYPES = frozenset(
+    {"default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional", "mrope"}
+)
 
 
 def _scaling_dict(view: ConfigView) -> tuple[Mapping[str, Any] | None, str]:
@@ -90,6 +96,12 @@ def rope_info(view: ConfigView) -> tuple[dict[str, Any], list[str]]:
         if isinstance(theta_raw, bool) or not isinstance(theta_raw, int | float) or theta_raw <= 0:
             raise AnalysisError(f"rope_theta must be a positive number, got {theta_raw!r}")
         theta = float(theta_raw)
+    if rope_type not in TRANSFORMERS_ROPE_TYPES:
+        notes.append(
+            f"{source}.rope_type {rope_type!r} is not a RoPE type transformers implements "
+            f"({', '.join(sorted(TRANSFORMERS_ROPE_TYPES))}): only the release's own modeling "
+            "code can run it"
+        )
     if rope_type in _ORIGINAL_CONTEXT_TYPES:
         factor = _original_context(view, params or {}, rope_type, factor, extra, notes)
     info: dict[str, Any] = {"type": rope_type, "factor": factor, "theta": theta}

@@ -21,6 +21,7 @@ import torch
 
 from workers.stages.architecture import AnalysisError, analyze_config
 from workers.stages.architecture.config_reader import unwrap_text_config
+from workers.stages.architecture.rope import TRANSFORMERS_ROPE_TYPES
 from workers.stages.base import StageFailed
 
 from .shrink import (
@@ -172,6 +173,13 @@ def build_twin(
             "transformers rejects the config for "
             f"{config_cls.__name__}: {type(exc).__name__}: {exc}"
         ) from exc
+    rope_type = original["rope"].get("type")
+    if code_source == "transformers" and rope_type not in TRANSFORMERS_ROPE_TYPES:
+        raise StageFailed(
+            f"RoPE type {rope_type!r} (rope_scaling/rope_parameters) is not one transformers "
+            f"implements ({', '.join(sorted(TRANSFORMERS_ROPE_TYPES))}): {model_cls.__name__} "
+            "cannot compute its rotary embedding; only the release's own modeling code can"
+        )
 
     plan = shrink_config(raw, original, keep_auto_map=code_source == "remote")
     try:
