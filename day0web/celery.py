@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import worker_init, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "day0web.settings")
 
@@ -22,3 +22,12 @@ def limit_torch_threads(**_: object) -> None:
     from django.conf import settings
 
     torch.set_num_threads(settings.DAY0_TORCH_THREADS)
+
+
+@worker_init.connect
+def announce_worker(**_: object) -> None:
+    """In a worker process only: register it (host, queues, devices) when it is ready, keep
+    its heartbeat, and mark it stopped at shutdown (`workers.pools`)."""
+    from workers.pools import connect_worker_signals
+
+    connect_worker_signals()

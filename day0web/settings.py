@@ -161,6 +161,15 @@ DAY0_HEARTBEAT_EVERY_S = env_int("DAY0_HEARTBEAT_EVERY_S", 10, minimum=1)
 DAY0_STALE_HEARTBEAT_S = env_int("DAY0_STALE_HEARTBEAT_S", 300, minimum=30)
 # A stage queued this long has its message sent again (one lost with a broker restart).
 DAY0_RESEND_QUEUED_S = env_int("DAY0_RESEND_QUEUED_S", 900, minimum=60)
+# A worker announces itself at start and beats every DAY0_WORKER_HEARTBEAT_S seconds; one
+# silent for DAY0_WORKER_STALE_S is no longer live (its pool shows "No live worker").
+DAY0_WORKER_HEARTBEAT_S = env_int("DAY0_WORKER_HEARTBEAT_S", 15, minimum=1)
+DAY0_WORKER_STALE_S = env_int("DAY0_WORKER_STALE_S", 60, minimum=2)
+if DAY0_WORKER_STALE_S <= DAY0_WORKER_HEARTBEAT_S:
+    raise ImproperlyConfigured(
+        f"DAY0_WORKER_STALE_S={DAY0_WORKER_STALE_S} must exceed DAY0_WORKER_HEARTBEAT_S="
+        f"{DAY0_WORKER_HEARTBEAT_S}: every live worker would look stale between beats."
+    )
 # Hub errors back off exponentially from the watch's interval up to this ceiling.
 DAY0_MAX_BACKOFF_S = env_int("DAY0_MAX_BACKOFF_S", 6 * 3600, minimum=60)
 DAY0_DEMO_HUB_DIR = Path(env_str("DAY0_DEMO_HUB_DIR", str(BASE_DIR / "demo" / "hub")))

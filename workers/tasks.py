@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 from celery import shared_task
 
 from adaptation import services
@@ -23,6 +25,7 @@ def run_stage(self, stage_run_id: int) -> str:
         stage_run_id,
         task_id=self.request.id or "",
         final_try=self.request.retries >= MAX_STAGE_RETRIES,
+        worker_host=self.request.hostname or socket.gethostname(),
     )
     if outcome.status == "retry":
         backoff = 2 ** (self.request.retries + 1) * 5

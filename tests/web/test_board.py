@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from adaptation.models import StageRun
 from tests.factories import make_job, make_release, make_watch
+from tests.worker_rows import make_worker
 
 pytestmark = pytest.mark.django_db
 
@@ -80,6 +81,7 @@ def test_stage_columns_use_registry_titles(logged_in_client):
 def test_cell_shows_latest_attempt_number(logged_in_client):
     job = make_job(statuses={"fetch": "succeeded", "analyze": "failed"})
     StageRun.objects.create(job=job, stage="analyze", position=1, attempt=2, status="queued")
+    make_worker()  # a live worker on pool.cpu: the stage is queued, not waiting for one
     html = logged_in_client.get(BOARD).content.decode()
     assert cell_text(html, job.release.pk, "analyze") == "Queued attempt 2"
     assert cell_text(html, job.release.pk, "fetch") == "Succeeded 3.0 s"

@@ -1,0 +1,532 @@
+"""What each accelerator pool has now: its live workers and the devices they report, the
+devices its running jobs hold, its queue, and when a plan could start on it. Reads only.
+
+A worker is live when it has not stopped and its last heartbeat is at most
+`DAY0_WORKER_STALE_S` seconds old; it serves every pool whose queue is among its queues.
+
+A job holds devices while a stage of it runs: the devices its latest succeeded `plan` stage
+chose (`result["devices"]`), else one device. A job with a queued stage and no running one
+is waiting. Jobs are served first come, first served (by creation time), which is what
+`plan_start_estimate` assumes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Min, Prefetch
+from django.utils import timezone
+
+from adaptation.catalog import CatalogError, catalog_current, pool_layout
+from adaptation.models import (
+    AcceleratorPool,
+    AdaptationJob,
+    StageRun,
+    StageStatus,
+    Worker,
+)
+from workers.catalog import Catalog
+from workers.stages.plan import PoolLayout
+
+# Stopped or stale workers are listed with their pool for this long after their last
+# heartbeat, then left out.
+RECENT_WORKERS = timedelta(hours=24)
+# How many of the pool's latest succeeded stages the start estimate takes its median from.
+ESTIMATE_HISTORY_STAGES = 50
+PLAN_STAGE = "plan"
+_UNFINISHED = (StageStatus.PENDING, StageStatus.QUEUED, StageStatus.RUNNING)
+
+
+def _now(now: datetime | None) -> datetime:
+    return now or timezone.now()
+
+
+def live_cutoff(now: datetime | None = None) -> datetime:
+    """The oldest heartbeat a live worker may have at `now`."""
+    return _now(now) - timedelta(seconds=settings.DAY0_WORKER_STALE_S)
+
+
+def serves(worker: Worker, pool: AcceleratorPool) -> bool:
+    """Whether `worker` takes tasks from `pool`'s queue."""
+    return pool.queue in (worker.queues or [])
+
+
+def worker_state(worker: Worker, *, now: datetime | None = None) -> str:
+    """The worker's state at `now`: "live", "stale" (no heartbeat for `DAY0_WORKER_STALE_S`
+    seconds) or "stopped"."""
+    if worker.stopped_at is not None:
+        return "stopped"
+    return "live" if worker.last_heartbeat_at >= live_cutoff(now) else "stale"
+
+
+def live_workers(pool: AcceleratorPool, *, now: datetime | None = None) -> list[Worker]:
+    """The workers serving `pool` that are live at `now` (default: now), by name."""
+    candidates = Worker.objects.filter(
+        stopped_at__isnull=True, last_heartbeat_at__gte=live_cutoff(now)
+    )
+    return [worker for worker in candidates if serves(worker, pool)]
+
+
+def pools_without_live_worker(*, now: datetime | None = None) -> dict[int, AcceleratorPool]:
+    """Every pool no live worker serves, by id: two queries, whatever the number of pools
+    (for pages that mark queued stages as waiting)."""
+    queues: set[str] = set()
+    live = Worker.objects.filter(stopped_at__isnull=True, last_heartbeat_at__gte=live_cutoff(now))
+    for worker_queues in live.values_list("queues", flat=True):
+        queues.update(worker_queues or [])
+    return {pool.pk: pool for pool in AcceleratorPool.objects.all() if pool.queue not in queues}
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    """One worker of a pool as the pools page shows it."""
+
+    worker: Worker
+    state: str  # "live", "stale" or "stopped"
+    heartbeat_age_s: float  # seconds since its last heartbeat
+    running: tuple[StageRun, ...] = ()  # what it runs now (runs with job and release loaded)
+
+    @property
+    def live(self) -> bool:
+        return self.state == "live"
+
+    @property
+    def device_count(self) -> int:
+        return len(self.worker.devices or [])
+
+    @property
+    def device_groups(self) -> list[tuple[int, str, int | None]]:
+        """The reported devices as (count, name, memory_bytes), alike ones together, in the
+        order first reported: eight identical GPUs are one line."""
+        groups: dict[tuple[str, int | None], int] = {}
+        for device in self.worker.devices or []:
+            if isinstance(device, dict):
+                key = (
+                    str(device.get("name") or device.get("type") or "?"),
+                    device.get("memory_bytes"),
+                )
+                groups[key] = groups.get(key, 0) + 1
+        return [(count, name, memory) for (name, memory), count in groups.items()]
+
+
+@dataclass(frozen=True)
+class JobHolding:
+    """A job that holds devices of the pool now: a stage of it runs."""
+
+    job: AdaptationJob
+    devices: int
+    from_plan: bool  # True: its plan's `devices`; False: one device while a stage runs
+    running: StageRun
+    remaining_stages: int  # stages not finished yet, the running one included
+
+
+@dataclass(frozen=True)
+class WaitingJob:
+    """A job with a queued stage and none running: it waits for the pool."""
+
+    job: AdaptationJob
+    devices: int  # what it will hold once it runs (its plan's, else one)
+    from_plan: bool
+    remaining_stages: int
+    queued_at: datetime | None
+
+
+@dataclass(frozen=True)
+class PoolInventory:
+    """A pool as it is at `now`. Device counts are devices as torch reports them (a cpu
+    worker's host is one device)."""
+
+    pool: AcceleratorPool
+    now: datetime
+    live_workers: list[WorkerState]
+    inactive_workers: list[WorkerState]  # stale or stopped in the last `RECENT_WORKERS`
+    holdings: list[JobHolding]
+    waiting: list[WaitingJob]  # oldest job first
+    queued_stage_runs: int  # the queue depth: stage runs queued for this pool
+    oldest_queued_at: datetime | None
+    unmatched_running: list[StageRun] = field(default_factory=list)  # on no known worker
+    layout: PoolLayout | None = None  # None: see `layout_error`
+    layout_error: str = ""
+
+    @property
+    def has_live_worker(self) -> bool:
+        return bool(self.live_workers)
+
+    @property
+    def devices_reported(self) -> int:
+        """Devices the live workers report, summed."""
+        return sum(state.device_count for state in self.live_workers)
+
+    @property
+    def devices_held(self) -> int:
+        """Devices held by the jobs a stage of which runs now."""
+        return sum(holding.devices for holding in self.holdings)
+
+    @property
+    def devices_free(self) -> int:
+        """Reported devices no running job holds (never below zero)."""
+        return max(self.devices_reported - self.devices_held, 0)
+
+    @property
+    def oldest_wait_s(self) -> float | None:
+        """Seconds the oldest queued stage run has waited, or None when none is queued."""
+        if self.oldest_queued_at is None:
+            return None
+        return max((self.now - self.oldest_queued_at).total_seconds(), 0.0)
+
+    @property
+    def workers(self) -> list[WorkerState]:
+        """Live workers, then the stale or stopped ones."""
+        return [*self.live_workers, *self.inactive_workers]
+
+    @property
+    def machines(self) -> list[Worker]:
+        """The live workers' rows (for a cpu pool: the machines it runs on, as measured by
+        each worker at its start)."""
+        return [state.worker for state in self.live_workers]
+
+
+def _latest_runs(job: AdaptationJob) -> list[StageRun]:
+    """The latest attempt of each stage from prefetched runs, in stage order."""
+    latest: dict[int, StageRun] = {}
+    for run in sorted(job.stage_runs.all(), key=lambda r: (r.position, r.attempt)):
+        latest[run.position] = run
+    return [latest[p] for p in sorted(latest)]
+
+
+def plan_devices(job: AdaptationJob) -> int | None:
+    """The devices of the job's latest succeeded `plan` attempt (prefetched runs), or None
+    when it has none or its result names no positive device count."""
+    plans = [
+        run
+        for run in job.stage_runs.all()
+        if run.stage == PLAN_STAGE and run.status == StageStatus.SUCCEEDED
+    ]
+    if not plans:
+        return None
+    result = max(plans, key=lambda run: run.attempt).result
+    devices = result.get("devices") if isinstance(result, dict) else None
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        return None
+    return devices
+
+
+def _active_jobs(pool: AcceleratorPool) -> list[AdaptationJob]:
+    """The pool's jobs with a stage queued or running, oldest first, runs prefetched."""
+    active = StageRun.objects.filter(
+        job__pool=pool, status__in=(StageStatus.QUEUED, StageStatus.RUNNING)
+    ).values("job_id")
+    return list(
+        AdaptationJob.objects.filter(pk__in=active)
+        .select_related("release", "pool")
+        .prefetch_related(
+            Prefetch("stage_runs", queryset=StageRun.objects.order_by("position", "attempt"))
+        )
+        .order_by("created_at", "id")
+    )
+
+
+def _jobs_by_state(pool: AcceleratorPool) -> tuple[list[JobHolding], list[WaitingJob]]:
+    holdings: list[JobHolding] = []
+    waiting: list[WaitingJob] = []
+    for job in _active_jobs(pool):
+        latest = _latest_runs(job)
+        remaining = sum(1 for run in latest if run.status in _UNFINISHED)
+        planned = plan_devices(job)
+        devices = planned or 1
+        running = [run for run in latest if run.status == StageStatus.RUNNING]
+        queued = [run for run in latest if run.status == StageStatus.QUEUED]
+        if running:
+            holdings.append(
+                JobHolding(
+                    job=job,
+                    devices=devices,
+                    from_plan=planned is not None,
+                    running=running[0],
+                    remaining_stages=remaining,
+                )
+            )
+        elif queued:
+            waiting.append(
+                WaitingJob(
+                    job=job,
+                    devices=devices,
+                    from_plan=planned is not None,
+                    remaining_stages=remaining,
+                    queued_at=min((r.queued_at for r in queued if r.queued_at), default=None),
+                )
+            )
+    return holdings, waiting
+
+
+def pool_inventory(
+    *,
+    pool: AcceleratorPool,
+    now: datetime | None = None,
+    workers: Iterable[Worker] | None = None,
+    catalog: Catalog | None = None,
+) -> PoolInventory:
+    """The pool at `now` (default: now): live workers with what each runs, recently stale
+    or stopped workers, the jobs holding devices and those waiting, and the queue.
+
+    `workers` (all worker rows) and `catalog` spare a page listing many pools repeated
+    queries. The layout comes from `adaptation.catalog.pool_layout`; a `CatalogError` (an
+    unknown kind, a pool naming none) is kept in `layout_error`, not raised.
+    """
+    now = _now(now)
+    rows = list(Worker.objects.all()) if workers is None else list(workers)
+    running = list(
+        StageRun.objects.filter(job__pool=pool, status=StageStatus.RUNNING)
+        .select_related("job__release")
+        .order_by("started_at", "id")
+    )
+    by_host: dict[str, list[StageRun]] = {}
+    for run in running:
+        by_host.setdefault(run.worker_host, []).append(run)
+    live: list[WorkerState] = []
+    inactive: list[WorkerState] = []
+    for worker in sorted((w for w in rows if serves(w, pool)), key=lambda w: w.name):
+        state = worker_state(worker, now=now)
+        age = max((now - worker.last_heartbeat_at).total_seconds(), 0.0)
+        if state == "live":
+            runs = tuple(by_host.pop(worker.name, []))
+            live.append(WorkerState(worker, state, age, runs))
+        elif worker.last_heartbeat_at >= now - RECENT_WORKERS:
+            inactive.append(WorkerState(worker, state, age))
+    inactive.sort(key=lambda s: s.worker.last_heartbeat_at, reverse=True)
+    queue = StageRun.objects.filter(job__pool=pool, status=StageStatus.QUEUED).aggregate(
+        depth=Count("id"), oldest=Min("queued_at")
+    )
+    holdings, waiting = _jobs_by_state(pool)
+    layout, layout_error = None, ""
+    try:
+        layout = pool_layout(pool, catalog)
+    except CatalogError as exc:
+        layout_error = str(exc)
+    return PoolInventory(
+        pool=pool,
+        now=now,
+        live_workers=live,
+        inactive_workers=inactive,
+        holdings=holdings,
+        waiting=waiting,
+        queued_stage_runs=queue["depth"],
+        oldest_queued_at=queue["oldest"],
+        unmatched_running=[run for runs in by_host.values() for run in runs],
+        layout=layout,
+        layout_error=layout_error,
+    )
+
+
+def pools_overview(*, now: datetime | None = None) -> tuple[list[PoolInventory], str]:
+    """The inventory of every pool, enabled ones first, by name; and the catalog's error
+    ("" when it loaded; a pool whose layout needs the catalog then shows that error)."""
+    now = _now(now)
+    workers = list(Worker.objects.all())
+    catalog, catalog_error = None, ""
+    try:
+        catalog = catalog_current()
+    except CatalogError as exc:
+        catalog_error = str(exc)
+    pools = AcceleratorPool.objects.order_by("-enabled", "name")
+    inventories = [
+        pool_inventory(pool=pool, now=now, workers=workers, catalog=catalog) for pool in pools
+    ]
+    return inventories, catalog_error
+
+
+# --- when can a plan start ------------------------------------------------------------------
+
+
+def stage_durations_s(
+    pool: AcceleratorPool, *, limit: int = ESTIMATE_HISTORY_STAGES
+) -> list[float]:
+    """Durations (seconds) of the pool's latest `limit` succeeded stage runs, newest first."""
+    rows = (
+        StageRun.objects.filter(
+            job__pool=pool,
+            status=StageStatus.SUCCEEDED,
+            started_at__isnull=False,
+            finished_at__isnull=False,
+        )
+        .order_by("-finished_at", "-id")
+        .values_list("started_at", "finished_at")[:limit]
+    )
+    return [max((finished - started).total_seconds(), 0.0) for started, finished in rows]
+
+
+def _ahead(other: AdaptationJob, job: AdaptationJob | None) -> bool:
+    """Whether `other` comes before `job` in the pool's first-come, first-served order."""
+    if job is None:
+        return True
+    if other.pk == job.pk:
+        return False
+    return (other.created_at, other.pk) < (job.created_at, job.pk)
+
+
+def _simulate_start_s(
+    *,
+    devices: int,
+    reported: int,
+    free: int,
+    holdings: list[JobHolding],
+    ahead: list[WaitingJob],
+    median_s: float,
+    now: datetime,
+) -> float | None:
+    """Seconds from `now` until `devices` are free, serving the jobs `ahead` first, in
+    order. A running job frees its devices after its running stage's median duration less
+    its time so far (not below zero) plus the median for each stage after it; a waiting job
+    holds its devices for the median times its remaining stages. None when never."""
+    releases: list[tuple[float, int]] = []
+    for holding in holdings:
+        started = holding.running.started_at
+        elapsed = (now - started).total_seconds() if started else 0.0
+        left = max(median_s - elapsed, 0.0) + median_s * (holding.remaining_stages - 1)
+        heapq.heappush(releases, (left, holding.devices))
+    clock = 0.0
+
+    def wait_until_free(need: int) -> bool:
+        nonlocal clock, free
+        while free < need and releases:
+            at, count = heapq.heappop(releases)
+            clock = max(clock, at)
+            free = min(free + count, reported)
+        return free >= need
+
+    for waiting in ahead:
+        if waiting.devices > reported or not wait_until_free(waiting.devices):
+            continue  # it can never start on the pool as it is: it does not block others
+        free -= waiting.devices
+        heapq.heappush(releases, (clock + median_s * waiting.remaining_stages, waiting.devices))
+    return clock if wait_until_free(devices) else None
+
+
+def plan_start_estimate(
+    *,
+    pool: AcceleratorPool,
+    devices: int,
+    job: AdaptationJob | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """When a plan needing `devices` devices can start on `pool`, against the pool as it is
+    at `now` (default: now); `job` is the plan's own job (its own holding and place are not
+    counted against it; None: the plan would join the end of the queue).
+
+    Returns JSON-able values: can_start_now (bool), devices_needed, devices_reported
+    (devices the live workers report), devices_held (by other running jobs), devices_free,
+    queue_position (jobs on the pool created before `job`, with a stage queued and none
+    running; 0 when none), estimated_start_at (ISO 8601 UTC, or None when no estimate is
+    possible), estimated_wait_s (seconds, or None), median_stage_s and history_stages (the
+    estimate's basis figures, None/0 without history), estimate_basis and reason (plain
+    words), pool, queue and as_of (ISO 8601). The start time is an estimate, never a
+    promise: its basis says how it was made. Raises `ValueError` when `devices` < 1.
+    """
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise ValueError(f"devices must be a positive integer, got {devices!r}")
+    now = _now(now)
+    inventory = pool_inventory(pool=pool, now=now)
+    holdings = [h for h in inventory.holdings if job is None or h.job.pk != job.pk]
+    ahead = [w for w in inventory.waiting if _ahead(w.job, job)]
+    reported = inventory.devices_reported
+    held = sum(h.devices for h in holdings)
+    free = max(reported - held, 0)
+    answer: dict[str, Any] = {
+        "pool": pool.name,
+        "queue": pool.queue,
+        "as_of": now.isoformat(),
+        "can_start_now": False,
+        "devices_needed": devices,
+        "devices_reported": reported,
+        "devices_held": held,
+        "devices_free": free,
+        "queue_position": len(ahead),
+        "estimated_start_at": None,
+        "estimated_wait_s": None,
+        "median_stage_s": None,
+        "history_stages": 0,
+        "estimate_basis": "",
+        "reason": "",
+    }
+    if not inventory.has_live_worker:
+        answer["reason"] = (
+            f"no live worker on pool {pool.name} (queue {pool.queue}): jobs wait until one starts"
+        )
+        answer["estimate_basis"] = "no estimate: no live worker reports devices"
+        return answer
+    if reported < devices:
+        answer["reason"] = (
+            f"needs {devices} device(s), live workers report {reported}: the pool is too "
+            "small as it is now"
+        )
+        answer["estimate_basis"] = "no estimate: it cannot start until workers report enough"
+        return answer
+    if free >= devices and not ahead:
+        answer.update(
+            can_start_now=True,
+            estimated_start_at=now.isoformat(),
+            estimated_wait_s=0.0,
+            reason=f"{free} of {reported} device(s) free and no job waiting ahead: it can "
+            "start now",
+            estimate_basis="now: enough devices are free",
+        )
+        return answer
+    waits = []
+    if ahead:
+        waits.append(f"{len(ahead)} job(s) waiting ahead of it")
+    if free < devices:
+        waits.append(
+            f"{free} of {reported} device(s) free, {held} held by {len(holdings)} running job(s)"
+        )
+    answer["reason"] = f"waits: {'; '.join(waits)}"
+    durations = stage_durations_s(pool)
+    if not durations:
+        answer["estimate_basis"] = "no estimate: no finished stage on this pool yet"
+        return answer
+    median_s = statistics.median(durations)
+    answer["median_stage_s"] = round(median_s, 3)
+    answer["history_stages"] = len(durations)
+    wait_s = _simulate_start_s(
+        devices=devices,
+        reported=reported,
+        free=free,
+        holdings=holdings,
+        ahead=ahead,
+        median_s=median_s,
+        now=now,
+    )
+    if wait_s is None:
+        answer["estimate_basis"] = "no estimate: the running jobs would never free enough"
+        return answer
+    answer["estimated_wait_s"] = round(wait_s, 3)
+    answer["estimated_start_at"] = (now + timedelta(seconds=wait_s)).isoformat()
+    answer["estimate_basis"] = (
+        f"estimate, first come first served: each of the {len(holdings)} running and "
+        f"{len(ahead)} waiting job(s) ahead frees its devices after its remaining stages x "
+        f"the median stage duration on this pool ({median_s:.1f} s over its last "
+        f"{len(durations)} succeeded stage(s)), a running stage less its time so far"
+    )
+    return answer
+
+
+__all__ = [
+    "ESTIMATE_HISTORY_STAGES",
+    "JobHolding",
+    "PoolInventory",
+    "WaitingJob",
+    "WorkerState",
+    "live_workers",
+    "plan_devices",
+    "plan_start_estimate",
+    "pool_inventory",
+    "pools_overview",
+    "pools_without_live_worker",
+    "stage_durations_s",
+    "worker_state",
+]
