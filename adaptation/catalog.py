@@ -5,17 +5,29 @@ The file (`workers/catalog/accelerators.json`) is versioned with the code; an
 `AcceleratorKind` row adds a kind or, with the same kind, replaces the file's entry. Both are
 parsed by the same checks (`workers.catalog.parse_catalog`), so a row without a source for a
 figure is refused like a file entry would be.
+
+The "cpu" kind is the machine a cpu pool's worker runs on: `pool_catalog` describes it with
+the cores and memory the pool's live worker registered at its start, or, with no live
+worker, with this machine's own measure, and says which.
 """
 
 from __future__ import annotations
 
+import os
+from datetime import timedelta
 from typing import Any
 
-from adaptation.models import AcceleratorKind, AcceleratorPool
-from workers.catalog import Catalog, CatalogError, load_catalog, parse_catalog
+from django.conf import settings
+from django.utils import timezone
+
+from adaptation.models import AcceleratorKind, AcceleratorPool, Worker
+from workers.catalog import Accelerator, Catalog, CatalogError, cpu_accelerator, load_catalog
 from workers.stages.plan import PoolLayout
 
 GIB = 1024**3
+# A worker whose last heartbeat is older than this (seconds) is not live (settings'
+# DAY0_WORKER_STALE_S where set).
+DEFAULT_WORKER_STALE_S = 60
 
 
 def _scaled(value: float | None, factor: float) -> float | None:
@@ -51,18 +63,16 @@ def catalog_current(rows: list[AcceleratorKind] | None = None) -> Catalog:
     malformed (a row is checked when saved, so that means the file)."""
     base = load_catalog()
     rows = list(AcceleratorKind.objects.all()) if rows is None else rows
-    if not rows:
-        return base
-    entries = {kind: acc.to_dict() for kind, acc in base.accelerators.items()}
-    for row in rows:
-        entries[row.kind] = accelerator_kind_entry(row)
-    return parse_catalog(
-        {
-            "catalog_version": f"{base.version}+{len(rows)} admin row(s)",
-            "conventions": dict(base.conventions),
-            "accelerators": list(entries.values()),
-        }
+    return base.with_entries(
+        [accelerator_kind_entry(row) for row in rows], label=f"{len(rows)} admin row(s)"
     )
+
+
+def accelerator_kind_row_entry(kind: str) -> dict[str, Any] | None:
+    """The catalog entry of the admin's `AcceleratorKind` row for `kind`, or None when no
+    row defines it (the shipped file's figures apply)."""
+    row = AcceleratorKind.objects.filter(kind=kind).first() if kind else None
+    return accelerator_kind_entry(row) if row is not None else None
 
 
 def pool_accelerator_kind(pool: AcceleratorPool) -> str:
@@ -75,6 +85,61 @@ def pool_accelerator_kind(pool: AcceleratorPool) -> str:
     raise CatalogError(
         f"pool {pool.name!r} names no accelerator kind; set one (h100, h200, ...) in the admin"
     )
+
+
+def live_workers(queue: str, *, now: Any = None) -> list[Worker]:
+    """Workers listening on `queue` that are live: not stopped, heartbeat within
+    `DAY0_WORKER_STALE_S` seconds (60 by default). Newest heartbeat first."""
+    stale_s = getattr(settings, "DAY0_WORKER_STALE_S", DEFAULT_WORKER_STALE_S)
+    cutoff = (now or timezone.now()) - timedelta(seconds=stale_s)
+    rows = Worker.objects.filter(stopped_at__isnull=True, last_heartbeat_at__gte=cutoff)
+    return [w for w in rows.order_by("-last_heartbeat_at") if queue in (w.queues or [])]
+
+
+def pool_cpu_accelerator(pool: AcceleratorPool) -> tuple[Accelerator, str]:
+    """The "cpu" kind for `pool`: (Accelerator, note saying where its figures come from).
+
+    From the registered figures (cores, memory bytes) of the pool's live worker with the
+    least memory (a job may land on any of them); with none, this machine measured now.
+    """
+    workers = [w for w in live_workers(pool.queue) if w.memory_bytes]
+    if workers:
+        worker = min(workers, key=lambda w: w.memory_bytes)
+        cpu = cpu_accelerator(
+            cores=worker.cpu_cores, memory_bytes=worker.memory_bytes, measured_by=worker.name
+        )
+        others = f", the smallest of {len(workers)} live workers" if len(workers) > 1 else ""
+        return cpu, (
+            f"cpu is the machine of worker {worker.name} as it registered at start "
+            f"({worker.cpu_cores or '?'} cores, {cpu.memory_bytes / GIB:,.1f} GiB{others})"
+        )
+    cpu = cpu_accelerator()
+    return cpu, (
+        f"no live worker on {pool.queue}: cpu is this machine as measured here "
+        f"({os.cpu_count() or 1} cores, {cpu.memory_bytes / GIB:,.1f} GiB); "
+        "the worker's machine may differ"
+    )
+
+
+def pool_catalog(pool: AcceleratorPool) -> tuple[Catalog, PoolLayout, str]:
+    """What the planner needs for `pool`, as the web side sees it: the current catalog
+    (file plus admin rows; "cpu" described per `pool_cpu_accelerator` for a cpu pool), the
+    pool's `PoolLayout`, and a note saying where the accelerator's figures come from.
+    Raises `CatalogError` when the pool names no kind (non-cpu backend) or an unknown one."""
+    catalog = catalog_current()
+    kind = pool_accelerator_kind(pool)
+    if kind == "cpu":
+        cpu, note = pool_cpu_accelerator(pool)
+        catalog = catalog.with_cpu(cpu)
+    else:
+        accelerator = catalog.accelerator(kind)
+        origin = (
+            "the admin's catalog row"
+            if AcceleratorKind.objects.filter(kind=kind).exists()
+            else f"catalog {load_catalog().version}"
+        )
+        note = f"{kind} ({accelerator.name}) figures from {origin}"
+    return catalog, pool_layout(pool, catalog), note
 
 
 def pool_layout(pool: AcceleratorPool, catalog: Catalog | None = None) -> PoolLayout:
@@ -98,7 +163,11 @@ def pool_layout(pool: AcceleratorPool, catalog: Catalog | None = None) -> PoolLa
 __all__ = [
     "CatalogError",
     "accelerator_kind_entry",
+    "accelerator_kind_row_entry",
     "catalog_current",
+    "live_workers",
     "pool_accelerator_kind",
+    "pool_catalog",
+    "pool_cpu_accelerator",
     "pool_layout",
 ]

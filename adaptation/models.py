@@ -126,8 +126,51 @@ class AcceleratorPool(models.Model):
             isinstance(manifest, dict) and isinstance(manifest.get("operators"), dict)
         ):
             errors["operator_manifest"] = 'An object with an "operators" map (see its README).'
+        errors.update(self._layout_errors())
         if errors:
             raise ValidationError(errors)
+
+    def _layout_errors(self) -> dict[str, str]:
+        """What is wrong with the pool's accelerator layout, per field.
+
+        A cpu pool plans on the machine its worker runs on: its accelerator is blank (or
+        "cpu") and that machine is one device. Any other backend runs on (or, "manifest",
+        describes) accelerators the plan must know: it needs a kind the catalog knows (the
+        shipped file or an admin row), else every job would fail at the plan stage.
+        """
+        from adaptation.catalog import catalog_current
+        from workers.catalog import CatalogError
+
+        kind = (self.accelerator or "").strip()
+        try:
+            known = catalog_current().kinds()
+        except CatalogError as err:
+            return {"accelerator": f"The accelerator catalog cannot be read: {err}"}
+        known_text = ", ".join(known)
+        if self.backend == "cpu":
+            if kind not in ("", "cpu"):
+                return {
+                    "accelerator": f"A cpu pool plans on the machine its worker runs on: leave "
+                    f'this blank (or "cpu"). To plan for {kind} without its worker here, use '
+                    'backend "manifest" with an operator manifest.'
+                }
+            if self.devices_per_node not in (None, 1):
+                return {
+                    "devices_per_node": "A cpu pool's device is its worker's whole machine: "
+                    "leave this blank (or 1)."
+                }
+            return {}
+        if not kind:
+            return {
+                "accelerator": f"A {self.backend or '(blank)'} pool needs its accelerator kind "
+                f"for the plan stage; known kinds: {known_text} (or add an accelerator kind)."
+            }
+        if kind == "cpu" or kind not in known:
+            return {
+                "accelerator": f"Unknown accelerator kind {kind!r}; known kinds: {known_text} "
+                "(or add an accelerator kind)."
+            }
+        return {}
 
 
 class AcceleratorKind(models.Model):
@@ -167,6 +210,55 @@ class AcceleratorKind(models.Model):
 
     def __str__(self) -> str:
         return self.kind
+
+    # The catalog-file key each field feeds (for errors the catalog's checks report).
+    CATALOG_FIELDS = {
+        "kind": "kind",
+        "memory_bytes": "memory_gib",
+        "memory_bandwidth_bytes_per_s": "memory_bandwidth_tbps",
+        "dense_bf16_flops": "dense_bf16_tflops",
+        "dense_fp8_flops": "dense_fp8_tflops",
+        "intra_node_bandwidth_bytes_per_s": "intra_node_bandwidth_gbps",
+        "inter_node_bandwidth_bytes_per_s": "inter_node_bandwidth_gbps",
+        "devices_per_node": "devices_per_node",
+        "low_precision_kind": "low_precision_kind",
+        "dtypes": "dtypes",
+        "sources": "sources",
+    }
+
+    def clean(self) -> None:
+        """Check the row as the catalog checks a file entry (`workers.catalog.parse_accelerator`):
+        every figure given is positive and has its source in `sources` (keyed as in the file:
+        "memory_bytes", "memory_bandwidth_bytes_per_s", ...), `dtypes` is a list of dtype
+        names. Raises `ValidationError` on the field at fault."""
+        from adaptation.catalog import accelerator_kind_entry
+        from workers.catalog import CatalogError, parse_accelerator
+
+        if not isinstance(self.dtypes, list) or not all(
+            isinstance(d, str) and d for d in self.dtypes
+        ):
+            raise ValidationError({"dtypes": 'A list of dtype names, e.g. ["bfloat16", "fp8"].'})
+        if not isinstance(self.sources, dict) or not all(
+            isinstance(v, str) for v in self.sources.values()
+        ):
+            raise ValidationError(
+                {"sources": 'Per figure, its source: {"memory_bytes": "datasheet title, URL"}.'}
+            )
+        if self.memory_gib is None or self.devices_per_node is None:
+            return  # the field's own error says so
+        try:
+            parse_accelerator(accelerator_kind_entry(self))
+        except CatalogError as err:
+            field_name = self.CATALOG_FIELDS.get(err.field or "")
+            message = str(err).removeprefix(f"{self.kind!r}: ")
+            if "has no source" in message:
+                message = (
+                    f'No source for this figure: add "{err.field}": "<datasheet title and '
+                    'address>" to sources.'
+                )
+            elif "must be a positive number" in message:
+                message = "Must be above 0 (or blank where the vendor does not publish it)."
+            raise ValidationError({field_name: message} if field_name else message) from err
 
 
 class HubWatch(models.Model):

@@ -9,6 +9,7 @@ import socket
 import threading
 import traceback
 from dataclasses import dataclass, field
+from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
@@ -16,6 +17,7 @@ from django.db import connection
 from django.utils import timezone
 
 from adaptation import selectors, services
+from adaptation.catalog import accelerator_kind_row_entry
 from adaptation.models import AcceleratorPool, StageRun
 from workers.stages.base import (
     PoolSpec,
@@ -85,8 +87,15 @@ class Heartbeat:
         self._thread.join(timeout=5)
 
 
+def _bytes_per_s(gbps: float | None) -> float | None:
+    """GB/s (decimal, as pools are entered) to bytes/s; None stays None."""
+    return None if gbps is None else float(gbps) * 1e9
+
+
 def pool_spec(pool: AcceleratorPool) -> PoolSpec:
-    """The plain description of a pool the engine gets."""
+    """The plain description of a pool the engine gets: its settings, its layout
+    (bandwidths in bytes/s) and, when an admin's `AcceleratorKind` row defines the pool's
+    accelerator kind, that row as a catalog entry (it replaces the shipped file's)."""
     return PoolSpec(
         name=pool.name,
         backend=pool.backend,
@@ -97,7 +106,20 @@ def pool_spec(pool: AcceleratorPool) -> PoolSpec:
         trust_remote_code_orgs=tuple(pool.trust_remote_code_orgs or ()),
         precision_thresholds=dict(pool.precision_thresholds or {}),
         real_weights_max_bytes=pool.real_weights_max_bytes,
+        accelerator=pool.accelerator,
+        devices_per_node=pool.devices_per_node,
+        nodes=pool.nodes,
+        intra_node_bandwidth_bytes_per_s=_bytes_per_s(pool.intra_node_bandwidth_gbps),
+        inter_node_bandwidth_bytes_per_s=_bytes_per_s(pool.inter_node_bandwidth_gbps),
+        accelerator_entry=accelerator_kind_row_entry(pool.accelerator),
     )
+
+
+def _stage_options(options: object, stage: str) -> Any:
+    """The job's options for `stage` (`AdaptationJob.options[stage]`); {} when none. Passed
+    on as stored: the stage checks them and refuses a malformed value by name."""
+    value = options.get(stage) if isinstance(options, dict) else None
+    return {} if value is None else value
 
 
 def stage_context(run: StageRun, definition: StageDefinition, log: _Log) -> StageContext:
@@ -120,17 +142,27 @@ def stage_context(run: StageRun, definition: StageDefinition, log: _Log) -> Stag
         previous=selectors.job_previous_results(job, before_position=run.position),
         known_families=tuple(known),
         log=log,
+        options=_stage_options(job.options, definition.name),
     )
 
 
 def execute_stage_run(
-    stage_run_id: int, *, task_id: str = "", final_try: bool = False
+    stage_run_id: int,
+    *,
+    task_id: str = "",
+    final_try: bool = False,
+    worker_host: str | None = None,
 ) -> StageOutcome:
     """Claim and run one stage attempt. Never raises for a stage's own failure: the failure
-    is stored on the run. A transient error asks for a retry unless `final_try`."""
+    is stored on the run. A transient error asks for a retry unless `final_try`.
+
+    `worker_host` is recorded on the run: the Celery node name ("cpu@host") of the worker
+    running it, so the pools page can say what each worker runs; default the host name."""
     # Celery's Django fix-up closes stale database connections around each task.
     run = services.stage_run_claim(
-        stage_run_id=stage_run_id, worker_host=socket.gethostname(), task_id=task_id
+        stage_run_id=stage_run_id,
+        worker_host=worker_host or socket.gethostname(),
+        task_id=task_id,
     )
     if run is None:
         logger.info("Stage run %s was not queued any more; skipping this delivery.", stage_run_id)

@@ -88,8 +88,10 @@ def test_adapt_without_wait_creates_a_manual_job(tmp_path):
     job = AdaptationJob.objects.get(pk=summary["job"])
     assert job.trigger == "manual" and job.release.found_by == "manual"
     assert job.release.repo_id == "meta-llama/Llama-3.1-8B"
-    assert [s["name"] for s in summary["stages"]] == ["fetch", "analyze", "operators", "precision"]
-    assert [s["status"] for s in summary["stages"]] == ["queued", "pending", "pending", "pending"]
+    names = [s["name"] for s in summary["stages"]]
+    assert names == ["fetch", "analyze", "operators", "precision", "plan"]
+    assert [s["status"] for s in summary["stages"]] == ["queued"] + ["pending"] * 4
+    assert job.options == {}
 
 
 @pytest.mark.django_db

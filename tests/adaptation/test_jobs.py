@@ -36,8 +36,8 @@ def test_job_create_queues_only_the_first_stage_after_commit(django_capture_on_c
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         job = services.job_create(release=release, pool=cpu_pool(), trigger="manual")
     runs = list(job.stage_runs.order_by("position"))
-    assert [r.stage for r in runs] == ["fetch", "analyze", "operators", "precision"]
-    assert [r.status for r in runs] == [StageStatus.QUEUED] + [StageStatus.PENDING] * 3
+    assert [r.stage for r in runs] == ["fetch", "analyze", "operators", "precision", "plan"]
+    assert [r.status for r in runs] == [StageStatus.QUEUED] + [StageStatus.PENDING] * 4
     assert job.status == JobStatus.RUNNING
     assert len(callbacks) == 1  # one message, sent only once the transaction commits
 
@@ -47,6 +47,36 @@ def test_job_create_refuses_unknown_stage():
         services.job_create(
             release=make_release(), pool=cpu_pool(), trigger="manual", stages=["warp"]
         )
+
+
+def test_job_create_stores_checked_plan_options():
+    job = services.job_create(
+        release=make_release(),
+        pool=cpu_pool(),
+        trigger="manual",
+        options={"plan": {"context_tokens": 4096, "concurrency": 2, "dtype": "float8_e4m3fn"}},
+    )
+    job.refresh_from_db()
+    assert job.options == {"plan": {"context_tokens": 4096, "concurrency": 2, "dtype": "fp8"}}
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"plan": {"context_tokens": 0}}, "context_tokens must be a positive integer"),
+        ({"plan": {"dtype": "fp4"}}, "unknown serving dtype 'fp4'"),
+        ({"plan": {"contxt": 8192}}, "unknown plan option(s) contxt"),
+        ({"plan": [8192]}, "plan options must be an object"),
+        ({"fetch": {"x": 1}}, "the fetch stage takes no options"),
+        ({"warp": {}}, "Options for stage 'warp', which this job does not run"),
+    ],
+)
+def test_job_create_refuses_bad_options(options, words):
+    with pytest.raises(services.ServiceError) as err:
+        services.job_create(
+            release=make_release(), pool=cpu_pool(), trigger="manual", options=options
+        )
+    assert words in str(err.value)
 
 
 @pytest.mark.parametrize(

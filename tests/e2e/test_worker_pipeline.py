@@ -1,5 +1,10 @@
 """End to end: releases dropped into a mirror folder, `poll_hubs`, a real Celery worker
-process runs the stages, the board shows them; `adapt --wait` follows a job to its end."""
+process runs the stages, the board shows them; `adapt --wait` follows a job to its end.
+
+The jobs run on the `cpu` pool, whose one device is the worker's machine: whether a release's
+`plan` fits depends on that machine's memory (on a 24 GiB machine only gpt-oss-20b does), so
+the expected plan outcome is worked out for the machine the test runs on; the worker runs
+here too."""
 
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ from adaptation.models import (
 from tests.conftest import REALCONFIGS_DIR
 from tests.e2e.conftest import wait_for
 from tests.factories import cpu_pool, make_watch
+from workers.stages.architecture import analyze_config
+from workers.stages.plan import NoFittingPlan, PoolLayout, plan_release
 
 pytestmark = [pytest.mark.e2e]
 
@@ -37,6 +44,17 @@ def drop_release(root: Path, repo_id: str, config: bytes) -> Path:
 
 def real_config(name: str) -> bytes:
     return (REALCONFIGS_DIR / f"{name}.json").read_bytes()
+
+
+def fits_this_machine(name: str, **options) -> bool:
+    """Whether the release `name` fits the cpu pool, one device with this machine's memory
+    (the worker of these tests runs here)."""
+    analysis = analyze_config(json.loads(real_config(name))).to_dict()
+    try:
+        plan_release(analysis, PoolLayout("cpu", devices_per_node=1), **options)
+    except NoFittingPlan:
+        return False
+    return True
 
 
 def all_jobs_done() -> bool:
@@ -64,14 +82,28 @@ def test_polled_releases_run_on_a_real_worker(celery_worker_process, tmp_path, c
     assert fetch.status == StageStatus.FAILED
     assert "config.json is not valid JSON" in fetch.error
     assert "line 3 column 23" in fetch.error
-    assert [run.status for run in later] == [StageStatus.SKIPPED] * 3
+    assert [run.status for run in later] == [StageStatus.SKIPPED] * 4
 
+    fits = {
+        "acme/llama-8b": fits_this_machine("meta-llama__Llama-3.1-8B"),
+        "acme/qwen3-moe": fits_this_machine("Qwen__Qwen3-235B-A22B-Instruct-2507"),
+    }
     for repo_id, total in (("acme/llama-8b", 8_030_261_248), ("acme/qwen3-moe", 235_093_634_560)):
         job = by_repo[repo_id]
-        assert job.status == JobStatus.SUCCEEDED, job.stage_runs.values("stage", "error")
         runs = {r.stage: r for r in job.stage_runs.all()}
-        assert {r.status for r in runs.values()} == {StageStatus.SUCCEEDED}
+        measured = [runs[stage] for stage in ("fetch", "analyze", "operators", "precision")]
+        assert {r.status for r in measured} == {StageStatus.SUCCEEDED}, [
+            (r.stage, r.error) for r in measured
+        ]
         assert all(r.worker_host for r in runs.values())
+        plan = runs["plan"]
+        if fits[repo_id]:
+            assert plan.status == StageStatus.SUCCEEDED and job.status == JobStatus.SUCCEEDED
+            assert plan.result["accelerator"] == "cpu" and plan.result["devices"] == 1
+        else:  # the model is larger than this machine: the plan says what would fit
+            assert plan.status == StageStatus.FAILED and job.status == JobStatus.FAILED
+            assert "does not fit 1 x cpu" in plan.error and "would fit" in plan.error
+            assert plan.result["fits"] is False and plan.result["suggestions"]["devices"] > 1
         assert runs["analyze"].result["total_params"] == total
         assert runs["operators"].result["missing"] == []  # the cpu pool runs every operator
         assert OperatorCheck.objects.filter(stage_run=runs["operators"]).count() > 20
@@ -89,16 +121,20 @@ def test_polled_releases_run_on_a_real_worker(celery_worker_process, tmp_path, c
 
     client.force_login(staff_user)
     board = client.get("/").content.decode()
+
+    def plan_state(repo_id: str) -> str:
+        return "Succeeded" if fits[repo_id] else "Failed"
+
     expected = {
-        "acme/llama-8b": ["Succeeded"] * 4,
-        "acme/broken": ["Failed", "Skipped", "Skipped", "Skipped"],
-        "acme/qwen3-moe": ["Succeeded"] * 4,
+        "acme/llama-8b": ["Succeeded"] * 4 + [plan_state("acme/llama-8b")],
+        "acme/broken": ["Failed", "Skipped", "Skipped", "Skipped", "Skipped"],
+        "acme/qwen3-moe": ["Succeeded"] * 4 + [plan_state("acme/qwen3-moe")],
     }
     for repo_id, states in expected.items():
         row = board_row(board, by_repo[repo_id].release_id)
         assert repo_id in row
         for stage, state in zip(
-            ("fetch", "analyze", "operators", "precision"), states, strict=True
+            ("fetch", "analyze", "operators", "precision", "plan"), states, strict=True
         ):
             assert stage_cell(row, stage).startswith(state), (repo_id, stage)
 
@@ -118,13 +154,24 @@ def stage_cell(row: str, stage: str) -> str:
 def test_adapt_waits_and_prints_the_finished_job(celery_worker_process, tmp_path):
     cpu_pool()
     good = drop_release(tmp_path / "hub", "openai/gpt-oss-20b", real_config("openai__gpt-oss-20b"))
+    # One 8k sequence: gpt-oss-20b's 12.8 GiB of MXFP4 weights fit a machine of ~17 GiB.
+    plan_options = {"context_tokens": 8192, "concurrency": 1}
+    fits = fits_this_machine("openai__gpt-oss-20b", **plan_options)
     out = io.StringIO()
-    call_command("adapt", str(good), "--wait", "--format", "json", "--timeout", "120", stdout=out)
+    args = ["--context", "8192", "--concurrency", "1", "--wait", "--format", "json"]
+    try:
+        call_command("adapt", str(good), *args, "--timeout", "120", stdout=out)
+    except SystemExit as exit_info:  # the plan failed: this machine is too small
+        assert not fits and exit_info.code == 1
     finished = json.loads(out.getvalue())
-    assert finished["status"] == "succeeded"
+    assert finished["status"] == ("succeeded" if fits else "failed")
     stages = {s["name"]: s for s in finished["stages"]}
-    assert list(stages) == ["fetch", "analyze", "operators", "precision"]
-    assert all(s["status"] == "succeeded" and s["attempt"] == 1 for s in stages.values())
+    assert list(stages) == ["fetch", "analyze", "operators", "precision", "plan"]
+    measured = [stages[name] for name in ("fetch", "analyze", "operators", "precision")]
+    assert all(s["status"] == "succeeded" and s["attempt"] == 1 for s in measured)
+    plan = stages["plan"]["result"]
+    assert plan["inputs"]["context_tokens"] == 8192 and plan["inputs"]["concurrency"] == 1
+    assert plan["accelerator"] == "cpu" and plan["fits"] is fits
     assert stages["analyze"]["result"]["kv_cache_bytes_per_token"] == 49_152
     operators = stages["operators"]["result"]
     assert operators["missing"] == []

@@ -2,8 +2,10 @@
 
 The figures live in `accelerators.json` next to this module (versioned with the code; each
 figure names its source there). `load_catalog()` reads and checks the file;
-`cpu_accelerator()` describes the machine it runs on (cores and memory, measured now).
-Units: bytes, bytes/s, FLOP/s. A figure the vendor does not publish is `None`.
+`Catalog.with_entries()` adds or replaces kinds (the admin's rows, in the same format);
+`cpu_accelerator()` describes a machine as one "cpu" device (cores and memory, measured now
+or as a worker measured them at start). Units: bytes, bytes/s, FLOP/s. A figure the vendor
+does not publish is `None`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -27,8 +29,17 @@ _NUMBER_FIELDS = (
 )
 
 
+LOW_PRECISION_KINDS = ("fp8", "int8")
+
+
 class CatalogError(ValueError):
-    """The catalog file is malformed, or a kind is not in it."""
+    """The catalog file (or an admin row) is malformed, or a kind is not in it. `field` is
+    the entry key at fault ("memory_bytes", "dtypes", "sources", ...) when there is one, so
+    a form can show the error on that field."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -87,17 +98,22 @@ class Accelerator:
 
 @dataclass(frozen=True)
 class Catalog:
-    """The accelerators of one catalog file version."""
+    """The accelerators of one catalog file version.
+
+    `cpu` describes the "cpu" kind when set (a worker's registered cores and memory);
+    otherwise "cpu" is the machine this runs on, measured when asked.
+    """
 
     version: str
     accelerators: Mapping[str, Accelerator]
     conventions: Mapping[str, str] = field(default_factory=dict)
+    cpu: Accelerator | None = None
 
     def accelerator(self, kind: str) -> Accelerator:
-        """The accelerator `kind` ("h100", ...; "cpu" measures this machine). Raises
-        `CatalogError` naming the known kinds."""
+        """The accelerator `kind` ("h100", ...; "cpu": `self.cpu`, else this machine
+        measured now). Raises `CatalogError` naming the known kinds."""
         if kind == "cpu":
-            return cpu_accelerator()
+            return self.cpu or cpu_accelerator()
         try:
             return self.accelerators[kind]
         except KeyError:
@@ -108,41 +124,103 @@ class Catalog:
         """Catalog kinds in file order (without "cpu")."""
         return list(self.accelerators)
 
+    def with_entries(self, entries: list[Mapping[str, Any]], *, label: str = "") -> Catalog:
+        """This catalog with `entries` (catalog-file format) added, or replacing the entry
+        of the same kind. Each entry is checked as a file entry is (`parse_catalog`);
+        raises `CatalogError` for a malformed one. `label` is appended to the version
+        ("2025-06-01.1+admin row h100")."""
+        if not entries:
+            return self
+        accelerators = dict(self.accelerators)
+        for entry in entries:
+            acc = parse_accelerator(entry)
+            accelerators[acc.kind] = acc
+        version = f"{self.version}+{label}" if label else self.version
+        return replace(self, version=version, accelerators=accelerators)
+
+    def with_cpu(self, cpu: Accelerator) -> Catalog:
+        """This catalog with the "cpu" kind described by `cpu` (e.g. a worker's figures)."""
+        return replace(self, cpu=cpu)
+
 
 def _positive_number(entry: Mapping[str, Any], key: str, *, allow_none: bool) -> float | None:
     value = entry.get(key)
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise CatalogError(f"{entry.get('kind')!r}: {key} must be a positive number, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not value > 0
+        or value == float("inf")
+    ):
+        raise CatalogError(
+            f"{entry.get('kind')!r}: {key} must be a positive number, got {value!r}", field=key
+        )
     return float(value)
 
 
-def _parse_accelerator(entry: Mapping[str, Any]) -> Accelerator:
+def parse_accelerator(entry: Mapping[str, Any]) -> Accelerator:
+    """One catalog entry (the file's format) as an `Accelerator`. Raises `CatalogError`
+    (with `.field`) for a missing or non-positive figure, a figure without a source in
+    `sources`, `dtypes` that are not a list of strings, or an unknown low-precision kind."""
     if not isinstance(entry, Mapping):
         raise CatalogError(f"an accelerator entry must be an object, got {type(entry).__name__}")
     kind = entry.get("kind")
     if not isinstance(kind, str) or not kind:
-        raise CatalogError(f"accelerator entry without a kind: {entry!r}")
+        raise CatalogError(f"accelerator entry without a kind: {entry!r}", field="kind")
+    if kind == "cpu":
+        raise CatalogError(
+            "accelerator kind 'cpu' is reserved: it is the machine a cpu pool's worker runs on",
+            field="kind",
+        )
     memory = entry.get("memory_bytes")
     if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
-        raise CatalogError(f"{kind!r}: memory_bytes must be a positive integer, got {memory!r}")
+        raise CatalogError(
+            f"{kind!r}: memory_bytes must be a positive integer, got {memory!r}",
+            field="memory_bytes",
+        )
     per_node = entry.get("devices_per_node")
     if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node <= 0:
-        raise CatalogError(f"{kind!r}: devices_per_node must be a positive integer")
+        raise CatalogError(
+            f"{kind!r}: devices_per_node must be a positive integer", field="devices_per_node"
+        )
     numbers = {key: _positive_number(entry, key, allow_none=True) for key in _NUMBER_FIELDS}
+    dtypes = entry.get("dtypes") or []
+    if not isinstance(dtypes, list | tuple) or not all(isinstance(d, str) and d for d in dtypes):
+        raise CatalogError(
+            f"{kind!r}: dtypes must be a list of dtype names, got {dtypes!r}", field="dtypes"
+        )
+    low = entry.get("low_precision_kind") or None
+    if low is not None and low not in LOW_PRECISION_KINDS:
+        raise CatalogError(
+            f"{kind!r}: low_precision_kind must be one of {', '.join(LOW_PRECISION_KINDS)} "
+            f"or empty, got {low!r}",
+            field="low_precision_kind",
+        )
     sources = entry.get("sources") or {}
+    if not isinstance(sources, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in sources.items()
+    ):
+        raise CatalogError(
+            f"{kind!r}: sources must map each figure to its source text", field="sources"
+        )
     for key in ("memory_bytes", *_NUMBER_FIELDS):
-        if (key == "memory_bytes" or numbers[key] is not None) and key not in sources:
-            raise CatalogError(f"{kind!r}: {key} has no source")
+        if (key == "memory_bytes" or numbers[key] is not None) and not str(
+            sources.get(key) or ""
+        ).strip():
+            raise CatalogError(
+                f"{kind!r}: {key} has no source (add sources[{key!r}]: the datasheet's title "
+                "and address)",
+                field=key,
+            )
     return Accelerator(
         kind=kind,
         name=str(entry.get("name") or kind),
         vendor=str(entry.get("vendor") or ""),
         memory_bytes=memory,
-        dtypes=tuple(entry.get("dtypes") or ()),
+        dtypes=tuple(dtypes),
         devices_per_node=per_node,
-        low_precision_kind=entry.get("low_precision_kind"),
+        low_precision_kind=low,
         device_resource=str(entry.get("device_resource") or "nvidia.com/gpu"),
         memory_datasheet=str(entry.get("memory_datasheet") or ""),
         sources=dict(sources),
@@ -157,9 +235,9 @@ def parse_catalog(data: Mapping[str, Any]) -> Catalog:
         raise CatalogError("the catalog must be an object with an 'accelerators' list")
     accelerators: dict[str, Accelerator] = {}
     for entry in data["accelerators"]:
-        acc = _parse_accelerator(entry)
-        if acc.kind in accelerators or acc.kind == "cpu":
-            raise CatalogError(f"accelerator kind {acc.kind!r} appears twice or is reserved")
+        acc = parse_accelerator(entry)
+        if acc.kind in accelerators:
+            raise CatalogError(f"accelerator kind {acc.kind!r} appears twice", field="kind")
         accelerators[acc.kind] = acc
     return Catalog(
         version=str(data.get("catalog_version") or ""),
@@ -190,18 +268,37 @@ def _physical_memory_bytes() -> int:
         return 0
 
 
-def cpu_accelerator() -> Accelerator:
-    """The machine this runs on as one "cpu" device: its cores and memory, measured now.
+def cpu_accelerator(
+    *,
+    cores: int | None = None,
+    memory_bytes: int | None = None,
+    measured_by: str = "",
+) -> Accelerator:
+    """A machine as one "cpu" device: its cores and memory (bytes).
 
-    Memory bandwidth and FLOP/s are not measured (None): no roofline prediction is made for
-    the cpu kind. A machine whose memory cannot be read reports 1 byte, so nothing fits and
-    the plan says so instead of guessing.
+    Without arguments: the machine this runs on, measured now (`os.cpu_count()`, POSIX
+    sysconf). With `cores`/`memory_bytes`: the figures another machine measured (a worker's,
+    registered at its start), and `measured_by` names it ("worker cpu@host"); a figure not
+    given is measured here. Memory bandwidth and FLOP/s are not measured (None): no roofline
+    prediction is made for the cpu kind. A machine whose memory cannot be read reports 1
+    byte, so nothing fits and the plan says so instead of guessing.
     """
-    cores = os.cpu_count() or 1
-    memory = _physical_memory_bytes()
+    given = cores is not None or memory_bytes is not None
+    if cores is None or isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+        cores = os.cpu_count() or 1
+    if memory_bytes is None or isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int):
+        memory_bytes = _physical_memory_bytes()
+    memory = memory_bytes
+    where = measured_by or "this machine"
+    if given:
+        memory_source = f"measured by {where} at start: {memory} bytes"
+        cores_source = f"measured by {where} at start: {cores} cores"
+    else:
+        memory_source = "measured: os.sysconf('SC_PAGE_SIZE') x os.sysconf('SC_PHYS_PAGES')"
+        cores_source = f"measured: os.cpu_count() = {cores}"
     return Accelerator(
         kind="cpu",
-        name=f"this machine ({cores} cores)",
+        name=f"{where} ({cores} cores)",
         vendor="host",
         memory_bytes=memory if memory > 0 else 1,
         memory_bandwidth_bytes_per_s=None,
@@ -212,11 +309,8 @@ def cpu_accelerator() -> Accelerator:
         inter_node_bandwidth_bytes_per_s=None,
         devices_per_node=1,
         device_resource="cpu",
-        memory_datasheet=f"{memory} bytes (os.sysconf)",
-        sources={
-            "memory_bytes": "measured: os.sysconf('SC_PAGE_SIZE') x os.sysconf('SC_PHYS_PAGES')",
-            "cores": f"measured: os.cpu_count() = {cores}",
-        },
+        memory_datasheet=f"{memory} bytes ({'registered' if given else 'os.sysconf'})",
+        sources={"memory_bytes": memory_source, "cores": cores_source},
         notes=("memory bandwidth and FLOP/s are not measured: no roofline prediction",),
     )
 
@@ -228,5 +322,6 @@ __all__ = [
     "CatalogError",
     "cpu_accelerator",
     "load_catalog",
+    "parse_accelerator",
     "parse_catalog",
 ]

@@ -19,11 +19,14 @@ DEFAULT_REAL_WEIGHTS_MAX_BYTES = 1024**3
 
 class StageFailed(Exception):
     """The stage ran and the release cannot pass it: a user error (bad config, unknown
-    architecture). Fails the stage at once with `reason`; never retried."""
+    architecture). Fails the stage at once with `reason`; never retried. `result` (a
+    JSON-able dict, or None) is what the stage found before failing (precision's metrics,
+    the plan's suggestions); the runner stores it on the failed run."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, result: dict[str, Any] | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.result = result
 
 
 class StageTransientError(Exception):
@@ -59,6 +62,14 @@ class PoolSpec:
     default thresholds per dtype ({"bfloat16": {"min_top1_agreement": 0.9, ...}}). A release
     whose checkpoint is at most `real_weights_max_bytes` (bytes, as published) and lies in a
     mirror folder is validated on its real weights at full size instead of a scaled twin.
+
+    The pool's layout, for the plan: `accelerator` is its catalog kind ("h100"; "" = none
+    set, which a "cpu" backend reads as "cpu", the machine its worker runs on);
+    `devices_per_node` (None = the catalog's figure for the kind) x `nodes` devices;
+    `intra_node_bandwidth_bytes_per_s`/`inter_node_bandwidth_bytes_per_s` (bytes/s per
+    direction; None = the catalog's). `accelerator_entry` is the kind's entry in the catalog
+    file's format when an admin's `AcceleratorKind` row defines it (it replaces the shipped
+    file's entry), else None.
     """
 
     name: str
@@ -70,6 +81,12 @@ class PoolSpec:
     trust_remote_code_orgs: tuple[str, ...] = ()
     precision_thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     real_weights_max_bytes: int = DEFAULT_REAL_WEIGHTS_MAX_BYTES
+    accelerator: str = ""
+    devices_per_node: int | None = None
+    nodes: int = 1
+    intra_node_bandwidth_bytes_per_s: float | None = None
+    inter_node_bandwidth_bytes_per_s: float | None = None
+    accelerator_entry: Mapping[str, Any] | None = None
 
 
 def _ignore(_message: str) -> None:
@@ -83,6 +100,9 @@ class StageContext:
     `previous` maps each earlier stage's name to its stored result dict (latest attempt).
     `known_families` holds analysis dicts of earlier releases (one per model family, newest
     first) for "what is new". `log` appends a line to the stage's log excerpt.
+    `options` are the job's options for this stage (`AdaptationJob.options[<stage name>]`,
+    e.g. the plan's {"context_tokens": 8192, "concurrency": 16, "dtype": "fp8"}); empty
+    for the stage's defaults.
     """
 
     release: ReleaseRef
@@ -90,6 +110,7 @@ class StageContext:
     previous: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     known_families: tuple[dict[str, Any], ...] = ()
     log: Callable[[str], None] = _ignore
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -98,7 +119,9 @@ class StageDefinition:
 
     `run` is the stage function, or its import path "package.module:function" (imported on
     first call, so that reading the registry stays cheap). `soft_time_limit_s`/`time_limit_s`
-    become the Celery task's limits for this stage.
+    become the Celery task's limits for this stage. `check_options` (same forms) checks and
+    normalises a job's options for the stage (`AdaptationJob.options[name]`), raising
+    `ValueError` with the reason; a stage without one takes no options.
     """
 
     name: str
@@ -109,11 +132,25 @@ class StageDefinition:
     time_limit_s: int = 360
     # Whether `run` reads `ctx.known_families` (it costs a query over earlier analyses).
     reads_known_families: bool = False
+    check_options: Callable[[Any], dict[str, Any]] | str | None = None
 
     def __call__(self, ctx: StageContext) -> dict[str, Any]:
         """Run the stage. Raises what the stage raises; ImportError for a bad `run` path."""
-        run = self.run
-        if isinstance(run, str):
-            module_name, _, function = run.partition(":")
-            run = getattr(importlib.import_module(module_name), function)
-        return run(ctx)
+        return _resolve(self.run)(ctx)
+
+    def checked_options(self, options: Any) -> dict[str, Any]:
+        """A job's options for this stage, checked and normalised ({} for None or {}).
+        Raises `ValueError` with the reason (a stage without `check_options` takes none)."""
+        if self.check_options is None:
+            if options:
+                raise ValueError(f"the {self.name} stage takes no options, got {options!r}")
+            return {}
+        return _resolve(self.check_options)(options)
+
+
+def _resolve(target: Callable[..., Any] | str) -> Callable[..., Any]:
+    """`target`, or the function its import path "package.module:function" names."""
+    if isinstance(target, str):
+        module_name, _, function = target.partition(":")
+        return getattr(importlib.import_module(module_name), function)
+    return target

@@ -56,6 +56,21 @@ STAGES: tuple[StageDefinition, ...] = (
         soft_time_limit_s=300,
         time_limit_s=360,
     ),
+    StageDefinition(
+        name="plan",
+        title="Distributed plan",
+        run="workers.stages.plan:run",
+        check_options="workers.stages.plan:plan_options",
+        description=(
+            "Chooses the TP/PP/EP/DP split that serves the release on the pool's accelerators "
+            "with the fewest devices: memory per device by part, predicted decode tokens/s and "
+            "TPOT, runners-up and launch commands. Fails with what would fit (more devices, a "
+            "smaller context, a lower-precision dtype) when nothing does."
+        ),
+        # The planner answers in well under a second, even for 10-trillion-parameter configs.
+        soft_time_limit_s=30,
+        time_limit_s=60,
+    ),
 )
 
 _BY_NAME = {stage.name: stage for stage in STAGES}

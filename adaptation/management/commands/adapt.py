@@ -1,7 +1,10 @@
-"""`python manage.py adapt PATH_OR_REPO_ID [--pool cpu] [--wait] [--format json]`.
+"""`python manage.py adapt PATH_OR_REPO_ID [--pool cpu] [--context N] [--concurrency N]
+[--dtype D] [--wait] [--format json]`.
 
-Creates a manual release and an adaptation job; with --wait, follows the stages in the
-terminal and exits 0 when every stage succeeds, 1 when one fails (2 on timeout).
+Creates a manual release and an adaptation job; --context/--concurrency/--dtype are the plan
+stage's options (`job.options["plan"]`, checked as `manage.py plan` checks them). With
+--wait, follows the stages in the terminal and exits 0 when every stage succeeds, 1 when one
+fails (2 on timeout).
 """
 
 from __future__ import annotations
@@ -13,6 +16,10 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
+from adaptation.management.commands.plan import (
+    add_plan_option_arguments,
+    plan_options_from_args,
+)
 from adaptation.models import AdaptationJob, JobStatus, Trigger
 from adaptation.selectors import job_current_stage_runs, job_summary
 from adaptation.services import ServiceError, pool_get, release_from_candidate
@@ -45,23 +52,27 @@ class Command(BaseCommand):
             default=3600.0,
             help="Seconds --wait follows the job before giving up (default 3600).",
         )
+        add_plan_option_arguments(parser)
         parser.add_argument("--format", choices=["text", "json"], default="text")
 
     def handle(self, *args, target: str, pool: str | None, wait: bool, timeout: float,
-               format: str, **options) -> None:  # fmt: skip
+               format: str, context: str | None, concurrency: str | None, dtype: str | None,
+               **options) -> None:  # fmt: skip
+        plan = plan_options_from_args(context, concurrency, dtype)
         try:
             resolved = resolve_target(target)
             pool_row = pool_get(name=pool)
+            job = release_from_candidate(
+                candidate=resolved.candidate,
+                hub_kind=resolved.spec.kind,
+                hub_endpoint=resolved.endpoint,
+                found_by=Trigger.MANUAL,
+                pool=pool_row,
+                adapt_known=True,
+                options={"plan": plan} if plan else None,
+            )
         except (TargetError, ServiceError) as exc:
             raise CommandError(str(exc)) from exc
-        job = release_from_candidate(
-            candidate=resolved.candidate,
-            hub_kind=resolved.spec.kind,
-            hub_endpoint=resolved.endpoint,
-            found_by=Trigger.MANUAL,
-            pool=pool_row,
-            adapt_known=True,
-        )
         release = job.release
         text = format == "text"
         if text:

@@ -4,17 +4,64 @@ Modules: `model` (the analysis as component bytes per dtype), `validity` (splits
 engines accept), `memory` (bytes per device), `communication` (bytes per token and their
 time), `roofline` (predicted decode/prefill), `artifacts` (launch commands, Kubernetes),
 `planner` (the choice, runners-up, scaling, `NoFittingPlan`).
+
+As a stage (`run`), it plans the release analysed by the `analyze` stage on the job's pool,
+with the job's plan options (`plan_options`); when nothing fits the pool it fails with the
+engine's reason and keeps what would fit as the run's result (`no_fit_result`).
 """
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Mapping
 from typing import Any
 
-from workers.catalog import CatalogError
+from workers.catalog import Catalog, CatalogError, cpu_accelerator, load_catalog
 from workers.stages.base import StageContext, StageFailed
 
 from .errors import NoFittingPlan, PlanInputError
-from .planner import Plan, PoolLayout, evaluate_split, plan_release
+from .model import DEFAULT_CONCURRENCY, ModelShape, default_context_tokens, normalize_dtype
+from .planner import (
+    MAX_CONCURRENCY,
+    MAX_CONTEXT_TOKENS,
+    Plan,
+    PoolLayout,
+    evaluate_split,
+    plan_release,
+)
+
+PLAN_OPTIONS = ("context_tokens", "concurrency", "dtype")
+
+
+def plan_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The plan options of a job (`AdaptationJob.options["plan"]`), checked: `context_tokens`
+    (tokens per sequence, 1 to 100,000,000), `concurrency` (sequences at once, 1 to
+    1,000,000), `dtype` (serving dtype: "checkpoint", "bfloat16", "float16", "fp8", "int8" or
+    a torch/engine alias, stored normalised). Unset or None values are left out (the planner's
+    defaults apply). Raises `PlanInputError` naming the option for an unknown key or a bad
+    value."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise PlanInputError(f"plan options must be an object, got {type(options).__name__}")
+    unknown = sorted(str(key) for key in options if key not in PLAN_OPTIONS)
+    if unknown:
+        raise PlanInputError(
+            f"unknown plan option(s) {', '.join(unknown)}; known: {', '.join(PLAN_OPTIONS)}"
+        )
+    checked: dict[str, Any] = {}
+    for name, limit in (("context_tokens", MAX_CONTEXT_TOKENS), ("concurrency", MAX_CONCURRENCY)):
+        value = options.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise PlanInputError(f"{name} must be a positive integer, got {value!r}")
+        if value > limit:
+            raise PlanInputError(f"{name} = {value:,} is implausibly large (limit {limit:,})")
+        checked[name] = value
+    if options.get("dtype") is not None:
+        checked["dtype"] = normalize_dtype(options["dtype"])
+    return checked
 
 
 def _pool_int(pool: Any, name: str, default: int | None) -> int:
@@ -31,19 +78,42 @@ def _pool_int(pool: Any, name: str, default: int | None) -> int:
     return value
 
 
-def layout_from_pool(pool: Any) -> PoolLayout:
+def pool_catalog_for_stage(pool: Any) -> Catalog:
+    """The shipped catalog with the pool's admin entry (`PoolSpec.accelerator_entry`), and
+    "cpu" as the worker's machine measured now. Raises `StageFailed` for a malformed entry."""
+    catalog = load_catalog()
+    entry = getattr(pool, "accelerator_entry", None)
+    try:
+        if entry:
+            catalog = catalog.with_entries([entry], label=f"admin row {entry.get('kind')}")
+    except CatalogError as err:
+        raise StageFailed(f"the admin's catalog row is malformed: {err}") from err
+    return catalog.with_cpu(cpu_accelerator(measured_by=f"worker host {socket.gethostname()}"))
+
+
+def layout_from_pool(pool: Any, catalog: Catalog | None = None) -> PoolLayout:
     """A `PoolLayout` from a `PoolSpec` with `accelerator`, `devices_per_node`, `nodes`
     (and optionally the bandwidths). A "cpu" backend pool without an accelerator kind is
-    the worker's own machine, one device."""
+    the worker's own machine, one device; a blank `devices_per_node` takes the catalog's
+    figure for the kind. Raises `StageFailed` saying what to set when the pool names no
+    kind, or names one the catalog does not know."""
     kind = getattr(pool, "accelerator", None)
     if not kind and getattr(pool, "backend", None) == "cpu":
         kind = "cpu"
+    name = getattr(pool, "name", "?")
     if not kind:
         raise StageFailed(
-            f"pool {getattr(pool, 'name', '?')!r} names no accelerator kind: the plan needs "
-            "the pool's accelerator (a catalog kind such as h100), devices_per_node and nodes"
+            f"pool {name!r} (backend {getattr(pool, 'backend', '?')}) names no accelerator "
+            "kind, so there is nothing to plan on: set the pool's accelerator in the admin "
+            "to a catalog kind (h200, h100, a100-80gb, mi300x, ...; or add an accelerator kind "
+            "row), and its devices_per_node and nodes where they differ from the catalog's"
         )
     default = 1 if kind == "cpu" else None
+    if default is None and catalog is not None and getattr(pool, "devices_per_node", None) is None:
+        try:
+            default = catalog.accelerator(str(kind)).devices_per_node
+        except CatalogError as err:
+            raise StageFailed(f"pool {name!r}: {err}") from err
     return PoolLayout(
         accelerator=str(kind),
         devices_per_node=_pool_int(pool, "devices_per_node", default),
@@ -53,19 +123,63 @@ def layout_from_pool(pool: Any) -> PoolLayout:
     )
 
 
+def no_fit_result(
+    err: NoFittingPlan,
+    analysis: Mapping[str, Any],
+    layout: PoolLayout,
+    catalog: Catalog,
+    options: Mapping[str, Any],
+    *,
+    release: str,
+) -> dict[str, Any]:
+    """What a failed plan keeps on its run: `fits` False, the engine's `reason`, its
+    `suggestions` ({"devices": 16, "context_tokens": 4096, "dtype": "fp8"}, each only where it
+    would fit), the accelerator kind and name, the pool's layout, and the inputs planned for
+    (defaults resolved as the planner does: context = the release's max capped at 32,768
+    tokens, 4 sequences, the checkpoint's dtype)."""
+    shape = ModelShape.from_analysis(analysis)
+    accelerator = catalog.accelerator(layout.accelerator)
+    return {
+        "release": release,
+        "fits": False,
+        "reason": str(err),
+        "suggestions": dict(err.suggestions),
+        "accelerator": accelerator.kind,
+        "accelerator_name": accelerator.name,
+        "accelerator_memory_bytes": accelerator.memory_bytes,
+        "catalog_version": catalog.version,
+        "pool": {
+            "devices_per_node": layout.devices_per_node,
+            "nodes": layout.nodes,
+            "devices": layout.devices,
+        },
+        "inputs": {
+            "context_tokens": options.get("context_tokens") or default_context_tokens(shape),
+            "concurrency": options.get("concurrency") or DEFAULT_CONCURRENCY,
+            "dtype": normalize_dtype(options.get("dtype")),
+        },
+    }
+
+
 def run(ctx: StageContext) -> dict[str, Any]:
     """Plan the release analysed by `ctx.previous["analyze"]` on `ctx.pool`.
 
-    Per-job options (`context_tokens`, `concurrency`, `dtype`) come from a `plan_options`
-    mapping on the context when the job frame provides one (defaults otherwise). A pool
-    without a layout, bad input, or a model that fits no split fails the stage with the
-    reason (`StageFailed`).
+    Options (`context_tokens`, `concurrency`, `dtype`) come from `ctx.options`, the job's
+    options for this stage (checked by `plan_options`; defaults otherwise). Returns
+    `Plan.to_dict()` plus `catalog_version`. Fails (`StageFailed`) with the reason for a pool
+    without an accelerator layout, bad input, or a model that fits no split of the pool;
+    in that last case the exception's `.result` is `no_fit_result(...)` (what would fit).
     """
     analysis = ctx.previous.get("analyze")
     if not isinstance(analysis, dict):
         raise StageFailed("the analyze stage produced no architecture analysis to plan from")
-    layout = layout_from_pool(ctx.pool)
-    options = getattr(ctx, "plan_options", None) or {}
+    try:
+        options = plan_options(ctx.options)
+    except PlanInputError as err:
+        raise StageFailed(f"the job's plan options are unusable: {err}") from err
+    catalog = pool_catalog_for_stage(ctx.pool)
+    layout = layout_from_pool(ctx.pool, catalog)
+    release = ctx.release.repo_id
     try:
         plan = plan_release(
             analysis,
@@ -73,11 +187,19 @@ def run(ctx: StageContext) -> dict[str, Any]:
             context_tokens=options.get("context_tokens"),
             concurrency=options.get("concurrency"),
             dtype=options.get("dtype"),
-            release=ctx.release.repo_id,
+            release=release,
+            catalog=catalog,
         )
-    except (NoFittingPlan, PlanInputError, CatalogError) as err:
+    except NoFittingPlan as err:
+        ctx.log(f"nothing fits {layout.devices} x {layout.accelerator}")
+        raise StageFailed(
+            str(err),
+            result=no_fit_result(err, analysis, layout, catalog, options, release=release),
+        ) from err
+    except (PlanInputError, CatalogError) as err:
         raise StageFailed(str(err)) from err
     result = plan.to_dict()
+    result["catalog_version"] = catalog.version
     predicted = result["predicted"]
     speed = ""
     if predicted.get("available"):
@@ -92,12 +214,16 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 
 __all__ = [
+    "PLAN_OPTIONS",
     "NoFittingPlan",
     "Plan",
     "PlanInputError",
     "PoolLayout",
     "evaluate_split",
     "layout_from_pool",
+    "no_fit_result",
+    "plan_options",
     "plan_release",
+    "pool_catalog_for_stage",
     "run",
 ]
