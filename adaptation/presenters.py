@@ -14,6 +14,7 @@ from typing import Any
 
 from adaptation.models import (
     ACTIVE_STAGE_STATUSES,
+    AcceleratorPool,
     AdaptationJob,
     JobStatus,
     ModelRelease,
@@ -73,6 +74,14 @@ def stage_columns(stage_lists: Iterable[Iterable[str]]) -> list[StageColumn]:
 def is_active(run: StageRun) -> bool:
     """Whether the run is queued or running."""
     return run.status in ACTIVE_STAGE_STATUSES
+
+
+def waiting_label(pool: AcceleratorPool | None) -> str:
+    """What a queued stage says when no live worker serves its pool ("" when one does, i.e.
+    `pool` is None): its job waits visibly instead of looking merely queued."""
+    if pool is None:
+        return ""
+    return f"waiting: no live worker for pool {pool.name} (queue {pool.queue})"
 
 
 # --- board ----------------------------------------------------------------------------------
@@ -162,8 +171,9 @@ class StageCell:
     finding: str = ""
 
 
-def stage_cell(run: StageRun) -> StageCell:
-    """A board cell from a stage run; the error's first line becomes the cell's tooltip."""
+def stage_cell(run: StageRun, *, idle_pool: AcceleratorPool | None = None) -> StageCell:
+    """A board cell from a stage run; the error's first line becomes the cell's tooltip. A
+    queued run whose pool has no live worker (`idle_pool`) says it waits for one."""
     error_line = run.error.strip().splitlines()[0] if run.error.strip() else ""
     counts = (run.result or {}).get("counts") or {} if run.stage == "operators" else {}
     missing = counts.get("missing") or 0
@@ -171,7 +181,8 @@ def stage_cell(run: StageRun) -> StageCell:
         finding=f"{missing} operator(s) missing" if missing else "",
         stage=run.stage,
         status=run.status,
-        status_label=run.get_status_display(),
+        status_label=(run.status == StageStatus.QUEUED and waiting_label(idle_pool))
+        or run.get_status_display(),
         duration=run.duration,
         attempt=run.attempt,
         error_summary=error_line,
@@ -196,17 +207,26 @@ class Board:
     rows: list[BoardRow]
 
 
-def board(releases: Iterable[ModelRelease], *, now: datetime) -> Board:
+def board(
+    releases: Iterable[ModelRelease],
+    *,
+    now: datetime,
+    pools_without_worker: Mapping[int, AcceleratorPool] | None = None,
+) -> Board:
     """Build the board from releases whose jobs and stage runs are prefetched (newest job
-    first, as `selectors.releases_for_board` returns them)."""
+    first, as `selectors.releases_for_board` returns them). `pools_without_worker` (by id,
+    `inventory.pools_without_live_worker`) marks queued stages of those pools as waiting."""
+    idle = pools_without_worker or {}
     with_jobs = [(release, list(release.jobs.all())) for release in releases]
     columns = stage_columns(jobs[0].stages for _, jobs in with_jobs if jobs)
     rows = []
     for release, jobs in with_jobs:
         job = jobs[0] if jobs else None
         latest = latest_runs_by_stage(job) if job is not None else {}
+        idle_pool = idle.get(job.pool_id) if job is not None else None
         cells = [
-            stage_cell(latest[column.name]) if column.name in latest else None for column in columns
+            stage_cell(latest[column.name], idle_pool=idle_pool) if column.name in latest else None
+            for column in columns
         ]
         rows.append(
             BoardRow(
@@ -227,6 +247,7 @@ class StageTimeline:
     title: str
     attempts: list[StageRun]
     can_rerun: bool
+    waiting_label: str = ""  # shown for its queued attempt when no live worker serves the pool
 
 
 @dataclass(frozen=True)
@@ -238,8 +259,9 @@ class JobTimeline:
     active: bool
 
 
-def job_timeline(job: AdaptationJob) -> JobTimeline:
-    """A job's timeline from its prefetched stage runs."""
+def job_timeline(job: AdaptationJob, *, idle_pool: AcceleratorPool | None = None) -> JobTimeline:
+    """A job's timeline from its prefetched stage runs; `idle_pool`: its pool, when no live
+    worker serves it (queued attempts then say they wait for one)."""
     by_stage: dict[str, list[StageRun]] = {}
     for run in sorted(job.stage_runs.all(), key=lambda r: (r.position, r.attempt)):
         by_stage.setdefault(run.stage, []).append(run)
@@ -252,15 +274,20 @@ def job_timeline(job: AdaptationJob) -> JobTimeline:
             title=stage_title(name),
             attempts=by_stage.get(name, []),
             can_rerun=not active and name in job.stages,
+            waiting_label=waiting_label(idle_pool),
         )
         for name in order
     ]
     return JobTimeline(job=job, stages=stages, active=active)
 
 
-def job_timelines(release: ModelRelease) -> list[JobTimeline]:
-    """Timelines of the release's jobs, newest job first (jobs prefetched in that order)."""
-    return [job_timeline(job) for job in release.jobs.all()]
+def job_timelines(
+    release: ModelRelease, *, pools_without_worker: Mapping[int, AcceleratorPool] | None = None
+) -> list[JobTimeline]:
+    """Timelines of the release's jobs, newest job first (jobs prefetched in that order).
+    `pools_without_worker` (by id) marks queued attempts of those pools as waiting."""
+    idle = pools_without_worker or {}
+    return [job_timeline(job, idle_pool=idle.get(job.pool_id)) for job in release.jobs.all()]
 
 
 # --- release page: analysis -----------------------------------------------------------------

@@ -32,6 +32,7 @@ from adaptation.models import (
     StageRun,
     StageStatus,
     Trigger,
+    Worker,
 )
 from adaptation.selectors import job_current_stage_runs
 from workers.stages.registry import get_stage, stage_names
@@ -102,23 +103,43 @@ def job_create(
     trigger: str,
     requested_by: Any = None,
     stages: list[str] | None = None,
+    options: dict[str, dict[str, Any]] | None = None,
 ) -> AdaptationJob:
     """Create a job with one pending run per stage and queue its first stage after commit.
 
     `stages` defaults to every registered stage; unknown names raise `ServiceError`.
+    `options` maps a stage name to its options ({"plan": {"context_tokens": 8192,
+    "concurrency": 16, "dtype": "fp8"}}), checked and normalised by the stage's
+    `check_options`; an option for a stage the job does not run, or one the stage refuses,
+    raises `ServiceError` with the reason.
     """
     names = stages or stage_names()
     try:
-        for name in names:
-            get_stage(name)
+        definitions = {name: get_stage(name) for name in names}
     except LookupError as exc:
         raise ServiceError(str(exc)) from exc
+    if options is not None and not isinstance(options, dict):
+        raise ServiceError(f"Job options map stage names to their options, got {options!r}.")
+    checked: dict[str, dict[str, Any]] = {}
+    for name, value in (options or {}).items():
+        if name not in definitions:
+            raise ServiceError(
+                f"Options for stage {name!r}, which this job does not run "
+                f"(stages: {', '.join(names)})."
+            )
+        try:
+            stage_options = definitions[name].checked_options(value)
+        except ValueError as exc:
+            raise ServiceError(f"{name} options: {exc}") from exc
+        if stage_options:
+            checked[name] = stage_options
     with transaction.atomic():
         job = AdaptationJob.objects.create(
             release=release,
             pool=pool,
             trigger=trigger,
             stages=names,
+            options=checked,
             requested_by=requested_by if getattr(requested_by, "pk", None) else None,
         )
         runs = StageRun.objects.bulk_create(
@@ -475,8 +496,10 @@ def release_from_candidate(
     watch: HubWatch | None = None,
     requested_by: Any = None,
     adapt_known: bool = False,
+    options: dict[str, dict[str, Any]] | None = None,
 ) -> AdaptationJob | None:
-    """Record a hub candidate as a release (never twice) and start its job.
+    """Record a hub candidate as a release (never twice) and start its job (with the
+    per-stage `options` of `job_create`).
 
     A release seen before gets no new job (None) unless `adapt_known`: someone asked for it
     explicitly (`adapt`), so it is adapted again.
@@ -493,7 +516,13 @@ def release_from_candidate(
         )
         if not created and not adapt_known:
             return None
-        return job_create(release=release, pool=pool, trigger=found_by, requested_by=requested_by)
+        return job_create(
+            release=release,
+            pool=pool,
+            trigger=found_by,
+            requested_by=requested_by,
+            options=options,
+        )
 
 
 def demo_hub_install(*, hub_dir: str, username: str, password: str) -> HubWatch:
@@ -538,3 +567,49 @@ def hub_watches_poll(
             continue
         outcomes.append(hub_watch_poll(watch=watch, now=now))
     return outcomes
+
+
+# --- workers ---------------------------------------------------------------------------------
+
+# What a worker may say about itself (`workers.pools.describe_this_worker`); other keys are
+# ignored.
+_WORKER_FIELDS = ("hostname", "pid", "queues", "backend", "devices", "cpu_cores", "memory_bytes")
+
+
+def worker_register(*, name: str, description: dict[str, Any]) -> Worker:
+    """Record the Celery worker `name` ("cpu@host") as started now, with what it described
+    about itself: hostname, pid, queue names, torch backend, devices
+    ([{"index", "name", "memory_bytes", "type"}]), cpu_cores, memory_bytes (bytes) and
+    software versions. A worker restarted under the same name takes over its row (stopped
+    no more). Raises `ServiceError` for a blank name.
+    """
+    if not name.strip():
+        raise ServiceError("A worker needs its Celery node name to register.")
+    now = timezone.now()
+    defaults: dict[str, Any] = {key: description.get(key) for key in _WORKER_FIELDS}
+    defaults["hostname"] = str(defaults["hostname"] or name.partition("@")[2] or name)[:255]
+    defaults["backend"] = str(defaults["backend"] or "")[:32]
+    defaults["queues"] = [str(q) for q in defaults["queues"] or []]
+    defaults["devices"] = list(defaults["devices"] or [])
+    defaults["software"] = dict(description.get("software") or {})
+    defaults.update(started_at=now, last_heartbeat_at=now, stopped_at=None)
+    worker, _ = Worker.objects.update_or_create(name=name[:255], defaults=defaults)
+    return worker
+
+
+def worker_heartbeat(*, name: str) -> bool:
+    """Record that the worker `name` is alive now. False when it has no row or was marked
+    stopped (it should register again)."""
+    return bool(
+        Worker.objects.filter(name=name, stopped_at__isnull=True).update(
+            last_heartbeat_at=timezone.now()
+        )
+    )
+
+
+def worker_stop(*, name: str) -> bool:
+    """Mark the worker `name` stopped now (its warm shutdown). False when it was not
+    registered or already stopped."""
+    return bool(
+        Worker.objects.filter(name=name, stopped_at__isnull=True).update(stopped_at=timezone.now())
+    )

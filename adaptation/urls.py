@@ -1,4 +1,5 @@
-"""Pages of the adaptation app: the release board, a release's page, and stage re-runs."""
+"""Pages of the adaptation app: the release board, a release's page and its pool comparison,
+stage re-runs and the pools page."""
 
 from django.urls import path
 
@@ -9,5 +10,11 @@ app_name = "adaptation"
 urlpatterns = [
     path("", views.board, name="board"),
     path("releases/<int:pk>/", views.release_detail, name="release_detail"),
+    path(
+        "releases/<int:pk>/compare-pools/",
+        views.release_compare_pools,
+        name="release_compare_pools",
+    ),
+    path("pools/", views.pool_list, name="pool_list"),
     path("jobs/<int:job_id>/stages/<str:stage>/rerun/", views.stage_rerun, name="stage_rerun"),
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import wraps
 
+from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required as django_login_required
@@ -24,8 +25,16 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from adaptation import presenters, selectors, services, validation_presenters
-from adaptation.models import AdaptationJob, ModelRelease
+from adaptation import (
+    inventory,
+    plan_presenters,
+    presenters,
+    selectors,
+    services,
+    validation_presenters,
+)
+from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease
+from workers.stages.plan.planner import MAX_CONCURRENCY, MAX_CONTEXT_TOKENS
 
 POLL_EVERY = "every 3s"
 # The board's refresh period (seconds) while stages run, and while nothing runs.
@@ -70,8 +79,12 @@ def board(request: HttpRequest) -> HttpResponse:
     """The release board: a row per release, a column per stage; refreshed quickly while work
     runs and slowly otherwise, so new releases appear without a reload."""
     running = selectors.anything_running()
+    # Queued stages of a pool without a live worker say so (two queries, only while work runs).
+    idle_pools = inventory.pools_without_live_worker() if running else {}
     context = {
-        "board": presenters.board(selectors.releases_for_board(), now=timezone.now()),
+        "board": presenters.board(
+            selectors.releases_for_board(), now=timezone.now(), pools_without_worker=idle_pools
+        ),
         "polling": running,
         "board_poll_s": BOARD_POLL_BUSY_S if running else BOARD_POLL_IDLE_S,
         "troubled_watches": list(selectors.watches_with_errors()),
@@ -97,7 +110,13 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "release": release,
         "analysis": presenters.analysis(release),
         "validation": validation_presenters.validation(release),
-        "timelines": presenters.job_timelines(release),
+        "plans": plan_presenters.plan_panels(release),
+        "timelines": presenters.job_timelines(
+            release,
+            pools_without_worker=inventory.pools_without_live_worker()
+            if presenters.release_is_active(release)
+            else {},
+        ),
         "polling": presenters.release_is_active(release),
     }
     return _render(
@@ -124,3 +143,84 @@ def stage_rerun(request: HttpRequest, job_id: int, stage: str) -> HttpResponse:
             f"(attempt {run.attempt}); the stages after it follow.",
         )
     return redirect("adaptation:release_detail", pk=job.release_id)
+
+
+# The pools page's refresh period (seconds): workers beat every DAY0_WORKER_HEARTBEAT_S.
+POOLS_POLL_S = 5
+
+
+@login_required
+@require_GET
+def pool_list(request: HttpRequest) -> HttpResponse:
+    """Every pool with its live workers (host, devices, heartbeat, what each runs now), its
+    stale or stopped workers, devices held and free, and its queue; refreshed every
+    `POOLS_POLL_S` seconds."""
+    pools, catalog_error = inventory.pools_overview(now=timezone.now())
+    context = {
+        "pools": pools,
+        "catalog_error": catalog_error,
+        "pools_poll_s": POOLS_POLL_S,
+        "stale_after_s": settings.DAY0_WORKER_STALE_S,
+    }
+    return _render(
+        request,
+        page="adaptation/pools.html",
+        partial="adaptation/partials/pools_live.html",
+        context=context,
+    )
+
+
+class ComparePoolsForm(forms.Form):
+    """The compare page's plan options, from its query string; all optional (blank: the
+    planner's default), bounded as the planner bounds them."""
+
+    context = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_CONTEXT_TOKENS,
+        label="Context (tokens)",
+        help_text="Tokens per sequence; blank: the release's max, capped at 32,768.",
+    )
+    concurrency = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_CONCURRENCY,
+        label="Concurrent sequences",
+        help_text="Sequences held at the full context at once; blank: 4.",
+    )
+    dtype = forms.ChoiceField(
+        required=False,
+        choices=[
+            (d, "checkpoint's own (default)" if d == "checkpoint" else d)
+            for d in plan_presenters.SERVING_DTYPES
+        ],
+        label="Serving dtype",
+    )
+
+
+@login_required
+@require_GET
+def release_compare_pools(request: HttpRequest, pk: int) -> HttpResponse:
+    """How each enabled pool, and each catalog kind on as many nodes as it needs, would serve
+    the release (predicted by the planner from its latest analysis), best choice first. Bad
+    options answer 400 with the form's errors."""
+    try:
+        release = selectors.release_detail(release_id=pk)
+    except ModelRelease.DoesNotExist:
+        raise Http404(f"No release {pk}.") from None
+    form = ComparePoolsForm(request.GET or None)
+    comparison = None
+    status = 200
+    if form.is_bound and not form.is_valid():
+        status = 400
+    else:
+        options = form.cleaned_data if form.is_bound else {}
+        comparison = plan_presenters.compare_pools(
+            release,
+            pools=AcceleratorPool.objects.filter(enabled=True).order_by("name"),
+            context_tokens=options.get("context"),
+            concurrency=options.get("concurrency"),
+            dtype=options.get("dtype") or None,
+        )
+    context = {"release": release, "form": form, "comparison": comparison}
+    return render(request, "adaptation/compare_pools.html", context, status=status)

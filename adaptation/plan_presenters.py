@@ -1,0 +1,798 @@
+"""Shapes the `plan` stage's results for the release page, and plans a release on every pool
+and catalog kind for the compare-pools page.
+
+A plan is the planner's prediction from the architecture analysis (`workers/stages/plan/`):
+memory per device, decode and prefill speeds and the scaling curve are computed, never
+measured, and every figure and table here says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+from urllib.parse import urlencode
+
+from django.utils.dateparse import parse_datetime
+
+from adaptation import charts
+from adaptation.catalog import catalog_current, pool_catalog
+from adaptation.inventory import plan_start_estimate
+from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun, StageStatus
+from adaptation.presenters import latest_analysis_run
+from adaptation.selectors import latest_runs_by_stage
+from adaptation.templatetags.day0_format import MISSING, bytes_per_token, gib
+from workers.catalog import Accelerator, Catalog, CatalogError
+from workers.stages.plan import NoFittingPlan, PlanInputError, PoolLayout, plan_release
+
+PLAN_STAGE = "plan"
+# The compare page plans a catalog kind on one node, then on as many nodes as it needs, up to:
+COMPARE_MAX_NODES = 16
+# Serving dtypes the compare page offers (the planner's names; "checkpoint" is the default).
+SERVING_DTYPES = ("checkpoint", "bfloat16", "float16", "fp8", "int8")
+
+
+# --- number formats -------------------------------------------------------------------------
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def tokens_per_s_text(value: Any) -> str:
+    """A predicted speed: 5775.99 → "5,776 tokens/s", 42.26 → "42.3 tokens/s"."""
+    number = _number(value)
+    if number is None:
+        return MISSING
+    return f"{number:,.0f} tokens/s" if abs(number) >= 100 else f"{number:,.1f} tokens/s"
+
+
+def ms_text(seconds: Any) -> str:
+    """Seconds as milliseconds: 0.0166205 → "16.6 ms"."""
+    number = _number(seconds)
+    if number is None:
+        return MISSING
+    return f"{number * 1000:,.1f} ms"
+
+
+def split_text(item: Mapping[str, Any]) -> str:
+    """A split as the planner writes it: "TP1 PP1 EP8 DP8"."""
+    return " ".join(f"{k.upper()}{item.get(k, MISSING)}" for k in ("tp", "pp", "ep", "dp"))
+
+
+def _nodes_text(nodes: Any, per_node: Any) -> str:
+    n = _number(nodes)
+    if n is None:
+        return MISSING
+    unit = "node" if n == 1 else "nodes"
+    shown = f"{n:g}"
+    return f"{shown} {unit} of {per_node}" if per_node else f"{shown} {unit}"
+
+
+def plan_query(options: Mapping[str, Any] | None) -> str:
+    """The compare page's query string (context, concurrency, dtype) for plan options as the
+    planner names them ({"context_tokens": 8192, "concurrency": 16, "dtype": "fp8"})."""
+    options = options or {}
+    pairs = [
+        (name, options[key])
+        for name, key in (
+            ("context", "context_tokens"),
+            ("concurrency", "concurrency"),
+            ("dtype", "dtype"),
+        )
+        if options.get(key) not in (None, "")
+    ]
+    return urlencode(pairs)
+
+
+# --- the release page's panel ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChartSlot:
+    """A plotly figure and the element ids `static/charts.js` pairs: the figure's JSON in
+    `<script id="{stem}-figure">` is drawn into `<div id="{stem}-chart">`."""
+
+    stem: str
+    figure: dict[str, Any]
+    label: str
+    css: str = ""
+
+    @property
+    def chart_id(self) -> str:
+        return f"{self.stem}-chart"
+
+    @property
+    def figure_id(self) -> str:
+        return f"{self.stem}-figure"
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A labelled value, ready to show."""
+
+    label: str
+    value: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class RunnerUp:
+    """A split the planner did not choose, and why (predicted figures)."""
+
+    split: str
+    devices: int | None
+    fits: bool
+    memory: str
+    decode: str
+    why_lost: str
+
+
+@dataclass(frozen=True)
+class CommRow:
+    """One kind of communication per generated token of the chosen split."""
+
+    kind: str
+    bytes_per_token: str
+    crosses_nodes: bool
+    used: bool
+
+
+@dataclass(frozen=True)
+class ScalingRow:
+    """One device count of the predicted scaling curve."""
+
+    devices: int
+    nodes: str
+    split: str
+    decode: str
+    per_device: str
+    efficiency: str
+    within_pool: bool
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A deployment artifact to copy: a launch command or a Kubernetes manifest."""
+
+    title: str
+    text: str
+    element_id: str
+
+
+@dataclass(frozen=True)
+class PlanFailure:
+    """Why a plan did not fit (or could not be made), and what would fit."""
+
+    reason: str
+    fits_false: bool
+    would_fit: list[str]
+
+
+@dataclass
+class PlanPanel:
+    """The plan of one job's pool: its latest `plan` attempt, shaped for the page."""
+
+    job: AdaptationJob
+    run: StageRun
+    pool_name: str
+    accelerator: str = ""
+    state: str = "waiting"  # "planned", "failed" or "waiting" (pending, queued, running)
+    facts: list[Fact] = field(default_factory=list)
+    split: str = ""
+    memory: list[Fact] = field(default_factory=list)
+    weights_by_dtype: list[Fact] = field(default_factory=list)
+    predicted: list[Fact] = field(default_factory=list)
+    prefill: list[Fact] = field(default_factory=list)
+    predicted_reason: str = ""
+    charts: list[ChartSlot] = field(default_factory=list)
+    scaling: list[ScalingRow] = field(default_factory=list)
+    runners_up: list[RunnerUp] = field(default_factory=list)
+    communication: list[CommRow] = field(default_factory=list)
+    communication_facts: list[Fact] = field(default_factory=list)
+    artifacts: list[Artifact] = field(default_factory=list)
+    artifact_notes: list[str] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    failure: PlanFailure | None = None
+    start: list[Fact] = field(default_factory=list)
+    compare_query: str = ""
+
+    @property
+    def dom_id(self) -> str:
+        return f"plan-job-{self.job.pk}"
+
+
+_MEMORY_ROWS = (
+    ("weights", "Weights"),
+    ("kv_cache", "KV cache"),
+    ("activations_workspace", "Activations + workspace"),
+    ("runtime_overhead", "Runtime overhead"),
+    ("total_used", "Used"),
+    ("budget", "Budget"),
+    ("free_margin", "Free (capacity minus used)"),
+    ("capacity", "Capacity"),
+)
+
+_ARTIFACTS = (
+    ("vllm", "vLLM"),
+    ("sglang", "SGLang"),
+    ("kubernetes_deployment", "Kubernetes Deployment"),
+)
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _facts(result: Mapping[str, Any]) -> list[Fact]:
+    pool = _dict(result.get("pool"))
+    inputs = _dict(result.get("inputs"))
+    per_node = pool.get("devices_per_node")
+    facts = [
+        Fact("Tensor parallel (TP)", str(result.get("tp", MISSING))),
+        Fact("Pipeline parallel (PP)", str(result.get("pp", MISSING))),
+        Fact("Expert parallel (EP)", str(result.get("ep", MISSING))),
+        Fact("Data parallel (DP)", str(result.get("dp", MISSING))),
+        Fact(
+            "Devices",
+            f"{result.get('devices', MISSING)}"
+            + (f" of the pool's {pool['devices']}" if pool.get("devices") else ""),
+        ),
+        Fact("Nodes", _nodes_text(result.get("nodes"), per_node)),
+        Fact("Serving dtype", str(result.get("dtype_label") or result.get("dtype") or MISSING)),
+    ]
+    if inputs:
+        facts.append(
+            Fact(
+                "Planned for",
+                f"{_number(inputs.get('context_tokens')) or 0:,.0f} tokens of context x "
+                f"{inputs.get('concurrency', MISSING)} concurrent sequences",
+            )
+        )
+    return facts
+
+
+def _predicted(predicted: Mapping[str, Any]) -> tuple[list[Fact], list[Fact]]:
+    if not predicted.get("available"):
+        return [], []
+    batch_1, largest = _dict(predicted.get("batch_1")), _dict(predicted.get("largest_batch"))
+    rows = [
+        Fact(
+            "Decode at batch 1 (predicted)",
+            tokens_per_s_text(batch_1.get("decode_tokens_per_s")),
+            f"TPOT {ms_text(batch_1.get('tpot_s'))}",
+        )
+    ]
+    if largest:
+        rows.append(
+            Fact(
+                f"Decode at {largest.get('concurrent_sequences', MISSING)} concurrent sequences, "
+                "the largest batch that fits (predicted)",
+                tokens_per_s_text(largest.get("decode_tokens_per_s")),
+                f"TPOT {ms_text(largest.get('tpot_s'))}; "
+                f"{tokens_per_s_text(largest.get('decode_tokens_per_s_per_sequence'))} "
+                "per sequence",
+            )
+        )
+    prefill = [
+        Fact(f"{_number(p.get('prompt_tokens')) or 0:,.0f} prompt tokens", ms_text(p.get("ttft_s")))
+        for p in (_dict(x) for x in _list(predicted.get("prefill")))
+    ]
+    return rows, prefill
+
+
+def _runner_up(item: Mapping[str, Any]) -> RunnerUp:
+    return RunnerUp(
+        split=split_text(item),
+        devices=item.get("devices"),
+        fits=bool(item.get("fits")),
+        memory=gib(item.get("memory_per_device_bytes")),
+        decode=tokens_per_s_text(item.get("decode_tokens_per_s")),
+        why_lost=str(item.get("why_lost") or ""),
+    )
+
+
+def _communication(comm: Mapping[str, Any]) -> tuple[list[CommRow], list[Fact]]:
+    if not comm:
+        return [], []
+    rows = [
+        CommRow(
+            kind=kind,
+            bytes_per_token=bytes_per_token(comm.get(volume)),
+            crosses_nodes=bool(comm.get(crosses)),
+            used=bool(_number(comm.get(volume))),
+        )
+        for kind, volume, crosses in (
+            ("TP all-reduce", "tp_allreduce_bytes_per_token", "tp_crosses_nodes"),
+            ("EP all-to-all", "ep_alltoall_bytes_per_token", "ep_crosses_nodes"),
+            ("PP point-to-point", "pp_p2p_bytes_per_token", "pp_crosses_nodes"),
+        )
+    ]
+    facts = [
+        Fact(
+            "Crosses nodes",
+            "yes: part of the traffic takes the inter-node network"
+            if comm.get("crosses_nodes")
+            else "no: every group stays inside one node",
+        ),
+        Fact("Collectives per forward step", f"{comm.get('collectives_per_step', MISSING)}"),
+    ]
+    if comm.get("formula"):
+        facts.append(Fact("Formula", str(comm["formula"])))
+    return rows, facts
+
+
+def _scaling(scaling: Iterable[Any], per_node: Any) -> list[ScalingRow]:
+    rows = []
+    for point in (_dict(p) for p in scaling):
+        if not point.get("devices"):
+            continue
+        efficiency = _number(point.get("efficiency_per_device"))
+        rows.append(
+            ScalingRow(
+                devices=point["devices"],
+                nodes=_nodes_text(point.get("nodes"), per_node),
+                split=split_text(point),
+                decode=tokens_per_s_text(point.get("decode_tokens_per_s")),
+                per_device=tokens_per_s_text(point.get("decode_tokens_per_s_per_device")),
+                efficiency=MISSING if efficiency is None else f"{efficiency:.2f}",
+                within_pool=bool(point.get("within_pool", True)),
+            )
+        )
+    return rows
+
+
+def _would_fit(suggestions: Mapping[str, Any], *, kind: str, per_node: Any) -> list[str]:
+    """What the planner said would fit: more devices, a smaller context, a lower dtype."""
+    would = []
+    devices = _number(suggestions.get("devices"))
+    if devices:
+        nodes = f" ({_nodes_text(-(-int(devices) // int(per_node)), per_node)})" if per_node else ""
+        would.append(f"{int(devices)} x {kind or 'devices'}{nodes}")
+    context = _number(suggestions.get("context_tokens"))
+    if context:
+        would.append(f"this pool with a context of {context:,.0f} tokens")
+    if suggestions.get("dtype"):
+        would.append(f"this pool at dtype {suggestions['dtype']}")
+    return would
+
+
+def _failure(run: StageRun, result: Mapping[str, Any]) -> PlanFailure:
+    reason = str(result.get("reason") or result.get("error") or run.error or "").strip()
+    pool = _dict(result.get("pool"))
+    per_node = pool.get("devices_per_node") or run.job.pool.devices_per_node
+    kind = str(result.get("accelerator") or run.job.pool.accelerator or "")
+    return PlanFailure(
+        reason=reason or "the plan stage failed without a reason",
+        fits_false=result.get("fits") is False,
+        would_fit=_would_fit(_dict(result.get("suggestions")), kind=kind, per_node=per_node),
+    )
+
+
+def _planned(panel: PlanPanel, result: Mapping[str, Any]) -> None:
+    """Fill `panel` from a succeeded plan's result."""
+    stem = panel.dom_id
+    memory = _dict(result.get("memory_per_device_bytes"))
+    predicted = _dict(result.get("predicted"))
+    per_node = _dict(result.get("pool")).get("devices_per_node")
+    panel.state = "planned"
+    panel.split = split_text(result)
+    panel.facts = _facts(result)
+    panel.memory = [
+        Fact(label, gib(memory.get(key))) for key, label in _MEMORY_ROWS if key in memory
+    ]
+    panel.weights_by_dtype = [
+        Fact(str(label), gib(value))
+        for label, value in _dict(result.get("memory_weights_by_dtype_bytes")).items()
+    ]
+    panel.predicted, panel.prefill = _predicted(predicted)
+    if not predicted.get("available"):
+        panel.predicted_reason = str(predicted.get("reason") or "no prediction")
+    figures = (
+        (
+            "memory",
+            charts.plan_memory_per_device(memory, split_label=panel.split),
+            "Memory per device by part, in GiB (predicted)",
+            "chart-short",
+        ),
+        (
+            "decode",
+            charts.plan_decode_curve(predicted),
+            "Predicted decode tokens/s and TPOT against concurrent sequences",
+            "",
+        ),
+        (
+            "prefill",
+            charts.plan_prefill_curve(predicted),
+            "Predicted time to first token against prompt length",
+            "",
+        ),
+        (
+            "scaling",
+            charts.plan_scaling_curve(_list(result.get("scaling"))),
+            "Predicted decode tokens/s and efficiency per device against device count",
+            "",
+        ),
+    )
+    panel.charts = [
+        ChartSlot(f"{stem}-{name}", figure, label, css)
+        for name, figure, label, css in figures
+        if figure is not None
+    ]
+    panel.scaling = _scaling(_list(result.get("scaling")), per_node)
+    panel.runners_up = [_runner_up(_dict(r)) for r in _list(result.get("runners_up"))]
+    panel.communication, panel.communication_facts = _communication(
+        _dict(result.get("communication"))
+    )
+    artifacts = _dict(result.get("artifacts"))
+    panel.artifacts = [
+        Artifact(title, str(artifacts[key]), f"{stem}-artifact-{key.replace('_', '-')}")
+        for key, title in _ARTIFACTS
+        if artifacts.get(key)
+    ]
+    panel.artifact_notes = [str(n) for n in _list(artifacts.get("notes"))]
+    panel.assumptions = [str(a) for a in _list(result.get("assumptions"))]
+    panel.notes = [str(n) for n in _list(result.get("notes"))] + [
+        f"validity: {flag}" for flag in _list(result.get("validity_flags"))
+    ]
+
+
+def start_facts(estimate: Mapping[str, Any]) -> list[Fact]:
+    """`inventory.plan_start_estimate`'s answer as facts: whether the plan can start now on
+    its pool, the devices it needs against those reported and free, its place in the queue,
+    and the estimated start with its basis (an estimate, never a promise)."""
+    start = parse_datetime(str(estimate.get("estimated_start_at") or ""))
+    facts = [
+        Fact("Can start now", "yes" if estimate.get("can_start_now") else "no"),
+        Fact(
+            "Devices needed",
+            f"{estimate.get('devices_needed', MISSING)}; live workers report "
+            f"{estimate.get('devices_reported', MISSING)}, "
+            f"{estimate.get('devices_free', MISSING)} free",
+        ),
+        Fact("Jobs ahead in the queue", str(estimate.get("queue_position", MISSING))),
+        Fact(
+            "Estimated start",
+            f"{start:%Y-%m-%d %H:%M:%S} UTC (estimate)" if start else "no estimate",
+            str(estimate.get("estimate_basis") or ""),
+        ),
+    ]
+    if estimate.get("reason"):
+        facts.append(Fact("Why", str(estimate["reason"])))
+    return facts
+
+
+def plan_panel(job: AdaptationJob) -> PlanPanel | None:
+    """The plan panel of `job` (stage runs prefetched), or None when it has no `plan` run."""
+    run = latest_runs_by_stage(job).get(PLAN_STAGE)
+    if run is None:
+        return None
+    result = _dict(run.result)
+    panel = PlanPanel(
+        job=job,
+        run=run,
+        pool_name=job.pool.name,
+        accelerator=str(result.get("accelerator_name") or job.pool.accelerator or ""),
+        compare_query=plan_query(_dict(result.get("inputs")) or _dict(job.options).get("plan")),
+    )
+    if run.status == StageStatus.SUCCEEDED and result:
+        _planned(panel, result)
+        devices = result.get("devices")
+        if isinstance(devices, int) and not isinstance(devices, bool) and devices >= 1:
+            panel.start = start_facts(plan_start_estimate(pool=job.pool, devices=devices, job=job))
+    elif run.status == StageStatus.FAILED:
+        panel.state = "failed"
+        panel.failure = _failure(run, result)
+    return panel
+
+
+def plan_panels(release: ModelRelease) -> list[PlanPanel]:
+    """A plan panel per job of the release with a `plan` run, newest job first (jobs and
+    their stage runs prefetched, as `selectors.release_detail` does)."""
+    return [panel for job in release.jobs.all() if (panel := plan_panel(job)) is not None]
+
+
+# --- compare pools --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    """How one configured pool, or one catalog kind on as many nodes as it needs, would serve
+    the release. Speeds, TPOT and memory are the planner's predictions."""
+
+    name: str
+    source: str  # "pool" or "catalog kind"
+    accelerator: str
+    layout: str
+    fits: bool
+    verdict: str
+    devices: int | None = None
+    nodes: int | None = None
+    split: str = MISSING
+    dtype: str = MISSING
+    batch_1_tokens_per_s: float | None = None
+    largest_tokens_per_s: float | None = None
+    largest_sequences: int | None = None
+    tpot_batch_1_s: float | None = None
+    tpot_largest_s: float | None = None
+    memory_used_bytes: float | None = None
+    memory_capacity_bytes: float | None = None
+    reason: str = ""
+    note: str = ""
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    best: bool = False
+
+    def sort_key(self) -> tuple:
+        return (
+            not self.fits,
+            self.devices if self.fits and self.devices else float("inf"),
+            -(self.largest_tokens_per_s or 0.0),
+            -(self.batch_1_tokens_per_s or 0.0),
+            self.source != "pool",
+            self.name,
+        )
+
+    @property
+    def batch_1_text(self) -> str:
+        return tokens_per_s_text(self.batch_1_tokens_per_s)
+
+    @property
+    def largest_text(self) -> str:
+        return tokens_per_s_text(self.largest_tokens_per_s)
+
+    @property
+    def tpot_batch_1_text(self) -> str:
+        return ms_text(self.tpot_batch_1_s)
+
+    @property
+    def tpot_largest_text(self) -> str:
+        return ms_text(self.tpot_largest_s)
+
+    @property
+    def memory_text(self) -> str:
+        if self.memory_used_bytes is None:
+            return MISSING
+        return f"{gib(self.memory_used_bytes)} of {gib(self.memory_capacity_bytes)}"
+
+
+@dataclass
+class Comparison:
+    """The compare-pools table of one release's analysis, best choice first."""
+
+    analysis_run: StageRun | None
+    rows: list[CompareRow] = field(default_factory=list)
+    error: str = ""
+    inputs: str = ""
+    chart: ChartSlot | None = None
+
+
+def _row_from_plan(
+    plan: Mapping[str, Any], *, name: str, source: str, layout: str, verdict: str
+) -> CompareRow:
+    predicted = _dict(plan.get("predicted"))
+    batch_1, largest = _dict(predicted.get("batch_1")), _dict(predicted.get("largest_batch"))
+    memory = _dict(plan.get("memory_per_device_bytes"))
+    return CompareRow(
+        name=name,
+        source=source,
+        accelerator=str(plan.get("accelerator_name") or plan.get("accelerator") or ""),
+        layout=layout,
+        fits=bool(plan.get("fits")),
+        verdict=verdict,
+        devices=plan.get("devices"),
+        nodes=plan.get("nodes"),
+        split=split_text(plan),
+        dtype=str(plan.get("dtype_label") or plan.get("dtype") or MISSING),
+        batch_1_tokens_per_s=_number(batch_1.get("decode_tokens_per_s")),
+        largest_tokens_per_s=_number(largest.get("decode_tokens_per_s")),
+        largest_sequences=largest.get("concurrent_sequences"),
+        tpot_batch_1_s=_number(batch_1.get("tpot_s")),
+        tpot_largest_s=_number(largest.get("tpot_s")),
+        memory_used_bytes=_number(memory.get("total_used")),
+        memory_capacity_bytes=_number(memory.get("capacity")),
+        reason="" if predicted.get("available") else str(predicted.get("reason") or ""),
+        inputs=_dict(plan.get("inputs")),
+    )
+
+
+def _devices_verdict(devices: int, nodes: int, per_node: int) -> str:
+    if nodes > 1:
+        return f"needs {nodes} nodes ({devices} devices)"
+    return f"fits on {devices} device{'s' if devices != 1 else ''} of one node of {per_node}"
+
+
+def _plan_kind(
+    analysis: Mapping[str, Any],
+    accelerator: Accelerator,
+    *,
+    release: str,
+    catalog: Catalog,
+    options: Mapping[str, Any],
+) -> CompareRow:
+    """A catalog kind on one node of its `devices_per_node`, else on the fewest whole nodes
+    the planner says would fit, up to `COMPARE_MAX_NODES`."""
+    per_node = accelerator.devices_per_node
+    name, source = accelerator.kind, "catalog kind"
+    failed = {"name": name, "source": source, "accelerator": accelerator.name, "fits": False}
+    nodes = 1
+    try:
+        try:
+            plan = plan_release(
+                analysis,
+                PoolLayout(accelerator.kind, per_node, 1),
+                release=release,
+                catalog=catalog,
+                **options,
+            )
+        except NoFittingPlan as err:
+            devices = _number(err.suggestions.get("devices"))
+            if not devices:
+                return CompareRow(
+                    **failed,
+                    layout=_nodes_text(1, per_node),
+                    verdict="does not fit",
+                    reason=str(err),
+                )
+            nodes = -(-int(devices) // per_node)
+            if nodes > COMPARE_MAX_NODES:
+                return CompareRow(
+                    **failed,
+                    layout=_nodes_text(COMPARE_MAX_NODES, per_node),
+                    verdict=f"needs {nodes} nodes ({int(devices)} devices)",
+                    reason=f"more than the {COMPARE_MAX_NODES} nodes compared here; {err}",
+                )
+            plan = plan_release(
+                analysis,
+                PoolLayout(accelerator.kind, per_node, nodes),
+                release=release,
+                catalog=catalog,
+                **options,
+            )
+    except (NoFittingPlan, PlanInputError, CatalogError) as err:
+        return CompareRow(
+            **failed, layout=_nodes_text(nodes, per_node), verdict="cannot plan", reason=str(err)
+        )
+    result = plan.to_dict()
+    return _row_from_plan(
+        result,
+        name=name,
+        source=source,
+        layout=_nodes_text(result["nodes"], per_node),
+        verdict=_devices_verdict(result["devices"], result["nodes"], per_node),
+    )
+
+
+def _plan_pool(
+    analysis: Mapping[str, Any],
+    pool: AcceleratorPool,
+    *,
+    release: str,
+    options: Mapping[str, Any],
+) -> CompareRow:
+    """A configured pool with its real layout (nodes, devices per node, bandwidths) and its
+    catalog as `catalog.pool_catalog` gives it (a cpu pool: its live worker's machine)."""
+    failed = {"name": pool.name, "source": "pool", "fits": False}
+    try:
+        catalog, layout, note = pool_catalog(pool)
+        accelerator = catalog.accelerator(layout.accelerator)
+    except (CatalogError, PlanInputError) as err:
+        return CompareRow(
+            **failed, accelerator="", layout=MISSING, verdict="cannot plan", reason=str(err)
+        )
+    shape = (
+        f"{_nodes_text(layout.nodes, layout.devices_per_node)} "
+        f"({layout.devices} device{'s' if layout.devices != 1 else ''})"
+    )
+    try:
+        plan = plan_release(analysis, layout, release=release, catalog=catalog, **options)
+    except NoFittingPlan as err:
+        would = _would_fit(err.suggestions, kind=accelerator.kind, per_node=layout.devices_per_node)
+        return CompareRow(
+            **failed,
+            accelerator=accelerator.name,
+            layout=shape,
+            verdict="does not fit the pool" + (f"; would fit: {'; '.join(would)}" if would else ""),
+            reason=str(err),
+            note=note,
+        )
+    except (PlanInputError, CatalogError) as err:
+        return CompareRow(
+            **failed,
+            accelerator=accelerator.name,
+            layout=shape,
+            verdict="cannot plan",
+            reason=str(err),
+            note=note,
+        )
+    result = plan.to_dict()
+    row = _row_from_plan(
+        result,
+        name=pool.name,
+        source="pool",
+        layout=shape,
+        verdict=f"fits the pool on {result['devices']} of its {layout.devices} devices",
+    )
+    return replace(row, note=note)
+
+
+def _inputs_text(rows: Sequence[CompareRow], options: Mapping[str, Any]) -> str:
+    inputs = next((r.inputs for r in rows if r.inputs), None)
+    if not inputs:
+        return ""
+    defaults = [
+        name
+        for name, key in (("context", "context_tokens"), ("concurrency", "concurrency"))
+        if options.get(key) is None
+    ]
+    dtype = options.get("dtype") or "checkpoint"
+    text = (
+        f"Planned for {_number(inputs.get('context_tokens')) or 0:,.0f} tokens of context x "
+        f"{inputs.get('concurrency', MISSING)} concurrent sequences, serving dtype {dtype}"
+    )
+    if defaults:
+        text += f" ({' and '.join(defaults)}: the planner's default)"
+    return text + "."
+
+
+def compare_pools(
+    release: ModelRelease,
+    *,
+    pools: Iterable[AcceleratorPool],
+    context_tokens: int | None = None,
+    concurrency: int | None = None,
+    dtype: str | None = None,
+    catalog: Catalog | None = None,
+) -> Comparison:
+    """Plan the release's latest succeeded analysis on each catalog kind and each given pool.
+
+    Rows are sorted best first: those that fit, fewest devices first, then the highest
+    predicted decode tokens/s at the largest batch; then those that do not fit. A row that
+    cannot be planned says why; nothing raises. `release` has its jobs and stage runs
+    prefetched."""
+    run = latest_analysis_run(release)
+    comparison = Comparison(analysis_run=run)
+    if run is None or not isinstance(run.result, Mapping):
+        return comparison
+    try:
+        catalog = catalog or catalog_current()
+    except CatalogError as err:
+        comparison.error = f"The accelerator catalog cannot be read: {err}"
+        return comparison
+    options = {"context_tokens": context_tokens, "concurrency": concurrency, "dtype": dtype}
+    rows = [
+        _plan_pool(run.result, pool, release=release.repo_id, options=options) for pool in pools
+    ]
+    rows += [
+        _plan_kind(
+            run.result,
+            catalog.accelerator(kind),
+            release=release.repo_id,
+            catalog=catalog,
+            options=options,
+        )
+        for kind in catalog.kinds()
+    ]
+    rows.sort(key=CompareRow.sort_key)
+    if rows and rows[0].fits:
+        rows[0] = replace(rows[0], best=True)
+    comparison.rows = rows
+    comparison.inputs = _inputs_text(rows, options)
+    figure = charts.compare_pools_throughput(
+        [
+            (f"{r.name} ({r.devices} devices)", r.batch_1_tokens_per_s, r.largest_tokens_per_s)
+            for r in rows
+            if r.fits
+        ]
+    )
+    if figure is not None:
+        comparison.chart = ChartSlot(
+            "compare-pools", figure, "Predicted decode tokens/s of each pool that fits"
+        )
+    return comparison
