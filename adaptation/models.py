@@ -549,3 +549,44 @@ class LayerDrift(models.Model):
 
     def __str__(self) -> str:
         return f"layer {self.layer} {self.module}"
+
+
+class PerformancePoint(models.Model):
+    """One figure of a performance curve: measured on the release's scaled twin on the pool's
+    device, or predicted for the full-size model by the planner's roofline. The two are never
+    one curve: `kind` and `model` ("twin" | "full-size") say which.
+
+    `metric` is a name from the performance stage ("ttft_s", "tpot_s", "tpot_p95_s",
+    "prefill_tokens_per_s", "decode_tokens_per_s", "peak_process_rss_bytes",
+    "peak_device_allocated_bytes"); `unit` its unit ("s", "tokens/s", "bytes").
+    """
+
+    class Kind(models.TextChoices):
+        MEASURED = "measured", "Measured"
+        PREDICTED = "predicted", "Predicted"
+
+    stage_run = models.ForeignKey(
+        StageRun, on_delete=models.CASCADE, related_name="performance_points"
+    )
+    job = models.ForeignKey(
+        AdaptationJob, on_delete=models.CASCADE, related_name="performance_points"
+    )
+    pool = models.ForeignKey(AcceleratorPool, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    model = models.CharField(max_length=16, help_text='"twin" or "full-size".')
+    dtype = models.CharField(max_length=32)
+    batch_size = models.PositiveIntegerField(null=True, blank=True)
+    prompt_len = models.PositiveIntegerField(null=True, blank=True)
+    metric = models.CharField(max_length=64)
+    value = models.FloatField()
+    unit = models.CharField(max_length=16)
+
+    class Meta:
+        ordering = ["stage_run_id", "kind", "dtype", "prompt_len", "batch_size", "metric"]
+        indexes = [
+            models.Index(fields=["job", "metric"]),
+            models.Index(fields=["pool", "metric", "kind"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.metric}={self.value:g} {self.unit}"
