@@ -3,6 +3,7 @@ stage runs. Writes go through `adaptation.services`, reads through `adaptation.s
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,35 @@ class HubKind(models.TextChoices):
 
 def default_pool_dtypes() -> list[str]:
     return ["bfloat16", "float16"]
+
+
+# Serving dtypes a pool may declare, as torch names (what the precision and performance stages
+# build), and a torch device string.
+SERVING_DTYPES = ("float32", "bfloat16", "float16", "int8", "float8_e4m3fn")
+DEVICE_PATTERN = re.compile(r"[a-z][a-z0-9_]*(:[0-9]+)?")
+
+
+def _threshold_problem(thresholds: Any) -> str:
+    """Why `precision_thresholds` cannot be read by the precision stage ("" when it can):
+    dtype keys are serving dtypes, limit names the stage's `THRESHOLD_KEYS`, values
+    numbers."""
+    from workers.stages.precision.thresholds import RETIRED_KEYS, THRESHOLD_KEYS
+
+    if not isinstance(thresholds, dict):
+        return 'Per dtype, limits: {"bfloat16": {"min_top1_agreement": 0.95}}.'
+    for dtype, limits in thresholds.items():
+        if dtype not in SERVING_DTYPES:
+            return f"Unknown dtype {dtype!r}: use torch names ({', '.join(SERVING_DTYPES)})."
+        if not isinstance(limits, dict):
+            return f'{dtype}: an object of limits, e.g. {{"min_top1_agreement": 0.95}}.'
+        for name, value in limits.items():
+            if name not in THRESHOLD_KEYS and name not in RETIRED_KEYS:
+                return f"{dtype}: unknown limit {name!r}; known: {', '.join(THRESHOLD_KEYS)}."
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float)
+            ):
+                return f"{dtype}.{name} must be a number (or null for the default)."
+    return ""
 
 
 class AcceleratorPool(models.Model):
@@ -113,14 +143,22 @@ class AcceleratorPool(models.Model):
         errors: dict[str, str] = {}
         if not isinstance(self.dtypes, list) or not all(isinstance(d, str) for d in self.dtypes):
             errors["dtypes"] = 'A list of torch dtype names, e.g. ["bfloat16", "float16"].'
+        elif unknown := [d for d in self.dtypes if d not in SERVING_DTYPES]:
+            errors["dtypes"] = (
+                f"Unknown dtype {', '.join(map(repr, unknown))}: use torch names "
+                f"({', '.join(SERVING_DTYPES)})."
+            )
+        if not DEVICE_PATTERN.fullmatch(self.device or ""):
+            errors["device"] = 'A torch device: "cpu", "cuda", "cuda:0", "xpu:1".'
+        elif self.backend not in ("manifest", self.device.partition(":")[0]):
+            errors["device"] = (
+                f"A {self.backend} pool's device is {self.backend} or {self.backend}:N, "
+                f"not {self.device!r}."
+            )
         if not isinstance(self.trust_remote_code_orgs, list):
             errors["trust_remote_code_orgs"] = 'A list of org names, e.g. ["deepseek-ai"].'
-        thresholds = self.precision_thresholds
-        if not isinstance(thresholds, dict) or not all(
-            isinstance(limits, dict) and all(isinstance(v, int | float) for v in limits.values())
-            for limits in thresholds.values()
-        ):
-            errors["precision_thresholds"] = 'Per dtype, numbers: {"bfloat16": {"name": 0.9}}.'
+        if problem := _threshold_problem(self.precision_thresholds):
+            errors["precision_thresholds"] = problem
         manifest = self.operator_manifest
         if manifest is not None and not (
             isinstance(manifest, dict) and isinstance(manifest.get("operators"), dict)

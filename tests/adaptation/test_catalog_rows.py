@@ -97,7 +97,9 @@ def test_a_pool_layout_the_plan_cannot_use_is_refused(fields, field, words):
 
 def test_sensible_pools_are_accepted():
     AcceleratorPool(name="cpu2", backend="cpu").full_clean()
-    AcceleratorPool(name="h200", backend="cuda", accelerator="h200", nodes=2).full_clean()
+    AcceleratorPool(
+        name="h200", backend="cuda", device="cuda", accelerator="h200", nodes=2
+    ).full_clean()
 
 
 def test_pool_catalog_of_a_gpu_pool():

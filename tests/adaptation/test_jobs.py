@@ -211,7 +211,12 @@ def test_a_mirror_watch_on_a_missing_folder_is_refused(tmp_path):
     ("field", "value"),
     [
         ("dtypes", "bfloat16"),
+        ("dtypes", ["bf16"]),
         ("precision_thresholds", {"bfloat16": 0.9}),
+        ("precision_thresholds", {"bf16": {"min_top1_agreement": 0.9}}),
+        ("precision_thresholds", {"bfloat16": {"min_top1_agrement": 0.9}}),
+        ("precision_thresholds", {"bfloat16": {"min_top1_agreement": "high"}}),
+        ("device", "gpu zero"),
         ("operator_manifest", {"ops": []}),
         ("trust_remote_code_orgs", "acme"),
     ],
@@ -225,3 +230,21 @@ def test_pool_settings_the_stages_cannot_read_are_refused(field, value):
     with pytest.raises(ValidationError) as info:
         pool.clean()
     assert field in info.value.message_dict
+
+
+def test_a_pool_device_of_another_backend_is_refused_and_a_good_pool_passes():
+    from django.core.exceptions import ValidationError
+
+    from adaptation.models import AcceleratorPool
+
+    with pytest.raises(ValidationError) as info:
+        AcceleratorPool(name="gpu", backend="cuda", device="xpu:0", accelerator="h100").clean()
+    assert "cuda or cuda:N" in info.value.message_dict["device"][0]
+    AcceleratorPool(
+        name="gpu",
+        backend="cuda",
+        device="cuda:1",
+        accelerator="h100",
+        dtypes=["bfloat16", "float8_e4m3fn"],
+        precision_thresholds={"bfloat16": {"min_top1_agreement": 0.97}},
+    ).clean()
