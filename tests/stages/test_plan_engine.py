@@ -292,3 +292,28 @@ def test_cpu_pool_plans_on_the_machine_itself():
     result = run(context(pool, {"analyze": analyze_config(config).to_dict()}))
     assert result["accelerator"] == "cpu" and result["devices"] == 1
     assert result["predicted"]["available"] is False
+
+
+def test_an_fp8_checkpoint_on_a_device_without_fp8_is_planned_dequantized_and_says_so():
+    """A100 has no FP8 unit (catalog dtypes; vLLM's fp8 W8A8 needs compute capability 8.9):
+    the DeepSeek-V3 FP8 checkpoint is planned at bf16, twice its FP8 weight bytes."""
+    analysis = analyze_config(load("deepseek-ai__DeepSeek-V3")).to_dict()
+    plan = plan_release(analysis, PoolLayout("a100-80gb", 8, nodes=8)).to_dict()
+    assert plan["dtype"] == "bfloat16"
+    assert any("a100-80gb has no FP8" in note for note in plan["notes"])
+    fp8 = plan_release(analysis, PoolLayout("h100", 8, nodes=8)).to_dict()
+    assert fp8["dtype"] == "checkpoint"
+    with pytest.raises(PlanInputError, match=r"a100-80gb .* does not serve fp8"):
+        plan_release(analysis, PoolLayout("a100-80gb", 8, nodes=8), dtype="fp8")
+
+
+def test_a_partial_node_grows_into_whole_nodes_and_context_suggestions_stay_in_the_window():
+    llama = analyze_config(load("meta-llama__Llama-3.1-8B")).to_dict()
+    with pytest.raises(NoFittingPlan) as info:
+        plan_release(llama, PoolLayout("l4", 1), context_tokens=1_000_000)
+    assert info.value.suggestions["context_tokens"] <= llama["max_position_embeddings"]
+    deepseek = analyze_config(load("deepseek-ai__DeepSeek-V3")).to_dict()
+    with pytest.raises(
+        NoFittingPlan, match=r"more devices would fit: \d+ x h100 \(\d+ nodes of 8\)"
+    ):
+        plan_release(deepseek, PoolLayout("h100", 1))

@@ -75,7 +75,7 @@ def test_nothing_fits_fails_the_run_with_what_would_fit():
     job, run = run_plan("deepseek-ai__DeepSeek-V3", h100_pool())
     assert run.status == StageStatus.FAILED and job.status == JobStatus.FAILED
     assert "does not fit 8 x h100" in run.error
-    assert "more devices would fit: 16 x h100 (2 node(s) of 8)" in run.error
+    assert "more devices would fit: 16 x h100 (2 nodes of 8)" in run.error
     assert run.result["fits"] is False
     assert run.result["suggestions"] == {"devices": 16}
     assert run.result["pool"] == {"devices_per_node": 8, "nodes": 1, "devices": 8}

@@ -11,7 +11,7 @@ made). When nothing fits, `NoFittingPlan` says what would.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from workers.catalog import Accelerator, Catalog, load_catalog
@@ -265,9 +265,65 @@ def _positive_option(name: str, value: int | None, limit: int) -> int | None:
     return value
 
 
+# Catalog dtype names (torch's) that carry FP8 weights and activations.
+FP8_DTYPE_NAMES = frozenset({"float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2"})
+
+
+def serves_dtype(accelerator: Accelerator, dtype: str) -> bool:
+    """Whether the accelerator's catalog dtypes include the normalised serving `dtype`
+    ("bfloat16", "float16", "fp8", "int8")."""
+    names = set(accelerator.dtypes)
+    if dtype == "fp8":
+        return bool(names & FP8_DTYPE_NAMES)
+    return dtype in names
+
+
+def resolve_serving_dtype(
+    shape: ModelShape, accelerator: Accelerator, dtype: str
+) -> tuple[str, list[str]]:
+    """The dtype the plan serves at on `accelerator`, and notes on the choice.
+
+    An explicit dtype the accelerator does not list raises `PlanInputError` naming the ones
+    it does. "checkpoint" of an FP8 checkpoint on a device without FP8 (A100, Ascend 910B:
+    catalog dtypes) is planned dequantized to bfloat16 (float16 where there is no bf16), as
+    serving engines load it there (vLLM's "fp8" quantization needs compute capability 8.9+,
+    docs "FP8 W8A8"); a weight-only 4-bit checkpoint (MXFP4, AWQ, GPTQ) is served as stored.
+    """
+    if dtype != "checkpoint":
+        if not serves_dtype(accelerator, dtype):
+            raise PlanInputError(
+                f"{accelerator.kind} ({accelerator.name}) does not serve {dtype}: its dtypes "
+                f"are {', '.join(accelerator.dtypes) or 'not listed'}"
+            )
+        return dtype, []
+    stored_fp8 = shape.quant_method == "fp8" or "fp8" in shape.checkpoint_dtype
+    if not stored_fp8 or serves_dtype(accelerator, "fp8"):
+        return dtype, []
+    for fallback in ("bfloat16", "float16"):
+        if serves_dtype(accelerator, fallback):
+            return fallback, [
+                f"{accelerator.kind} has no FP8 (its dtypes: {', '.join(accelerator.dtypes)}): "
+                f"the {shape.checkpoint_dtype} checkpoint is planned dequantized to {fallback}"
+            ]
+    raise PlanInputError(
+        f"{accelerator.kind} serves neither the checkpoint's {shape.checkpoint_dtype} nor "
+        "bfloat16/float16"
+    )
+
+
+def _pool_words(devices: int, per_node: int, accelerator: Accelerator) -> str:
+    """ "16 x h100 (2 nodes of 8)", "8 x h200 (one node of 8)", "2 x cpu (2 machines)"."""
+    if accelerator.kind == "cpu":
+        return f"{devices} x cpu ({'one machine' if devices == 1 else f'{devices} machines'})"
+    nodes = -(-devices // per_node)
+    where = f"{nodes} nodes of {per_node}" if nodes > 1 else f"one node of {per_node}"
+    return f"{devices} x {accelerator.kind} ({where})"
+
+
 def _low_precision_dtype(accelerator: Accelerator) -> str | None:
-    if accelerator.low_precision_kind in ("fp8", "int8"):
-        return accelerator.low_precision_kind
+    kind = accelerator.low_precision_kind
+    if kind in ("fp8", "int8") and serves_dtype(accelerator, kind):
+        return kind
     return None
 
 
@@ -341,8 +397,8 @@ def _no_fit_message(
     if valid:
         best_mem = min(valid, key=lambda c: c.memory.used)
     parts = [
-        f"{release} does not fit {layout.devices} x {acc.kind} ({layout.nodes} node(s) of "
-        f"{layout.devices_per_node}, {_gib(acc.memory_bytes)} each) at dtype "
+        f"{release} does not fit {_pool_words(layout.devices, layout.devices_per_node, acc)}, "
+        f"{_gib(acc.memory_bytes)} each, at dtype "
         f"{shape.dtype_label(dtype)}, context {context:,} tokens x {concurrency} sequences"
     ]
     if best_mem is not None:
@@ -355,12 +411,20 @@ def _no_fit_message(
     elif cands:
         parts.append("no split of the pool is valid: " + "; ".join(cands[0].validity.reasons))
     suggestions: dict[str, Any] = {}
-    more = planner.first_fit(
-        (
-            n
-            for n in device_counts(layout.devices_per_node, SEARCH_LIMIT_DEVICES)
-            if n > layout.devices
-        ),
+    # A pool that is part of one node (1 of a kind built 8 to a node) grows into whole nodes
+    # of the kind, not into more one-device nodes.
+    search = planner
+    if layout.nodes == 1 and layout.devices_per_node < acc.devices_per_node:
+        per_node = acc.devices_per_node
+        search = _Planner(
+            shape,
+            acc,
+            replace(layout, devices_per_node=per_node),
+            replace(planner.links, devices_per_node=per_node),
+        )
+    per_node = search.layout.devices_per_node
+    more = search.first_fit(
+        (n for n in device_counts(per_node, SEARCH_LIMIT_DEVICES) if n > layout.devices),
         dtype=dtype,
         context=context,
         concurrency=concurrency,
@@ -368,13 +432,12 @@ def _no_fit_message(
     if more is not None:
         n = more[0]
         suggestions["devices"] = n
-        parts.append(
-            f"more devices would fit: {n} x {acc.kind} "
-            f"({-(-n // layout.devices_per_node)} node(s) of {layout.devices_per_node})"
-        )
+        parts.append(f"more devices would fit: {_pool_words(n, per_node, acc)}")
     else:
         parts.append(f"no pool of up to {SEARCH_LIMIT_DEVICES:,} {acc.kind} devices fits")
     ctx = context // 2
+    if shape.max_position_embeddings:
+        ctx = min(ctx, shape.max_position_embeddings)
     while ctx >= MIN_SUGGESTED_CONTEXT:
         if planner.first_fit(pool_counts, dtype=dtype, context=ctx, concurrency=concurrency):
             suggestions["context_tokens"] = ctx
@@ -422,8 +485,7 @@ def plan_release(
     context = _positive_option("context_tokens", context_tokens, MAX_CONTEXT_TOKENS)
     context = context or default_context_tokens(shape)
     conc = _positive_option("concurrency", concurrency, MAX_CONCURRENCY) or DEFAULT_CONCURRENCY
-    serving = normalize_dtype(dtype)
-    notes: list[str] = []
+    serving, notes = resolve_serving_dtype(shape, accelerator, normalize_dtype(dtype))
     if shape.max_position_embeddings and context > shape.max_position_embeddings:
         notes.append(
             f"context {context:,} exceeds the release's max_position_embeddings "
@@ -441,9 +503,14 @@ def plan_release(
     counts = list(device_counts(layout.devices_per_node, layout.devices))
     found = planner.first_fit(counts, dtype=serving, context=context, concurrency=conc)
     if found is None:
-        raise _no_fit_message(
+        no_fit = _no_fit_message(
             planner, dtype=serving, context=context, concurrency=conc, release=name
         )
+        if notes:  # e.g. why the dtype is not the checkpoint's
+            raise NoFittingPlan(
+                "; ".join([str(no_fit), *notes]), suggestions=no_fit.suggestions
+            ) from None
+        raise no_fit
     n, cands = found
     chosen = min((c for c in cands if c.fits), key=Candidate.sort_key)
     smaller = []
@@ -515,9 +582,10 @@ def evaluate_split(
     planner = _Planner(shape, accelerator, layout, links)
     context = _positive_option("context_tokens", context_tokens, MAX_CONTEXT_TOKENS)
     conc = _positive_option("concurrency", concurrency, MAX_CONCURRENCY) or DEFAULT_CONCURRENCY
+    serving, _notes = resolve_serving_dtype(shape, accelerator, normalize_dtype(dtype))
     return planner.evaluate(
         split,
-        dtype=normalize_dtype(dtype),
+        dtype=serving,
         context=context or default_context_tokens(shape),
         concurrency=conc,
     )
