@@ -96,7 +96,7 @@ _PLAN_MEMORY_PARTS = (
     ("kv_cache", "KV cache", "#4caf6a"),
     ("activations_workspace", "activations + workspace", "#d9a521"),
     ("runtime_overhead", "runtime overhead", "#8a6fd1"),
-    ("free_margin", "free", "#d5dae0"),
+    ("free", "free", "#d5dae0"),
 )
 
 
@@ -145,7 +145,7 @@ def plan_memory_per_device(memory: Mapping[str, Any], *, split_label: str) -> di
         )
     budget, capacity = _number(memory.get("budget")), _number(memory.get("capacity"))
     if budget:
-        share = _number(memory.get("gpu_memory_utilization"))
+        share = budget / capacity if capacity else None
         fig.add_vline(
             x=budget / GIB,
             line={"dash": "dash", "width": 2, "color": "#8f1d1d"},

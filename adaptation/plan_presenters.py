@@ -212,7 +212,7 @@ _MEMORY_ROWS = (
     ("runtime_overhead", "Runtime overhead"),
     ("total_used", "Used"),
     ("budget", "Budget"),
-    ("free_margin", "Free (capacity minus used)"),
+    ("free", "Free (capacity minus used)"),
     ("capacity", "Capacity"),
 )
 

@@ -288,3 +288,41 @@ def test_adapt_refuses_bad_plan_options_before_creating_anything(tmp_path, args,
     with pytest.raises(CommandError, match=words):
         call_command("adapt", str(folder), *args)
     assert not AdaptationJob.objects.exists()
+
+
+def test_text_names_the_model_as_given_and_shows_warnings_and_redundant_experts():
+    """A bare config file is named by --model-id in the launch commands; uneven EP is a
+    warning, and both engines get the redundant experts it needs (vLLM EPLB, SGLang
+    --ep-num-redundant-experts)."""
+    out = io.StringIO()
+    call_command(
+        "plan",
+        DEEPSEEK_V3,
+        "--accelerator",
+        "h100",
+        "--devices",
+        "32",
+        "--context",
+        "131072",
+        "--concurrency",
+        "64",
+        "--model-id",
+        "deepseek-ai/DeepSeek-V3",
+        stdout=out,
+    )
+    text = out.getvalue()
+    plan = plan_json(
+        DEEPSEEK_V3, "--accelerator", "h100", "--devices", "32", "--context", "131072",
+        "--concurrency", "64",
+    )  # fmt: skip
+    split = f"TP{plan['tp']} PP{plan['pp']} EP{plan['ep']} DP{plan['dp']}"
+    assert f"split         {split} on {plan['devices']} device(s)" in text
+    assert "vllm serve deepseek-ai/DeepSeek-V3 " in text
+    assert "deepseek-ai__DeepSeek-V3" not in text
+    assert 256 % plan["ep"], "this setup's best split has an EP that does not divide 256"
+    redundant = -(-256 // plan["ep"]) * plan["ep"] - 256
+    assert f"warning       uneven EP: 256 routed experts over EP {plan['ep']}" in text
+    assert f'"num_redundant_experts": {redundant}' in plan["artifacts"]["vllm"]
+    assert f"--ep-num-redundant-experts {redundant}" in plan["artifacts"]["sglang"]
+    err, _ = plan_refused(DEEPSEEK_V3, "--accelerator", "h100", "--devices", "8", "--model-id", "x")
+    assert "--model-id must be a repo id" in str(err)

@@ -58,7 +58,7 @@ def test_to_dict_shape_and_json():
     ):
         assert key in plan
     mem = plan["memory_per_device_bytes"]
-    for part in ("weights", "kv_cache", "activations_workspace", "runtime_overhead", "free_margin"):
+    for part in ("weights", "kv_cache", "activations_workspace", "runtime_overhead", "free"):
         assert mem[part] >= 0
     assert mem["budget"] == round(mem["capacity"] * GPU_MEMORY_UTILIZATION)
     assert plan["inputs"] == {"context_tokens": 32768, "concurrency": 4, "dtype": "checkpoint"}

@@ -162,7 +162,7 @@ def test_memory_chart_stacks_the_parts_in_gib_under_the_budget(
             "KV cache (predicted)": memory["kv_cache"] / 2**30,
             "activations + workspace (predicted)": memory["activations_workspace"] / 2**30,
             "runtime overhead (predicted)": memory["runtime_overhead"] / 2**30,
-            "free (predicted)": memory["free_margin"] / 2**30,
+            "free (predicted)": memory["free"] / 2**30,
         }
     )
     # the stack reaches the device's capacity; the budget is a line below it

@@ -17,6 +17,7 @@ or pool, --devices 0, a malformed config).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from workers.stages.plan import (
 from workers.stages.plan.planner import MAX_DEVICES_PER_NODE, MAX_NODES
 
 NO_FIT_EXIT_CODE = 2
+REPO_ID = re.compile(r"[\w.-]+/[\w.-]+")  # org/name as the Hub spells a repo id
 
 
 def _one_line(text: Any) -> str:
@@ -94,13 +96,18 @@ def add_plan_option_arguments(parser: Any) -> None:
 
 def load_target(target: str) -> tuple[str, dict, dict | None]:
     """(release name, config dict, safetensors summary or None) for a config JSON file, a
-    release folder or a Hub repo id, read as `analyze` reads it. Raises `TargetError`,
+    release folder or a Hub repo id, read as `analyze` reads it. A bare config file is named
+    by its `_name_or_path` when that is an org/name repo id, else by the file's stem (the
+    command's --model-id names it for the launch commands). Raises `TargetError`,
     `StageFailed` (malformed files) or `HubError`."""
     path = Path(target).expanduser()
     if path.is_file() and path.name != "config.json":
         config = parse_json_file(path.name, path.read_bytes())
         if not isinstance(config, dict):
             raise TargetError(f"{path.name} is valid JSON but not an object.")
+        named = config.get("_name_or_path")
+        if isinstance(named, str) and REPO_ID.fullmatch(named):
+            return named, config, None
         return path.stem, config, None
     resolved = resolve_target(target)
     fetched = hub_source(resolved.spec).fetch_release(
@@ -142,6 +149,11 @@ def _tokens_per_s(point: dict | None) -> str:
     )
 
 
+def _split(plan: dict) -> str:
+    """ "TP1 PP1 EP8 DP8", as the pages and the planner's reasons write a split."""
+    return f"TP{plan['tp']} PP{plan['pp']} EP{plan['ep']} DP{plan['dp']}"
+
+
 def summary_text(plan: dict, note: str) -> str:
     """The plan for a terminal: split, devices, memory parts in GiB, predicted figures
     (labelled predicted), runners-up and launch commands."""
@@ -151,15 +163,14 @@ def summary_text(plan: dict, note: str) -> str:
     lines = [
         f"{plan['release']} on {pool['devices']} x {plan['accelerator']}: "
         f"{plan['accelerator_name']}, {pool['nodes']} node(s) of {pool['devices_per_node']}",
-        f"  {'split':<14}TP {plan['tp']} x PP {plan['pp']} x DP {plan['dp']} (EP {plan['ep']}) "
-        f"on {plan['devices']} device(s), {plan['nodes']} node(s)",
+        f"  {'split':<14}{_split(plan)} on {plan['devices']} device(s), {plan['nodes']} node(s)",
         f"  {'serving':<14}{plan['dtype_label']}; context {inputs['context_tokens']:,} tokens "
         f"x {inputs['concurrency']:,} sequences",
         f"  {'memory/device':<14}weights {fmt.gib(mem['weights'])} + KV cache "
         f"{fmt.gib(mem['kv_cache'])} + activations {fmt.gib(mem['activations_workspace'])} "
         f"+ runtime {fmt.gib(mem['runtime_overhead'])} = {fmt.gib(mem['total_used'])}",
-        f"  {'':<14}budget {fmt.gib(mem['budget'])} ({mem['gpu_memory_utilization']:g} x "
-        f"{fmt.gib(mem['capacity'])}); free {fmt.gib(mem['free_margin'])}",
+        f"  {'':<14}budget {fmt.gib(mem['budget'])} ({mem['budget'] / mem['capacity']:.0%} of "
+        f"{fmt.gib(mem['capacity'])}); free {fmt.gib(mem['free'])}",
     ]
     predicted = plan["predicted"]
     if predicted.get("available"):
@@ -170,16 +181,15 @@ def summary_text(plan: dict, note: str) -> str:
         ]
     else:
         lines.append(f"  {'predicted':<14}{predicted.get('reason') or 'no prediction'}")
+    lines += [f"  {'warning':<14}{flag}" for flag in plan.get("validity_flags", [])]
     for row in plan["runners_up"][:5]:
-        lines.append(
-            f"  {'runner-up':<14}TP {row['tp']} x PP {row['pp']} x DP {row['dp']} (EP "
-            f"{row['ep']}) on {row['devices']}: {row['why_lost']}"
-        )
+        lines.append(f"  {'runner-up':<14}{_split(row)} on {row['devices']}: {row['why_lost']}")
     for name in ("vllm", "sglang"):
         command = plan["artifacts"].get(name)
         if command:
             lines.append(f"  {name:<14}{command}")
-    lines += [f"  note: {line}" for line in [note, *plan.get("notes", [])] if line]
+    notes = [note, *plan.get("notes", []), *plan["artifacts"].get("notes", [])]
+    lines += [f"  note: {line}" for line in notes if line]
     lines.append(
         "Predicted figures are a roofline model of the catalog's datasheet figures, not "
         f"measurements (catalog {plan.get('catalog_version', '?')})."
@@ -206,6 +216,12 @@ class Command(BaseCommand):
             help="Devices per node (default: min(--devices, the catalog's figure)).",
         )
         add_plan_option_arguments(parser)
+        parser.add_argument(
+            "--model-id",
+            default=None,
+            help="The model's repo id in the launch commands (default: the release's; a bare "
+            "config file's _name_or_path or file name).",
+        )
         parser.add_argument("--format", choices=["text", "json"], default="text")
 
     def handle(
@@ -220,6 +236,7 @@ class Command(BaseCommand):
         concurrency: str | None,
         dtype: str | None,
         format: str,
+        model_id: str | None,
         **options: Any,
     ) -> None:
         try:
@@ -232,6 +249,9 @@ class Command(BaseCommand):
         planned_options = plan_options_from_args(context, concurrency, dtype)
         try:
             name, config, weights = load_target(target)
+            if model_id is not None and not REPO_ID.fullmatch(model_id):
+                raise TargetError(f"--model-id must be a repo id like org/name, got {model_id!r}")
+            name = model_id or name
             analysis = analyze_config(config, weights=weights).to_dict()
         except (TargetError, StageFailed, AnalysisError, HubError) as exc:
             message = getattr(exc, "reason", None) or getattr(exc, "message", None) or str(exc)

@@ -6,10 +6,14 @@ Flags are the engines' documented ones: vLLM `vllm serve` engine arguments
 --max-num-batched-tokens, --gpu-memory-utilization; docs.vllm.ai "Engine Arguments") and
 SGLang `python -m sglang.launch_server` server arguments (--tp-size, --pp-size, --dp-size,
 --enable-dp-attention, --ep-size, --context-length, --mem-fraction-static,
---max-running-requests, --chunked-prefill-size, --nnodes/--node-rank/--dist-init-addr;
-docs.sglang.ai "Server Arguments"). The Deployment follows the seed article's example
-(001): device resource limit, TENSOR_PARALLEL_SIZE / PIPELINE_PARALLEL_SIZE, a model cache
-path and a memory-backed /dev/shm volume (NCCL and the engines' IPC use shared memory).
+--max-running-requests, --chunked-prefill-size, --nnodes/--node-rank/--dist-init-addr,
+--enable-eplb/--ep-num-redundant-experts; docs.sglang.ai "Server Arguments"). Uneven expert
+parallelism gets redundant experts: vLLM's --enable-eplb with --eplb-config
+'{"num_redundant_experts": N}' (docs "Expert Parallel Deployment").
+
+The Deployment follows the seed article's example (001): device resource limit,
+TENSOR_PARALLEL_SIZE / PIPELINE_PARALLEL_SIZE, a model cache path and a memory-backed /dev/shm
+volume (NCCL and the engines' IPC use shared memory).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 
 from workers.catalog import Accelerator
 
@@ -38,9 +43,16 @@ def _vllm_dtype_flags(dtype: str) -> list[str]:
 
 
 def vllm_command(
-    repo_id: str, split: Split, dtype: str, *, context_tokens: int, max_num_seqs: int
+    repo_id: str,
+    split: Split,
+    dtype: str,
+    *,
+    context_tokens: int,
+    max_num_seqs: int,
+    redundant_experts: int = 0,
 ) -> str:
-    """The `vllm serve` command line for `split`."""
+    """The `vllm serve` command line for `split` (`redundant_experts`: the EPLB replicas
+    an EP size that does not divide the routed experts needs)."""
     args = ["vllm", "serve", repo_id]
     args += ["--tensor-parallel-size", str(split.tp)]
     args += ["--pipeline-parallel-size", str(split.pp)]
@@ -48,6 +60,9 @@ def vllm_command(
         args += ["--data-parallel-size", str(split.dp)]
     if split.ep > 1:
         args += ["--enable-expert-parallel"]
+    if redundant_experts > 0:
+        eplb = json.dumps({"num_redundant_experts": redundant_experts})
+        args += ["--enable-eplb", "--eplb-config", shlex.quote(eplb)]
     args += _vllm_dtype_flags(dtype)
     args += ["--max-model-len", str(context_tokens)]
     args += ["--max-num-seqs", str(max(1, max_num_seqs))]
@@ -64,6 +79,7 @@ def sglang_command(
     context_tokens: int,
     max_num_seqs: int,
     nodes: int,
+    redundant_experts: int = 0,
 ) -> str:
     """The `python -m sglang.launch_server` command line for `split` (node rank 0).
 
@@ -78,6 +94,8 @@ def sglang_command(
         args += ["--tp-size", str(split.tp)]
         if split.dp > 1:
             args += ["--dp-size", str(split.dp)]
+    if redundant_experts > 0:
+        args += ["--enable-eplb", "--ep-num-redundant-experts", str(redundant_experts)]
     if split.pp > 1:
         args += ["--pp-size", str(split.pp)]
     if dtype == "fp8":
@@ -174,11 +192,17 @@ def build_artifacts(
     context_tokens: int,
     max_num_seqs: int,
     checkpoint_bytes: float,
+    redundant_experts: int = 0,
 ) -> dict:
     """vLLM and SGLang commands and the Kubernetes Deployment for a plan."""
     nodes = -(-split.devices // devices_per_node)
     vllm = vllm_command(
-        repo_id, split, dtype, context_tokens=context_tokens, max_num_seqs=max_num_seqs
+        repo_id,
+        split,
+        dtype,
+        context_tokens=context_tokens,
+        max_num_seqs=max_num_seqs,
+        redundant_experts=redundant_experts,
     )
     notes = [
         "host memory limit: the node's share of the checkpoint x 1.2 (staging the weights), "
@@ -186,6 +210,11 @@ def build_artifacts(
     ]
     if dtype == "int8":
         notes.append("INT8 serving needs a W8A8 (compressed-tensors) checkpoint of the model")
+    if redundant_experts > 0:
+        notes.append(
+            f"EP {split.ep} does not divide the routed experts: {redundant_experts} redundant "
+            "experts (EPLB) balance the ranks"
+        )
     if nodes > 1:
         notes.append(
             f"the plan spans {nodes} nodes: vLLM needs a Ray cluster over them (or "
@@ -202,6 +231,7 @@ def build_artifacts(
             context_tokens=context_tokens,
             max_num_seqs=max_num_seqs,
             nodes=nodes,
+            redundant_experts=redundant_experts,
         ),
         "kubernetes_deployment": kubernetes_deployment(
             repo_id,

@@ -3,7 +3,7 @@
 All figures are bytes on the heaviest device (the pipeline stage holding the most). The
 budget is `GPU_MEMORY_UTILIZATION` x device memory, as vLLM reserves it (engine argument
 `gpu_memory_utilization`, default 0.9: "the fraction of GPU memory to be used for the model
-executor"); the rest is the free margin.
+executor"); `free` is capacity minus what is used, so it includes the 10% outside the budget.
 
 Assumptions (stated in every plan):
 - Weights: each component at the serving dtype (`model.ModelShape.weight_parts`). Decoder
@@ -61,8 +61,9 @@ class MemoryPerDevice:
         return self.used <= self.budget
 
     @property
-    def free_margin(self) -> float:
-        """Bytes left below the full capacity (the reserved margin plus any headroom)."""
+    def free(self) -> float:
+        """Bytes left below the full capacity: the share outside the budget plus any
+        headroom inside it."""
         return self.capacity - self.used
 
     @property
@@ -76,11 +77,10 @@ class MemoryPerDevice:
             "kv_cache": round(self.kv_cache),
             "activations_workspace": round(self.activations_workspace),
             "runtime_overhead": round(self.runtime_overhead),
-            "free_margin": round(self.free_margin),
+            "free": round(self.free),
             "total_used": round(self.used),
             "capacity": self.capacity,
             "budget": round(self.budget),
-            "gpu_memory_utilization": GPU_MEMORY_UTILIZATION,
         }
 
 
@@ -205,7 +205,7 @@ def memory_per_device(
 
 MEMORY_ASSUMPTIONS = (
     f"budget = {GPU_MEMORY_UTILIZATION} x device memory (vLLM gpu_memory_utilization "
-    "default); the rest is the free margin",
+    "default); free = capacity - used, including the share outside the budget",
     f"activations/workspace: one decoder layer's bf16 intermediates for a "
     f"{PREFILL_CHUNK_TOKENS}-token prefill chunk (--max-num-batched-tokens "
     f"{PREFILL_CHUNK_TOKENS} in the launch commands) plus fp32 logits per sequence",

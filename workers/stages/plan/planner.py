@@ -165,6 +165,7 @@ class Plan:
                 context_tokens=self.context_tokens,
                 max_num_seqs=max(1, max_seqs),
                 checkpoint_bytes=self.shape.weight_parts(self.dtype).total,
+                redundant_experts=self.chosen.validity.redundant_experts,
             ),
             "assumptions": list(self.assumptions),
             "inputs": {

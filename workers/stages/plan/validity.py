@@ -47,7 +47,7 @@ class Split:
         return self.tp * self.pp * self.dp
 
     def label(self) -> str:
-        return f"TP{self.tp} PP{self.pp} DP{self.dp} EP{self.ep}"
+        return f"TP{self.tp} PP{self.pp} EP{self.ep} DP{self.dp}"
 
 
 @dataclass(frozen=True)
