@@ -4,10 +4,13 @@ views of the rest."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.contrib import admin
+from django.http import HttpRequest
 from django.utils.html import format_html
 
+from adaptation.catalog import GIB, TERA
 from adaptation.models import (
     AcceleratorKind,
     AcceleratorPool,
@@ -49,8 +52,8 @@ class AcceleratorPoolAdmin(admin.ModelAdmin):
                     "accelerator",
                     "devices_per_node",
                     "nodes",
-                    "intra_node_bandwidth_gbps",
-                    "inter_node_bandwidth_gbps",
+                    "intra_node_bandwidth_gb_per_s",
+                    "inter_node_bandwidth_gb_per_s",
                 ),
             },
         ),
@@ -79,15 +82,44 @@ def _shipped_entry(kind: str) -> dict | None:
     return accelerator.to_dict() if accelerator is not None else None
 
 
+def _in_units(value: float | None, unit: float) -> str:
+    """A datasheet figure in the admin's units ("4.8" TB/s), "not published" when None."""
+    return "not published" if value is None else f"{value / unit:,g}"
+
+
+def _shipped_catalog_context() -> dict[str, Any]:
+    """What the accelerator-kind list shows above its rows: the shipped catalog file's
+    version and kinds (name, memory in GiB, memory bandwidth in TB/s, dense BF16 TFLOP/s) and
+    which of them an admin row overrides; or why the file cannot be read."""
+    try:
+        catalog = load_catalog()
+    except CatalogError as err:
+        return {"shipped_catalog_error": str(err)}
+    overridden = set(AcceleratorKind.objects.values_list("kind", flat=True))
+    kinds = [
+        {
+            "kind": acc.kind,
+            "name": acc.name,
+            "vendor": acc.vendor,
+            "memory_gib": _in_units(acc.memory_bytes, GIB),
+            "memory_bandwidth_tb_per_s": _in_units(acc.memory_bandwidth_bytes_per_s, TERA),
+            "dense_bf16_tflop_per_s": _in_units(acc.dense_bf16_flops, TERA),
+            "overridden": acc.kind in overridden,
+        }
+        for acc in catalog.accelerators.values()
+    ]
+    return {"shipped_catalog": {"version": catalog.version, "kinds": kinds}}
+
+
 @admin.register(AcceleratorKind)
 class AcceleratorKindAdmin(admin.ModelAdmin):
     list_display = (
         "kind",
         "name",
         "memory_gib",
-        "memory_bandwidth_tbps",
-        "dense_bf16_tflops",
-        "dense_fp8_tflops",
+        "memory_bandwidth_tb_per_s",
+        "dense_bf16_tflop_per_s",
+        "dense_fp8_tflop_per_s",
         "overrides_file",
         "updated_at",
     )
@@ -104,13 +136,13 @@ class AcceleratorKindAdmin(admin.ModelAdmin):
                 "Leave a figure the vendor does not publish blank.",
                 "fields": (
                     "memory_gib",
-                    "memory_bandwidth_tbps",
-                    "dense_bf16_tflops",
-                    "dense_fp8_tflops",
+                    "memory_bandwidth_tb_per_s",
+                    "dense_bf16_tflop_per_s",
+                    "dense_fp8_tflop_per_s",
                     "low_precision_kind",
                     "dtypes",
-                    "intra_node_bandwidth_gbps",
-                    "inter_node_bandwidth_gbps",
+                    "intra_node_bandwidth_gb_per_s",
+                    "inter_node_bandwidth_gb_per_s",
                     "devices_per_node",
                     "device_resource",
                     "sources",
@@ -124,6 +156,12 @@ class AcceleratorKindAdmin(admin.ModelAdmin):
     @admin.display(boolean=True, description="Overrides the file")
     def overrides_file(self, obj: AcceleratorKind) -> bool:
         return _shipped_entry(obj.kind) is not None
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None):
+        """The rows, below the kinds the shipped catalog file already has (a site starts with
+        no row, yet plans on every shipped kind)."""
+        extra_context = {**(extra_context or {}), **_shipped_catalog_context()}
+        return super().changelist_view(request, extra_context=extra_context)
 
     @admin.display(description="What the file says for this kind")
     def shipped_figures(self, obj: AcceleratorKind) -> str:

@@ -14,24 +14,28 @@ worker, with this machine's own measure, and says which.
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
-from django.utils import timezone
-
-from adaptation.models import AcceleratorKind, AcceleratorPool, Worker
+from adaptation.models import AcceleratorKind, AcceleratorPool
 from workers.catalog import Accelerator, Catalog, CatalogError, cpu_accelerator, load_catalog
 from workers.stages.plan import PoolLayout
 
+# Binary gibibyte (bytes): memory is shown and entered in GiB everywhere on the site.
 GIB = 1024**3
-# A worker whose last heartbeat is older than this (seconds) is not live (settings'
-# DAY0_WORKER_STALE_S where set).
-DEFAULT_WORKER_STALE_S = 60
+# Decimal units of the datasheets and of the admin's fields: GB/s and TB/s of bandwidth,
+# TFLOP/s of compute.
+GIGA = 1e9
+TERA = 1e12
 
 
 def _scaled(value: float | None, factor: float) -> float | None:
     return None if value is None else float(value) * factor
+
+
+def gb_per_s_to_bytes_per_s(value: float | None) -> float | None:
+    """A bandwidth entered in GB/s (decimal, as datasheets and the pool's fields give it) in
+    bytes/s, as the planner takes it; None (blank: the catalog's figure) stays None."""
+    return _scaled(value, GIGA)
 
 
 def accelerator_kind_entry(row: AcceleratorKind) -> dict[str, Any]:
@@ -43,13 +47,17 @@ def accelerator_kind_entry(row: AcceleratorKind) -> dict[str, Any]:
         "vendor": row.vendor,
         "memory_bytes": round(row.memory_gib * GIB),
         "memory_datasheet": f"{row.memory_gib:g} GiB (admin row)",
-        "memory_bandwidth_bytes_per_s": _scaled(row.memory_bandwidth_tbps, 1e12),
-        "dense_bf16_flops": _scaled(row.dense_bf16_tflops, 1e12),
-        "dense_fp8_flops": _scaled(row.dense_fp8_tflops, 1e12),
+        "memory_bandwidth_bytes_per_s": _scaled(row.memory_bandwidth_tb_per_s, TERA),
+        "dense_bf16_flops": _scaled(row.dense_bf16_tflop_per_s, TERA),
+        "dense_fp8_flops": _scaled(row.dense_fp8_tflop_per_s, TERA),
         "low_precision_kind": row.low_precision_kind or None,
         "dtypes": list(row.dtypes or []),
-        "intra_node_bandwidth_bytes_per_s": _scaled(row.intra_node_bandwidth_gbps, 1e9),
-        "inter_node_bandwidth_bytes_per_s": _scaled(row.inter_node_bandwidth_gbps, 1e9),
+        "intra_node_bandwidth_bytes_per_s": gb_per_s_to_bytes_per_s(
+            row.intra_node_bandwidth_gb_per_s
+        ),
+        "inter_node_bandwidth_bytes_per_s": gb_per_s_to_bytes_per_s(
+            row.inter_node_bandwidth_gb_per_s
+        ),
         "devices_per_node": row.devices_per_node,
         "device_resource": row.device_resource,
         "sources": dict(row.sources or {}),
@@ -87,22 +95,15 @@ def pool_accelerator_kind(pool: AcceleratorPool) -> str:
     )
 
 
-def live_workers(queue: str, *, now: Any = None) -> list[Worker]:
-    """Workers listening on `queue` that are live: not stopped, heartbeat within
-    `DAY0_WORKER_STALE_S` seconds (60 by default). Newest heartbeat first."""
-    stale_s = getattr(settings, "DAY0_WORKER_STALE_S", DEFAULT_WORKER_STALE_S)
-    cutoff = (now or timezone.now()) - timedelta(seconds=stale_s)
-    rows = Worker.objects.filter(stopped_at__isnull=True, last_heartbeat_at__gte=cutoff)
-    return [w for w in rows.order_by("-last_heartbeat_at") if queue in (w.queues or [])]
-
-
 def pool_cpu_accelerator(pool: AcceleratorPool) -> tuple[Accelerator, str]:
     """The "cpu" kind for `pool`: (Accelerator, note saying where its figures come from).
 
     From the registered figures (cores, memory bytes) of the pool's live worker with the
     least memory (a job may land on any of them); with none, this machine measured now.
     """
-    workers = [w for w in live_workers(pool.queue) if w.memory_bytes]
+    from adaptation.inventory import live_workers  # inventory reads the catalog: import late
+
+    workers = [w for w in live_workers(pool) if w.memory_bytes]
     if workers:
         worker = min(workers, key=lambda w: w.memory_bytes)
         cpu = cpu_accelerator(
@@ -121,22 +122,29 @@ def pool_cpu_accelerator(pool: AcceleratorPool) -> tuple[Accelerator, str]:
     )
 
 
-def pool_catalog(pool: AcceleratorPool) -> tuple[Catalog, PoolLayout, str]:
+def pool_catalog(
+    pool: AcceleratorPool, catalog: Catalog | None = None
+) -> tuple[Catalog, PoolLayout, str]:
     """What the planner needs for `pool`, as the web side sees it: the current catalog
     (file plus admin rows; "cpu" described per `pool_cpu_accelerator` for a cpu pool), the
     pool's `PoolLayout`, and a note saying where the accelerator's figures come from.
-    Raises `CatalogError` when the pool names no kind (non-cpu backend) or an unknown one."""
-    catalog = catalog_current()
+
+    `catalog` is `catalog_current()` when the caller already loaded it (a page planning many
+    pools loads it once); None: loaded here. Raises `CatalogError` when the pool names no
+    kind (non-cpu backend) or an unknown one."""
+    catalog = catalog_current() if catalog is None else catalog
     kind = pool_accelerator_kind(pool)
     if kind == "cpu":
         cpu, note = pool_cpu_accelerator(pool)
         catalog = catalog.with_cpu(cpu)
     else:
         accelerator = catalog.accelerator(kind)
+        shipped = load_catalog()
+        # An admin row replaces the file's entry with its own: the shipped object is not it.
         origin = (
-            "the admin's catalog row"
-            if AcceleratorKind.objects.filter(kind=kind).exists()
-            else f"catalog {load_catalog().version}"
+            f"catalog {shipped.version}"
+            if shipped.accelerators.get(kind) is accelerator
+            else "the admin's catalog row"
         )
         note = f"{kind} ({accelerator.name}) figures from {origin}"
     return catalog, pool_layout(pool, catalog), note
@@ -155,17 +163,22 @@ def pool_layout(pool: AcceleratorPool, catalog: Catalog | None = None) -> PoolLa
         accelerator=kind,
         devices_per_node=per_node,
         nodes=pool.nodes,
-        intra_node_bandwidth_bytes_per_s=_scaled(pool.intra_node_bandwidth_gbps, 1e9),
-        inter_node_bandwidth_bytes_per_s=_scaled(pool.inter_node_bandwidth_gbps, 1e9),
+        intra_node_bandwidth_bytes_per_s=gb_per_s_to_bytes_per_s(
+            pool.intra_node_bandwidth_gb_per_s
+        ),
+        inter_node_bandwidth_bytes_per_s=gb_per_s_to_bytes_per_s(
+            pool.inter_node_bandwidth_gb_per_s
+        ),
     )
 
 
 __all__ = [
+    "GIB",
     "CatalogError",
     "accelerator_kind_entry",
     "accelerator_kind_row_entry",
     "catalog_current",
-    "live_workers",
+    "gb_per_s_to_bytes_per_s",
     "pool_accelerator_kind",
     "pool_catalog",
     "pool_cpu_accelerator",

@@ -4,6 +4,15 @@ devices its running jobs hold, its queue, and when a plan could start on it. Rea
 A worker is live when it has not stopped and its last heartbeat is at most
 `DAY0_WORKER_STALE_S` seconds old; it serves every pool whose queue is among its queues.
 
+A pool's devices (`PoolInventory.devices_reported`) depend on its backend:
+- a backend pool ("cuda", "xpu", "hpu", ...): the devices its live workers of that backend
+  report (torch's view of the worker's machine); a worker on another backend counts none and
+  is flagged, as is a layout declaring more devices than the workers report;
+- the cpu pool: one device per live worker, its whole machine (any backend);
+- a "manifest" pool: its worker is by definition not on the accelerator, so what torch sees
+  there says nothing of the pool: its devices are its declared layout (devices per node x
+  nodes). A live worker is still needed to take its jobs from the queue.
+
 A job holds devices while a stage of it runs: the devices its latest succeeded `plan` stage
 chose (`result["devices"]`), else one device. A job with a queued stage and no running one
 is waiting. Jobs are served first come, first served (by creation time), which is what
@@ -41,6 +50,12 @@ RECENT_WORKERS = timedelta(hours=24)
 ESTIMATE_HISTORY_STAGES = 50
 PLAN_STAGE = "plan"
 _UNFINISHED = (StageStatus.PENDING, StageStatus.QUEUED, StageStatus.RUNNING)
+# A pool whose accelerators are described by an operator manifest, not attached to a worker.
+MANIFEST_BACKEND = "manifest"
+CPU_BACKEND = "cpu"
+DECLARED_DEVICES_LABEL = (
+    "declared (manifest pool: its accelerators are not attached to a worker here)"
+)
 
 
 def _now(now: datetime | None) -> datetime:
@@ -139,8 +154,9 @@ class WaitingJob:
 
 @dataclass(frozen=True)
 class PoolInventory:
-    """A pool as it is at `now`. Device counts are devices as torch reports them (a cpu
-    worker's host is one device)."""
+    """A pool as it is at `now`. Its devices are what its live workers of the pool's backend
+    report through torch (a cpu pool: one per live worker's machine), or, for a manifest
+    pool, its declared layout (see the module's docstring)."""
 
     pool: AcceleratorPool
     now: datetime
@@ -159,9 +175,63 @@ class PoolInventory:
         return bool(self.live_workers)
 
     @property
+    def declares_devices(self) -> bool:
+        """Whether the pool's devices are its declared layout (a manifest pool), not what
+        its workers report."""
+        return self.pool.backend == MANIFEST_BACKEND
+
+    @property
+    def devices_label(self) -> str:
+        """How `devices_reported` was counted, in words: "reported" or "declared (...)"."""
+        return DECLARED_DEVICES_LABEL if self.declares_devices else "reported"
+
+    @property
+    def devices_declared(self) -> int | None:
+        """Devices the pool's layout declares (devices per node x nodes), None without one."""
+        return self.layout.devices if self.layout is not None else None
+
+    @property
+    def counted_workers(self) -> list[WorkerState]:
+        """The live workers whose devices count for the pool: on a backend pool those of its
+        backend; on a cpu pool every one (its machine); on a manifest pool none."""
+        if self.declares_devices:
+            return []
+        if self.pool.backend == CPU_BACKEND:
+            return list(self.live_workers)
+        return [s for s in self.live_workers if s.worker.backend == self.pool.backend]
+
+    @property
     def devices_reported(self) -> int:
-        """Devices the live workers report, summed."""
-        return sum(state.device_count for state in self.live_workers)
+        """The pool's devices now: its declared layout for a manifest pool; else the devices
+        its counted live workers report (one per machine for a cpu pool)."""
+        if self.declares_devices:
+            return self.devices_declared or 0
+        if self.pool.backend == CPU_BACKEND:
+            return len(self.live_workers)
+        return sum(state.device_count for state in self.counted_workers)
+
+    @property
+    def device_warnings(self) -> list[str]:
+        """Where the live workers and the pool's layout disagree (a backend pool, not cpu or
+        manifest): a worker on another backend, whose devices do not count, and a layout
+        declaring more devices than the live workers report. Empty without a live worker
+        (the pool then says it has none)."""
+        if self.declares_devices or self.pool.backend == CPU_BACKEND or not self.live_workers:
+            return []
+        warnings = [
+            f"worker {s.worker.name} runs on {s.worker.backend or 'an unreported backend'}, "
+            f"not {self.pool.backend}: its {s.device_count} device(s) are not counted"
+            for s in self.live_workers
+            if s.worker.backend != self.pool.backend
+        ]
+        layout = self.layout
+        if layout is not None and layout.devices > self.devices_reported:
+            warnings.append(
+                f"layout says {layout.devices_per_node} per node x {layout.nodes} "
+                f"node{'s' if layout.nodes != 1 else ''}; live workers report "
+                f"{self.devices_reported}"
+            )
+        return warnings
 
     @property
     def devices_held(self) -> int:
@@ -420,7 +490,9 @@ def plan_start_estimate(
     counted against it; None: the plan would join the end of the queue).
 
     Returns JSON-able values: can_start_now (bool), devices_needed, devices_reported
-    (devices the live workers report), devices_held (by other running jobs), devices_free,
+    (the pool's devices: what its live workers report, or a manifest pool's declared
+    layout), devices_source (how they were counted: "reported" or "declared (...)"),
+    devices_held (by other running jobs), devices_free,
     queue_position (jobs on the pool created before `job`, with a stage queued and none
     running; 0 when none), estimated_start_at (ISO 8601 UTC, or None when no estimate is
     possible), estimated_wait_s (seconds, or None), median_stage_s and history_stages (the
@@ -444,6 +516,7 @@ def plan_start_estimate(
         "can_start_now": False,
         "devices_needed": devices,
         "devices_reported": reported,
+        "devices_source": inventory.devices_label,
         "devices_held": held,
         "devices_free": free,
         "queue_position": len(ahead),
@@ -458,14 +531,22 @@ def plan_start_estimate(
         answer["reason"] = (
             f"no live worker on pool {pool.name} (queue {pool.queue}): jobs wait until one starts"
         )
-        answer["estimate_basis"] = "no estimate: no live worker reports devices"
+        answer["estimate_basis"] = "no estimate: no live worker takes the pool's jobs"
         return answer
     if reported < devices:
-        answer["reason"] = (
-            f"needs {devices} device(s), live workers report {reported}: the pool is too "
-            "small as it is now"
+        counted = (
+            f"the pool declares {reported}"
+            if inventory.declares_devices
+            else f"live workers report {reported}"
         )
-        answer["estimate_basis"] = "no estimate: it cannot start until workers report enough"
+        answer["reason"] = (
+            f"needs {devices} device(s), {counted}: the pool is too small as it is now"
+        )
+        answer["estimate_basis"] = (
+            "no estimate: it cannot start until the pool's layout declares enough"
+            if inventory.declares_devices
+            else "no estimate: it cannot start until workers report enough"
+        )
         return answer
     if free >= devices and not ahead:
         answer.update(

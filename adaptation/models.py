@@ -112,17 +112,21 @@ class AcceleratorPool(models.Model):
         help_text="Blank: the catalog's figure for the kind (1 for a cpu pool).",
     )
     nodes = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
-    intra_node_bandwidth_gbps = models.FloatField(
+    intra_node_bandwidth_gb_per_s = models.FloatField(
+        "Intra-node bandwidth (GB/s per direction)",
         null=True,
         blank=True,
         validators=[MinValueValidator(0.001)],
-        help_text="Device-to-device GB/s per direction inside a node; blank: the catalog's.",
+        help_text="Device-to-device GB/s (decimal) per direction inside a node; blank: the "
+        "catalog's.",
     )
-    inter_node_bandwidth_gbps = models.FloatField(
+    inter_node_bandwidth_gb_per_s = models.FloatField(
+        "Inter-node bandwidth (GB/s per device and direction)",
         null=True,
         blank=True,
         validators=[MinValueValidator(0.001)],
-        help_text="Network GB/s per device and direction across nodes; blank: the catalog's.",
+        help_text="Network GB/s (decimal) per device and direction across nodes; blank: the "
+        "catalog's.",
     )
     description = models.TextField(blank=True)
     enabled = models.BooleanField(default=True)
@@ -223,23 +227,36 @@ class AcceleratorKind(models.Model):
     kind = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=128)
     vendor = models.CharField(max_length=64, blank=True)
-    memory_gib = models.FloatField(validators=[MinValueValidator(0.001)])
-    memory_bandwidth_tbps = models.FloatField(null=True, blank=True)
-    dense_bf16_tflops = models.FloatField(null=True, blank=True)
-    dense_fp8_tflops = models.FloatField(
-        null=True, blank=True, help_text="Or INT8 TOP/s when the low-precision kind is int8."
+    memory_gib = models.FloatField("Memory (GiB)", validators=[MinValueValidator(0.001)])
+    memory_bandwidth_tb_per_s = models.FloatField("Memory bandwidth (TB/s)", null=True, blank=True)
+    dense_bf16_tflop_per_s = models.FloatField("Dense BF16 (TFLOP/s)", null=True, blank=True)
+    dense_fp8_tflop_per_s = models.FloatField(
+        "Dense FP8 (TFLOP/s)",
+        null=True,
+        blank=True,
+        help_text="Or INT8 TOP/s when the low-precision kind is int8.",
     )
     low_precision_kind = models.CharField(
         max_length=8, blank=True, choices=[("fp8", "FP8"), ("int8", "INT8")]
     )
     dtypes = models.JSONField(default=default_pool_dtypes, blank=True)
-    intra_node_bandwidth_gbps = models.FloatField(null=True, blank=True)
-    inter_node_bandwidth_gbps = models.FloatField(null=True, blank=True)
+    intra_node_bandwidth_gb_per_s = models.FloatField(
+        "Intra-node bandwidth (GB/s per direction)", null=True, blank=True
+    )
+    inter_node_bandwidth_gb_per_s = models.FloatField(
+        "Inter-node bandwidth (GB/s per device and direction)", null=True, blank=True
+    )
     devices_per_node = models.PositiveIntegerField(default=8, validators=[MinValueValidator(1)])
     device_resource = models.CharField(
         max_length=64, default="nvidia.com/gpu", help_text="Kubernetes extended resource name."
     )
-    sources = models.JSONField(default=dict, blank=True)
+    sources = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Per figure given, its source (datasheet title and address), keyed as in the "
+        "catalog file: memory_bytes, memory_bandwidth_bytes_per_s, dense_bf16_flops, "
+        "dense_fp8_flops, intra_node_bandwidth_bytes_per_s, inter_node_bandwidth_bytes_per_s.",
+    )
     notes = models.TextField(blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -253,11 +270,11 @@ class AcceleratorKind(models.Model):
     CATALOG_FIELDS = {
         "kind": "kind",
         "memory_bytes": "memory_gib",
-        "memory_bandwidth_bytes_per_s": "memory_bandwidth_tbps",
-        "dense_bf16_flops": "dense_bf16_tflops",
-        "dense_fp8_flops": "dense_fp8_tflops",
-        "intra_node_bandwidth_bytes_per_s": "intra_node_bandwidth_gbps",
-        "inter_node_bandwidth_bytes_per_s": "inter_node_bandwidth_gbps",
+        "memory_bandwidth_bytes_per_s": "memory_bandwidth_tb_per_s",
+        "dense_bf16_flops": "dense_bf16_tflop_per_s",
+        "dense_fp8_flops": "dense_fp8_tflop_per_s",
+        "intra_node_bandwidth_bytes_per_s": "intra_node_bandwidth_gb_per_s",
+        "inter_node_bandwidth_bytes_per_s": "inter_node_bandwidth_gb_per_s",
         "devices_per_node": "devices_per_node",
         "low_precision_kind": "low_precision_kind",
         "dtypes": "dtypes",
@@ -268,9 +285,10 @@ class AcceleratorKind(models.Model):
         """Check the row as the catalog checks a file entry (`workers.catalog.parse_accelerator`):
         every figure given is positive and has its source in `sources` (keyed as in the file:
         "memory_bytes", "memory_bandwidth_bytes_per_s", ...), `dtypes` is a list of dtype
-        names. Raises `ValidationError` on the field at fault."""
+        names. Raises `ValidationError` on the fields at fault: every figure without a source
+        at once, not one per save."""
         from adaptation.catalog import accelerator_kind_entry
-        from workers.catalog import CatalogError, parse_accelerator
+        from workers.catalog import CatalogError, missing_sources, parse_accelerator
 
         if not isinstance(self.dtypes, list) or not all(
             isinstance(d, str) and d for d in self.dtypes
@@ -284,17 +302,21 @@ class AcceleratorKind(models.Model):
             )
         if self.memory_gib is None or self.devices_per_node is None:
             return  # the field's own error says so
+        entry = accelerator_kind_entry(self)
+        if missing := missing_sources(entry):
+            raise ValidationError(
+                {
+                    self.CATALOG_FIELDS[key]: f'No source for this figure: add "{key}": '
+                    '"<datasheet title and address>" to sources.'
+                    for key in missing
+                }
+            )
         try:
-            parse_accelerator(accelerator_kind_entry(self))
+            parse_accelerator(entry)
         except CatalogError as err:
             field_name = self.CATALOG_FIELDS.get(err.field or "")
             message = str(err).removeprefix(f"{self.kind!r}: ")
-            if "has no source" in message:
-                message = (
-                    f'No source for this figure: add "{err.field}": "<datasheet title and '
-                    'address>" to sources.'
-                )
-            elif "must be a positive number" in message:
+            if "must be a positive number" in message:
                 message = "Must be above 0 (or blank where the vendor does not publish it)."
             raise ValidationError({field_name: message} if field_name else message) from err
 
@@ -597,6 +619,14 @@ class PerformancePoint(models.Model):
     `metric` is a name from the performance stage ("ttft_s", "tpot_s", "tpot_p95_s",
     "prefill_tokens_per_s", "decode_tokens_per_s", "peak_process_rss_bytes",
     "peak_device_allocated_bytes"); `unit` its unit ("s", "tokens/s", "bytes").
+
+    Calibration rows (`workers/stages/plan/calibration.py`): the roofline's prediction of the
+    twin's own points on the device that measured them (kind "predicted", model "twin", the
+    same metrics), the twin's efficiency per point (kind "measured", model "twin", metrics
+    "decode_efficiency" and "prefill_efficiency", unit "ratio": measured / predicted), and a
+    full-size prediction corrected by the pool's running calibration (kind "predicted",
+    model "full-size", metrics "calibrated_tpot_s", "calibrated_decode_tokens_per_s",
+    "calibrated_ttft_s", "calibrated_prefill_tokens_per_s").
     """
 
     class Kind(models.TextChoices):

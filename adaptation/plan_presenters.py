@@ -19,13 +19,17 @@ from adaptation import charts
 from adaptation.catalog import catalog_current, pool_catalog
 from adaptation.inventory import plan_start_estimate
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun, StageStatus
-from adaptation.presenters import latest_analysis_run
+from adaptation.presenters import latest_analysis_run, waiting_label
 from adaptation.selectors import latest_runs_by_stage
 from adaptation.templatetags.day0_format import MISSING, bytes_per_token, gib
 from workers.catalog import Accelerator, Catalog, CatalogError
 from workers.stages.plan import NoFittingPlan, PlanInputError, PoolLayout, plan_release
 
 PLAN_STAGE = "plan"
+# Why the predicted efficiency per device can exceed 1 (said where it does).
+EFFICIENCY_ABOVE_ONE = (
+    "above 1: more devices leave more memory for the KV cache, so a larger batch fits per device"
+)
 # The compare page plans a catalog kind on one node, then on as many nodes as it needs, up to:
 COMPARE_MAX_NODES = 16
 # Serving dtypes the compare page offers (the planner's names; "checkpoint" is the default).
@@ -60,6 +64,18 @@ def ms_text(seconds: Any) -> str:
 def split_text(item: Mapping[str, Any]) -> str:
     """A split as the planner writes it: "TP1 PP1 EP8 DP8"."""
     return " ".join(f"{k.upper()}{item.get(k, MISSING)}" for k in ("tp", "pp", "ep", "dp"))
+
+
+def short_dtype_label(dtype: Any, label: Any) -> str:
+    """A serving dtype in a few words for a table cell: the checkpoint's own as its format's
+    first word ("checkpoint (fp8 e4m3 (128x128 blocks))" → "fp8 (checkpoint)"), any other as
+    the planner names it ("bfloat16")."""
+    text = str(label or dtype or MISSING)
+    prefix = "checkpoint ("
+    if dtype == "checkpoint" and text.startswith(prefix) and text.endswith(")"):
+        words = text[len(prefix) : -1].split()
+        return f"{words[0]} (checkpoint)" if words else "checkpoint"
+    return text
 
 
 def _nodes_text(nodes: Any, per_node: Any) -> str:
@@ -151,6 +167,7 @@ class ScalingRow:
     per_device: str
     efficiency: str
     within_pool: bool
+    above_one: bool = False  # efficiency above 1: see `EFFICIENCY_ABOVE_ONE`
 
 
 @dataclass(frozen=True)
@@ -180,6 +197,7 @@ class PlanPanel:
     pool_name: str
     accelerator: str = ""
     state: str = "waiting"  # "planned", "failed" or "waiting" (pending, queued, running)
+    waiting: str = ""  # pending or queued on a pool no live worker serves: it says so
     facts: list[Fact] = field(default_factory=list)
     split: str = ""
     memory: list[Fact] = field(default_factory=list)
@@ -189,6 +207,8 @@ class PlanPanel:
     predicted_reason: str = ""
     charts: list[ChartSlot] = field(default_factory=list)
     scaling: list[ScalingRow] = field(default_factory=list)
+    scaling_reason: str = ""  # why there is no scaling curve (no prediction), "" when there is
+    scaling_note: str = ""  # `EFFICIENCY_ABOVE_ONE` when a row's efficiency exceeds 1
     runners_up: list[RunnerUp] = field(default_factory=list)
     communication: list[CommRow] = field(default_factory=list)
     communication_facts: list[Fact] = field(default_factory=list)
@@ -344,6 +364,7 @@ def _scaling(scaling: Iterable[Any], per_node: Any) -> list[ScalingRow]:
                 per_device=tokens_per_s_text(point.get("decode_tokens_per_s_per_device")),
                 efficiency=MISSING if efficiency is None else f"{efficiency:.2f}",
                 within_pool=bool(point.get("within_pool", True)),
+                above_one=efficiency is not None and round(efficiency, 2) > 1,
             )
         )
     return rows
@@ -426,7 +447,15 @@ def _planned(panel: PlanPanel, result: Mapping[str, Any]) -> None:
         for name, figure, label, css in figures
         if figure is not None
     ]
-    panel.scaling = _scaling(_list(result.get("scaling")), per_node)
+    scaling = [_dict(p) for p in _list(result.get("scaling"))]
+    if any(_number(p.get("decode_tokens_per_s")) is not None for p in scaling):
+        panel.scaling = _scaling(scaling, per_node)
+        if any(row.above_one for row in panel.scaling):
+            panel.scaling_note = EFFICIENCY_ABOVE_ONE
+    else:  # a split per count, but no speed to draw: say why instead of an empty chart
+        panel.scaling_reason = panel.predicted_reason or str(
+            predicted.get("reason") or "no prediction for any device count"
+        )
     panel.runners_up = [_runner_up(_dict(r)) for r in _list(result.get("runners_up"))]
     panel.communication, panel.communication_facts = _communication(
         _dict(result.get("communication"))
@@ -449,12 +478,17 @@ def start_facts(estimate: Mapping[str, Any]) -> list[Fact]:
     its pool, the devices it needs against those reported and free, its place in the queue,
     and the estimated start with its basis (an estimate, never a promise)."""
     start = parse_datetime(str(estimate.get("estimated_start_at") or ""))
+    source = str(estimate.get("devices_source") or "reported")
+    counted = (
+        f"live workers report {estimate.get('devices_reported', MISSING)}"
+        if source == "reported"
+        else f"{estimate.get('devices_reported', MISSING)} {source}"
+    )
     facts = [
         Fact("Can start now", "yes" if estimate.get("can_start_now") else "no"),
         Fact(
             "Devices needed",
-            f"{estimate.get('devices_needed', MISSING)}; live workers report "
-            f"{estimate.get('devices_reported', MISSING)}, "
+            f"{estimate.get('devices_needed', MISSING)}; {counted}, "
             f"{estimate.get('devices_free', MISSING)} free",
         ),
         Fact("Jobs ahead in the queue", str(estimate.get("queue_position", MISSING))),
@@ -469,8 +503,12 @@ def start_facts(estimate: Mapping[str, Any]) -> list[Fact]:
     return facts
 
 
-def plan_panel(job: AdaptationJob) -> PlanPanel | None:
-    """The plan panel of `job` (stage runs prefetched), or None when it has no `plan` run."""
+def plan_panel(
+    job: AdaptationJob, *, pools_without_worker: Mapping[int, AcceleratorPool] | None = None
+) -> PlanPanel | None:
+    """The plan panel of `job` (stage runs prefetched), or None when it has no `plan` run.
+    `pools_without_worker` (by id, `inventory.pools_without_live_worker`) marks a pending or
+    queued plan whose pool no live worker serves as waiting for one."""
     run = latest_runs_by_stage(job).get(PLAN_STAGE)
     if run is None:
         return None
@@ -490,13 +528,22 @@ def plan_panel(job: AdaptationJob) -> PlanPanel | None:
     elif run.status == StageStatus.FAILED:
         panel.state = "failed"
         panel.failure = _failure(run, result)
+    elif run.status in (StageStatus.PENDING, StageStatus.QUEUED):
+        panel.waiting = waiting_label((pools_without_worker or {}).get(job.pool_id))
     return panel
 
 
-def plan_panels(release: ModelRelease) -> list[PlanPanel]:
+def plan_panels(
+    release: ModelRelease, *, pools_without_worker: Mapping[int, AcceleratorPool] | None = None
+) -> list[PlanPanel]:
     """A plan panel per job of the release with a `plan` run, newest job first (jobs and
-    their stage runs prefetched, as `selectors.release_detail` does)."""
-    return [panel for job in release.jobs.all() if (panel := plan_panel(job)) is not None]
+    their stage runs prefetched, as `selectors.release_detail` does); `pools_without_worker`
+    as for `plan_panel`."""
+    return [
+        panel
+        for job in release.jobs.all()
+        if (panel := plan_panel(job, pools_without_worker=pools_without_worker)) is not None
+    ]
 
 
 # --- compare pools --------------------------------------------------------------------------
@@ -505,7 +552,12 @@ def plan_panels(release: ModelRelease) -> list[PlanPanel]:
 @dataclass(frozen=True)
 class CompareRow:
     """How one configured pool, or one catalog kind on as many nodes as it needs, would serve
-    the release. Speeds, TPOT and memory are the planner's predictions."""
+    the release. Speeds, TPOT and memory are the planner's predictions.
+
+    `verdict` is short ("does not fit the pool"); `would_fit` what the planner says would,
+    and `reason` the planner's whole explanation (why it does not fit, or why a fitting row
+    has no prediction). `fewest_devices` and `most_tokens_per_device` mark the fitting rows
+    that need the fewest devices and that predict the most decode tokens/s per device."""
 
     name: str
     source: str  # "pool" or "catalog kind"
@@ -516,7 +568,8 @@ class CompareRow:
     devices: int | None = None
     nodes: int | None = None
     split: str = MISSING
-    dtype: str = MISSING
+    dtype: str = MISSING  # the planner's label, in full
+    dtype_short: str = MISSING  # the same in a few words, for a table cell
     batch_1_tokens_per_s: float | None = None
     largest_tokens_per_s: float | None = None
     largest_sequences: int | None = None
@@ -525,19 +578,40 @@ class CompareRow:
     memory_used_bytes: float | None = None
     memory_capacity_bytes: float | None = None
     reason: str = ""
+    would_fit: str = ""
     note: str = ""
     inputs: Mapping[str, Any] = field(default_factory=dict)
-    best: bool = False
+    fewest_devices: bool = False
+    most_tokens_per_device: bool = False
 
     def sort_key(self) -> tuple:
+        """Fitting rows first; among them the fewest nodes, then the most predicted decode
+        tokens/s per device at the largest batch (devices of different kinds are not worth
+        the same: a count of devices alone ranks a slow kind first), then fewer devices."""
         return (
             not self.fits,
+            self.nodes if self.fits and self.nodes else float("inf"),
+            -(self.tokens_per_s_per_device or 0.0),
             self.devices if self.fits and self.devices else float("inf"),
-            -(self.largest_tokens_per_s or 0.0),
-            -(self.batch_1_tokens_per_s or 0.0),
             self.source != "pool",
             self.name,
         )
+
+    @property
+    def tokens_per_s_per_device(self) -> float | None:
+        """Predicted decode tokens/s at the largest batch, per device of the split."""
+        if self.largest_tokens_per_s is None or not self.devices:
+            return None
+        return self.largest_tokens_per_s / self.devices
+
+    @property
+    def per_device_text(self) -> str:
+        return tokens_per_s_text(self.tokens_per_s_per_device)
+
+    @property
+    def unpredicted(self) -> bool:
+        """A fitting row without predicted speeds: `reason` says why."""
+        return self.fits and self.batch_1_tokens_per_s is None and self.largest_tokens_per_s is None
 
     @property
     def batch_1_text(self) -> str:
@@ -564,7 +638,7 @@ class CompareRow:
 
 @dataclass
 class Comparison:
-    """The compare-pools table of one release's analysis, best choice first."""
+    """The compare-pools table of one release's analysis, in `CompareRow.sort_key` order."""
 
     analysis_run: StageRun | None
     rows: list[CompareRow] = field(default_factory=list)
@@ -590,6 +664,7 @@ def _row_from_plan(
         nodes=plan.get("nodes"),
         split=split_text(plan),
         dtype=str(plan.get("dtype_label") or plan.get("dtype") or MISSING),
+        dtype_short=short_dtype_label(plan.get("dtype"), plan.get("dtype_label")),
         batch_1_tokens_per_s=_number(batch_1.get("decode_tokens_per_s")),
         largest_tokens_per_s=_number(largest.get("decode_tokens_per_s")),
         largest_sequences=largest.get("concurrent_sequences"),
@@ -675,12 +750,14 @@ def _plan_pool(
     *,
     release: str,
     options: Mapping[str, Any],
+    catalog: Catalog,
 ) -> CompareRow:
     """A configured pool with its real layout (nodes, devices per node, bandwidths) and its
-    catalog as `catalog.pool_catalog` gives it (a cpu pool: its live worker's machine)."""
+    catalog as `catalog.pool_catalog` gives it (a cpu pool: its live worker's machine), from
+    `catalog` (`catalog_current()`, loaded once for every row)."""
     failed = {"name": pool.name, "source": "pool", "fits": False}
     try:
-        catalog, layout, note = pool_catalog(pool)
+        catalog, layout, note = pool_catalog(pool, catalog)
         accelerator = catalog.accelerator(layout.accelerator)
     except (CatalogError, PlanInputError) as err:
         return CompareRow(
@@ -698,7 +775,8 @@ def _plan_pool(
             **failed,
             accelerator=accelerator.name,
             layout=shape,
-            verdict="does not fit the pool" + (f"; would fit: {'; '.join(would)}" if would else ""),
+            verdict="does not fit the pool",
+            would_fit="; ".join(would),
             reason=str(err),
             note=note,
         )
@@ -720,6 +798,25 @@ def _plan_pool(
         verdict=f"fits the pool on {result['devices']} of its {layout.devices} devices",
     )
     return replace(row, note=note)
+
+
+def _marked(rows: list[CompareRow]) -> list[CompareRow]:
+    """`rows` with the fitting ones that need the fewest devices marked `fewest_devices`, and
+    those predicting the most decode tokens/s per device marked `most_tokens_per_device`
+    (ties all marked)."""
+    fitting = [r for r in rows if r.fits and r.devices]
+    fewest = min((r.devices for r in fitting), default=None)
+    fastest = max((r.tokens_per_s_per_device or 0.0 for r in fitting), default=0.0)
+    return [
+        replace(
+            row,
+            fewest_devices=row.fits and fewest is not None and row.devices == fewest,
+            most_tokens_per_device=row.fits
+            and fastest > 0
+            and row.tokens_per_s_per_device == fastest,
+        )
+        for row in rows
+    ]
 
 
 def _inputs_text(rows: Sequence[CompareRow], options: Mapping[str, Any]) -> str:
@@ -752,10 +849,11 @@ def compare_pools(
 ) -> Comparison:
     """Plan the release's latest succeeded analysis on each catalog kind and each given pool.
 
-    Rows are sorted best first: those that fit, fewest devices first, then the highest
-    predicted decode tokens/s at the largest batch; then those that do not fit. A row that
-    cannot be planned says why; nothing raises. `release` has its jobs and stage runs
-    prefetched."""
+    Rows that fit come first, by fewest nodes, then the most predicted decode tokens/s per
+    device at the largest batch; then those that do not fit. No row is "best": kinds differ,
+    so two marks say what each row is best at (`fewest_devices`, `most_tokens_per_device`).
+    A row that cannot be planned says why; nothing raises. The catalog (file plus admin
+    rows) is loaded once for all rows. `release` has its jobs and stage runs prefetched."""
     run = latest_analysis_run(release)
     comparison = Comparison(analysis_run=run)
     if run is None or not isinstance(run.result, Mapping):
@@ -767,7 +865,8 @@ def compare_pools(
         return comparison
     options = {"context_tokens": context_tokens, "concurrency": concurrency, "dtype": dtype}
     rows = [
-        _plan_pool(run.result, pool, release=release.repo_id, options=options) for pool in pools
+        _plan_pool(run.result, pool, release=release.repo_id, options=options, catalog=catalog)
+        for pool in pools
     ]
     rows += [
         _plan_kind(
@@ -780,9 +879,7 @@ def compare_pools(
         for kind in catalog.kinds()
     ]
     rows.sort(key=CompareRow.sort_key)
-    if rows and rows[0].fits:
-        rows[0] = replace(rows[0], best=True)
-    comparison.rows = rows
+    comparison.rows = _marked(rows)
     comparison.inputs = _inputs_text(rows, options)
     figure = charts.compare_pools_throughput(
         [

@@ -34,17 +34,20 @@ def make_worker(
     **fields: Any,
 ) -> Worker:
     """A worker that beat `heartbeat_age_s` seconds before `now`; `stopped` marks it stopped
-    at its last beat."""
+    at its last beat. Its backend is its devices' type ("cuda" for `cuda_devices`), as a
+    worker describes itself (`workers.pools.describe_this_worker`), unless given."""
     now = now or timezone.now()
     n = next(_counter)
     beat = now - timedelta(seconds=heartbeat_age_s)
+    devices = [cpu_device()] if devices is None else devices
+    backend = next((d.get("type") for d in devices if d.get("type")), "cpu")
     defaults: dict[str, Any] = {
         "name": f"w{n}@host-{n}",
         "hostname": f"host-{n}",
         "pid": 1000 + n,
         "queues": list(queues),
-        "backend": "cpu",
-        "devices": [cpu_device()] if devices is None else devices,
+        "backend": backend,
+        "devices": devices,
         "cpu_cores": 16,
         "memory_bytes": 64 * GIB,
         "software": {"torch": "2.13.0+cpu", "python": "3.11.7", "celery": "5.7.0"},

@@ -11,30 +11,34 @@ again at the next beat: it never stops the worker.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import platform
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
 
+from workers.catalog import physical_memory_bytes
+
 logger = logging.getLogger(__name__)
 
-
-def host_memory_bytes() -> int | None:
-    """The host's physical memory in bytes (`os.sysconf`), or None where it cannot say."""
-    try:
-        pages = os.sysconf("SC_PHYS_PAGES")
-        page_size = os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, OSError, ValueError):
-        return None
-    if pages <= 0 or page_size <= 0:
-        return None
-    return int(pages) * int(page_size)
+# Torch backends a worker may run on, in the order tried: (the attribute of `torch`, the
+# optional package that registers it when it is not built in). Each is a module exposing
+# is_available, device_count and get_device_name / get_device_properties, as torch.cuda does.
+ACCELERATOR_BACKENDS: tuple[tuple[str, str | None], ...] = (
+    ("cuda", None),  # NVIDIA, and AMD through ROCm builds of torch
+    ("xpu", None),  # Intel GPUs
+    ("hpu", "habana_frameworks.torch.hpu"),  # Intel Gaudi
+    ("npu", "torch_npu"),  # Huawei Ascend
+    ("mlu", "torch_mlu"),  # Cambricon MLU
+)
 
 
 def cpu_model_name() -> str:
@@ -50,34 +54,75 @@ def cpu_model_name() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-def _accelerator_devices(torch: Any) -> tuple[str, list[dict[str, Any]]]:
-    """The torch backend ("cuda", "xpu" or "cpu") and its devices as torch reports them
-    (memory in bytes); ("cpu", []) when no accelerator is available."""
-    for backend in ("cuda", "xpu"):
-        module = getattr(torch, backend, None)
-        if module is None or not module.is_available():
-            continue
-        devices = []
-        for index in range(module.device_count()):
+def _backend_module(
+    torch: Any, name: str, extension: str | None, import_module: Callable[[str], ModuleType]
+) -> Any:
+    """`torch.<name>` once its optional `extension` package is imported (importing it
+    registers the backend; where it does not, the package's own module if it is the
+    backend's), or None when absent. A missing or broken extension is no error: skipped."""
+    module = getattr(torch, name, None)
+    if module is not None or not extension:
+        return module
+    try:
+        imported = import_module(extension)
+    except Exception:  # ImportError, or a plugin failing to load: not this machine's
+        logger.debug("torch backend %s: %s not importable", name, extension, exc_info=True)
+        return None
+    module = getattr(torch, name, None)
+    if module is None and callable(getattr(imported, "device_count", None)):
+        module = imported
+    return module
+
+
+def _device(module: Any, backend: str, index: int) -> dict[str, Any]:
+    """One device as a backend module reports it: its name and total memory in bytes
+    (None when the backend does not say)."""
+    props = None
+    if callable(getattr(module, "get_device_properties", None)):
+        try:
             props = module.get_device_properties(index)
-            devices.append(
-                {
-                    "index": index,
-                    "name": str(getattr(props, "name", backend)),
-                    "memory_bytes": int(getattr(props, "total_memory", 0)) or None,
-                    "type": backend,
-                }
-            )
-        return backend, devices
+        except Exception:
+            props = None
+    name = getattr(props, "name", None)
+    if not name and callable(getattr(module, "get_device_name", None)):
+        try:
+            name = module.get_device_name(index)
+        except Exception:
+            name = None
+    memory = getattr(props, "total_memory", None)
+    memory = int(memory) if isinstance(memory, int | float) and memory > 0 else None
+    return {"index": index, "name": str(name or backend), "memory_bytes": memory, "type": backend}
+
+
+def _accelerator_devices(
+    torch: Any, import_module: Callable[[str], ModuleType] = importlib.import_module
+) -> tuple[str, list[dict[str, Any]]]:
+    """The first torch backend of `ACCELERATOR_BACKENDS` with a device ("cuda", "xpu",
+    "hpu", "npu", "mlu") and its devices as torch reports them (memory in bytes); ("cpu",
+    []) when none is available. A backend whose optional package is missing, or whose module
+    raises, is skipped: describing the worker never fails."""
+    for backend, extension in ACCELERATOR_BACKENDS:
+        module = _backend_module(torch, backend, extension, import_module)
+        if module is None or not callable(getattr(module, "device_count", None)):
+            continue
+        try:
+            available = getattr(module, "is_available", lambda: True)()
+            count = int(module.device_count()) if available else 0
+        except Exception:
+            logger.warning("torch backend %s failed to report its devices", backend, exc_info=True)
+            continue
+        if count > 0:
+            return backend, [_device(module, backend, index) for index in range(count)]
     return "cpu", []
 
 
 def describe_this_worker(queues: list[str]) -> dict[str, Any]:
     """What this process runs on, as plain JSON-able values: hostname, pid, queues, backend
-    ("cuda", "xpu" or "cpu", as torch reports), devices ([{"index", "name", "memory_bytes",
-    "type"}]; on a host without accelerator, the host itself as one "cpu" device with its
-    memory), cpu_cores (`os.cpu_count()`), memory_bytes (physical memory, bytes; None where
-    the OS cannot say) and software versions (torch, python, celery).
+    ("cuda", "xpu", "hpu", "npu", "mlu" or "cpu", as torch reports), devices ([{"index",
+    "name", "memory_bytes", "type"}]; on a host without accelerator, the host itself as one
+    "cpu" device with its memory), cpu_cores (`os.cpu_count()`), memory_bytes (physical
+    memory, bytes; None where the OS cannot say) and software versions (torch, python,
+    celery).
 
     Imports torch (a few seconds the first time): call it in a worker, not in the web
     process.
@@ -85,7 +130,7 @@ def describe_this_worker(queues: list[str]) -> dict[str, Any]:
     import celery
     import torch
 
-    memory = host_memory_bytes()
+    memory = physical_memory_bytes()
     backend, devices = _accelerator_devices(torch)
     if not devices:
         devices = [{"index": 0, "name": cpu_model_name(), "memory_bytes": memory, "type": "cpu"}]
@@ -222,7 +267,6 @@ __all__ = [
     "connect_worker_signals",
     "consumer_queue_names",
     "describe_this_worker",
-    "host_memory_bytes",
     "on_worker_ready",
     "on_worker_shutdown",
 ]

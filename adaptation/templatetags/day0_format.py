@@ -14,10 +14,11 @@ from typing import Any
 
 from django import template
 
+from adaptation.catalog import GIB
+
 register = template.Library()
 
 MISSING = "—"
-GIB = 2**30
 
 
 def _number(value: Any) -> float | None:

@@ -3,13 +3,18 @@ shown next to what the shipped file says; the worker list is read-only."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
-from adaptation.catalog import catalog_current, pool_catalog
+from adaptation import catalog as site_catalog
+from adaptation.catalog import catalog_current, gb_per_s_to_bytes_per_s, pool_catalog, pool_layout
 from adaptation.models import AcceleratorKind, AcceleratorPool, Worker
 from tests.factories import cpu_pool
-from workers.catalog import load_catalog
+from workers.catalog import SOURCED_FIGURES, load_catalog
 
 pytestmark = pytest.mark.django_db
 
@@ -22,8 +27,8 @@ def kind_row(**fields) -> AcceleratorKind:
         "name": "Example NPU",
         "vendor": "Example",
         "memory_gib": 64,
-        "memory_bandwidth_tbps": 1.6,
-        "dense_bf16_tflops": 320,
+        "memory_bandwidth_tb_per_s": 1.6,
+        "dense_bf16_tflop_per_s": 320,
         "dtypes": ["bfloat16", "float16"],
         "devices_per_node": 8,
         "sources": {
@@ -52,10 +57,69 @@ def test_a_complete_row_is_accepted_and_joins_the_catalog():
 
 
 def test_a_figure_without_a_source_is_refused_on_that_field():
-    row = kind_row(dense_fp8_tflops=640)  # no sources["dense_fp8_flops"]
+    row = kind_row(dense_fp8_tflop_per_s=640)  # no sources["dense_fp8_flops"]
     errors = errors_of(row)
-    assert list(errors) == ["dense_fp8_tflops"]
-    assert 'add "dense_fp8_flops"' in errors["dense_fp8_tflops"][0]
+    assert list(errors) == ["dense_fp8_tflop_per_s"]
+    assert 'add "dense_fp8_flops"' in errors["dense_fp8_tflop_per_s"][0]
+
+
+def test_every_figure_without_a_source_is_reported_at_once():
+    """Not one per save: each figure given without its source is named in one go."""
+    row = kind_row(
+        dense_fp8_tflop_per_s=640,
+        intra_node_bandwidth_gb_per_s=392,
+        inter_node_bandwidth_gb_per_s=50,
+        sources={"memory_bytes": "Example NPU datasheet, https://example.com/npu"},
+    )
+    errors = errors_of(row)
+    assert sorted(errors) == sorted(
+        [
+            "memory_bandwidth_tb_per_s",
+            "dense_bf16_tflop_per_s",
+            "dense_fp8_tflop_per_s",
+            "intra_node_bandwidth_gb_per_s",
+            "inter_node_bandwidth_gb_per_s",
+        ]
+    )
+    assert 'add "inter_node_bandwidth_bytes_per_s"' in errors["inter_node_bandwidth_gb_per_s"][0]
+
+
+def test_unit_fields_say_their_unit_and_sources_its_keys():
+    """Names say the unit ("_gb_per_s": gigabytes per second, not gigabits), and so do the
+    labels the admin shows; the sources field lists the keys it expects."""
+    labels = {f.name: str(f.verbose_name) for f in AcceleratorKind._meta.get_fields() if f.concrete}
+    assert labels["memory_gib"] == "Memory (GiB)"
+    assert labels["memory_bandwidth_tb_per_s"] == "Memory bandwidth (TB/s)"
+    assert labels["dense_bf16_tflop_per_s"] == "Dense BF16 (TFLOP/s)"
+    assert labels["dense_fp8_tflop_per_s"] == "Dense FP8 (TFLOP/s)"
+    assert labels["intra_node_bandwidth_gb_per_s"] == "Intra-node bandwidth (GB/s per direction)"
+    assert "GB/s" in labels["inter_node_bandwidth_gb_per_s"]
+    pool_labels = {f.name: str(f.verbose_name) for f in AcceleratorPool._meta.concrete_fields}
+    assert pool_labels["intra_node_bandwidth_gb_per_s"] == (
+        "Intra-node bandwidth (GB/s per direction)"
+    )
+    assert "GB/s" in pool_labels["inter_node_bandwidth_gb_per_s"]
+    help_text = AcceleratorKind._meta.get_field("sources").help_text
+    for key in SOURCED_FIGURES:
+        assert key in help_text
+
+
+def test_a_pools_bandwidth_in_gb_per_s_reaches_the_planner_in_bytes_per_s():
+    from workers.runner import pool_spec
+
+    pool = AcceleratorPool.objects.create(
+        name="h200x8",
+        backend="manifest",
+        accelerator="h200",
+        intra_node_bandwidth_gb_per_s=450,
+        inter_node_bandwidth_gb_per_s=50,
+    )
+    layout = pool_layout(pool)
+    spec = pool_spec(pool)
+    assert layout.intra_node_bandwidth_bytes_per_s == 450e9 == gb_per_s_to_bytes_per_s(450)
+    assert spec.intra_node_bandwidth_bytes_per_s == 450e9
+    assert layout.inter_node_bandwidth_bytes_per_s == spec.inter_node_bandwidth_bytes_per_s == 50e9
+    assert gb_per_s_to_bytes_per_s(None) is None
 
 
 @pytest.mark.parametrize(
@@ -64,7 +128,7 @@ def test_a_figure_without_a_source_is_refused_on_that_field():
         ({"dtypes": "bfloat16"}, "dtypes"),
         ({"dtypes": ["bfloat16", 16]}, "dtypes"),
         ({"sources": ["a datasheet"]}, "sources"),
-        ({"memory_bandwidth_tbps": -1.0}, "memory_bandwidth_tbps"),
+        ({"memory_bandwidth_tb_per_s": -1.0}, "memory_bandwidth_tb_per_s"),
         ({"kind": "cpu"}, "kind"),
     ],
 )
@@ -133,6 +197,67 @@ def test_pool_catalog_of_the_cpu_pool_uses_its_live_worker():
     )
 
 
+def test_pool_catalog_reuses_a_loaded_catalog_and_names_the_figures_origin():
+    """A page planning many pools loads the catalog once: given it, `pool_catalog` asks the
+    database nothing about accelerator kinds, and still says whose figures it uses."""
+    kind_row(kind="h100", name="H100 override", memory_gib=96).save()
+    loaded = catalog_current()
+    h100 = AcceleratorPool.objects.create(name="h100x8", backend="manifest", accelerator="h100")
+    h200 = AcceleratorPool.objects.create(name="h200x8", backend="manifest", accelerator="h200")
+    with CaptureQueriesContext(connection) as queries:
+        _, _, h100_note = pool_catalog(h100, loaded)
+        catalog, _, h200_note = pool_catalog(h200, loaded)
+    assert not [q for q in queries.captured_queries if "acceleratorkind" in q["sql"]]
+    assert catalog is loaded
+    assert h100_note == "h100 (H100 override) figures from the admin's catalog row"
+    assert h200_note.startswith("h200 (NVIDIA H200") and h200_note.endswith(
+        f"figures from catalog {load_catalog().version}"
+    )
+
+
+def test_live_workers_are_read_in_one_place():
+    """The cpu kind's worker comes from the inventory's `live_workers`, the only one."""
+    from adaptation import inventory
+
+    assert not hasattr(site_catalog, "live_workers")
+    assert "live_workers" in inventory.__all__
+
+
+def test_gib_is_defined_once():
+    from adaptation import charts, plan_presenters
+    from adaptation.templatetags import day0_format
+
+    assert site_catalog.GIB == 2**30
+    for module in (charts, day0_format, plan_presenters):
+        assert getattr(module, "GIB", site_catalog.GIB) is site_catalog.GIB, module.__name__
+
+
+def test_the_kind_list_shows_the_shipped_kinds_before_any_row(logged_in_client):
+    """A site starts with no row: the list says what the shipped file already holds, and how
+    to override a kind, instead of a bare "0 accelerator kinds"."""
+    shipped = load_catalog()
+    kind_row(kind="h100", name="H100 override").save()
+    page = logged_in_client.get("/admin/adaptation/acceleratorkind/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    block = re.search(r'<div class="module" id="shipped-catalog">.*?</table>', html, re.S)[0]
+    assert f"Shipped catalog {shipped.version}: {len(shipped.kinds())} kinds" in block
+    assert "Add a row with the same kind to override" in block
+    listed = re.findall(r'<tr class="shipped-kind" data-kind="([^"]+)">', block)
+    assert listed == shipped.kinds()
+    h200 = shipped.accelerator("h200")
+    row = re.search(r'<tr class="shipped-kind" data-kind="h200">(.*?)</tr>', block, re.S)[1]
+    cells = [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td>(.*?)</td>", row, re.S)]
+    assert cells[1].startswith(h200.name)
+    assert cells[2] == f"{h200.memory_bytes / 2**30:,g}"
+    assert cells[3] == f"{h200.memory_bandwidth_bytes_per_s / 1e12:,g}"
+    assert cells[4] == f"{h200.dense_bf16_flops / 1e12:,g}"
+    assert cells[5] == "no"
+    h100 = re.search(r'<tr class="shipped-kind" data-kind="h100">(.*?)</tr>', block, re.S)[1]
+    assert h100.rstrip().endswith("<td>yes</td>")
+    assert "H100 override" in html  # the row itself, below
+
+
 def test_the_kind_admin_shows_what_the_file_says(logged_in_client):
     h100 = load_catalog().accelerator("h100")
     row = kind_row(kind="h100", name="H100 override", memory_gib=96)
@@ -154,7 +279,7 @@ def test_the_kind_admin_refuses_a_figure_without_source(logged_in_client):
             "kind": "npu-x2",
             "name": "NPU",
             "memory_gib": "32",
-            "memory_bandwidth_tbps": "1.0",
+            "memory_bandwidth_tb_per_s": "1.0",
             "dtypes": '["bfloat16"]',
             "devices_per_node": "8",
             "device_resource": "example.com/npu",

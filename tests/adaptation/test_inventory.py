@@ -298,3 +298,106 @@ def test_estimate_without_history_invents_no_number():
 def test_estimate_refuses_a_device_count_below_one():
     with pytest.raises(ValueError, match="positive integer"):
         inventory.plan_start_estimate(pool=cpu_pool(), devices=0)
+
+
+# --- which devices count: backend pools, the cpu pool, manifest pools ----------------------
+
+
+def manifest_pool(**fields) -> AcceleratorPool:
+    defaults = {
+        "name": "gaudi3",
+        "backend": "manifest",
+        "device": "cpu",
+        "accelerator": "gaudi3",
+        "devices_per_node": 8,
+        "nodes": 2,
+    }
+    return AcceleratorPool.objects.create(**{**defaults, **fields})
+
+
+def test_a_manifest_pools_devices_are_its_declared_layout_not_its_workers_cpu(settings):
+    """A manifest pool's worker is not on the accelerator: the one cpu device torch sees
+    there says nothing of the 8 x 2 Gaudi 3 the pool declares."""
+    settings.DAY0_WORKER_STALE_S = 60
+    pool = manifest_pool()
+    now = timezone.now()
+    make_worker(name="manifest@box", queues=("pool.gaudi3",), now=now)  # one cpu device
+
+    inv = inventory.pool_inventory(pool=pool, now=now)
+
+    assert inv.has_live_worker
+    assert inv.declares_devices and inv.devices_declared == 16
+    assert inv.devices_reported == 16 and inv.devices_free == 16
+    assert inv.devices_label == (
+        "declared (manifest pool: its accelerators are not attached to a worker here)"
+    )
+    assert inv.device_warnings == []
+    answer = inventory.plan_start_estimate(pool=pool, devices=16, now=now)
+    assert answer["can_start_now"] is True and answer["devices_reported"] == 16
+    assert answer["devices_source"] == inv.devices_label
+    too_big = inventory.plan_start_estimate(pool=pool, devices=24, now=now)
+    assert too_big["reason"] == (
+        "needs 24 device(s), the pool declares 16: the pool is too small as it is now"
+    )
+
+
+def test_a_manifest_pool_without_a_live_worker_still_waits(settings):
+    """Declared devices do not take jobs from the queue: without a live worker the plan
+    waits, as on any pool."""
+    settings.DAY0_WORKER_STALE_S = 60
+    pool = manifest_pool()
+    make_worker(queues=("pool.gaudi3",), heartbeat_age_s=120)
+
+    inv = inventory.pool_inventory(pool=pool)
+    answer = inventory.plan_start_estimate(pool=pool, devices=8)
+
+    assert not inv.has_live_worker and inv.devices_reported == 16
+    assert answer["can_start_now"] is False and answer["estimated_start_at"] is None
+    assert answer["reason"] == (
+        "no live worker on pool gaudi3 (queue pool.gaudi3): jobs wait until one starts"
+    )
+
+
+def test_a_backend_pool_counts_only_workers_of_its_backend_and_says_so(settings):
+    """A cpu-only worker listening on an h200 pool's queue reports its host, not an H200:
+    its device does not count, and the pool says both that and that its layout declares
+    more than the live workers report."""
+    settings.DAY0_WORKER_STALE_S = 60
+    pool = gpu_pool()  # h200: 8 per node (the catalog's), 1 node
+    now = timezone.now()
+    make_worker(name="h200@gpu", queues=("pool.h200",), devices=cuda_devices(1), now=now)
+    make_worker(name="h200@laptop", queues=("pool.h200",), now=now)  # backend cpu
+
+    inv = inventory.pool_inventory(pool=pool, now=now)
+
+    assert [s.worker.name for s in inv.counted_workers] == ["h200@gpu"]
+    assert inv.devices_reported == 1 and inv.devices_label == "reported"
+    assert inv.device_warnings == [
+        "worker h200@laptop runs on cpu, not cuda: its 1 device(s) are not counted",
+        "layout says 8 per node x 1 node; live workers report 1",
+    ]
+    answer = inventory.plan_start_estimate(pool=pool, devices=2, now=now)
+    assert answer["reason"] == (
+        "needs 2 device(s), live workers report 1: the pool is too small as it is now"
+    )
+
+
+def test_a_pool_whose_workers_report_its_layout_has_no_warning(settings):
+    settings.DAY0_WORKER_STALE_S = 60
+    pool = gpu_pool(nodes=2)
+    for node in ("a", "b"):
+        make_worker(name=f"h200@{node}", queues=("pool.h200",), devices=cuda_devices(8))
+    inv = inventory.pool_inventory(pool=pool)
+    assert inv.devices_reported == 16 and inv.device_warnings == []
+
+
+def test_the_cpu_pool_counts_each_live_workers_machine_once(settings):
+    """The cpu pool's device is its worker's whole machine, whatever accelerators that
+    machine has: a GPU host serving pool.cpu is one device, not eight."""
+    settings.DAY0_WORKER_STALE_S = 60
+    pool = cpu_pool()
+    make_worker(name="cpu@gpu-host", queues=("pool.cpu",), devices=cuda_devices(8))
+    make_worker(name="cpu@box")
+    inv = inventory.pool_inventory(pool=pool)
+    assert inv.devices_reported == 2
+    assert inv.device_warnings == []

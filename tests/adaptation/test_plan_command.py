@@ -198,8 +198,8 @@ def test_an_admin_row_overrides_the_file_for_the_command():
         kind="h100",
         name="H100 with 141 GiB (mechanism test)",
         memory_gib=141,
-        memory_bandwidth_tbps=h100.memory_bandwidth_bytes_per_s / 1e12,
-        dense_bf16_tflops=h100.dense_bf16_flops / 1e12,
+        memory_bandwidth_tb_per_s=h100.memory_bandwidth_bytes_per_s / 1e12,
+        dense_bf16_tflop_per_s=h100.dense_bf16_flops / 1e12,
         low_precision_kind="fp8",
         dtypes=["bfloat16", "float16", "float8_e4m3fn"],
         sources={

@@ -95,7 +95,9 @@ def test_compare_pools_page_renders_its_table(live_server, page, django_user_mod
 
     rows = page.locator("#compare-pools-table tbody tr")
     expect(rows).to_have_count(len(load_catalog().kinds()) + 2)  # + the cpu and h200x8 pools
-    expect(rows.first).to_have_class("fits best")
+    expect(rows.first).to_have_class("fits most-per-device")
+    expect(page.locator(".mark-fewest-devices")).to_have_count(1)
+    expect(page.locator('tr[data-name="mi300x"] .mark-fewest-devices')).to_be_visible()
     h100 = page.locator('#compare-pools-table tr[data-name="h100"]')
     expect(h100.locator("td.verdict")).to_have_text("needs 2 nodes (16 devices)")
     expect(page.locator("#compare-pools-chart svg.main-svg").first).to_be_visible()
@@ -108,3 +110,48 @@ def test_compare_pools_page_renders_its_table(live_server, page, django_user_mod
     )
     expect(page.locator(".provenance")).to_contain_text("8,192 tokens of context")
     page.screenshot(path="/tmp/day0-compare-pools.png", full_page=True)
+
+
+def test_compare_pools_table_fits_a_1400_px_window(live_server, browser, django_user_model):
+    """Every column of the comparison on screen at 1400 px: no sideways scrolling, the long
+    failure reasons folded, the dtype short (its full label on hover)."""
+    from playwright.sync_api import expect
+
+    release, _job, _plan = planned_release()
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(10_000)
+    try:
+        page = context.new_page()
+        log_in(page, live_server, django_user_model)
+        page.goto(f"{live_server.url}/releases/{release.pk}/compare-pools/")
+        table = page.locator("#compare-pools-table")
+        expect(table).to_be_visible()
+        widths = page.evaluate(
+            """() => {
+                const table = document.querySelector('#compare-pools-table');
+                const scroll = table.closest('.table-scroll');
+                const cells = [...table.querySelectorAll('thead th')];
+                return {
+                    viewport: document.documentElement.clientWidth,
+                    page: document.documentElement.scrollWidth,
+                    scroll: scroll.scrollWidth,
+                    box: scroll.clientWidth,
+                    right: Math.max(...cells.map(c => c.getBoundingClientRect().right)),
+                };
+            }"""
+        )
+        assert widths["scroll"] <= widths["box"], widths  # nothing scrolled out of the box
+        assert widths["page"] <= widths["viewport"], widths
+        assert widths["right"] <= widths["viewport"], widths  # the last column on screen
+        cpu = page.locator('#compare-pools-table tr[data-name="cpu"]')
+        expect(cpu.locator("td.reason details")).not_to_have_attribute("open", "")
+        expect(cpu.locator("td.reason .reason-text")).to_be_hidden()
+        cpu.locator("td.reason summary").click()
+        expect(cpu.locator("td.reason .reason-text")).to_contain_text("does not fit 1 x cpu")
+        h200 = page.locator('#compare-pools-table tr[data-name="h200"] td.dtype')
+        expect(h200).to_have_text("fp8 (checkpoint)")
+        expect(h200).to_have_attribute("title", "checkpoint (fp8 e4m3 (128x128 blocks))")
+        cpu.locator("td.reason summary").click()  # folded again for the picture
+        page.screenshot(path="/tmp/day0-compare-pools-1400.png", full_page=True)
+    finally:
+        context.close()

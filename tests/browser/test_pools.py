@@ -25,6 +25,11 @@ def test_pools_page_shows_the_no_live_worker_badge(live_server, page, django_use
     make_worker(
         name="h200@gpu-node-7", queues=("pool.h200",), backend="cuda", devices=cuda_devices(8)
     )
+    make_worker(name="h200@laptop", queues=("pool.h200",))  # a cpu machine on the h200 queue
+    AcceleratorPool.objects.create(
+        name="gaudi3", backend="manifest", accelerator="gaudi3", devices_per_node=8, nodes=2
+    )
+    make_worker(name="manifest@box", queues=("pool.gaudi3",))
     running = make_job(pool=h200, statuses={"fetch": "running"})
     StageRun.objects.filter(job=running).update(worker_host="h200@gpu-node-7")
     django_user_model.objects.create_user(username="ada", password="correct horse battery")
@@ -40,7 +45,15 @@ def test_pools_page_shows_the_no_live_worker_badge(live_server, page, django_use
     expect(pool).to_contain_text("jobs for this pool wait until one starts")
     expect(page.get_by_role("link", name="Pools")).to_have_attribute("aria-current", "page")
     live = page.locator("#pool-h200")
-    expect(live).to_contain_text("1 live worker")
+    expect(live).to_contain_text("2 live workers")
+    expect(live.locator(".device-warning")).to_have_text(
+        ["worker h200@laptop runs on cpu, not cuda: its 1 device(s) are not counted"]
+    )
+    expect(live.locator(".pool-devices")).to_contain_text("8 reported")
+    manifest = page.locator("#pool-gaudi3")
+    expect(manifest.locator(".pool-devices")).to_contain_text(
+        "16 declared (manifest pool: its accelerators are not attached to a worker here)"
+    )
     expect(live.locator(".no-live-worker")).to_have_count(0)
     expect(live.get_by_role("link", name=running.release.repo_id)).to_be_visible()
     page.screenshot(path=POOLS_SCREENSHOT, full_page=True)

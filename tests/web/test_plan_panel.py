@@ -4,14 +4,17 @@ made by the engine from published configs."""
 from __future__ import annotations
 
 import html as html_lib
+import itertools
 import json
 import re
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from adaptation.models import AcceleratorPool
-from adaptation.templatetags.day0_format import gib
+from adaptation.templatetags.day0_format import MISSING, gib
 from tests.conftest import load_realconfig
 from tests.factories import make_job, make_release
 from workers.catalog import load_catalog
@@ -259,6 +262,119 @@ def test_panel_says_when_the_plan_can_start(logged_in_client, deepseek_analysis,
     )
 
 
+def test_efficiency_above_one_is_explained_where_it_occurs(
+    logged_in_client, deepseek_analysis, h200_plan
+):
+    """DeepSeek-V3 on 16 H200s predicts more tokens/s per device than on 8 (efficiency
+    1.29): the panel says why, next to the rows where it happens."""
+    release, job = planned_release(deepseek_analysis, make_pool("h200x8", "h200"), h200_plan)
+    panel = section(page(logged_in_client, release), f"plan-job-{job.pk}")
+    above = [p for p in h200_plan["scaling"] if round(p["efficiency_per_device"], 2) > 1]
+    assert above  # the fact the note explains
+    table = re.search(r'aria-label="Multi-device scaling \(predicted\)">.*?</table>', panel, re.S)
+    assert table[0].count("<sup") == len(above)
+    assert (
+        "* Efficiency per device above 1: more devices leave more memory for the KV cache, so "
+        "a larger batch fits per device." in text(panel)
+    )
+
+
+def test_no_efficiency_note_when_scaling_is_at_most_linear(logged_in_client, deepseek_analysis):
+    plan = plan_release(deepseek_analysis, PoolLayout("h200", 8), release=REPO).to_dict()
+    for point in plan["scaling"]:
+        point["efficiency_per_device"] = min(point["efficiency_per_device"], 1.0)
+    release, job = planned_release(deepseek_analysis, make_pool("h200x8", "h200"), plan)
+    panel = section(page(logged_in_client, release), f"plan-job-{job.pk}")
+    assert "leave more memory for the KV cache" not in panel and "<sup" not in panel
+
+
+def test_a_plan_without_prediction_draws_no_empty_scaling_chart(logged_in_client):
+    """On the cpu pool no datasheet gives bandwidth or FLOP/s: no speed is predicted, so the
+    scaling chart and table would be empty. The panel says why instead."""
+    from workers.catalog import cpu_accelerator
+
+    analysis = analyze_config(load_realconfig("meta-llama__Llama-3.1-8B")).to_dict()
+    catalog = load_catalog().with_cpu(cpu_accelerator(cores=16, memory_bytes=64 * 2**30))
+    plan = plan_release(analysis, PoolLayout("cpu", 1), release=REPO, catalog=catalog).to_dict()
+    reason = plan["predicted"]["reason"]
+    assert plan["scaling"] and not plan["predicted"]["available"]
+    release = make_release(repo_id=REPO)
+    job = make_job(
+        release=release,
+        stages=STAGES,
+        statuses=dict.fromkeys(STAGES, "succeeded"),
+        results={"analyze": analysis, "plan": plan},
+    )
+    html = page(logged_in_client, release)
+    panel = section(html, f"plan-job-{job.pk}")
+
+    assert f"plan-job-{job.pk}-scaling-chart" not in html
+    assert "plan-scaling" not in panel  # no table of dashes
+    assert f"No scaling curve: {reason}." in text(panel)
+    assert reason.startswith("no prediction: cpu has no published memory bandwidth")
+    assert f'id="plan-job-{job.pk}-memory-chart"' in html  # memory is still predicted
+
+
+@pytest.mark.parametrize("status", ["queued", "pending"])
+def test_a_waiting_plan_says_no_live_worker_serves_its_pool(
+    logged_in_client, deepseek_analysis, status
+):
+    from tests.worker_rows import cuda_devices, make_worker
+
+    pool = make_pool("h200x8", "h200")
+    release, job = planned_release(deepseek_analysis, pool, {}, status=status)
+    if status == "pending":  # its job is active: an earlier stage is queued
+        job.stage_runs.filter(stage="analyze").update(status="queued")
+    waiting = "waiting: no live worker for pool h200x8 (queue pool.h200x8)"
+
+    panel = section(page(logged_in_client, release), f"plan-job-{job.pk}")
+    assert waiting in text(panel)
+    assert f'<span class="badge status-{status}">{waiting}</span>' in panel
+
+    make_worker(queues=("pool.h200x8",), devices=cuda_devices(8))
+    panel = section(page(logged_in_client, release), f"plan-job-{job.pk}")
+    assert waiting not in panel
+    assert f"The <em>plan</em> stage is {status}." in panel
+
+
+def test_plan_charts_have_readable_ticks(logged_in_client, deepseek_analysis, h200_plan):
+    """Counts in full ("32,768", not plotly's "32.768k"), speeds with an SI suffix,
+    milliseconds with their unit, efficiency with two decimals at most."""
+    release, job = planned_release(deepseek_analysis, make_pool("h200x8", "h200"), h200_plan)
+    html = page(logged_in_client, release)
+    decode = figure(html, f"plan-job-{job.pk}-decode-figure")["layout"]
+    prefill = figure(html, f"plan-job-{job.pk}-prefill-figure")["layout"]
+    scaling = figure(html, f"plan-job-{job.pk}-scaling-figure")["layout"]
+    for layout in (decode, prefill, scaling):
+        assert layout["xaxis"]["tickformat"] == ",d"
+    assert decode["yaxis"]["tickformat"] == scaling["yaxis"]["tickformat"] == "~s"
+    assert decode["yaxis2"]["ticksuffix"] == " ms" and decode["yaxis2"]["tickformat"] == ",.3~r"
+    assert prefill["yaxis"]["title"]["text"] == "TTFT (ms)"
+    assert prefill["yaxis"]["tickformat"] == ",.3~r"
+    assert scaling["yaxis2"]["tickformat"] == ".2~f"
+    # the right-hand axes pick round ticks of their own, not the left axis's count
+    assert decode["yaxis2"]["tickmode"] == scaling["yaxis2"]["tickmode"] == "auto"
+    assert 32768 in prefill["xaxis"]["tickvals"]
+
+
+def test_a_manifest_pools_start_facts_count_its_declared_devices(
+    logged_in_client, deepseek_analysis, h200_plan
+):
+    from tests.worker_rows import make_worker
+
+    pool = AcceleratorPool.objects.create(
+        name="h200-remote", backend="manifest", accelerator="h200", devices_per_node=8, nodes=2
+    )
+    make_worker(queues=("pool.h200-remote",))  # its worker: a cpu machine, not an H200
+    release, job = planned_release(deepseek_analysis, pool, h200_plan)
+    panel = section(page(logged_in_client, release), f"plan-job-{job.pk}")
+    assert fact(panel, "Can start now") == "yes"
+    assert fact(panel, "Devices needed") == (
+        "8; 16 declared (manifest pool: its accelerators are not attached to a worker here), "
+        "16 free"
+    )
+
+
 # --- a failed plan ---------------------------------------------------------------------------
 
 
@@ -340,26 +456,32 @@ def analysed(analysis: dict):
 
 
 def compare_rows(html: str) -> list[dict]:
+    """The compare table's rows: each cell's text by its class ("verdict", "devices",
+    "decode-batch-1", "no-prediction", ...), the row header's text as "header", and its
+    classes as flags."""
     rows = re.findall(
         r'<tr class="([^"]*)" data-name="([^"]*)" data-source="([^"]*)">(.*?)</tr>', html, re.S
     )
     out = []
     for classes, name, source, body in rows:
-        cells = [text(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", body, re.S)]
+        cells = {
+            cls.split()[-1]: text(cell)
+            for cls, cell in re.findall(r'<td class="([^"]*)"[^>]*>(.*?)</td>', body, re.S)
+        }
+        marks = classes.split()
         out.append(
             {
                 "name": name,
                 "source": source,
-                "fits": "no-fit" not in classes,
-                "best": "best" in classes.split(),
-                "verdict": cells[0],
-                "devices": cells[1],
-                "nodes": cells[2],
-                "split": cells[3],
-                "batch_1": cells[5],
-                "largest": cells[6],
-                "memory": cells[8],
-                "reason": cells[9],
+                "fits": "no-fit" not in marks,
+                "fewest_devices": "fewest-devices" in marks,
+                "most_per_device": "most-per-device" in marks,
+                "header": text(re.search(r'<th scope="row">(.*?)</th>', body, re.S)[1]),
+                "body": body,
+                "batch_1": cells.get("decode-batch-1"),
+                "largest": cells.get("decode-largest"),
+                "per_device": cells.get("per-device"),
+                **cells,
             }
         )
     return out
@@ -404,18 +526,73 @@ def test_compare_pools_plans_every_kind_and_pool(logged_in_client, deepseek_anal
     assert "does not fit 1 x cpu" in cpu["reason"]
 
 
-def test_compare_pools_puts_the_best_choice_first(logged_in_client, deepseek_analysis):
+def per_device(row: dict) -> float:
+    return float(row["per_device"].removesuffix(" tokens/s").replace(",", ""))
+
+
+def test_compare_pools_ranks_by_nodes_then_tokens_per_device(logged_in_client, deepseek_analysis):
+    """No "best choice" across kinds by device count: four MI300X (716 tokens/s predicted)
+    are not better than eight H200 (5,776 tokens/s). Fitting rows come first, by fewest
+    nodes, then by predicted decode tokens/s per device at the largest batch; two marks say
+    which row needs the fewest devices and which predicts the most tokens/s per device."""
+    html = logged_in_client.get(compare_url(analysed(deepseek_analysis))).content.decode()
+    rows = compare_rows(html)
+    fitting = [r for r in rows if r["fits"]]
+
+    assert "best choice" not in html and ' best"' not in html
+    assert rows[: len(fitting)] == fitting  # every fitting row before the others
+    nodes = [int(r["nodes"]) for r in fitting]
+    assert nodes == sorted(nodes)
+    for first, second in itertools.pairwise(fitting):
+        if first["nodes"] == second["nodes"] and second["per_device"] != MISSING:
+            assert per_device(first) >= per_device(second), (first["name"], second["name"])
+    by_name = {r["name"]: r for r in rows if r["source"] == "catalog kind"}
+    h200, mi300x = by_name["h200"], by_name["mi300x"]
+    # DeepSeek-V3 fits four MI300X (192 GiB each), the fewest devices of any kind, but eight
+    # H200 predict more per device: H200 ranks above MI300X and the marks say why each leads.
+    assert mi300x["devices"] == "4" and mi300x["fewest_devices"]
+    assert "fewest devices" in mi300x["header"]
+    assert [r["name"] for r in rows if r["fewest_devices"]] == ["mi300x"]
+    assert per_device(h200) > per_device(mi300x)
+    assert rows.index(h200) < rows.index(mi300x)
+    leaders = [r for r in rows if r["most_per_device"]]
+    assert leaders and all("most tokens/s per device" in r["header"] for r in leaders)
+    assert per_device(leaders[0]) == max(per_device(r) for r in fitting if r["batch_1"])
+    # the per-device column is the largest batch's tokens/s over the split's devices
+    plan = plan_release(deepseek_analysis, PoolLayout("h200", 8), release=REPO).to_dict()
+    assert h200["per_device"] == (
+        f"{plan['predicted']['largest_batch']['decode_tokens_per_s'] / 8:,.0f} tokens/s"
+    )
+
+
+def test_compare_pools_shows_why_a_fitting_row_has_no_prediction(
+    logged_in_client, deepseek_analysis
+):
+    """L4 publishes no interconnect bandwidth: its row fits but says why it has no speeds,
+    instead of a row of dashes."""
     rows = compare_rows(
         logged_in_client.get(compare_url(analysed(deepseek_analysis))).content.decode()
     )
-    fitting = [r for r in rows if r["fits"]]
+    l4 = next(r for r in rows if r["name"] == "l4")
+    assert l4["fits"]
+    assert l4["no-prediction"] == "no prediction: l4 has no published interconnect bandwidth"
+    assert l4["batch_1"] is None and l4["per_device"] is None
+    assert 'colspan="4"' in l4["body"]
 
-    assert rows[0]["best"] and sum(r["best"] for r in rows) == 1
-    assert rows[: len(fitting)] == fitting  # every fitting row before the others
-    devices = [int(r["devices"]) for r in fitting]
-    assert devices == sorted(devices)
-    # DeepSeek-V3 fits four MI300X (192 GiB each): the fewest devices of any kind
-    assert (rows[0]["name"], rows[0]["devices"]) == ("mi300x", "4")
+
+def test_compare_pools_cells_stay_short(logged_in_client, deepseek_analysis):
+    """The dtype cell is short with the planner's full label in its title; a failure's long
+    reason is folded in a <details>, its short verdict visible."""
+    release = analysed(deepseek_analysis)
+    rows = compare_rows(logged_in_client.get(compare_url(release)).content.decode())
+    h200 = next(r for r in rows if r["name"] == "h200")
+    assert h200["dtype"] == "fp8 (checkpoint)"
+    assert 'title="checkpoint (fp8 e4m3 (128x128 blocks))"' in h200["body"]
+    cpu = next(r for r in rows if r["name"] == "cpu")
+    assert cpu["verdict"].startswith("does not fit the pool")
+    reason = re.search(r"<details>\s*<summary>why</summary>(.*?)</details>", cpu["body"], re.S)
+    assert reason and "does not fit 1 x cpu" in text(reason[1])
+    assert cpu["verdict"].count("does not fit 1 x cpu") == 0
 
 
 def test_compare_pools_options_live_in_the_url(logged_in_client, deepseek_analysis):
@@ -466,6 +643,22 @@ def test_compare_pools_without_analysis(logged_in_client):
     make_job(release=release, statuses={"fetch": "succeeded", "analyze": "failed"})
     html = logged_in_client.get(compare_url(release)).content.decode()
     assert "No analysis yet" in html and "compare-pools-table" not in html
+
+
+def test_compare_pools_loads_the_catalog_once(logged_in_client, deepseek_analysis):
+    """Three pools or one: the accelerator kinds are read once per page, not per pool."""
+    release = analysed(deepseek_analysis)
+
+    def kind_queries() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert logged_in_client.get(compare_url(release)).status_code == 200
+        return sum('"adaptation_acceleratorkind"' in q["sql"] for q in queries.captured_queries)
+
+    make_pool("h200x8", "h200")
+    assert kind_queries() == 1
+    make_pool("h100x16", "h100", nodes=2)
+    make_pool("mi300x", "mi300x")
+    assert kind_queries() == 1
 
 
 def test_compare_pools_row_that_cannot_be_planned_says_why(logged_in_client, deepseek_analysis):

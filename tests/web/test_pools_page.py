@@ -180,3 +180,36 @@ def test_board_asks_for_live_workers_once_per_page(logged_in_client):
     worker_queries = [q for q in twenty.captured_queries if '"adaptation_worker"' in q["sql"]]
     assert len(worker_queries) == 1
     assert len(twenty.captured_queries) == len(one.captured_queries)
+
+
+def test_a_manifest_pool_shows_its_declared_devices(logged_in_client, settings):
+    """Its worker is not on the accelerator: the page counts the pool's layout, labelled
+    declared, and still says when no worker takes its jobs."""
+    settings.DAY0_WORKER_STALE_S = 60
+    AcceleratorPool.objects.create(
+        name="ascend", backend="manifest", accelerator="ascend-910b", devices_per_node=8, nodes=2
+    )
+    make_worker(name="manifest@gone", queues=("pool.ascend",), heartbeat_age_s=300)
+
+    section = text(pool_section(logged_in_client.get(POOLS).content.decode(), "ascend"))
+
+    assert (
+        "16 declared (manifest pool: its accelerators are not attached to a worker here) "
+        "· 0 held · 16 free"
+    ) in section
+    assert "No live worker" in section and "jobs for this pool wait until one starts" in section
+
+
+def test_a_backend_pool_warns_when_its_workers_and_layout_disagree(logged_in_client):
+    AcceleratorPool.objects.create(name="h200", backend="cuda", device="cuda:0", accelerator="h200")
+    make_worker(name="h200@gpu", queues=("pool.h200",), devices=cuda_devices(1))
+    make_worker(name="h200@laptop", queues=("pool.h200",))  # a cpu machine on the queue
+
+    html = pool_section(logged_in_client.get(POOLS).content.decode(), "h200")
+
+    warnings = [text(w) for w in re.findall(r'<li class="device-warning">(.*?)</li>', html)]
+    assert warnings == [
+        "worker h200@laptop runs on cpu, not cuda: its 1 device(s) are not counted",
+        "layout says 8 per node x 1 node; live workers report 1",
+    ]
+    assert "1 reported · 0 held · 1 free" in text(html)

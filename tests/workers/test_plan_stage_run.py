@@ -46,9 +46,9 @@ def h100_row(memory_gib: float) -> AcceleratorKind:
         kind="h100",
         name="H100 (admin row)",
         memory_gib=memory_gib,
-        memory_bandwidth_tbps=h100.memory_bandwidth_bytes_per_s / 1e12,
-        dense_bf16_tflops=h100.dense_bf16_flops / 1e12,
-        dense_fp8_tflops=h100.dense_fp8_flops / 1e12,
+        memory_bandwidth_tb_per_s=h100.memory_bandwidth_bytes_per_s / 1e12,
+        dense_bf16_tflop_per_s=h100.dense_bf16_flops / 1e12,
+        dense_fp8_tflop_per_s=h100.dense_fp8_flops / 1e12,
         low_precision_kind="fp8",
         dtypes=list(h100.dtypes),
         devices_per_node=8,
@@ -103,7 +103,7 @@ def test_the_jobs_plan_options_reach_the_stage():
 
 
 def test_pool_spec_carries_the_layout_in_bytes_per_second():
-    spec = pool_spec(h100_pool(devices_per_node=4, nodes=3, intra_node_bandwidth_gbps=300.0))
+    spec = pool_spec(h100_pool(devices_per_node=4, nodes=3, intra_node_bandwidth_gb_per_s=300.0))
     assert (spec.accelerator, spec.devices_per_node, spec.nodes) == ("h100", 4, 3)
     assert spec.intra_node_bandwidth_bytes_per_s == 300e9
     assert spec.inter_node_bandwidth_bytes_per_s is None

@@ -63,6 +63,119 @@ def test_cuda_devices_are_read_from_torch():
     ]
 
 
+class FakeBackend:
+    """A torch backend module as torch.cuda, torch.hpu (habana_frameworks), torch.npu
+    (torch_npu) and torch.mlu (torch_mlu) expose it: is_available, device_count and the
+    device's name (from its properties, or `get_device_name` only)."""
+
+    def __init__(self, count: int, name: str, memory: int | None = None, props: bool = True):
+        self.count, self.name, self.memory = count, name, memory
+        if not props:
+            self.get_device_properties = None
+
+    def is_available(self) -> bool:
+        return self.count > 0
+
+    def device_count(self) -> int:
+        return self.count
+
+    def get_device_name(self, index: int) -> str:
+        return self.name
+
+    def get_device_properties(self, index: int):
+        return SimpleNamespace(name=self.name, total_memory=self.memory)
+
+
+def registering(torch: SimpleNamespace, **backends: FakeBackend):
+    """An import function standing in for the optional packages: importing one registers
+    its backend on `torch`, as `import torch_npu` adds `torch.npu`; any other is missing."""
+    packages = {
+        "habana_frameworks.torch.hpu": "hpu",
+        "torch_npu": "npu",
+        "torch_mlu": "mlu",
+    }
+    imported = []
+
+    def import_module(name: str):
+        imported.append(name)
+        backend = packages.get(name)
+        if backend not in backends:
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        setattr(torch, backend, backends[backend])
+        return SimpleNamespace()
+
+    return import_module, imported
+
+
+@pytest.mark.parametrize(
+    ("backend", "package", "name"),
+    [
+        ("hpu", "habana_frameworks.torch.hpu", "GAUDI3"),
+        ("npu", "torch_npu", "Ascend910B3"),
+        ("mlu", "torch_mlu", "MLU370-X8"),
+    ],
+)
+def test_devices_of_a_backend_registered_by_its_optional_package(backend, package, name):
+    """Gaudi (hpu), Ascend (npu) and Cambricon (mlu) devices are found once their package
+    is imported; cuda and xpu, built into torch, are tried first."""
+    torch = SimpleNamespace(cuda=FakeBackend(0, "none"), xpu=None)
+    import_module, imported = registering(
+        torch, **{backend: FakeBackend(2, name, memory=64 * 2**30)}
+    )
+
+    found, devices = pools._accelerator_devices(torch, import_module)
+
+    assert found == backend
+    assert devices == [
+        {"index": 0, "name": name, "memory_bytes": 64 * 2**30, "type": backend},
+        {"index": 1, "name": name, "memory_bytes": 64 * 2**30, "type": backend},
+    ]
+    assert imported[-1] == package
+
+
+def test_a_backend_that_only_names_its_devices_reports_no_memory():
+    torch = SimpleNamespace(cuda=None, xpu=None)
+    import_module, _ = registering(torch, npu=FakeBackend(1, "Ascend910B3", props=False))
+    assert pools._accelerator_devices(torch, import_module) == (
+        "npu",
+        [{"index": 0, "name": "Ascend910B3", "memory_bytes": None, "type": "npu"}],
+    )
+
+
+def test_without_any_accelerator_package_the_worker_is_a_cpu_worker():
+    """Missing optional packages are no error: each is tried, none is found."""
+    torch = SimpleNamespace(cuda=FakeBackend(0, "none"))
+    import_module, imported = registering(torch)
+    assert pools._accelerator_devices(torch, import_module) == ("cpu", [])
+    assert imported == ["habana_frameworks.torch.hpu", "torch_npu", "torch_mlu"]
+
+
+def test_a_broken_backend_is_skipped_not_raised():
+    class Broken(FakeBackend):
+        def device_count(self) -> int:
+            raise RuntimeError("driver version mismatch")
+
+    def broken_import(name: str):
+        raise OSError(f"{name}: libhccl.so not found")  # a plugin failing to load
+
+    torch = SimpleNamespace(cuda=Broken(1, "x"), mlu=FakeBackend(1, "MLU370-X8", memory=2**35))
+    assert pools._accelerator_devices(torch, broken_import) == (
+        "mlu",
+        [{"index": 0, "name": "MLU370-X8", "memory_bytes": 2**35, "type": "mlu"}],
+    )
+
+
+def test_the_worker_reads_host_memory_where_the_catalog_does():
+    """One reading of the host's memory for the worker's description and the cpu kind."""
+    from workers import catalog
+
+    assert pools.physical_memory_bytes is catalog.physical_memory_bytes
+    assert not hasattr(pools, "host_memory_bytes")
+    assert catalog.physical_memory_bytes() == os.sysconf("SC_PAGE_SIZE") * os.sysconf(
+        "SC_PHYS_PAGES"
+    )
+
+
 def test_consumer_queue_names_come_from_the_task_consumer():
     consumer = SimpleNamespace(
         task_consumer=SimpleNamespace(
