@@ -10,7 +10,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
+from adaptation.catalog import GIB
 from adaptation.models import LayerDrift, PrecisionResult
 
 
@@ -88,8 +90,6 @@ def _local_error(drift: LayerDrift) -> float | None:
 
 # --- distributed plan: every figure below is the planner's prediction, never a measurement ---
 
-GIB = 2**30
-
 # (key in the plan's memory_per_device_bytes, legend label, colour), bottom of the stack first.
 _PLAN_MEMORY_PARTS = (
     ("weights", "weights", "#1d5fb4"),
@@ -104,6 +104,16 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
+
+
+# Tick labels (d3 formats): counts in full with separators ("32,768", not "32.768k"),
+# throughputs with an SI suffix ("15k"), milliseconds with their unit ("15 ms").
+_COUNT_TICKS = {"tickformat": ",d"}
+_SI_TICKS = {"tickformat": "~s"}
+_MS_TICKS = {"tickformat": ",.3~r", "ticksuffix": " ms", "nticks": 6}
+# A right-hand axis picks its own round ticks (plotly's default "sync" copies the left axis's
+# count: 2.88, 5.76, 8.63 ms) and draws no second grid.
+_SECOND_AXIS = {"tickmode": "auto", "nticks": 6, "showgrid": False}
 
 
 def _plan_layout(fig: go.Figure, *, title: str, height: int, **layout: Any) -> dict[str, Any]:
@@ -205,14 +215,15 @@ def plan_decode_curve(predicted: Mapping[str, Any]) -> dict[str, Any] | None:
         fig,
         title="Decode vs concurrent sequences (predicted)",
         height=360,
-        xaxis={"title": "concurrent sequences", "type": "log", "tickvals": x},
-        yaxis={"title": "tokens/s", "rangemode": "tozero"},
+        xaxis={"title": "concurrent sequences", "type": "log", "tickvals": x, **_COUNT_TICKS},
+        yaxis={"title": "tokens/s", "rangemode": "tozero", **_SI_TICKS},
         yaxis2={
-            "title": "TPOT (ms)",
+            "title": "TPOT",
             "overlaying": "y",
             "side": "right",
             "rangemode": "tozero",
-            "tickformat": ".1f",
+            **_SECOND_AXIS,
+            **_MS_TICKS,
         },
     )
 
@@ -239,8 +250,9 @@ def plan_prefill_curve(predicted: Mapping[str, Any]) -> dict[str, Any] | None:
         title="Time to first token vs prompt length (predicted)",
         height=360,
         showlegend=True,
-        xaxis={"title": "prompt tokens", "type": "log", "tickvals": x},
-        yaxis={"title": "TTFT (ms)", "type": "log"},
+        xaxis={"title": "prompt tokens", "type": "log", "tickvals": x, **_COUNT_TICKS},
+        # a log axis labels its 2s and 5s without the suffix: the unit goes in the title
+        yaxis={"title": "TTFT (ms)", "type": "log", "tickformat": _MS_TICKS["tickformat"]},
     )
 
 
@@ -248,9 +260,10 @@ def plan_scaling_curve(scaling: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
     """Predicted decode throughput and per-device efficiency as the device count grows (the
     best fitting split at each count); counts past the pool's size are drawn hollow.
 
-    `scaling` is a plan result's `scaling`; None when it has fewer than one point."""
+    `scaling` is a plan result's `scaling`; None when no point has a predicted speed (a
+    pool without a roofline prediction: the panel says why instead)."""
     points = [p for p in scaling if isinstance(p, Mapping) and p.get("devices")]
-    if not points:
+    if not any(_number(p.get("decode_tokens_per_s")) is not None for p in points):
         return None
     x = [p["devices"] for p in points]
     splits = [
@@ -290,14 +303,15 @@ def plan_scaling_curve(scaling: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
         fig,
         title="Multi-device scaling (predicted)",
         height=360,
-        xaxis={"title": "devices", "type": "log", "tickvals": x},
-        yaxis={"title": "tokens/s", "rangemode": "tozero"},
+        xaxis={"title": "devices", "type": "log", "tickvals": x, **_COUNT_TICKS},
+        yaxis={"title": "tokens/s", "rangemode": "tozero", **_SI_TICKS},
         yaxis2={
             "title": "efficiency per device (1 = linear)",
             "overlaying": "y",
             "side": "right",
             "rangemode": "tozero",
-            "tickformat": ".2f",
+            **_SECOND_AXIS,
+            "tickformat": ".2~f",
         },
     )
 
@@ -330,6 +344,620 @@ def compare_pools_throughput(
         title="Decode tokens/s per pool (predicted)",
         height=max(260, 60 + 44 * len(shown)),
         barmode="group",
-        xaxis_title="tokens/s",
+        xaxis={"title": "tokens/s", **_SI_TICKS},
         yaxis={"autorange": "reversed", "automargin": True},
     )
+
+
+# --- performance and stability: measured on the scaled twin, or predicted, never mixed -------
+
+# One colour per dtype, the same on every chart and page (torch names, then the planner's).
+_DTYPE_COLOURS = {
+    "float32": "#1d5fb4",
+    "bfloat16": "#d9731a",
+    "float16": "#2e9e5b",
+    "int8": "#8a4fc7",
+    "float8_e4m3fn": "#c23b5a",
+    "checkpoint": "#5d6875",
+    "fp8": "#c23b5a",
+}
+_SPARE_COLOURS = ("#0f8a8a", "#a68a00", "#6b4226", "#e377c2", "#17becf", "#7f7f7f")
+# Line dash per compared source (job) for the primary curve, and for a calibration curve
+# (the roofline's prediction for the twin itself, drawn beside the twin's measurement).
+_SOURCE_DASH = ("solid", "dash", "longdash", "dashdot")
+_CALIBRATION_DASH = ("dot", "dashdot", "longdashdot", "dot")
+# Marker per value of the swept field that is not on the x axis (e.g. per prompt length).
+_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross", "star-diamond", "hexagon")
+# Which model a row's figures belong to, in the order the chart's rows of panels go.
+_MODEL_PANELS = (
+    ("twin", "scaled twin, this pool's device"),
+    ("release", "the release at full size, this pool's device"),
+    ("full-size", "full-size model, the planner's roofline"),
+)
+LOG_Y_SPAN = 30.0
+PERFORMANCE_X_TITLES = {
+    "batch_size": "batch size (sequences)",
+    "prompt_len": "prompt length (tokens)",
+    "dtype": "dtype",
+}
+_DTYPE_ORDER = tuple(_DTYPE_COLOURS)
+MIB = 2**20
+
+
+def dtype_colour(dtype: str, seen: list[str]) -> str:
+    """The colour of `dtype`: a fixed one for the known dtypes, else the next spare one
+    (`seen` remembers the order unknown dtypes came in)."""
+    if dtype in _DTYPE_COLOURS:
+        return _DTYPE_COLOURS[dtype]
+    if dtype not in seen:
+        seen.append(dtype)
+    return _SPARE_COLOURS[seen.index(dtype) % len(_SPARE_COLOURS)]
+
+
+def curve_label(kind: str, model: str, variant: str = "") -> str:
+    """Whose figure a curve is, as every trace name says it (`variant` "calibrated": the
+    full-size prediction corrected by the pool's running calibration)."""
+    if variant:
+        return f"{curve_label(kind, model)}, {variant}"
+    if kind == "measured" and model == "twin":
+        return "measured, twin"
+    if kind == "predicted" and model == "twin":
+        return "predicted, twin (roofline on this device)"
+    if kind == "predicted" and model == "full-size":
+        return "predicted, full-size model"
+    if kind == "measured" and model == "release":
+        return "measured, release at full size"
+    return f"{kind}, {model}"
+
+
+# A full-size prediction corrected by the pool's running calibration is stored as the raw
+# metric's name with this prefix ("calibrated_decode_tokens_per_s"); it is drawn beside the raw
+# curve, on the same panel, as its "calibrated" variant.
+CALIBRATED_PREFIX = "calibrated_"
+
+
+def _with_variant(row: Mapping[str, Any], names: Sequence[str]) -> Mapping[str, Any]:
+    metric = str(row["metric"])
+    base = metric.removeprefix(CALIBRATED_PREFIX)
+    if base != metric and base in names:
+        return {**row, "metric": base, "variant": "calibrated"}
+    return {**row, "variant": ""}
+
+
+def _dtype_key(dtype: str) -> tuple[int, str]:
+    return (_DTYPE_ORDER.index(dtype) if dtype in _DTYPE_ORDER else len(_DTYPE_ORDER), dtype)
+
+
+def _x_key(x: str, value: Any) -> Any:
+    return _dtype_key(str(value)) if x == "dtype" else value
+
+
+def _others(x: str) -> tuple[str, ...]:
+    """The swept fields that are not on the x axis (a curve holds them fixed)."""
+    return tuple(f for f in ("dtype", "batch_size", "prompt_len") if f != x)
+
+
+def _other_text(field_name: str, value: Any) -> str:
+    if field_name == "batch_size":
+        return f"batch {value}" if value is not None else "batch —"
+    if field_name == "prompt_len":
+        return f"prompt {value}" if value is not None else "full context"
+    return str(value)
+
+
+# Stands for "one point each at several values" of a field off the x axis (see
+# `_merge_single_points`).
+MERGED = "*"
+
+
+def _merge_single_points(
+    curves: dict[tuple, list[Mapping[str, Any]]], others: tuple[str, ...], x: str
+) -> dict[tuple, list[Mapping[str, Any]]]:
+    """Curves of one point each, at the same x, that differ only in a field off the x axis
+    (the full-size prefill predictions on a batch axis: batch 1, one per prompt length) become
+    one trace whose points say their value, instead of a legend entry each."""
+    groups: dict[tuple, list[tuple]] = {}
+    for key in curves:
+        fixed = tuple(v if f == "dtype" else None for f, v in zip(others, key[4:], strict=True))
+        groups.setdefault(key[:4] + fixed, []).append(key)
+    merged: dict[tuple, list[Mapping[str, Any]]] = {}
+    for keys in groups.values():
+        single = all(len(curves[k]) == 1 for k in keys)
+        if len(keys) > 1 and single and len({curves[k][0][x] for k in keys}) == 1:
+            varying = [i for i in range(len(others)) if len({k[4 + i] for k in keys}) > 1]
+            first = keys[0]
+            key = first[:4] + tuple(
+                MERGED if i in varying else first[4 + i] for i in range(len(others))
+            )
+            merged[key] = sorted(
+                (curves[k][0] for k in keys),
+                key=lambda r: tuple((r[others[i]] is None, r[others[i]] or 0) for i in varying),
+            )
+        else:
+            merged.update((k, curves[k]) for k in keys)
+    return merged
+
+
+def _merged_text(field_name: str, points: Sequence[Mapping[str, Any]]) -> str:
+    values = sorted(p[field_name] for p in points if p.get(field_name) is not None)
+    word = {"batch_size": "batches", "prompt_len": "prompts"}.get(field_name, field_name)
+    if not values:
+        return f"{word} —"
+    return f"{word} {values[0]:,} to {values[-1]:,}, one point each"
+
+
+def _model_panels(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    models = list(dict.fromkeys(str(r["model"]) for r in rows))
+    known = [(m, title) for m, title in _MODEL_PANELS if m in models]
+    extra = [(m, m) for m in sorted(set(models) - {m for m, _ in _MODEL_PANELS})]
+    return known + extra
+
+
+def performance_curves(
+    sources: Sequence[Mapping[str, Any]],
+    *,
+    metrics: Sequence[Mapping[str, Any]],
+    x: str,
+    title: str,
+) -> dict[str, Any] | None:
+    """Curves of performance rows against one swept field, a panel per (model, metric): the
+    scaled twin's figures (measured, and the roofline's calibration prediction for the twin)
+    and the full-size model's predicted ones never share an axis.
+
+    `sources` are the curves' owners (one job, or two compared): {"label" (prefixed to trace
+    names; "" for one job), "rows" (PerformancePoint rows as dicts: kind, model, dtype,
+    batch_size, prompt_len, metric, value, unit), "dtype_labels" ({dtype: label}, optional),
+    "knees" ([{"dtype", "prompt_len", "batch_size", "decode_tokens_per_s", "tpot_s",
+    "found"}], optional), "stops" ([{"dtype", "prompt_len", "batch_size"}], optional)}.
+    `metrics`: {"name", "label", "unit", "scale" (value x scale is drawn), "p95" (the metric
+    drawn as the upper error bar, optional)}. `x`: "batch_size" (log-2 axis), "prompt_len"
+    (log axis) or "dtype" (categories). A row of `calibrated_<metric>` is drawn as that
+    metric's "calibrated" variant (dotted, beside the raw prediction). A curve is one (source,
+    kind, model, variant, metric, and the swept fields off the x axis); colour = dtype, marker
+    = the off-axis value, dash = source (dotted: a prediction for the twin, or calibrated).
+    Each trace's `meta` says what it is ({"source", "kind", "model", "variant", "metric",
+    "dtype", "batch_size", "prompt_len", "role": "curve" | "knee" | "stop"}). None when no row
+    has a metric.
+    """
+    names = [m["name"] for m in metrics]
+    sources = [{**s, "rows": [_with_variant(r, names) for r in s["rows"]]} for s in sources]
+    # Rows without a value of the x field (full-size decode predictions have no prompt
+    # length: they read a full context) are not on this axis.
+    charted = [
+        r for s in sources for r in s["rows"] if r["metric"] in names and r.get(x) is not None
+    ]
+    shown = [m for m in metrics if any(r["metric"] == m["name"] for r in charted)]
+    panels = _model_panels(charted)
+    if not shown or not panels:
+        return None
+    p95_names = {m["p95"] for m in shown if m.get("p95")}
+    filled = {(r["model"], r["metric"]) for r in charted}
+    x_word = PERFORMANCE_X_TITLES[x].split(" (")[0]
+    fig = make_subplots(
+        rows=len(panels),
+        cols=len(shown),
+        subplot_titles=[
+            f"{m['label']}: {title_}"
+            + ("" if (model, m["name"]) in filled else f" (none with a {x_word})")
+            for model, title_ in panels
+            for m in shown
+        ],
+        vertical_spacing=min(0.3 / max(len(panels) - 1, 1), 0.16),
+        horizontal_spacing=0.09 if len(shown) > 1 else 0.02,
+    )
+    others = _others(x)
+    spare: list[str] = []
+    legend_seen: set[str] = set()
+    column_x: dict[int, set[Any]] = {}
+    y_top: dict[tuple[int, int], float] = {}
+    y_low: dict[tuple[int, int], float] = {}  # the smallest positive y of a panel
+    stops: list[tuple[int, str, Mapping[str, Any]]] = []
+    for s_index, source in enumerate(sources):
+        prefix = f"{source['label']} · " if source.get("label") else ""
+        dtype_labels = source.get("dtype_labels") or {}
+        rows = list(source["rows"])
+        p95 = {
+            (
+                r["kind"],
+                r["model"],
+                r["variant"],
+                r["metric"],
+                r["dtype"],
+                r["batch_size"],
+                r["prompt_len"],
+            ): r["value"]
+            for r in rows
+            if r["metric"] in p95_names
+        }
+        curves: dict[tuple, list[Mapping[str, Any]]] = {}
+        for r in rows:
+            if r["metric"] in names and r.get(x) is not None:
+                key = (r["model"], r["kind"], r["variant"], r["metric"], *(r[f] for f in others))
+                curves.setdefault(key, []).append(r)
+        curves = _merge_single_points(curves, others, x)
+        off_values = sorted(
+            {k[4:] for k in curves},
+            key=lambda v: tuple(
+                (x_ is None, x_ == MERGED, 0 if x_ in (None, MERGED) else _x_key(f, x_))
+                for f, x_ in zip(others, v, strict=True)
+            ),
+        )
+        for key in sorted(
+            curves,
+            key=lambda k: (
+                [m for m, _ in panels].index(k[0]),
+                k[1] != "measured",
+                k[2],
+                names.index(k[3]),
+                off_values.index(k[4:]),
+            ),
+        ):
+            model, kind, variant, metric = key[:4]
+            off = dict(zip(others, key[4:], strict=True))
+            info = next(m for m in shown if m["name"] == metric)
+            points = sorted(curves[key], key=lambda r: _x_key(x, r[x]))
+            scale = float(info.get("scale") or 1.0)
+            xs = [r[x] for r in points]
+            ys = [r["value"] * scale for r in points]
+            upper = [
+                p95.get(
+                    (
+                        kind,
+                        model,
+                        variant,
+                        info.get("p95"),
+                        r["dtype"],
+                        r["batch_size"],
+                        r["prompt_len"],
+                    )
+                )
+                for r in points
+            ]
+            dtype = off.get("dtype")
+            colour = (
+                dtype_colour(str(dtype), spare)
+                if dtype is not None
+                else _SPARE_COLOURS[off_values.index(key[4:]) % len(_SPARE_COLOURS)]
+            )
+            calibration = (kind == "predicted" and model != "full-size") or bool(variant)
+            dash = (_CALIBRATION_DASH if calibration else _SOURCE_DASH)[s_index % 4]
+            off_text = ", ".join(
+                dtype_labels.get(str(v), str(v))
+                if f == "dtype"
+                else _merged_text(f, points)
+                if v == MERGED
+                else _other_text(f, v)
+                for f, v in off.items()
+            )
+            merged = [f for f, v in off.items() if v == MERGED]
+            name = f"{prefix}{off_text}: {curve_label(kind, model, variant)}"
+            row = [m for m, _ in panels].index(model) + 1
+            col = [m["name"] for m in shown].index(metric) + 1
+            column_x.setdefault(col, set()).update(xs)
+            y_top[(row, col)] = max([y_top.get((row, col), 0.0), *(y for y in ys if y is not None)])
+            positive = [y for y in ys if y is not None and y > 0]
+            if positive:
+                y_low[(row, col)] = min([y_low.get((row, col), positive[0]), *positive])
+            trace: dict[str, Any] = {
+                "x": xs,
+                "y": ys,
+                "name": name,
+                "legendgroup": name,
+                "showlegend": name not in legend_seen,
+                "mode": "lines+markers" if x != "dtype" else "markers",
+                "line": {"color": colour, "dash": dash, "width": 2},
+                "marker": {
+                    "color": colour,
+                    "size": 8,
+                    "symbol": _SYMBOLS[off_values.index(key[4:]) % len(_SYMBOLS)]
+                    + ("-open" if kind == "predicted" else ""),
+                },
+                "meta": {
+                    "source": s_index,
+                    "kind": kind,
+                    "model": model,
+                    "metric": metric,
+                    "variant": variant,
+                    "role": "curve",
+                    **{f: (None if v == MERGED else v) for f, v in off.items()},
+                    "merged": merged,
+                },
+                "text": [", ".join(_other_text(f, r[f]) for f in merged) for r in points]
+                if merged
+                else None,
+                "hovertemplate": ("%{text}<br>" if merged else "")
+                + f"%{{x}}<br>%{{y:,.4g}} {info['unit']}"
+                + ("<br>p95 %{customdata:,.4g}" if any(u is not None for u in upper) else "")
+                + "<extra>%{fullData.name}</extra>",
+            }
+            if any(u is not None for u in upper):
+                tops = [None if u is None else u * scale for u in upper]
+                trace["customdata"] = tops
+                trace["error_y"] = {
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [
+                        0.0 if t is None else max(t - y, 0.0) for t, y in zip(tops, ys, strict=True)
+                    ],
+                    "arrayminus": [0.0] * len(ys),
+                    "color": colour,
+                    "thickness": 1,
+                    "width": 3,
+                }
+            legend_seen.add(name)
+            fig.add_trace(go.Scatter(**trace), row=row, col=col)
+        if x == "batch_size":
+            _knee_markers(fig, source, prefix, panels, shown, spare, legend_seen, s_index)
+            stops.extend((s_index, prefix, stop) for stop in source.get("stops") or ())
+    # A panel whose figures span more than LOG_Y_SPAN (the roofline's prediction for the twin
+    # beside a launch-bound measurement can be 100 times higher) gets a log y axis, so the
+    # lower curve is not flattened against zero.
+    log_y = {key for key, top in y_top.items() if key in y_low and top / y_low[key] > LOG_Y_SPAN}
+    _stop_lines(fig, stops, panels, shown, y_top, y_low, log_y, legend_seen, column_x)
+    for col, info in enumerate(shown, start=1):
+        values = sorted(column_x.get(col, set()), key=lambda v: _x_key(x, v))
+        for row in range(1, len(panels) + 1):
+            axis: dict[str, Any] = {"title": {"text": PERFORMANCE_X_TITLES[x]}}
+            if x == "dtype":
+                axis.update(type="category", categoryorder="array", categoryarray=values)
+            else:
+                axis.update(type="log", tickvals=values, ticktext=[f"{v:,}" for v in values])
+            fig.update_xaxes(axis, row=row, col=col)
+            logarithmic = (row, col) in log_y
+            fig.update_yaxes(
+                title={"text": f"{info['label']} ({info['unit']}{', log' if logarithmic else ''})"},
+                type="log" if logarithmic else "linear",
+                rangemode="normal" if logarithmic else "tozero",
+                row=row,
+                col=col,
+            )
+    fig.update_layout(
+        title=title,
+        height=340 * len(panels) + 150,
+        margin={"l": 70, "r": 30, "t": 80, "b": 60},
+        legend={"orientation": "h", "y": -0.12, "x": 0, "yanchor": "top"},
+        template="plotly_white",
+        hovermode="closest",
+    )
+    return fig.to_plotly_json()
+
+
+def _knee_markers(fig, source, prefix, panels, shown, spare, legend_seen, s_index) -> None:
+    """A star on the measured decode tokens/s and TPOT curves at each dtype's recommended
+    batch (the knee), on the panel of the measured model."""
+    measured_models = [m for m, _ in panels if m in ("twin", "release")]
+    if not measured_models:
+        return
+    row = [m for m, _ in panels].index(measured_models[0]) + 1
+    by_metric = {m["name"]: (i + 1, m) for i, m in enumerate(shown)}
+    for knee in source.get("knees") or ():
+        for metric, value in (
+            ("decode_tokens_per_s", knee.get("decode_tokens_per_s")),
+            ("tpot_s", knee.get("tpot_s")),
+        ):
+            if metric not in by_metric or value is None:
+                continue
+            col, info = by_metric[metric]
+            found = "" if knee.get("found") else " (no knee found: the largest batch measured)"
+            name = f"{prefix}recommended batch, {knee['dtype']}{found}"
+            fig.add_trace(
+                go.Scatter(
+                    x=[knee["batch_size"]],
+                    y=[value * float(info.get("scale") or 1.0)],
+                    mode="markers",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=name not in legend_seen,
+                    marker={
+                        "symbol": "star",
+                        "size": 16,
+                        "color": dtype_colour(str(knee["dtype"]), spare),
+                        "line": {"color": "#1d232b", "width": 1},
+                    },
+                    meta={
+                        "source": s_index,
+                        "role": "knee",
+                        "metric": metric,
+                        "dtype": knee["dtype"],
+                        "prompt_len": knee.get("prompt_len"),
+                        "batch_size": knee["batch_size"],
+                    },
+                    hovertemplate=f"recommended batch %{{x}} (prompt {knee.get('prompt_len')})"
+                    f"<br>%{{y:,.4g}} {info['unit']}<extra>%{{fullData.name}}</extra>",
+                ),
+                row=row,
+                col=col,
+            )
+            legend_seen.add(name)
+
+
+def _stop_lines(fig, stops, panels, shown, y_top, y_low, log_y, legend_seen, column_x) -> None:
+    """A dotted red vertical line at each batch where a measured sweep ran out of memory, on
+    the panels of the measured model (a trace, so it sits at the batch on the log axis)."""
+    measured_models = [m for m, _ in panels if m in ("twin", "release")]
+    if not measured_models:
+        return
+    row = [m for m, _ in panels].index(measured_models[0]) + 1
+    for s_index, prefix, stop in stops:
+        batch = stop.get("batch_size")
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            continue
+        name = (
+            f"{prefix}out of memory at batch {batch} ({stop.get('dtype')}, prompt "
+            f"{stop.get('prompt_len')})"
+        )
+        for col in range(1, len(shown) + 1):
+            top = y_top.get((row, col)) or 1.0
+            bottom = y_low.get((row, col), top) if (row, col) in log_y else 0.0
+            column_x.setdefault(col, set()).add(batch)
+            fig.add_trace(
+                go.Scatter(
+                    x=[batch, batch],
+                    y=[bottom, top],
+                    mode="lines",
+                    line={"dash": "dot", "width": 2, "color": "#8f1d1d"},
+                    name=name,
+                    legendgroup=name,
+                    showlegend=name not in legend_seen,
+                    meta={
+                        "source": s_index,
+                        "role": "stop",
+                        "dtype": stop.get("dtype"),
+                        "prompt_len": stop.get("prompt_len"),
+                        "batch_size": batch,
+                    },
+                    hovertemplate=f"{name}<extra></extra>",
+                ),
+                row=row,
+                col=col,
+            )
+            legend_seen.add(name)
+
+
+def stability_memory(
+    samples: Sequence[Mapping[str, Any]],
+    *,
+    warmup_steps: int | None,
+    slope_bytes_per_step: float | None,
+    threshold_bytes_per_step: float | None,
+    memory_label: str,
+) -> dict[str, Any] | None:
+    """Memory in use after each step (MiB) against the step number, measured on the twin, with
+    the warm-up left out of the leak fit shaded and the fitted slope drawn through the samples
+    after it. None when no sample has a memory figure."""
+    points = [s for s in samples if s.get("memory_bytes") is not None and s.get("step") is not None]
+    if not points:
+        return None
+    steps = [s["step"] for s in points]
+    mib = [s["memory_bytes"] / MIB for s in points]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=steps,
+            y=mib,
+            mode="lines+markers",
+            marker={"size": 4},
+            name=f"{memory_label} (measured, twin)",
+            meta={"role": "memory", "metric": "memory_bytes"},
+            hovertemplate="step %{x}<br>%{y:,.2f} MiB<extra>%{fullData.name}</extra>",
+        )
+    )
+    warm = warmup_steps or 0
+    fitted = [(s, m) for s, m in zip(steps, mib, strict=True) if s > warm]
+    if slope_bytes_per_step is not None and len(fitted) >= 2:
+        mean_s = sum(s for s, _ in fitted) / len(fitted)
+        mean_m = sum(m for _, m in fitted) / len(fitted)
+        slope_mib = slope_bytes_per_step / MIB
+        ends = [fitted[0][0], fitted[-1][0]]
+        limit = (
+            f" (threshold {threshold_bytes_per_step:,.0f})"
+            if threshold_bytes_per_step is not None
+            else ""
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=ends,
+                y=[mean_m + slope_mib * (s - mean_s) for s in ends],
+                mode="lines",
+                line={"dash": "dash", "color": "#8f1d1d", "width": 1.5},
+                name=f"fitted slope {slope_bytes_per_step:,.0f} bytes/step{limit}",
+                meta={"role": "slope"},
+                hoverinfo="skip",
+            )
+        )
+    if warm:
+        fig.add_vrect(
+            x0=min(steps),
+            x1=warm + 0.5,
+            fillcolor="#d5dae0",
+            opacity=0.45,
+            line_width=0,
+            annotation_text="warm-up (left out of the fit)",
+            annotation_position="top left",
+            annotation_font={"size": 10},
+        )
+    fig.update_layout(
+        title="Memory over the stability run (measured, twin)",
+        height=340,
+        xaxis_title="step",
+        yaxis={"title": "memory in use (MiB)", "tickformat": ",.1f"},
+        margin={"l": 70, "r": 20, "t": 50, "b": 60},
+        legend={"orientation": "h", "y": -0.25, "x": 0},
+        template="plotly_white",
+    )
+    return fig.to_plotly_json()
+
+
+def stability_step_time(
+    samples: Sequence[Mapping[str, Any]],
+    *,
+    warmup_steps: int | None,
+    first_quarter_s: float | None,
+    last_quarter_s: float | None,
+    basis: str,
+) -> dict[str, Any] | None:
+    """Each step's wall time and process CPU time (ms) against the step number, measured on
+    the twin, with the medians of the first and last quarters the drift verdict compares
+    (`basis` says which time they are of). None without samples."""
+    points = [s for s in samples if s.get("step") is not None and s.get("step_time_s") is not None]
+    if not points:
+        return None
+    steps = [s["step"] for s in points]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=steps,
+            y=[s["step_time_s"] * 1000 for s in points],
+            mode="lines+markers",
+            marker={"size": 4},
+            name="step wall time (measured, twin)",
+            meta={"role": "step_time", "metric": "step_time_s"},
+            hovertemplate="step %{x}<br>%{y:,.2f} ms<extra>%{fullData.name}</extra>",
+        )
+    )
+    if any(s.get("cpu_time_s") is not None for s in points):
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=[None if s.get("cpu_time_s") is None else s["cpu_time_s"] * 1000 for s in points],
+                mode="lines",
+                line={"width": 1.2},
+                name="step process CPU time (measured, twin)",
+                meta={"role": "cpu_time", "metric": "cpu_time_s"},
+                hovertemplate="step %{x}<br>%{y:,.2f} ms CPU<extra>%{fullData.name}</extra>",
+            )
+        )
+    for label, value, dash in (
+        ("first quarter median", first_quarter_s, "dot"),
+        ("last quarter median", last_quarter_s, "dash"),
+    ):
+        if value is not None:
+            fig.add_trace(
+                go.Scatter(
+                    x=[min(steps), max(steps)],
+                    y=[value * 1000] * 2,
+                    mode="lines",
+                    line={"dash": dash, "width": 1, "color": "#5d6875"},
+                    name=f"{label}, {basis}: {value * 1000:,.2f} ms",
+                    meta={"role": "quarter_median"},
+                    hoverinfo="skip",
+                )
+            )
+    if warmup_steps:
+        fig.add_vrect(
+            x0=min(steps),
+            x1=warmup_steps + 0.5,
+            fillcolor="#d5dae0",
+            opacity=0.45,
+            line_width=0,
+        )
+    fig.update_layout(
+        title="Step time over the stability run (measured, twin)",
+        height=340,
+        xaxis_title="step",
+        yaxis={"title": "time per step (ms)", "rangemode": "tozero"},
+        margin={"l": 70, "r": 20, "t": 50, "b": 60},
+        legend={"orientation": "h", "y": -0.25, "x": 0},
+        template="plotly_white",
+    )
+    return fig.to_plotly_json()

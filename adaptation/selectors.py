@@ -8,13 +8,20 @@ from django.db.models import Case, Prefetch, QuerySet, When
 
 from adaptation.models import (
     ACTIVE_STAGE_STATUSES,
+    AcceleratorPool,
     AdaptationJob,
     HubWatch,
     ModelRelease,
     OperatorCheck,
+    PerformancePoint,
     PrecisionResult,
     StageRun,
     StageStatus,
+)
+from workers.stages.plan.calibration import (
+    DEFAULT_CALIBRATION_RUNS,
+    EFFICIENCY_METRICS,
+    running_calibration,
 )
 
 
@@ -157,3 +164,45 @@ def precision_results(run: StageRun) -> QuerySet[PrecisionResult]:
     return (
         PrecisionResult.objects.filter(stage_run=run).prefetch_related("layers").order_by("dtype")
     )
+
+
+def pool_calibration(
+    *, pool: AcceleratorPool, runs: int = DEFAULT_CALIBRATION_RUNS
+) -> dict[str, Any]:
+    """The pool's running calibration (`workers.stages.plan.calibration.running_calibration`):
+    the median over its last `runs` successful performance runs of each run's median
+    efficiency of the scaled twin, measured / roofline-predicted (from the run's
+    `PerformancePoint` rows "decode_efficiency" and "prefill_efficiency"), and the device
+    figures the newest of them measured. "available" False, with "no calibration yet" as the
+    reason, for a pool without such runs. The plan stage corrects its predictions with it."""
+    latest = list(
+        StageRun.objects.filter(job__pool=pool, stage="performance", status=StageStatus.SUCCEEDED)
+        .select_related("job__release")
+        .order_by("-finished_at", "-id")[:runs]
+    )
+    values: dict[int, dict[str, list[float]]] = {run.pk: {} for run in latest}
+    dtypes: dict[int, set[str]] = {run.pk: set() for run in latest}
+    rows = PerformancePoint.objects.filter(
+        stage_run__in=[run.pk for run in latest], metric__in=EFFICIENCY_METRICS
+    ).values_list("stage_run_id", "metric", "dtype", "value")
+    for run_id, metric, dtype, value in rows:
+        values[run_id].setdefault(metric, []).append(value)
+        dtypes[run_id].add(dtype)
+    summaries = []
+    for run in latest:
+        calibration = (run.result or {}).get("calibration") or {}
+        summaries.append(
+            {
+                "stage_run": run.pk,
+                "job": run.job_id,
+                "release": run.job.release.repo_id,
+                "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+                "worker_host": run.worker_host,
+                "decode_efficiency": values[run.pk].get("decode_efficiency", []),
+                "prefill_efficiency": values[run.pk].get("prefill_efficiency", []),
+                "dtypes": sorted(dtypes[run.pk]),
+                "twin_params": (calibration.get("twin_shape") or {}).get("total_params"),
+                "device": calibration.get("device"),
+            }
+        )
+    return running_calibration(pool.name, summaries, window=runs)

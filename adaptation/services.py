@@ -114,6 +114,31 @@ def job_create(
     raises `ServiceError` with the reason.
     """
     names = stages or stage_names()
+    checked = job_options_check(options=options, stages=names)
+    with transaction.atomic():
+        job = AdaptationJob.objects.create(
+            release=release,
+            pool=pool,
+            trigger=trigger,
+            stages=names,
+            options=checked,
+            requested_by=requested_by if getattr(requested_by, "pk", None) else None,
+        )
+        runs = StageRun.objects.bulk_create(
+            StageRun(job=job, stage=name, position=i, attempt=1) for i, name in enumerate(names)
+        )
+        _stage_run_enqueue(runs[0])
+    return job
+
+
+def job_options_check(
+    *, options: dict[str, Any] | None, stages: list[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per-stage job options checked and normalised by each stage's `check_options`, as
+    `job_create` stores them (stages whose options come out empty are left out). `stages`
+    defaults to every registered stage. Raises `ServiceError` with a one-line reason for an
+    unknown stage, options for a stage not in `stages`, or options a stage refuses."""
+    names = stages or stage_names()
     try:
         definitions = {name: get_stage(name) for name in names}
     except LookupError as exc:
@@ -133,20 +158,13 @@ def job_create(
             raise ServiceError(f"{name} options: {exc}") from exc
         if stage_options:
             checked[name] = stage_options
-    with transaction.atomic():
-        job = AdaptationJob.objects.create(
-            release=release,
-            pool=pool,
-            trigger=trigger,
-            stages=names,
-            options=checked,
-            requested_by=requested_by if getattr(requested_by, "pk", None) else None,
-        )
-        runs = StageRun.objects.bulk_create(
-            StageRun(job=job, stage=name, position=i, attempt=1) for i, name in enumerate(names)
-        )
-        _stage_run_enqueue(runs[0])
-    return job
+    return checked
+
+
+def _stage_options(job: AdaptationJob, stage: str) -> Any:
+    """The job's stored options for `stage` ({} when none)."""
+    options = job.options if isinstance(job.options, dict) else {}
+    return options.get(stage) or {}
 
 
 def _stage_run_enqueue(run: StageRun) -> None:
@@ -161,23 +179,24 @@ def _stage_run_enqueue(run: StageRun) -> None:
     job.finished_at = None
     job.save(update_fields=["started_at", "status", "finished_at"])
     run_id, stage, queue = run.pk, run.stage, job.pool.queue
+    options = _stage_options(job, stage)
     # robust: a broker outage must not undo the committed rows; the reaper re-sends later.
     transaction.on_commit(
-        lambda: _send_stage_message(stage_run_id=run_id, stage=stage, queue=queue), robust=True
+        lambda: _send_stage_message(stage_run_id=run_id, stage=stage, queue=queue, options=options),
+        robust=True,
     )
 
 
-def _send_stage_message(*, stage_run_id: int, stage: str, queue: str) -> None:
-    """Send the Celery message that runs one stage attempt on its pool's queue."""
+def _send_stage_message(
+    *, stage_run_id: int, stage: str, queue: str, options: dict[str, Any] | None = None
+) -> None:
+    """Send the Celery message that runs one stage attempt on its pool's queue, with the
+    stage's time limits for the job's `options` for it (`StageDefinition.time_limits_s`: the
+    stability run's follow its duration)."""
     from workers.tasks import run_stage
 
-    definition = get_stage(stage)
-    run_stage.apply_async(
-        args=[stage_run_id],
-        queue=queue,
-        soft_time_limit=definition.soft_time_limit_s,
-        time_limit=definition.time_limit_s,
-    )
+    soft, hard = get_stage(stage).time_limits_s(options)
+    run_stage.apply_async(args=[stage_run_id], queue=queue, soft_time_limit=soft, time_limit=hard)
 
 
 def stage_run_claim(*, stage_run_id: int, worker_host: str, task_id: str = "") -> StageRun | None:
@@ -382,7 +401,12 @@ def stage_runs_resend_queued(*, now: datetime | None = None) -> int:
             pk=run.pk, status=StageStatus.QUEUED, queued_at=run.queued_at
         ).update(queued_at=now)
         if bumped:
-            _send_stage_message(stage_run_id=run.pk, stage=run.stage, queue=run.job.pool.queue)
+            _send_stage_message(
+                stage_run_id=run.pk,
+                stage=run.stage,
+                queue=run.job.pool.queue,
+                options=_stage_options(run.job, run.stage),
+            )
             count += 1
     return count
 

@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from adaptation.models import LayerDrift, OperatorCheck, PrecisionResult, StageRun
+from adaptation.models import (
+    LayerDrift,
+    OperatorCheck,
+    PerformancePoint,
+    PrecisionResult,
+    StageRun,
+)
 
 Handler = Callable[[StageRun, dict[str, Any]], None]
 
@@ -84,11 +90,41 @@ def _store_precision(run: StageRun, result: dict[str, Any]) -> None:
         )
 
 
+def _store_performance_points(run: StageRun, result: dict[str, Any]) -> None:
+    """Every point of a performance run as rows, one metric each: the twin's measured points
+    and the plan's full-size predictions (`result["points"]`, with their calibrated figures
+    where the plan had them), and the calibration's predicted twin points and efficiencies
+    (`result["calibration"]`). A failed run stores what it measured before failing."""
+    from workers.stages.performance import calibration_rows, performance_rows
+
+    job = run.job
+    rows = performance_rows(result.get("points") or []) + calibration_rows(
+        result.get("calibration")
+    )
+    PerformancePoint.objects.bulk_create(
+        PerformancePoint(
+            stage_run=run,
+            job=job,
+            pool=job.pool,
+            kind=row["kind"],
+            model=str(row["model"] or "")[:16],
+            dtype=str(row["dtype"] or "")[:32],
+            batch_size=row["batch_size"],
+            prompt_len=row["prompt_len"],
+            metric=row["metric"][:64],
+            value=float(row["value"]),
+            unit=row["unit"],
+        )
+        for row in rows
+    )
+
+
 HANDLERS: dict[str, Handler] = {
     "fetch": _store_fetched_files,
     "analyze": _store_architecture,
     "operators": _store_operator_checks,
     "precision": _store_precision,
+    "performance": _store_performance_points,
 }
 
 

@@ -1,5 +1,5 @@
 """Pages of the adaptation app: the release board, a release's page and its pool comparison,
-stage re-runs and the pools page."""
+stage re-runs, the pools page, a job's performance CSV and the performance compare view."""
 
 from django.urls import path
 
@@ -17,4 +17,10 @@ urlpatterns = [
     ),
     path("pools/", views.pool_list, name="pool_list"),
     path("jobs/<int:job_id>/stages/<str:stage>/rerun/", views.stage_rerun, name="stage_rerun"),
+    path(
+        "jobs/<int:job_id>/performance.csv",
+        views.job_performance_csv,
+        name="job_performance_csv",
+    ),
+    path("compare/performance/", views.compare_performance, name="compare_performance"),
 ]

@@ -10,15 +10,17 @@ so the browser stops asking once that work is done.
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Callable
 from functools import wraps
+from urllib.parse import urlsplit
 
 from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required as django_login_required
 from django.contrib.auth.views import redirect_to_login
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
@@ -27,6 +29,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from adaptation import (
     inventory,
+    performance_presenters,
     plan_presenters,
     presenters,
     selectors,
@@ -98,6 +101,15 @@ def board(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _page_params(request: HttpRequest) -> QueryDict:
+    """The page's own query string. An htmx poll asks for `request.path` alone; the view the
+    reader is on (e.g. `?perf_x=prompt_len`) is in its HX-Current-URL, so a poll keeps it."""
+    if _wants_partial(request) and not request.GET:
+        current = request.htmx.current_url or ""
+        return QueryDict(urlsplit(current).query)
+    return request.GET
+
+
 @login_required
 @require_GET
 def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
@@ -106,17 +118,20 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
         release = selectors.release_detail(release_id=pk)
     except ModelRelease.DoesNotExist:
         raise Http404(f"No release {pk}.") from None
+    # Queued stages (and a pending plan) of a pool without a live worker say so.
+    idle_pools = (
+        inventory.pools_without_live_worker() if presenters.release_is_active(release) else {}
+    )
     context = {
         "release": release,
         "analysis": presenters.analysis(release),
         "validation": validation_presenters.validation(release),
-        "plans": plan_presenters.plan_panels(release),
-        "timelines": presenters.job_timelines(
-            release,
-            pools_without_worker=inventory.pools_without_live_worker()
-            if presenters.release_is_active(release)
-            else {},
+        "plans": plan_presenters.plan_panels(release, pools_without_worker=idle_pools),
+        "performance": performance_presenters.performance_section(
+            release, params=_page_params(request)
         ),
+        "stabilities": performance_presenters.stability_panels(release),
+        "timelines": presenters.job_timelines(release, pools_without_worker=idle_pools),
         "polling": presenters.release_is_active(release),
     }
     return _render(
@@ -202,8 +217,9 @@ class ComparePoolsForm(forms.Form):
 @require_GET
 def release_compare_pools(request: HttpRequest, pk: int) -> HttpResponse:
     """How each enabled pool, and each catalog kind on as many nodes as it needs, would serve
-    the release (predicted by the planner from its latest analysis), best choice first. Bad
-    options answer 400 with the form's errors."""
+    the release (predicted by the planner from its latest analysis), in
+    `plan_presenters.CompareRow.sort_key` order. Bad options answer 400 with the form's
+    errors."""
     try:
         release = selectors.release_detail(release_id=pk)
     except ModelRelease.DoesNotExist:
@@ -224,3 +240,53 @@ def release_compare_pools(request: HttpRequest, pk: int) -> HttpResponse:
         )
     context = {"release": release, "form": form, "comparison": comparison}
     return render(request, "adaptation/compare_pools.html", context, status=status)
+
+
+@login_required
+@require_GET
+def job_performance_csv(request: HttpRequest, job_id: int) -> HttpResponse:
+    """The job's performance rows (its newest finished `performance` attempt) as CSV: the
+    numbers its charts and table show, one figure per line."""
+    job = get_object_or_404(AdaptationJob.objects.select_related("release", "pool"), pk=job_id)
+    run = performance_presenters.job_performance_run(job)
+    if run is None:
+        raise Http404(f"Job {job_id} has no finished performance run.")
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = (
+        f'attachment; filename="{performance_presenters.csv_filename(job)}"'
+    )
+    writer = csv.writer(response, lineterminator="\n")
+    writer.writerow(performance_presenters.CSV_COLUMNS)
+    for row in performance_presenters.point_rows(run):
+        writer.writerow(
+            [performance_presenters.csv_cell(row[c]) for c in performance_presenters.CSV_COLUMNS]
+        )
+    return response
+
+
+@login_required
+@require_GET
+def compare_performance(request: HttpRequest) -> HttpResponse:
+    """Two jobs' performance curves overlaid: `?jobs=<id>,<id>` (the same release on two
+    pools, or two releases on one pool), in the chart view of `perf_x`/`perf_metric`. Bad
+    ids answer 400, a job missing or without performance rows 404, each with the reason."""
+    view = performance_presenters.performance_view(request.GET)
+    context: dict[str, object] = {
+        "view": view,
+        "comparison": None,
+        "error": "",
+        "choices": performance_presenters.compare_choices(),
+        "x_choices": list(performance_presenters.X_FIELDS.items()),
+        "metric_choices": [
+            (name, metric.label) for name, metric in performance_presenters.METRICS.items()
+        ],
+        "chosen": [],
+    }
+    status = 200
+    try:
+        ids = performance_presenters.compare_job_ids(request.GET.getlist("jobs"))
+        context["chosen"] = ids
+        context["comparison"] = performance_presenters.compare_performance(ids, view)
+    except performance_presenters.CompareError as exc:
+        context["error"], status = str(exc), exc.status
+    return render(request, "adaptation/compare_performance.html", context, status=status)

@@ -37,3 +37,28 @@ def isolated_hf_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     for name in ("HF_ENDPOINT", "HF_TOKEN", "HF_HUB_OFFLINE", "HF_HOME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+
+
+# Short performance and stability runs for tests that run whole jobs on real workers (the
+# defaults, a 64-batch sweep over two prompt lengths and a 20 s stability run, are `make run`'s).
+# The stability steps are small, so 3 s still give the drift and leak fits many steps.
+QUICK_MEASUREMENTS = {
+    "performance": {"max_batch_size": 4, "prompt_lens": [16], "repeats": 3, "prefill_repeats": 1},
+    "stability": {"duration_s": 3, "batch_size": 2, "prompt_len": 16, "decode_steps": 4},
+}
+
+
+@pytest.fixture
+def quick_measurements(monkeypatch: pytest.MonkeyPatch) -> dict:
+    """Jobs created during the test, polled ones included, get `QUICK_MEASUREMENTS` as their
+    performance and stability options (a job's own options for a stage win). Returns them."""
+    from adaptation import services
+
+    create = services.job_create
+
+    def job_create(*, options=None, stages=None, **kwargs):
+        quick = {k: v for k, v in QUICK_MEASUREMENTS.items() if stages is None or k in stages}
+        return create(options={**quick, **(options or {})}, stages=stages, **kwargs)
+
+    monkeypatch.setattr(services, "job_create", job_create)
+    return QUICK_MEASUREMENTS

@@ -17,7 +17,7 @@ from django.db import connection
 from django.utils import timezone
 
 from adaptation import selectors, services
-from adaptation.catalog import accelerator_kind_row_entry
+from adaptation.catalog import accelerator_kind_row_entry, gb_per_s_to_bytes_per_s
 from adaptation.models import AcceleratorPool, StageRun
 from workers.stages.base import (
     PoolSpec,
@@ -87,11 +87,6 @@ class Heartbeat:
         self._thread.join(timeout=5)
 
 
-def _bytes_per_s(gbps: float | None) -> float | None:
-    """GB/s (decimal, as pools are entered) to bytes/s; None stays None."""
-    return None if gbps is None else float(gbps) * 1e9
-
-
 def pool_spec(pool: AcceleratorPool) -> PoolSpec:
     """The plain description of a pool the engine gets: its settings, its layout
     (bandwidths in bytes/s) and, when an admin's `AcceleratorKind` row defines the pool's
@@ -109,8 +104,12 @@ def pool_spec(pool: AcceleratorPool) -> PoolSpec:
         accelerator=pool.accelerator,
         devices_per_node=pool.devices_per_node,
         nodes=pool.nodes,
-        intra_node_bandwidth_bytes_per_s=_bytes_per_s(pool.intra_node_bandwidth_gbps),
-        inter_node_bandwidth_bytes_per_s=_bytes_per_s(pool.inter_node_bandwidth_gbps),
+        intra_node_bandwidth_bytes_per_s=gb_per_s_to_bytes_per_s(
+            pool.intra_node_bandwidth_gb_per_s
+        ),
+        inter_node_bandwidth_bytes_per_s=gb_per_s_to_bytes_per_s(
+            pool.inter_node_bandwidth_gb_per_s
+        ),
         accelerator_entry=accelerator_kind_row_entry(pool.accelerator),
     )
 
@@ -143,6 +142,9 @@ def stage_context(run: StageRun, definition: StageDefinition, log: _Log) -> Stag
         known_families=tuple(known),
         log=log,
         options=_stage_options(job.options, definition.name),
+        calibration=(
+            selectors.pool_calibration(pool=job.pool) if definition.reads_pool_calibration else None
+        ),
     )
 
 
@@ -172,7 +174,7 @@ def execute_stage_run(
     limit_s = 0
     try:
         definition = get_stage(run.stage)
-        limit_s = definition.soft_time_limit_s
+        limit_s = definition.time_limits_s(_stage_options(run.job.options, run.stage))[0]
         with Heartbeat(run.pk, settings.DAY0_HEARTBEAT_EVERY_S):
             result = definition(stage_context(run, definition, log))
         log(f"finished {run.stage}")

@@ -89,8 +89,10 @@ def test_adapt_without_wait_creates_a_manual_job(tmp_path):
     assert job.trigger == "manual" and job.release.found_by == "manual"
     assert job.release.repo_id == "meta-llama/Llama-3.1-8B"
     names = [s["name"] for s in summary["stages"]]
-    assert names == ["fetch", "analyze", "operators", "precision", "plan"]
-    assert [s["status"] for s in summary["stages"]] == ["queued"] + ["pending"] * 4
+    assert names == [
+        "fetch", "analyze", "operators", "precision", "plan", "performance", "stability"
+    ]  # fmt: skip
+    assert [s["status"] for s in summary["stages"]] == ["queued"] + ["pending"] * 6
     assert job.options == {}
 
 
@@ -171,3 +173,54 @@ def test_load_demo_keeps_what_was_changed_since(settings):
     assert watch.endpoint == str(settings.DAY0_DEMO_HUB_DIR)
     user.refresh_from_db()
     assert user.check_password("a new secret phrase")
+
+
+def release_folder(tmp_path):
+    folder = tmp_path / "meta-llama" / "Llama-3.1-8B"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_bytes(
+        (REALCONFIGS_DIR / "meta-llama__Llama-3.1-8B.json").read_bytes()
+    )
+    return folder
+
+
+@pytest.mark.django_db
+def test_adapt_options_set_any_stages_options_merged_with_the_plan_flags(tmp_path):
+    out = io.StringIO()
+    options = {
+        "stability": {"duration_s": 5},
+        "performance": {"max_batch_size": 8, "prompt_lens": [16]},
+        "plan": {"concurrency": 2},
+    }
+    call_command(
+        "adapt", str(release_folder(tmp_path)), "--options", json.dumps(options),
+        "--context", "4096", "--format", "json", stdout=out,
+    )  # fmt: skip
+    job = AdaptationJob.objects.get(pk=json.loads(out.getvalue())["job"])
+    assert job.options == {
+        "stability": {"duration_s": 5.0},
+        "performance": {"max_batch_size": 8, "prompt_lens": [16]},
+        "plan": {"concurrency": 2, "context_tokens": 4096},
+    }
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('{"stability": {"duration_s": 5}', "--options is not valid JSON: Expecting ',' delimiter"),
+        ('["stability"]', "--options must be a JSON object mapping stage names to objects"),
+        ('{"stability": 5}', "--options must be a JSON object mapping stage names"),
+        ('{"warp": {"x": 1}}', "Options for stage 'warp', which this job does not run"),
+        ('{"stability": {"duration_s": -1}}', "stability options: duration_s must be a number"),
+        ('{"performance": {"max_batch": 4}}', "unknown performance option(s) max_batch"),
+        ('{"fetch": {"x": 1}}', "fetch options: the fetch stage takes no options"),
+        ('{"plan": {"context_tokens": 2048}}', "context_tokens given both in --options and as"),
+    ],
+)
+def test_adapt_refuses_bad_options_in_one_line_before_creating_anything(tmp_path, text, words):
+    with pytest.raises(CommandError) as info:
+        call_command("adapt", str(release_folder(tmp_path)), "--options", text, "--context", "512")
+    assert words in str(info.value)
+    assert "\n" not in str(info.value)
+    assert not AdaptationJob.objects.exists()

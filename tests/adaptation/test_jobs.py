@@ -36,8 +36,10 @@ def test_job_create_queues_only_the_first_stage_after_commit(django_capture_on_c
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         job = services.job_create(release=release, pool=cpu_pool(), trigger="manual")
     runs = list(job.stage_runs.order_by("position"))
-    assert [r.stage for r in runs] == ["fetch", "analyze", "operators", "precision", "plan"]
-    assert [r.status for r in runs] == [StageStatus.QUEUED] + [StageStatus.PENDING] * 4
+    assert [r.stage for r in runs] == [
+        "fetch", "analyze", "operators", "precision", "plan", "performance", "stability"
+    ]  # fmt: skip
+    assert [r.status for r in runs] == [StageStatus.QUEUED] + [StageStatus.PENDING] * 6
     assert job.status == JobStatus.RUNNING
     assert len(callbacks) == 1  # one message, sent only once the transaction commits
 
@@ -185,7 +187,7 @@ def test_queued_stages_whose_message_was_lost_are_sent_again(settings, monkeypat
     monkeypatch.setattr(services, "_send_stage_message", lambda **kw: sent.append(kw))
     assert services.stage_runs_resend_queued() == 1
     assert services.stage_runs_resend_queued() == 0  # queued_at was moved on
-    assert sent == [{"stage_run_id": run.pk, "stage": "fetch", "queue": "pool.cpu"}]
+    assert sent == [{"stage_run_id": run.pk, "stage": "fetch", "queue": "pool.cpu", "options": {}}]
 
 
 def test_a_pool_without_queue_gets_the_conventional_one():
@@ -248,3 +250,63 @@ def test_a_pool_device_of_another_backend_is_refused_and_a_good_pool_passes():
         dtypes=["bfloat16", "float8_e4m3fn"],
         precision_thresholds={"bfloat16": {"min_top1_agreement": 0.97}},
     ).clean()
+
+
+def test_the_stability_message_carries_limits_that_follow_its_duration(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    from workers.tasks import run_stage
+
+    sent = []
+    monkeypatch.setattr(run_stage, "apply_async", lambda **kw: sent.append(kw))
+    with django_capture_on_commit_callbacks(execute=True):
+        job = services.job_create(
+            release=make_release(),
+            pool=cpu_pool(),
+            trigger="manual",
+            stages=["stability"],
+            options={"stability": {"duration_s": 7200}},
+        )
+    run = job.stage_runs.get()
+    # 7,200 s x 1.1 + 120 s of set-up; the hard limit a minute later
+    assert sent == [
+        {"args": [run.pk], "queue": "pool.cpu", "soft_time_limit": 8040, "time_limit": 8100}
+    ]
+    with django_capture_on_commit_callbacks(execute=True):
+        services.job_create(
+            release=make_release(), pool=cpu_pool(), trigger="manual", stages=["performance"]
+        )
+    assert (sent[-1]["soft_time_limit"], sent[-1]["time_limit"]) == (180, 240)
+
+    # the reaper's re-send keeps them
+    StageRun.objects.filter(pk=run.pk).update(queued_at=timezone.now() - timedelta(days=1))
+    assert services.stage_runs_resend_queued() == 1
+    assert (sent[-1]["args"], sent[-1]["soft_time_limit"]) == ([run.pk], 8040)
+
+
+def test_a_run_past_its_time_limit_names_the_jobs_limit(monkeypatch):
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from workers import runner
+    from workers.stages.base import StageDefinition
+
+    def too_slow(ctx):
+        raise SoftTimeLimitExceeded()
+
+    definition = StageDefinition(
+        name="stability",
+        title="Stability run",
+        run=too_slow,
+        limits_for_options="workers.stages.measure_options:stability_time_limits",
+    )
+    monkeypatch.setattr(runner, "get_stage", lambda name: definition)
+    job = make_job(
+        stages=("stability",),
+        statuses={"stability": StageStatus.QUEUED},
+        options={"stability": {"duration_s": 1000}},
+    )
+    run = job.stage_runs.get()
+    runner.execute_stage_run(run.pk)
+    run.refresh_from_db()
+    assert run.status == StageStatus.FAILED
+    assert run.error == "stability ran past its time limit of 1220 s."

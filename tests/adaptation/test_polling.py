@@ -39,7 +39,7 @@ def hf_watch(fake_hub):
     )
 
 
-def test_hub_poll_creates_one_release_and_job_per_revision(hf_watch, fake_hub):
+def test_hub_poll_creates_one_release_and_job_per_revision(hf_watch, fake_hub, quick_measurements):
     [outcome] = services.hub_watches_poll(due_only=False)
     assert outcome.error == ""
     assert len(outcome.new_releases) == 1
@@ -62,8 +62,10 @@ def test_hub_poll_creates_one_release_and_job_per_revision(hf_watch, fake_hub):
     if plan.status == StageStatus.FAILED:
         assert job.status == JobStatus.FAILED
         assert "does not fit 1 x cpu" in plan.error and plan.result["fits"] is False
+        assert {runs[s].status for s in ("performance", "stability")} == {StageStatus.SKIPPED}
     else:
         assert plan.status == StageStatus.SUCCEEDED and job.status == JobStatus.SUCCEEDED
+        assert runs["performance"].result["options"]["max_batch_size"] == 4
     analysis = runs["analyze"].result
     assert analysis["total_params"] == 8_030_261_248
     assert analysis["kv_cache_bytes_per_token"] == 131_072

@@ -21,6 +21,7 @@ from adaptation.models import (
     JobStatus,
     ModelRelease,
     OperatorCheck,
+    PerformancePoint,
     PrecisionResult,
     StageStatus,
 )
@@ -64,7 +65,25 @@ def all_jobs_done() -> bool:
     )
 
 
-def test_polled_releases_run_on_a_real_worker(celery_worker_process, tmp_path, client, staff_user):
+def check_measured_stages(runs: dict, quick: dict) -> None:
+    """A job whose plan fits went on through performance and stability on the twin."""
+    performance, stability = runs["performance"], runs["stability"]
+    assert performance.status == StageStatus.SUCCEEDED, performance.error
+    assert stability.status == StageStatus.SUCCEEDED, stability.error
+    points = [p for p in performance.result["points"] if p["kind"] == "measured"]
+    assert {p["batch_size"] for p in points} == {1, 2, 4}
+    assert {p["prompt_len"] for p in points} == set(quick["performance"]["prompt_lens"])
+    assert performance.result["knee_batch_size"] in (1, 2, 4)
+    assert performance.result["calibration"]["device"]["kind"] == "measured"
+    rows = PerformancePoint.objects.filter(stage_run=performance)
+    assert rows.filter(kind="measured", metric="decode_tokens_per_s").count() == len(points)
+    assert rows.filter(metric="decode_efficiency").exists()
+    assert stability.result["passed"] is True and stability.result["steps"] >= 20
+
+
+def test_polled_releases_run_on_a_real_worker(
+    celery_worker_process, tmp_path, client, staff_user, quick_measurements
+):
     root = tmp_path / "hub"
     drop_release(root, "acme/llama-8b", real_config("meta-llama__Llama-3.1-8B"))
     drop_release(root, "acme/broken", BROKEN_CONFIG)
@@ -82,7 +101,7 @@ def test_polled_releases_run_on_a_real_worker(celery_worker_process, tmp_path, c
     assert fetch.status == StageStatus.FAILED
     assert "config.json is not valid JSON" in fetch.error
     assert "line 3 column 23" in fetch.error
-    assert [run.status for run in later] == [StageStatus.SKIPPED] * 4
+    assert [run.status for run in later] == [StageStatus.SKIPPED] * 6
 
     fits = {
         "acme/llama-8b": fits_this_machine("meta-llama__Llama-3.1-8B"),
@@ -95,15 +114,17 @@ def test_polled_releases_run_on_a_real_worker(celery_worker_process, tmp_path, c
         assert {r.status for r in measured} == {StageStatus.SUCCEEDED}, [
             (r.stage, r.error) for r in measured
         ]
-        assert all(r.worker_host for r in runs.values())
+        assert all(r.worker_host for r in runs.values() if r.status != StageStatus.SKIPPED)
         plan = runs["plan"]
         if fits[repo_id]:
             assert plan.status == StageStatus.SUCCEEDED and job.status == JobStatus.SUCCEEDED
             assert plan.result["accelerator"] == "cpu" and plan.result["devices"] == 1
+            check_measured_stages(runs, quick_measurements)
         else:  # the model is larger than this machine: the plan says what would fit
             assert plan.status == StageStatus.FAILED and job.status == JobStatus.FAILED
             assert "does not fit 1 x cpu" in plan.error and "would fit" in plan.error
             assert plan.result["fits"] is False and plan.result["suggestions"]["devices"] > 1
+            assert {runs[s].status for s in ("performance", "stability")} == {"skipped"}
         assert runs["analyze"].result["total_params"] == total
         assert runs["operators"].result["missing"] == []  # the cpu pool runs every operator
         assert OperatorCheck.objects.filter(stage_run=runs["operators"]).count() > 20
@@ -158,15 +179,39 @@ def test_adapt_waits_and_prints_the_finished_job(celery_worker_process, tmp_path
     plan_options = {"context_tokens": 8192, "concurrency": 1}
     fits = fits_this_machine("openai__gpt-oss-20b", **plan_options)
     out = io.StringIO()
-    args = ["--context", "8192", "--concurrency", "1", "--wait", "--format", "json"]
+    quick = {
+        "performance": {"max_batch_size": 4, "prompt_lens": [16], "repeats": 3},
+        "stability": {"duration_s": 3},
+    }
+    args = ["--context", "8192", "--concurrency", "1", "--options", json.dumps(quick)]
     try:
-        call_command("adapt", str(good), *args, "--timeout", "120", stdout=out)
+        call_command("adapt", str(good), *args, "--wait", "--format", "json", "--timeout", "180",
+                     stdout=out)  # fmt: skip
     except SystemExit as exit_info:  # the plan failed: this machine is too small
         assert not fits and exit_info.code == 1
     finished = json.loads(out.getvalue())
     assert finished["status"] == ("succeeded" if fits else "failed")
     stages = {s["name"]: s for s in finished["stages"]}
-    assert list(stages) == ["fetch", "analyze", "operators", "precision", "plan"]
+    assert list(stages) == [
+        "fetch", "analyze", "operators", "precision", "plan", "performance", "stability"
+    ]  # fmt: skip
+    if fits:
+        performance = stages["performance"]["result"]
+        for point in performance["points"]:
+            assert {"dtype", "batch_size", "prompt_len", "ttft_s", "tpot_s",
+                    "prefill_tokens_per_s", "decode_tokens_per_s", "peak_memory_bytes",
+                    "kind"} <= point.keys()  # fmt: skip
+        measured = [p for p in performance["points"] if p["kind"] == "measured"]
+        assert {(p["batch_size"], p["prompt_len"]) for p in measured} == {(1, 16), (2, 16), (4, 16)}
+        assert performance["knee_batch_size"] in (1, 2, 4)
+        # the plan on the cpu pool had no calibration before this job's performance run
+        assert stages["plan"]["result"]["predicted"]["calibrated"]["available"] is False
+        stability = stages["stability"]["result"]
+        assert {"duration_s", "steps", "memory_slope_bytes_per_step", "nonfinite_outputs",
+                "errors", "step_time_drift", "passed"} <= stability.keys()  # fmt: skip
+        assert stability["passed"] is True and 3 <= stability["duration_s"] < 60
+    else:
+        assert [stages[s]["status"] for s in ("performance", "stability")] == ["skipped"] * 2
     measured = [stages[name] for name in ("fetch", "analyze", "operators", "precision")]
     assert all(s["status"] == "succeeded" and s["attempt"] == 1 for s in measured)
     plan = stages["plan"]["result"]

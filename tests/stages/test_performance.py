@@ -52,6 +52,17 @@ POINT_KEYS = {
 }
 
 
+# Device figures as the probe reports them, for the tests that are not about calibration (the
+# probe takes about a second).
+FIGURES = {
+    "kind": "measured",
+    "device": "cpu",
+    "threads": 1,
+    "memory_bandwidth_bytes_per_s": 1.5e10,
+    "flops": {"bfloat16": 1e12, "float16": 1.6e11},
+}
+
+
 @pytest.fixture(scope="module", autouse=True)
 def one_torch_thread():
     """As a worker process runs (DAY0_TORCH_THREADS=1): two threads on a shared 2-core host
@@ -141,6 +152,39 @@ def test_throughput_rises_with_batch_until_the_knee(swept, name):
     assert result["knee_tpot_s"] == first["tpot_s"]
 
 
+@pytest.mark.parametrize("name", [DENSE, MOE])
+def test_the_twin_is_predicted_on_the_measured_device_and_its_efficiency_kept(swept, name):
+    result = swept[name]
+    calibration = result["calibration"]
+    device = calibration["device"]
+    assert device["kind"] == "measured" and device["threads"] == 1
+    assert device["memory_bandwidth_bytes_per_s"] > 1e8 and device["flops"]["bfloat16"] > 1e8
+    figures = calibration["figures"]
+    assert figures["kind"] == "measured"
+    assert figures["memory_bandwidth_bytes_per_s"] == device["memory_bandwidth_bytes_per_s"]
+    assert calibration["available"] is True
+    # the 16-bit points only: the roofline has no float32 serving dtype
+    assert set(calibration["skipped_dtypes"]) == {"float32"}
+    measured = {
+        (p["prompt_len"], p["batch_size"]): p
+        for p in result["points"]
+        if p["kind"] == "measured" and p["dtype"] == "bfloat16"
+    }
+    predicted = {(p["prompt_len"], p["batch_size"]): p for p in calibration["points"]}
+    assert set(predicted) == set(measured)
+    for key, p in predicted.items():
+        assert (p["kind"], p["model"]) == ("predicted", "twin")
+        assert p["cache_tokens"] == key[0] + 2 + 3  # the median timed decode step's cache
+        m = measured[key]
+        assert p["decode_efficiency"] == m["decode_tokens_per_s"] / p["decode_tokens_per_s"]
+        assert p["prefill_efficiency"] == m["prefill_tokens_per_s"] / p["prefill_tokens_per_s"]
+        # a twin's forward is far from the roofline on a CPU, never 10 times past it
+        assert 0 < p["decode_efficiency"] < 10 and 0 < p["prefill_efficiency"] < 10
+    twin_params = calibration["twin_shape"]["total_params"]
+    assert f"{twin_params:,} params" in calibration["basis"]
+    assert twin_params == result["twin"]["parameters"]
+
+
 def test_the_knee_is_where_a_doubling_stops_paying():
     def curve(values):
         return [
@@ -178,6 +222,7 @@ def test_out_of_memory_mid_sweep_keeps_the_points_measured(seeded_twin):
         CPU,
         options=SWEEP | {"dtypes": ["float32"], "repeats": 2},
         hooks=[out_of_memory_from_batch_4],
+        device_figures=FIGURES,
     )
     assert {(p["prompt_len"], p["batch_size"]) for p in result["points"]} == {
         (16, 1),
@@ -219,6 +264,7 @@ def test_another_exception_fails_naming_the_dtype_and_batch(seeded_twin):
             CPU,
             options=SWEEP | {"dtypes": ["float32"], "repeats": 1},
             hooks=[broken_at_batch_2],
+            device_figures=FIGURES,
         )
     assert failed.value.reason == (
         "float32 at prompt 16, batch 2: the twin raised RuntimeError: kernel exploded"
@@ -251,6 +297,7 @@ def test_predictions_come_from_the_plan_and_stay_apart(seeded_twin):
         CPU,
         options=SWEEP | {"dtypes": ["float32"], "max_batch_size": 2, "prompt_lens": [16]},
         plan=plan,
+        device_figures=FIGURES,
     )
     json.dumps(result, allow_nan=False)
     measured = [p for p in result["points"] if p["kind"] == "measured"]

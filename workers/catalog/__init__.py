@@ -159,6 +159,21 @@ def _positive_number(entry: Mapping[str, Any], key: str, *, allow_none: bool) ->
     return float(value)
 
 
+SOURCED_FIGURES = ("memory_bytes", *_NUMBER_FIELDS)
+
+
+def missing_sources(entry: Mapping[str, Any]) -> list[str]:
+    """The figures of a catalog entry that are given but have no source in its `sources`
+    (keys as in the file, in `SOURCED_FIGURES` order): all of them, not only the first."""
+    sources = entry.get("sources")
+    sources = sources if isinstance(sources, Mapping) else {}
+    return [
+        key
+        for key in SOURCED_FIGURES
+        if entry.get(key) is not None and not str(sources.get(key) or "").strip()
+    ]
+
+
 def parse_accelerator(entry: Mapping[str, Any]) -> Accelerator:
     """One catalog entry (the file's format) as an `Accelerator`. Raises `CatalogError`
     (with `.field`) for a missing or non-positive figure, a figure without a source in
@@ -204,15 +219,12 @@ def parse_accelerator(entry: Mapping[str, Any]) -> Accelerator:
         raise CatalogError(
             f"{kind!r}: sources must map each figure to its source text", field="sources"
         )
-    for key in ("memory_bytes", *_NUMBER_FIELDS):
-        if (key == "memory_bytes" or numbers[key] is not None) and not str(
-            sources.get(key) or ""
-        ).strip():
-            raise CatalogError(
-                f"{kind!r}: {key} has no source (add sources[{key!r}]: the datasheet's title "
-                "and address)",
-                field=key,
-            )
+    if missing := missing_sources(entry):
+        raise CatalogError(
+            f"{kind!r}: {', '.join(missing)} {'has' if len(missing) == 1 else 'have'} no source "
+            f"(add sources[{missing[0]!r}]: the datasheet's title and address)",
+            field=missing[0],
+        )
     return Accelerator(
         kind=kind,
         name=str(entry.get("name") or kind),
@@ -260,12 +272,17 @@ def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
     return _load(str(path or CATALOG_PATH))
 
 
-def _physical_memory_bytes() -> int:
-    """Physical memory of this machine in bytes (POSIX sysconf pages x page size)."""
+def physical_memory_bytes() -> int | None:
+    """Physical memory of this machine in bytes (POSIX sysconf pages x page size), or None
+    where the OS cannot say."""
     try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return 0
+        pages = os.sysconf("SC_PHYS_PAGES")
+        page_size = os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+    if pages <= 0 or page_size <= 0:
+        return None
+    return int(pages) * int(page_size)
 
 
 def cpu_accelerator(
@@ -273,21 +290,28 @@ def cpu_accelerator(
     cores: int | None = None,
     memory_bytes: int | None = None,
     measured_by: str = "",
+    measured_figures: Mapping[str, Any] | None = None,
 ) -> Accelerator:
     """A machine as one "cpu" device: its cores and memory (bytes).
 
     Without arguments: the machine this runs on, measured now (`os.cpu_count()`, POSIX
     sysconf). With `cores`/`memory_bytes`: the figures another machine measured (a worker's,
     registered at its start), and `measured_by` names it ("worker cpu@host"); a figure not
-    given is measured here. Memory bandwidth and FLOP/s are not measured (None): no roofline
-    prediction is made for the cpu kind. A machine whose memory cannot be read reports 1
-    byte, so nothing fits and the plan says so instead of guessing.
+    given is measured here. A machine whose memory cannot be read reports 1 byte, so nothing
+    fits and the plan says so instead of guessing.
+
+    No datasheet gives a CPU's memory bandwidth and FLOP/s: without `measured_figures` they
+    are None and no roofline prediction is made for the cpu kind. `measured_figures` are what
+    a performance stage measured on a worker of the pool (`device_probe.probe_device`, via the
+    pool's running calibration): {"memory_bandwidth_bytes_per_s", "flops": {"bfloat16": ...},
+    "source": "who measured them, how"}; they become the kind's `memory_bandwidth_bytes_per_s`
+    and `dense_bf16_flops`, each with that source, labelled measured.
     """
     given = cores is not None or memory_bytes is not None
     if cores is None or isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
         cores = os.cpu_count() or 1
     if memory_bytes is None or isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int):
-        memory_bytes = _physical_memory_bytes()
+        memory_bytes = physical_memory_bytes() or 0
     memory = memory_bytes
     where = measured_by or "this machine"
     if given:
@@ -296,13 +320,26 @@ def cpu_accelerator(
     else:
         memory_source = "measured: os.sysconf('SC_PAGE_SIZE') x os.sysconf('SC_PHYS_PAGES')"
         cores_source = f"measured: os.cpu_count() = {cores}"
+    sources = {"memory_bytes": memory_source, "cores": cores_source}
+    bandwidth, flops = _measured_figures(measured_figures)
+    if bandwidth is not None and flops is not None:
+        source = str((measured_figures or {}).get("source") or "a performance stage's probe")
+        sources["memory_bandwidth_bytes_per_s"] = f"measured: {source}"
+        sources["dense_bf16_flops"] = f"measured: {source}"
+        notes: tuple[str, ...] = (
+            "memory bandwidth and BF16 FLOP/s measured on a worker of the pool (not a "
+            "datasheet): roofline predictions use them, labelled so",
+        )
+    else:
+        bandwidth = flops = None
+        notes = ("memory bandwidth and FLOP/s are not measured: no roofline prediction",)
     return Accelerator(
         kind="cpu",
         name=f"{where} ({cores} cores)",
         vendor="host",
         memory_bytes=memory if memory > 0 else 1,
-        memory_bandwidth_bytes_per_s=None,
-        dense_bf16_flops=None,
+        memory_bandwidth_bytes_per_s=bandwidth,
+        dense_bf16_flops=flops,
         dense_fp8_flops=None,
         dtypes=("float32", "bfloat16"),
         intra_node_bandwidth_bytes_per_s=None,
@@ -310,18 +347,36 @@ def cpu_accelerator(
         devices_per_node=1,
         device_resource="cpu",
         memory_datasheet=f"{memory} bytes ({'registered' if given else 'os.sysconf'})",
-        sources={"memory_bytes": memory_source, "cores": cores_source},
-        notes=("memory bandwidth and FLOP/s are not measured: no roofline prediction",),
+        sources=sources,
+        notes=notes,
     )
+
+
+def _measured_figures(figures: Mapping[str, Any] | None) -> tuple[float | None, float | None]:
+    """(bytes/s, BF16 FLOP/s) from measured figures; None for a missing or non-positive one."""
+    if not isinstance(figures, Mapping):
+        return None, None
+
+    def positive(value: Any) -> float | None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return float(value) if 0 < value < float("inf") else None
+
+    flops = figures.get("flops")
+    bf16 = positive(flops.get("bfloat16")) if isinstance(flops, Mapping) else None
+    return positive(figures.get("memory_bandwidth_bytes_per_s")), bf16
 
 
 __all__ = [
     "CATALOG_PATH",
+    "SOURCED_FIGURES",
     "Accelerator",
     "Catalog",
     "CatalogError",
     "cpu_accelerator",
     "load_catalog",
+    "missing_sources",
     "parse_accelerator",
     "parse_catalog",
+    "physical_memory_bytes",
 ]

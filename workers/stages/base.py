@@ -102,7 +102,11 @@ class StageContext:
     first) for "what is new". `log` appends a line to the stage's log excerpt.
     `options` are the job's options for this stage (`AdaptationJob.options[<stage name>]`,
     e.g. the plan's {"context_tokens": 8192, "concurrency": 16, "dtype": "fp8"}); empty
-    for the stage's defaults.
+    for the stage's defaults. `calibration` is the pool's running calibration
+    (`adaptation.selectors.pool_calibration`: the median efficiency of the scaled twins'
+    measured speed over the roofline's prediction in the pool's last performance runs, and
+    the device figures they measured), filled for a stage with `reads_pool_calibration`;
+    None otherwise.
     """
 
     release: ReleaseRef
@@ -111,6 +115,7 @@ class StageContext:
     known_families: tuple[dict[str, Any], ...] = ()
     log: Callable[[str], None] = _ignore
     options: Mapping[str, Any] = field(default_factory=dict)
+    calibration: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -119,9 +124,13 @@ class StageDefinition:
 
     `run` is the stage function, or its import path "package.module:function" (imported on
     first call, so that reading the registry stays cheap). `soft_time_limit_s`/`time_limit_s`
-    become the Celery task's limits for this stage. `check_options` (same forms) checks and
-    normalises a job's options for the stage (`AdaptationJob.options[name]`), raising
-    `ValueError` with the reason; a stage without one takes no options.
+    become the Celery task's limits for this stage, unless `limits_for_options` (same forms)
+    computes them from the job's options for the stage: a function of those options returning
+    (soft, hard) seconds (the stability stage's follow its `duration_s`); `time_limits_s`
+    says which apply. `check_options` (same forms) checks and normalises a job's options for
+    the stage (`AdaptationJob.options[name]`), raising `ValueError` with the reason; a stage
+    without one takes no options. `reads_pool_calibration`: the runner fills
+    `StageContext.calibration` with the pool's running calibration (a query).
     """
 
     name: str
@@ -133,6 +142,8 @@ class StageDefinition:
     # Whether `run` reads `ctx.known_families` (it costs a query over earlier analyses).
     reads_known_families: bool = False
     check_options: Callable[[Any], dict[str, Any]] | str | None = None
+    limits_for_options: Callable[[Any], tuple[int, int]] | str | None = None
+    reads_pool_calibration: bool = False
 
     def __call__(self, ctx: StageContext) -> dict[str, Any]:
         """Run the stage. Raises what the stage raises; ImportError for a bad `run` path."""
@@ -146,6 +157,19 @@ class StageDefinition:
                 raise ValueError(f"the {self.name} stage takes no options, got {options!r}")
             return {}
         return _resolve(self.check_options)(options)
+
+    def time_limits_s(self, options: Any = None) -> tuple[int, int]:
+        """(soft, hard) time limits in seconds for a run with the job's `options` for this
+        stage: `limits_for_options(options)` where the stage has one, else
+        (`soft_time_limit_s`, `time_limit_s`). Options it refuses (`ValueError`) get the
+        fixed limits: the stage itself then fails at once naming the option."""
+        if self.limits_for_options is not None:
+            try:
+                soft, hard = _resolve(self.limits_for_options)(options or {})
+            except ValueError:
+                return self.soft_time_limit_s, self.time_limit_s
+            return int(soft), int(hard)
+        return self.soft_time_limit_s, self.time_limit_s
 
 
 def _resolve(target: Callable[..., Any] | str) -> Callable[..., Any]:

@@ -51,8 +51,20 @@ context, TTFT per prompt length) is added as points with `kind` "predicted" and 
 curve: a curve is one (kind, model, dtype, prompt length), and the knee reads measured points
 only. Twin figures are the twin's, not the release's.
 
+Calibration (`workers/stages/plan/calibration.py`): after the sweep the device's memory
+bandwidth and matmul FLOP/s are measured on it (`device_probe.probe_device`, about a second;
+`calibration["device"]`, labelled measured). The same roofline formulas then predict the
+twin's own points on that device (on the catalog's datasheet figures where the pool's
+accelerator kind has them, else on the measured ones), and each 16-bit measured point gets
+its efficiency, measured / predicted (`decode_efficiency`, `prefill_efficiency`, ratios), in
+`calibration["points"]` (kind "predicted", model "twin": the twin's predicted figures with the
+measured ones and the efficiencies). The pool's running calibration over its last runs
+corrects the next plans' full-size predictions (`plan.calibration.calibrated_predictions`);
+where this job's plan already carried a calibrated prediction, the full-size predicted points
+carry it too (`calibrated_*` keys). None of it is the full-size model measured.
+
 `performance_rows` flattens points into the rows the job stores (one metric each, with its
-unit).
+unit); `calibration_rows` adds the twin's predicted figures and its efficiencies.
 """
 
 from __future__ import annotations
@@ -68,6 +80,13 @@ from typing import Any
 import torch
 
 from workers.stages.base import StageContext, StageFailed
+from workers.stages.measure_options import performance_options
+from workers.stages.plan.calibration import (
+    CALIBRATED_DTYPES,
+    EFFICIENCY_METRICS,
+    EFFICIENCY_UNIT,
+    twin_calibration,
+)
 from workers.stages.twin import Twin, build_twin
 from workers.stages.twin.measure import (
     MemoryProbe,
@@ -92,11 +111,12 @@ DEFAULT_PREFILL_REPEATS = 3
 DEFAULT_WARMUP = 2
 DEFAULT_REPEATS = 10
 DEFAULT_KNEE_GROWTH = 0.10
-# Sanity limits of the options (a value past them is a typo, not a plan).
-MAX_BATCH_SIZE_LIMIT = 1 << 16
-MAX_PROMPT_LEN = 1 << 20
-MAX_REPEATS = 10_000
-
+CALIBRATED_UNITS: Mapping[str, str] = {
+    "calibrated_ttft_s": "s",
+    "calibrated_tpot_s": "s",
+    "calibrated_prefill_tokens_per_s": "tokens/s",
+    "calibrated_decode_tokens_per_s": "tokens/s",
+}
 UNITS: Mapping[str, str] = {
     "ttft_s": "s",
     "ttft_p95_s": "s",
@@ -132,105 +152,6 @@ DEFINITIONS: Mapping[str, str] = {
         "included); process_rss = the whole process's resident set (VmHWM)"
     ),
 }
-OPTION_NAMES = (
-    "max_batch_size",
-    "prompt_lens",
-    "warmup",
-    "repeats",
-    "prefill_warmup",
-    "prefill_repeats",
-    "dtypes",
-    "knee_growth",
-    "memory_limit_bytes",
-    "seed",
-)
-
-
-def _int_option(options: Mapping[str, Any], name: str, low: int, high: int) -> int | None:
-    value = options.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"{name} must be a whole number from {low:,} to {high:,}, got {value!r}")
-    return value
-
-
-def performance_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The performance options of a job (`AdaptationJob.options["performance"]`), checked.
-
-    `max_batch_size` (1 to 65,536; batches are the powers of two up to it; default 64 on the
-    CPU, 512 on an accelerator), `prompt_lens`
-    (a list of distinct token counts, 1 to 1,048,576), `warmup`/`repeats` (untimed and timed
-    decode steps per point), `prefill_warmup`/`prefill_repeats` (untimed and timed prefills),
-    `dtypes` (torch names, replacing the pool's serving dtypes), `knee_growth` (a fraction
-    in (0, 10]), `memory_limit_bytes` (a ceiling on a point's peak memory, bytes), `seed`.
-    Unset or None values are left out (the defaults apply). Raises `ValueError` naming the
-    option for an unknown key or a bad value.
-    """
-    if options is None:
-        return {}
-    if not isinstance(options, Mapping):
-        raise ValueError(f"performance options must be an object, got {type(options).__name__}")
-    unknown = sorted(str(key) for key in options if key not in OPTION_NAMES)
-    if unknown:
-        raise ValueError(
-            f"unknown performance option(s) {', '.join(unknown)}; known: {', '.join(OPTION_NAMES)}"
-        )
-    checked: dict[str, Any] = {}
-    for name, low, high in (
-        ("max_batch_size", 1, MAX_BATCH_SIZE_LIMIT),
-        ("warmup", 0, MAX_REPEATS),
-        ("repeats", 1, MAX_REPEATS),
-        ("prefill_warmup", 0, MAX_REPEATS),
-        ("prefill_repeats", 1, MAX_REPEATS),
-        ("memory_limit_bytes", 1, 1 << 60),
-        ("seed", 0, 2**31 - 1),
-    ):
-        value = _int_option(options, name, low, high)
-        if value is not None:
-            checked[name] = value
-    lens = options.get("prompt_lens")
-    if lens is not None:
-        if (
-            not isinstance(lens, (list, tuple))
-            or not lens
-            or any(
-                isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PROMPT_LEN
-                for n in lens
-            )
-            or len(set(lens)) != len(lens)
-        ):
-            raise ValueError(
-                "prompt_lens must be a non-empty list of distinct token counts from 1 to "
-                f"{MAX_PROMPT_LEN:,}, got {lens!r}"
-            )
-        checked["prompt_lens"] = list(lens)
-    dtypes = options.get("dtypes")
-    if dtypes is not None:
-        from workers.stages.precision.thresholds import SUPPORTED_DTYPES
-
-        if (
-            not isinstance(dtypes, (list, tuple))
-            or not dtypes
-            or any(d not in SUPPORTED_DTYPES for d in dtypes)
-            or len(set(dtypes)) != len(dtypes)
-        ):
-            raise ValueError(
-                f"dtypes must be a non-empty list of distinct dtypes among "
-                f"{', '.join(SUPPORTED_DTYPES)}, got {dtypes!r}"
-            )
-        checked["dtypes"] = list(dtypes)
-    growth = options.get("knee_growth")
-    if growth is not None:
-        if (
-            isinstance(growth, bool)
-            or not isinstance(growth, (int, float))
-            or not math.isfinite(growth)
-            or not 0 < growth <= 10
-        ):
-            raise ValueError(f"knee_growth must be a fraction in (0, 10], got {growth!r}")
-        checked["knee_growth"] = float(growth)
-    return checked
 
 
 @dataclass(frozen=True)
@@ -530,9 +451,12 @@ def predicted_points(plan: Mapping[str, Any] | None) -> tuple[list[dict[str, Any
     "memory_kind"}, None where the roofline says nothing (p95s, memory). Decode points have
     `prompt_len` None and `context_tokens` the plan's context (the roofline reads the KV cache
     of one full context per sequence); prefill points are one prompt each (`batch_size` 1,
-    `context_tokens` None).
+    `context_tokens` None). Where the plan carried a calibrated prediction (the pool's running
+    calibration, `plan.calibration.calibrated_predictions`), decode points also have
+    "calibrated_tpot_s" and "calibrated_decode_tokens_per_s", prefill points
+    "calibrated_ttft_s" and "calibrated_prefill_tokens_per_s", beside the raw figures.
     `info` = {"available", "source", and "reason" or the plan's accelerator, split, dtype,
-    context_tokens}."""
+    context_tokens, "calibrated" (its label, factors, runs, basis and caveat, or why not)}."""
     source = "plan stage: workers/stages/plan/roofline.py, Roofline.predictions (full-size model)"
     if not isinstance(plan, Mapping) or plan.get("fits") is not True:
         return [], {"available": False, "source": source, "reason": "no successful plan result"}
@@ -548,9 +472,14 @@ def predicted_points(plan: Mapping[str, Any] | None) -> tuple[list[dict[str, Any
     context = (plan.get("inputs") or {}).get("context_tokens")
     empty = dict.fromkeys(UNITS)
     base = {"kind": "predicted", "model": "full-size", "dtype": dtype, "memory_kind": None}
+    calibrated = predicted.get("calibrated")
+    if not isinstance(calibrated, Mapping) or not calibrated.get("available"):
+        calibrated = None
+    decode_factor = calibrated.get("decode_factor") if calibrated else None
+    prefill_factor = calibrated.get("prefill_factor") if calibrated else None
     points = []
     for entry in predicted.get("decode_curve") or []:
-        points.append(
+        point = (
             base
             | empty
             | {
@@ -561,9 +490,13 @@ def predicted_points(plan: Mapping[str, Any] | None) -> tuple[list[dict[str, Any
                 "decode_tokens_per_s": entry["decode_tokens_per_s"],
             }
         )
+        if decode_factor:
+            point["calibrated_tpot_s"] = entry["tpot_s"] / decode_factor
+            point["calibrated_decode_tokens_per_s"] = entry["decode_tokens_per_s"] * decode_factor
+        points.append(point)
     for entry in predicted.get("prefill") or []:
         ttft, tokens = entry["ttft_s"], entry["prompt_tokens"]
-        points.append(
+        point = (
             base
             | empty
             | {
@@ -574,6 +507,10 @@ def predicted_points(plan: Mapping[str, Any] | None) -> tuple[list[dict[str, Any
                 "prefill_tokens_per_s": tokens / ttft if ttft else None,
             }
         )
+        if prefill_factor and ttft:
+            point["calibrated_ttft_s"] = ttft / prefill_factor
+            point["calibrated_prefill_tokens_per_s"] = tokens / point["calibrated_ttft_s"]
+        points.append(point)
     info = {
         "available": True,
         "source": source,
@@ -582,6 +519,28 @@ def predicted_points(plan: Mapping[str, Any] | None) -> tuple[list[dict[str, Any
         "dtype": dtype,
         "dtype_label": plan.get("dtype_label"),
         "context_tokens": context,
+        "calibrated": (
+            {"available": True}
+            | {
+                key: calibrated.get(key)
+                for key in (
+                    "label",
+                    "decode_factor",
+                    "prefill_factor",
+                    "runs",
+                    "basis",
+                    "caveat",
+                    "warning",
+                )
+                if key in calibrated
+            }
+            if calibrated
+            else {
+                "available": False,
+                "reason": (predicted.get("calibrated") or {}).get("reason")
+                or "the plan carried no calibrated prediction",
+            }
+        ),
     }
     return points, info
 
@@ -591,13 +550,15 @@ def performance_rows(points: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]
     {"kind", "model", "dtype", "batch_size", "prompt_len", "metric", "value", "unit"}.
 
     Metrics: ttft_s, ttft_p95_s, tpot_s, tpot_p95_s (s), prefill_tokens_per_s,
-    decode_tokens_per_s (tokens/s), and the peak memory named by its kind:
-    peak_device_allocated_bytes or peak_process_rss_bytes (bytes). None values are left out.
+    decode_tokens_per_s (tokens/s), the peak memory named by its kind:
+    peak_device_allocated_bytes or peak_process_rss_bytes (bytes), and a full-size predicted
+    point's calibrated_ttft_s, calibrated_tpot_s (s), calibrated_prefill_tokens_per_s,
+    calibrated_decode_tokens_per_s (tokens/s). None values are left out.
     """
     rows = []
     for point in points:
         key = {k: point.get(k) for k in ("kind", "model", "dtype", "batch_size", "prompt_len")}
-        for metric, unit in UNITS.items():
+        for metric, unit in (UNITS | CALIBRATED_UNITS).items():
             value = point.get(metric)
             if value is None:
                 continue
@@ -606,6 +567,115 @@ def performance_rows(points: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]
                 name = f"peak_{point.get('memory_kind') or 'memory'}_bytes"
             rows.append(key | {"metric": name, "value": value, "unit": unit})
     return rows
+
+
+def calibration_rows(calibration: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The rows of a run's calibration (same keys as `performance_rows`): the twin's predicted
+    figures (kind "predicted", model "twin": ttft_s, tpot_s, prefill_tokens_per_s,
+    decode_tokens_per_s) and its efficiencies (kind "measured", model "twin", metrics
+    "decode_efficiency" and "prefill_efficiency", unit "ratio": measured / predicted)."""
+    if not isinstance(calibration, Mapping):
+        return []
+    points = calibration.get("points") or []
+    rows = performance_rows(points)
+    for point in points:
+        key = {k: point.get(k) for k in ("model", "dtype", "batch_size", "prompt_len")}
+        for metric in EFFICIENCY_METRICS:
+            if point.get(metric) is not None:
+                rows.append(
+                    {"kind": "measured"}
+                    | key
+                    | {"metric": metric, "value": point[metric], "unit": EFFICIENCY_UNIT}
+                )
+    return rows
+
+
+def roofline_figures(pool: Any, probe: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The device figures the twin's roofline uses (`plan.calibration.twin_calibration`): the
+    catalog's datasheet figures when the pool's accelerator kind has them (float16 reads the
+    dense BF16 figure: datasheets give one dense 16-bit figure), else `probe`'s measured
+    ones; None without either."""
+    from workers.catalog import CatalogError
+    from workers.stages.plan import pool_catalog_for_stage
+
+    kind = getattr(pool, "accelerator", "") or ""
+    if kind and kind != "cpu":
+        try:
+            acc = pool_catalog_for_stage(pool).accelerator(kind)
+        except (CatalogError, StageFailed):
+            acc = None
+        if acc is not None and acc.memory_bandwidth_bytes_per_s and acc.dense_bf16_flops:
+            return {
+                "kind": "datasheet",
+                "name": acc.name,
+                "memory_bandwidth_bytes_per_s": acc.memory_bandwidth_bytes_per_s,
+                "flops": dict.fromkeys(CALIBRATED_DTYPES, acc.dense_bf16_flops),
+                "memory_bytes": acc.memory_bytes,
+                "source": (
+                    f"catalog {kind}: {acc.sources.get('memory_bandwidth_bytes_per_s', '')}; "
+                    f"{acc.sources.get('dense_bf16_flops', '')}"
+                ),
+            }
+    if not probe or not probe.get("memory_bandwidth_bytes_per_s"):
+        return None
+    threads = probe.get("threads")
+    return {
+        "kind": "measured",
+        "name": f"{probe['device']} (pool {getattr(pool, 'name', '?')})",
+        "memory_bandwidth_bytes_per_s": probe["memory_bandwidth_bytes_per_s"],
+        "flops": dict(probe.get("flops") or {}),
+        "memory_bytes": None,
+        "source": (
+            f"measured on {probe['device']}"
+            + (f" with {threads} torch thread(s)" if threads else "")
+            + " by this run: STREAM triad and matmul probes (workers/stages/device_probe.py)"
+        ),
+    }
+
+
+def calibrate(
+    twin: Twin,
+    pool: Any,
+    device: torch.device,
+    measured: Sequence[Mapping[str, Any]],
+    options: PerformanceOptions,
+    *,
+    device_figures: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The run's calibration (module docstring): {"device" (the probe's measured figures, or
+    `device_figures` as given), **`plan.calibration.twin_calibration(...)`}. `device_figures`
+    replaces the probe (a test seam, and a pool that measured them already)."""
+    from workers.stages.architecture import AnalysisError, analyze_config
+    from workers.stages.device_probe import probe_device
+
+    dtypes = ["bfloat16", *(p["dtype"] for p in measured if p["dtype"] in CALIBRATED_DTYPES)]
+    if device_figures is not None:
+        probe: dict[str, Any] | None = dict(device_figures)
+    else:
+        try:
+            probe = probe_device(device, dtypes)
+        except Exception as exc:  # out of device memory, a backend without the kernels
+            probe = None
+            probe_error = f"the device probe failed: {_one_line(exc)}"
+            free_memory(device)
+    figures = roofline_figures(pool, probe)
+    if figures is None and probe is None:
+        return {"device": None, "available": False, "reason": probe_error}
+    if figures is None:
+        return {"device": probe, "available": False, "reason": "no device figures"}
+    try:
+        analysis = analyze_config(twin.config.to_dict()).to_dict()
+    except AnalysisError as exc:
+        return {
+            "device": probe,
+            "available": False,
+            "reason": f"the twin's config cannot be analysed: {exc}",
+        }
+    model = measured[0].get("model", "twin") if measured else "twin"
+    result = twin_calibration(
+        analysis, measured, figures, warmup=options.warmup, repeats=options.repeats, model=model
+    )
+    return {"device": probe} | result
 
 
 def _run_dtypes(pool: Any, options: PerformanceOptions) -> tuple[str, ...]:
@@ -630,6 +700,7 @@ def measure_performance(
     plan: Mapping[str, Any] | None = None,
     hooks: Sequence[Callable[[torch.nn.Module], Any]] = (),
     log: Callable[[str], None] | None = None,
+    device_figures: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The performance result for `twin` on `pool` (a PoolSpec or the same fields).
 
@@ -640,14 +711,22 @@ def measure_performance(
     "knee_rule", "stopped" ([{"dtype", "prompt_len", "batch_size", "reason"}]), "errors"
     ([{"dtype", "prompt_len", "batch_size", "error"}]), "skipped_dtypes" ({dtype: reason}),
     "skipped_prompt_lens" ([{"prompt_len", "reason"}]), "predicted" (see `predicted_points`),
-    "device", "backend", "memory_kind", "memory_method", "timer", "threads", "units",
-    "definitions", "options", "twin", "notes", "duration_s"}.
+    "calibration" (see below), "device", "backend", "memory_kind", "memory_method", "timer",
+    "threads", "units", "definitions", "options", "twin", "notes", "duration_s"}.
 
     A measured point: {"kind": "measured", "model": "twin", "dtype", "batch_size",
     "prompt_len", "ttft_s", "ttft_p95_s", "tpot_s", "tpot_p95_s", "prefill_tokens_per_s",
     "decode_tokens_per_s", "peak_memory_bytes", "memory_before_bytes" (in use as the point
     began), "memory_kind", "prefill_samples", "decode_samples"}; a predicted one has the
     keys of `predicted_points`.
+
+    "calibration" = {"device" (`device_probe.probe_device`: measured memory bandwidth and
+    FLOP/s; or `device_figures` where given, which skips the probe), and
+    `plan.calibration.twin_calibration`'s keys: "available", "points" (the twin's predicted
+    figures per measured 16-bit point with "decode_efficiency" and "prefill_efficiency"),
+    "decode_efficiency_median", "prefill_efficiency_median", "by_dtype", "figures" (what the
+    roofline used: "datasheet" or "measured"), "basis", "twin_shape", "skipped_dtypes",
+    "definitions"}; {"available": False, "reason"} when nothing was measured.
 
     `hooks` are called with each dtype's model on the device before its sweep (a test seam:
     e.g. a forward hook that raises `torch.OutOfMemoryError`); what they return is removed
@@ -776,6 +855,24 @@ def measure_performance(
     predicted, info = predicted_points(plan)
     result["predicted"] = info
     result["points"] = measured + predicted
+    if measured:
+        result["calibration"] = calibrate(
+            twin, pool, device, measured, opts, device_figures=device_figures
+        )
+        if log:
+            cal = result["calibration"]
+            log(
+                "calibration: "
+                + (
+                    f"decode efficiency {cal['decode_efficiency_median']:.1%}, prefill "
+                    f"{cal['prefill_efficiency_median'] or 0:.1%} of the roofline on "
+                    f"{cal['figures']['kind']} figures (median over {len(cal['points'])} points)"
+                    if cal.get("available")
+                    else cal.get("reason", "none")
+                )
+            )
+    else:
+        result["calibration"] = {"available": False, "reason": "no point was measured"}
     result["duration_s"] = time.perf_counter() - started
     failure = None
     if result["errors"]:

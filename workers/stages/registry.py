@@ -3,12 +3,16 @@ stage").
 
 Each entry names its `run` function by import path, so reading the registry (the web process
 does, for titles and time limits) does not import torch or transformers; the worker imports a
-stage's module when it runs it.
+stage's module when it runs it. The performance and stability stages' option checkers and time
+limits live in `workers.stages.measure_options` for the same reason.
 """
 
 from __future__ import annotations
 
 from workers.stages.base import StageDefinition
+from workers.stages.measure_options import stability_time_limits
+
+_STABILITY_DEFAULT_LIMITS_S = stability_time_limits({})
 
 STAGES: tuple[StageDefinition, ...] = (
     StageDefinition(
@@ -70,6 +74,41 @@ STAGES: tuple[StageDefinition, ...] = (
         # The planner answers in well under a second, even for 10-trillion-parameter configs.
         soft_time_limit_s=30,
         time_limit_s=60,
+        # Calibrated predictions beside the raw roofline, and on a cpu pool the bandwidth and
+        # FLOP/s its performance runs measured (the cpu kind has no datasheet).
+        reads_pool_calibration=True,
+    ),
+    StageDefinition(
+        name="performance",
+        title="Performance",
+        run="workers.stages.performance:run",
+        check_options="workers.stages.measure_options:performance_options",
+        description=(
+            "Measures the scaled twin's prefill and decode on the pool's device for batch sizes "
+            "1, 2, 4, ... and a few prompt lengths: TTFT, TPOT (median and p95), tokens/s and "
+            "peak memory; finds the knee batch size; keeps the plan's full-size predictions "
+            "beside the twin's measured points; predicts the twin's own figures with the "
+            "roofline on the device's bandwidth and FLOP/s (measured on a cpu pool) and stores "
+            "the efficiency, measured / predicted, that calibrates the pool's next plans."
+        ),
+        # Defaults stay under 60 s on 2 CPU cores (benchmarks/performance.py).
+        soft_time_limit_s=180,
+        time_limit_s=240,
+    ),
+    StageDefinition(
+        name="stability",
+        title="Stability run",
+        run="workers.stages.stability:run",
+        check_options="workers.stages.measure_options:stability_options",
+        limits_for_options="workers.stages.measure_options:stability_time_limits",
+        description=(
+            "Serves the scaled twin back to back for duration_s (20 s by default; hours on a "
+            "real pool), sampling memory and step time: fails on a memory leak (slope over "
+            "steps), NaN/Inf outputs, exceptions or step-time drift, naming the threshold."
+        ),
+        # The limits follow the job's duration_s; these fixed ones are the default run's.
+        soft_time_limit_s=_STABILITY_DEFAULT_LIMITS_S[0],
+        time_limit_s=_STABILITY_DEFAULT_LIMITS_S[1],
     ),
 )
 

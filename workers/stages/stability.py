@@ -63,6 +63,7 @@ from typing import Any
 import torch
 
 from workers.stages.base import StageContext, StageFailed
+from workers.stages.measure_options import DEFAULT_DURATION_S, stability_options
 from workers.stages.twin import Twin, build_twin
 from workers.stages.twin.measure import (
     MemoryProbe,
@@ -76,7 +77,6 @@ from workers.stages.twin.measure import (
 )
 from workers.stages.twin.run import resolve_device
 
-DEFAULT_DURATION_S = 20.0
 DEFAULT_BATCH_SIZE = 4
 DEFAULT_PROMPT_LEN = 64
 DEFAULT_DECODE_STEPS = 16
@@ -93,95 +93,6 @@ DEFAULT_MAX_ERRORS = 3
 DEFAULT_MAX_NONFINITE_OUTPUTS = 0
 # Samples returned for charts (evenly spaced over the run).
 MAX_SAMPLES = 200
-MAX_DURATION_S = 7 * 24 * 3600.0
-
-OPTION_NAMES = (
-    "duration_s",
-    "batch_size",
-    "prompt_len",
-    "decode_steps",
-    "dtype",
-    "min_steps",
-    "warmup_fraction",
-    "leak_bytes_per_step",
-    "leak_min_growth_bytes",
-    "max_step_time_drift",
-    "max_errors",
-    "max_nonfinite_outputs",
-    "seed",
-)
-
-
-def _number(options: Mapping[str, Any], name: str, low: float, high: float) -> float | None:
-    value = options.get(name)
-    if value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or not low <= value <= high
-    ):
-        raise ValueError(f"{name} must be a number from {low:g} to {high:g}, got {value!r}")
-    return float(value)
-
-
-def stability_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The stability options of a job (`AdaptationJob.options["stability"]`), checked.
-
-    `duration_s` (seconds, > 0, up to a week), `batch_size`, `prompt_len`, `decode_steps`
-    (the size of one step), `dtype` (a torch dtype name; default the pool's first the device
-    runs), `min_steps` (steps run even past the duration, >= 8), `warmup_fraction` (of the
-    steps, left out of the fits, 0 to 0.5), `leak_bytes_per_step` (bytes/step),
-    `leak_min_growth_bytes` (bytes), `max_step_time_drift` (a fraction), `max_errors`
-    (exceptions before the loop stops), `max_nonfinite_outputs`, `seed`. Unset or None values
-    are left out (defaults apply). Raises `ValueError` naming the option.
-    """
-    if options is None:
-        return {}
-    if not isinstance(options, Mapping):
-        raise ValueError(f"stability options must be an object, got {type(options).__name__}")
-    unknown = sorted(str(key) for key in options if key not in OPTION_NAMES)
-    if unknown:
-        raise ValueError(
-            f"unknown stability option(s) {', '.join(unknown)}; known: {', '.join(OPTION_NAMES)}"
-        )
-    checked: dict[str, Any] = {}
-    for name, low, high in (
-        ("batch_size", 1, 1 << 16),
-        ("prompt_len", 1, 1 << 20),
-        ("decode_steps", 1, 1 << 16),
-        ("min_steps", 8, 10_000_000),
-        ("leak_min_growth_bytes", 0, 1 << 60),
-        ("max_errors", 1, 1_000_000),
-        ("max_nonfinite_outputs", 0, 1 << 60),
-        ("seed", 0, 2**31 - 1),
-    ):
-        value = options.get(name)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ValueError(
-                f"{name} must be a whole number from {low:,} to {high:,}, got {value!r}"
-            )
-        checked[name] = value
-    for name, low, high in (
-        ("duration_s", 1e-3, MAX_DURATION_S),
-        ("warmup_fraction", 0.0, 0.5),
-        ("leak_bytes_per_step", 0.0, 1e18),
-        ("max_step_time_drift", 0.0, 1e6),
-    ):
-        value = _number(options, name, low, high)
-        if value is not None:
-            checked[name] = value
-    dtype = options.get("dtype")
-    if dtype is not None:
-        from workers.stages.precision.thresholds import SUPPORTED_DTYPES
-
-        if dtype not in SUPPORTED_DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(SUPPORTED_DTYPES)}, got {dtype!r}")
-        checked["dtype"] = dtype
-    return checked
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,14 @@
 """`python manage.py adapt PATH_OR_REPO_ID [--pool cpu] [--context N] [--concurrency N]
-[--dtype D] [--wait] [--format json]`.
+[--dtype D] [--options JSON] [--wait] [--format json]`.
 
 Creates a manual release and an adaptation job; --context/--concurrency/--dtype are the plan
-stage's options (`job.options["plan"]`, checked as `manage.py plan` checks them). With
---wait, follows the stages in the terminal and exits 0 when every stage succeeds, 1 when one
-fails (2 on timeout).
+stage's options (`job.options["plan"]`, checked as `manage.py plan` checks them). --options
+gives any stage's options as one JSON object keyed by stage name, e.g.
+'{"stability": {"duration_s": 5}, "performance": {"max_batch_size": 8}}'; its "plan" entry is
+merged with --context/--concurrency/--dtype (an option given both ways is refused). Every
+stage's options are checked by the stage's `check_options` before anything is fetched; bad
+input exits non-zero with a one-line reason. With --wait, follows the stages in the terminal
+and exits 0 when every stage succeeds, 1 when one fails (2 on timeout).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -22,10 +27,16 @@ from adaptation.management.commands.plan import (
 )
 from adaptation.models import AdaptationJob, JobStatus, Trigger
 from adaptation.selectors import job_current_stage_runs, job_summary
-from adaptation.services import ServiceError, pool_get, release_from_candidate
+from adaptation.services import (
+    ServiceError,
+    job_options_check,
+    pool_get,
+    release_from_candidate,
+)
 from adaptation.targets import TargetError, resolve_target
 
 POLL_EVERY_S = 0.5
+EXAMPLE_OPTIONS = '{"stability": {"duration_s": 5}, "performance": {"max_batch_size": 8}}'
 
 
 def _positive_seconds(text: str) -> float:
@@ -37,6 +48,42 @@ def _positive_seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError("must be above 0 seconds")
     return value
+
+
+def job_options_from_args(text: str | None, plan: dict[str, Any]) -> dict[str, Any]:
+    """The job's per-stage options: --options (a JSON object keyed by stage name) with the
+    plan options of --context/--concurrency/--dtype merged into its "plan" entry, checked by
+    each stage's `check_options` (`services.job_options_check`). Raises `CommandError` with a
+    one-line reason for malformed JSON, a value that is not an object, an option given both
+    ways, or options a stage refuses."""
+    options: dict[str, Any] = {}
+    if text is not None:
+        try:
+            options = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CommandError(
+                f"--options is not valid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})"
+            ) from None
+        if not isinstance(options, dict) or not all(
+            isinstance(value, dict) for value in options.values()
+        ):
+            raise CommandError(
+                "--options must be a JSON object mapping stage names to objects of their "
+                f"options, e.g. '{EXAMPLE_OPTIONS}'"
+            )
+    if plan:
+        given = dict(options.get("plan") or {})
+        both = sorted(set(given) & set(plan))
+        if both:
+            raise CommandError(
+                f"plan option(s) {', '.join(both)} given both in --options and as "
+                "--context/--concurrency/--dtype; give each once"
+            )
+        options["plan"] = given | plan
+    try:
+        return job_options_check(options=options or None)
+    except ServiceError as exc:
+        raise CommandError(" ".join(str(exc).split())) from exc
 
 
 class Command(BaseCommand):
@@ -53,12 +100,20 @@ class Command(BaseCommand):
             help="Seconds --wait follows the job before giving up (default 3600).",
         )
         add_plan_option_arguments(parser)
+        parser.add_argument(
+            "--options",
+            dest="stage_options",
+            default=None,
+            metavar="JSON",
+            help=f"Per-stage options as a JSON object, e.g. '{EXAMPLE_OPTIONS}'.",
+        )
         parser.add_argument("--format", choices=["text", "json"], default="text")
 
     def handle(self, *args, target: str, pool: str | None, wait: bool, timeout: float,
                format: str, context: str | None, concurrency: str | None, dtype: str | None,
-               **options) -> None:  # fmt: skip
+               stage_options: str | None, **options) -> None:  # fmt: skip
         plan = plan_options_from_args(context, concurrency, dtype)
+        job_options = job_options_from_args(stage_options, plan)
         try:
             resolved = resolve_target(target)
             pool_row = pool_get(name=pool)
@@ -69,7 +124,7 @@ class Command(BaseCommand):
                 found_by=Trigger.MANUAL,
                 pool=pool_row,
                 adapt_known=True,
-                options={"plan": plan} if plan else None,
+                options=job_options or None,
             )
         except (TargetError, ServiceError) as exc:
             raise CommandError(str(exc)) from exc

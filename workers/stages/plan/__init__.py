@@ -3,7 +3,8 @@
 Modules: `model` (the analysis as component bytes per dtype), `validity` (splits the
 engines accept), `memory` (bytes per device), `communication` (bytes per token and their
 time), `roofline` (predicted decode/prefill), `artifacts` (launch commands, Kubernetes),
-`planner` (the choice, runners-up, scaling, `NoFittingPlan`).
+`planner` (the choice, runners-up, scaling, `NoFittingPlan`), `calibration` (the roofline
+against the scaled twin's measured speed, per pool, and the calibrated predictions).
 
 As a stage (`run`), it plans the release analysed by the `analyze` stage on the job's pool,
 with the job's plan options (`plan_options`); when nothing fits the pool it fails with the
@@ -19,6 +20,7 @@ from typing import Any
 from workers.catalog import Catalog, CatalogError, cpu_accelerator, load_catalog
 from workers.stages.base import StageContext, StageFailed
 
+from .calibration import calibrated_predictions
 from .errors import NoFittingPlan, PlanInputError
 from .model import DEFAULT_CONCURRENCY, ModelShape, default_context_tokens, normalize_dtype
 from .planner import (
@@ -78,9 +80,13 @@ def _pool_int(pool: Any, name: str, default: int | None) -> int:
     return value
 
 
-def pool_catalog_for_stage(pool: Any) -> Catalog:
+def pool_catalog_for_stage(
+    pool: Any, *, measured_figures: Mapping[str, Any] | None = None
+) -> Catalog:
     """The shipped catalog with the pool's admin entry (`PoolSpec.accelerator_entry`), and
-    "cpu" as the worker's machine measured now. Raises `StageFailed` for a malformed entry."""
+    "cpu" as the worker's machine measured now, with the memory bandwidth and FLOP/s a
+    performance run measured on the pool (`measured_figures`, the running calibration's
+    "device") where given. Raises `StageFailed` for a malformed entry."""
     catalog = load_catalog()
     entry = getattr(pool, "accelerator_entry", None)
     try:
@@ -88,7 +94,11 @@ def pool_catalog_for_stage(pool: Any) -> Catalog:
             catalog = catalog.with_entries([entry], label=f"admin row {entry.get('kind')}")
     except CatalogError as err:
         raise StageFailed(f"the admin's catalog row is malformed: {err}") from err
-    return catalog.with_cpu(cpu_accelerator(measured_by=f"worker host {socket.gethostname()}"))
+    return catalog.with_cpu(
+        cpu_accelerator(
+            measured_by=f"worker host {socket.gethostname()}", measured_figures=measured_figures
+        )
+    )
 
 
 def layout_from_pool(pool: Any, catalog: Catalog | None = None) -> PoolLayout:
@@ -166,7 +176,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
     Options (`context_tokens`, `concurrency`, `dtype`) come from `ctx.options`, the job's
     options for this stage (checked by `plan_options`; defaults otherwise). Returns
-    `Plan.to_dict()` plus `catalog_version`. Fails (`StageFailed`) with the reason for a pool
+    `Plan.to_dict()` plus `catalog_version`, with `predicted["calibrated"]`: the raw roofline
+    corrected by the pool's running calibration (`ctx.calibration`,
+    `calibration.calibrated_predictions`), or why there is none ("no calibration yet"). On a
+    cpu pool the roofline reads the memory bandwidth and FLOP/s the pool's latest performance
+    run measured (`ctx.calibration["device"]`), labelled measured; without them it predicts
+    nothing, as the cpu kind has no datasheet. Fails (`StageFailed`) with the reason for a pool
     without an accelerator layout, bad input, or a model that fits no split of the pool;
     in that last case the exception's `.result` is `no_fit_result(...)` (what would fit).
     """
@@ -177,7 +192,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
         options = plan_options(ctx.options)
     except PlanInputError as err:
         raise StageFailed(f"the job's plan options are unusable: {err}") from err
-    catalog = pool_catalog_for_stage(ctx.pool)
+    calibration = getattr(ctx, "calibration", None)
+    measured = calibration.get("device") if isinstance(calibration, Mapping) else None
+    catalog = pool_catalog_for_stage(ctx.pool, measured_figures=measured)
     layout = layout_from_pool(ctx.pool, catalog)
     release = ctx.release.repo_id
     try:
@@ -201,11 +218,30 @@ def run(ctx: StageContext) -> dict[str, Any]:
     result = plan.to_dict()
     result["catalog_version"] = catalog.version
     predicted = result["predicted"]
+    predicted["calibrated"] = calibrated_predictions(predicted, calibration)
+    device = catalog.accelerator(layout.accelerator)
+    if layout.accelerator == "cpu" and device.memory_bandwidth_bytes_per_s:
+        result["notes"].append(
+            f"cpu memory bandwidth {device.memory_bandwidth_bytes_per_s / 1e9:,.1f} GB/s and "
+            f"BF16 FLOP/s {device.dense_bf16_flops / 1e12:,.2f} TFLOP/s are measured, not a "
+            f"datasheet's: {device.sources.get('memory_bandwidth_bytes_per_s', '')}"
+        )
     speed = ""
     if predicted.get("available"):
         speed = (
             f", predicted {predicted['batch_1']['decode_tokens_per_s']:,.1f} tokens/s at batch 1"
         )
+        if layout.accelerator == "cpu":
+            speed += " (on the bandwidth and FLOP/s measured by a performance run)"
+    calibrated = predicted["calibrated"]
+    if calibrated["available"]:
+        speed += (
+            f"; calibrated prediction {calibrated['batch_1']['decode_tokens_per_s']:,.2f} "
+            f"tokens/s (decode factor {calibrated['decode_factor']:.3f}, "
+            f"{calibrated['runs']} run(s))"
+        )
+    else:
+        speed += f"; {calibrated['reason']}"
     ctx.log(
         f"{layout.accelerator}: TP{result['tp']} PP{result['pp']} EP{result['ep']} "
         f"DP{result['dp']} on {result['devices']} device(s){speed}"

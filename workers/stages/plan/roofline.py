@@ -34,10 +34,10 @@ from dataclasses import dataclass
 
 from workers.catalog import Accelerator
 
-from .communication import Communication
-from .memory import MemoryPerDevice, device_weights
+from .communication import Communication, Links, communication
+from .memory import MemoryPerDevice, device_weights, memory_per_device
 from .model import ModelShape
-from .validity import Split, Validity
+from .validity import Split, Validity, check_split
 
 MFU_PREFILL = 0.5
 MAX_NUM_SEQS = 256  # sequences per replica; passed as --max-num-seqs in the launch commands
@@ -125,8 +125,10 @@ class Roofline:
             "decode_tokens_per_s_per_sequence": 1 / tpot,
         }
 
-    def prefill_ttft_s(self, prompt_tokens: int) -> float:
-        """TTFT in seconds of one prompt of `prompt_tokens` (module docstring formula)."""
+    def prefill_ttft_s(self, prompt_tokens: int, sequences: int = 1) -> float:
+        """TTFT in seconds of `sequences` prompts of `prompt_tokens` each, prefilled in one
+        forward (module docstring formula; its FLOPs x `sequences`, the weights read once).
+        The plan predicts one prompt; the calibration predicts the twin's measured batches."""
         shape, split = self.shape, self.split
         attn = (
             2
@@ -137,10 +139,10 @@ class Roofline:
                 + shape.window_layers * prompt_tokens * min(prompt_tokens, shape.window or 1)
             )
         )
-        flops = 2 * shape.active_params * prompt_tokens + attn
+        flops = (2 * shape.active_params * prompt_tokens + attn) * sequences
         t_compute = flops / (split.tp * self.flops * MFU_PREFILL)
         t_weights = split.pp * self.memory.weights / self.bandwidth
-        comm = self.comm.step_time_s(prompt_tokens) or 0.0
+        comm = self.comm.step_time_s(prompt_tokens * sequences) or 0.0
         return max(t_compute, t_weights) + comm
 
     def predictions(self, context_tokens: int) -> dict:
@@ -182,6 +184,38 @@ class Roofline:
         if largest < 1:
             return 0.0
         return self.decode_point(largest)["decode_tokens_per_s"]
+
+
+def single_device_roofline(
+    shape: ModelShape,
+    accelerator: Accelerator,
+    *,
+    dtype: str,
+    context_tokens: int,
+    concurrency: int = 1,
+) -> Roofline:
+    """The roofline of `shape` whole on one device of `accelerator` (TP1 PP1 DP1 EP1, no
+    communication), its KV cache sized for `concurrency` sequences of `context_tokens`: the
+    formulas of the module docstring with nothing split. The calibration predicts the scaled
+    twin's own measured points with it (`plan/calibration.py`). Memory capacity does not
+    limit it (a prediction, not a fit check)."""
+    split = Split(tp=1, pp=1, dp=1, ep=1)
+    validity = check_split(shape, split)
+    memory = memory_per_device(
+        shape,
+        split,
+        validity,
+        dtype=dtype,
+        context_tokens=context_tokens,
+        concurrency=concurrency,
+        capacity_bytes=accelerator.memory_bytes,
+    )
+    comm = communication(
+        shape,
+        split,
+        Links(devices_per_node=1, intra_node_bytes_per_s=None, inter_node_bytes_per_s=None),
+    )
+    return Roofline(shape, split, validity, dtype, accelerator, memory, comm)
 
 
 ROOFLINE_ASSUMPTIONS = (

@@ -1,0 +1,79 @@
+"""The performance and stability stages in the registry: order, titles, option checkers and
+time limits that follow the stability run's duration, all without loading torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from workers.stages.base import StageDefinition
+from workers.stages.measure_options import (
+    STABILITY_HARD_GRACE_S,
+    STABILITY_SETUP_S,
+    stability_time_limits,
+)
+from workers.stages.registry import get_stage, stage_names
+
+
+def test_performance_and_stability_run_after_the_plan():
+    assert stage_names() == [
+        "fetch", "analyze", "operators", "precision", "plan", "performance", "stability"
+    ]  # fmt: skip
+    performance, stability = get_stage("performance"), get_stage("stability")
+    assert (performance.title, stability.title) == ("Performance", "Stability run")
+    assert performance.description and stability.description
+    assert performance.time_limits_s({}) == (180, 240)
+    assert performance.time_limits_s({"max_batch_size": 4}) == (180, 240)
+    assert get_stage("plan").reads_pool_calibration is True
+    assert not performance.reads_pool_calibration
+
+
+def test_their_options_are_checked_by_the_stages_own_checkers():
+    performance, stability = get_stage("performance"), get_stage("stability")
+    assert performance.checked_options({"max_batch_size": 4, "prompt_lens": [16]}) == {
+        "max_batch_size": 4,
+        "prompt_lens": [16],
+    }
+    assert stability.checked_options({"duration_s": 3}) == {"duration_s": 3.0}
+    with pytest.raises(ValueError, match="unknown performance option"):
+        performance.checked_options({"batch": 4})
+    with pytest.raises(ValueError, match="duration_s must be a number"):
+        stability.checked_options({"duration_s": 0})
+
+
+def test_the_stability_limits_follow_its_duration():
+    stability = get_stage("stability")
+    soft, hard = stability.time_limits_s({"duration_s": 4 * 3600})
+    assert soft == round(4 * 3600 * 1.1) + STABILITY_SETUP_S == 15_960
+    assert hard == soft + STABILITY_HARD_GRACE_S
+    assert stability.time_limits_s({"duration_s": 3}) == (124, 184)
+    # the default run's are the definition's fixed limits, and a refused value falls back
+    default = (stability.soft_time_limit_s, stability.time_limit_s)
+    assert stability.time_limits_s({}) == stability.time_limits_s(None) == default
+    assert default == stability_time_limits({}) == (142, 202)
+    assert stability.time_limits_s({"duration_s": "long"}) == default
+    # a stage without a limits function keeps its fixed limits whatever its options
+    fixed = StageDefinition(name="x", title="x", run=lambda ctx: {}, soft_time_limit_s=5,
+                            time_limit_s=9)  # fmt: skip
+    assert fixed.time_limits_s({"duration_s": 10_000}) == (5, 9)
+    custom = StageDefinition(
+        name="y", title="y", run=lambda ctx: {}, limits_for_options=lambda o: (o["n"], 2 * o["n"])
+    )
+    assert custom.time_limits_s({"n": 7}) == (7, 14)
+
+
+def test_reading_the_registry_and_checking_options_does_not_load_torch():
+    code = (
+        "import sys; from workers.stages.registry import STAGES, get_stage; "
+        "[s.time_limits_s({'duration_s': 60}) for s in STAGES]; "
+        "get_stage('performance').checked_options({'max_batch_size': 8}); "
+        "get_stage('stability').checked_options({'duration_s': 5}); "
+        "import workers.stages.plan.calibration; "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "False"
