@@ -8,7 +8,9 @@ figure is refused like a file entry would be.
 
 The "cpu" kind is the machine a cpu pool's worker runs on: `pool_catalog` describes it with
 the cores and memory the pool's live worker registered at its start, or, with no live
-worker, with this machine's own measure, and says which.
+worker, with this machine's own measure, and says which; its memory bandwidth and FLOP/s are
+those the pool's performance runs measured (`selectors.pool_measured_figures`, as the plan
+stage gets them), said in the note.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 from typing import Any
 
 from adaptation.models import AcceleratorKind, AcceleratorPool
+from adaptation.selectors import pool_measured_figures
 from workers.catalog import Accelerator, Catalog, CatalogError, cpu_accelerator, load_catalog
 from workers.stages.plan import PoolLayout
 
@@ -99,27 +102,48 @@ def pool_cpu_accelerator(pool: AcceleratorPool) -> tuple[Accelerator, str]:
     """The "cpu" kind for `pool`: (Accelerator, note saying where its figures come from).
 
     From the registered figures (cores, memory bytes) of the pool's live worker with the
-    least memory (a job may land on any of them); with none, this machine measured now.
+    least memory (a job may land on any of them); with none, this machine measured now. Its
+    memory bandwidth and BF16 FLOP/s are those the plan stage predicts on:
+    `selectors.pool_measured_figures` (the median of the pool's last performance runs'
+    probes), or none (no prediction) when no performance run measured them.
     """
     from adaptation.inventory import live_workers  # inventory reads the catalog: import late
 
+    measured = pool_measured_figures(pool=pool)
     workers = [w for w in live_workers(pool) if w.memory_bytes]
     if workers:
         worker = min(workers, key=lambda w: w.memory_bytes)
         cpu = cpu_accelerator(
-            cores=worker.cpu_cores, memory_bytes=worker.memory_bytes, measured_by=worker.name
+            cores=worker.cpu_cores,
+            memory_bytes=worker.memory_bytes,
+            measured_by=worker.name,
+            measured_figures=measured,
         )
         others = f", the smallest of {len(workers)} live workers" if len(workers) > 1 else ""
-        return cpu, (
+        note = (
             f"cpu is the machine of worker {worker.name} as it registered at start "
             f"({worker.cpu_cores or '?'} cores, {cpu.memory_bytes / GIB:,.1f} GiB{others})"
         )
-    cpu = cpu_accelerator()
-    return cpu, (
-        f"no live worker on {pool.queue}: cpu is this machine as measured here "
-        f"({os.cpu_count() or 1} cores, {cpu.memory_bytes / GIB:,.1f} GiB); "
-        "the worker's machine may differ"
-    )
+    else:
+        cpu = cpu_accelerator(measured_figures=measured)
+        note = (
+            f"no live worker on {pool.queue}: cpu is this machine as measured here "
+            f"({os.cpu_count() or 1} cores, {cpu.memory_bytes / GIB:,.1f} GiB); "
+            "the worker's machine may differ"
+        )
+    return cpu, note + measured_figures_note(cpu, measured)
+
+
+def measured_figures_note(cpu: Accelerator, measured: dict[str, Any] | None) -> str:
+    """What a cpu kind's speed figures are, to end a note: measured (by which runs), or
+    missing, so there is no prediction."""
+    if cpu.memory_bandwidth_bytes_per_s and cpu.dense_bf16_flops:
+        return (
+            f"; memory bandwidth {cpu.memory_bandwidth_bytes_per_s / GIGA:,.1f} GB/s and BF16 "
+            f"{cpu.dense_bf16_flops / TERA:,.2f} TFLOP/s measured, not a datasheet's: "
+            f"{(measured or {}).get('source', 'a performance run')}"
+        )
+    return "; no performance run on the pool measured its memory bandwidth and FLOP/s yet"
 
 
 def pool_catalog(
@@ -179,6 +203,7 @@ __all__ = [
     "accelerator_kind_row_entry",
     "catalog_current",
     "gb_per_s_to_bytes_per_s",
+    "measured_figures_note",
     "pool_accelerator_kind",
     "pool_catalog",
     "pool_cpu_accelerator",

@@ -18,7 +18,14 @@ from django.utils.dateparse import parse_datetime
 from adaptation import charts
 from adaptation.catalog import catalog_current, pool_catalog
 from adaptation.inventory import plan_start_estimate
-from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun, StageStatus
+from adaptation.models import (
+    AcceleratorPool,
+    AdaptationJob,
+    JobStatus,
+    ModelRelease,
+    StageRun,
+    StageStatus,
+)
 from adaptation.presenters import latest_analysis_run, waiting_label
 from adaptation.selectors import latest_runs_by_stage
 from adaptation.templatetags.day0_format import MISSING, bytes_per_token, gib
@@ -205,6 +212,12 @@ class PlanPanel:
     predicted: list[Fact] = field(default_factory=list)
     prefill: list[Fact] = field(default_factory=list)
     predicted_reason: str = ""
+    # The raw prediction corrected by the pool's running calibration (`predicted["calibrated"]`)
+    calibrated: list[Fact] = field(default_factory=list)
+    calibrated_prefill: list[Fact] = field(default_factory=list)
+    calibrated_facts: list[Fact] = field(default_factory=list)  # factor, basis, caveat, warning
+    calibrated_reason: str = ""  # "no calibration yet: ..." when there is none
+    figures_source: str = ""  # where the accelerator's speed figures come from
     charts: list[ChartSlot] = field(default_factory=list)
     scaling: list[ScalingRow] = field(default_factory=list)
     scaling_reason: str = ""  # why there is no scaling curve (no prediction), "" when there is
@@ -279,13 +292,18 @@ def _facts(result: Mapping[str, Any]) -> list[Fact]:
     return facts
 
 
-def _predicted(predicted: Mapping[str, Any]) -> tuple[list[Fact], list[Fact]]:
+def _predicted(
+    predicted: Mapping[str, Any], label: str = "predicted"
+) -> tuple[list[Fact], list[Fact]]:
+    """Decode rows (batch 1, the largest batch) and TTFT rows of a prediction, raw or
+    calibrated, each decode label ending "({label})" (a TTFT row's too, but the raw one's:
+    its table's caption says predicted)."""
     if not predicted.get("available"):
         return [], []
     batch_1, largest = _dict(predicted.get("batch_1")), _dict(predicted.get("largest_batch"))
     rows = [
         Fact(
-            "Decode at batch 1 (predicted)",
+            f"Decode at batch 1 ({label})",
             tokens_per_s_text(batch_1.get("decode_tokens_per_s")),
             f"TPOT {ms_text(batch_1.get('tpot_s'))}",
         )
@@ -294,18 +312,63 @@ def _predicted(predicted: Mapping[str, Any]) -> tuple[list[Fact], list[Fact]]:
         rows.append(
             Fact(
                 f"Decode at {largest.get('concurrent_sequences', MISSING)} concurrent sequences, "
-                "the largest batch that fits (predicted)",
+                f"the largest batch that fits ({label})",
                 tokens_per_s_text(largest.get("decode_tokens_per_s")),
-                f"TPOT {ms_text(largest.get('tpot_s'))}; "
-                f"{tokens_per_s_text(largest.get('decode_tokens_per_s_per_sequence'))} "
-                "per sequence",
+                f"TPOT {ms_text(largest.get('tpot_s'))}"
+                + (
+                    f"; {tokens_per_s_text(per_sequence)} per sequence"
+                    if (per_sequence := largest.get("decode_tokens_per_s_per_sequence")) is not None
+                    else ""
+                ),
             )
         )
     prefill = [
-        Fact(f"{_number(p.get('prompt_tokens')) or 0:,.0f} prompt tokens", ms_text(p.get("ttft_s")))
+        Fact(
+            f"{_number(p.get('prompt_tokens')) or 0:,.0f} prompt tokens"
+            + ("" if label == "predicted" else f" ({label})"),
+            ms_text(p.get("ttft_s")),
+        )
         for p in (_dict(x) for x in _list(predicted.get("prefill")))
     ]
     return rows, prefill
+
+
+def _calibrated(panel: PlanPanel, calibrated: Mapping[str, Any]) -> None:
+    """Fill the panel's calibrated prediction (`predicted["calibrated"]`) beside the raw one:
+    its speeds, the factor, basis, caveat and warning; or why there is none."""
+    if not calibrated:
+        return
+    label = str(calibrated.get("label") or "calibrated prediction")
+    if not calibrated.get("available"):
+        panel.calibrated_reason = str(calibrated.get("reason") or "no calibration yet")
+        return
+    panel.calibrated, panel.calibrated_prefill = _predicted(calibrated, label)
+    facts = []
+    for key, name in (("decode_factor", "Decode factor"), ("prefill_factor", "Prefill factor")):
+        factor = _number(calibrated.get(key))
+        if factor is not None:
+            facts.append(Fact(name, f"{factor:.3f}"))
+    for key, name in (("basis", "Basis"), ("caveat", "Caveat"), ("warning", "Warning")):
+        if calibrated.get(key):
+            facts.append(Fact(name, str(calibrated[key])))
+    panel.calibrated_facts = facts
+
+
+def _figures_source(result: Mapping[str, Any], predicted: Mapping[str, Any]) -> str:
+    """Where the plan's speed figures come from: the accelerator catalog (datasheets), or,
+    for the cpu kind, what the pool's performance runs measured."""
+    if result.get("accelerator") != "cpu":
+        return "speeds predicted on the accelerator catalog's (datasheet) figures, not measured"
+    if not predicted.get("available"):
+        return "cpu: no measured memory bandwidth or FLOP/s, so no speed is predicted"
+    measured = next(
+        (str(n) for n in _list(result.get("notes")) if str(n).startswith("cpu memory bandwidth")),
+        "",
+    )
+    return (
+        "speeds predicted on the memory bandwidth and FLOP/s measured by the pool's performance "
+        "runs, not a datasheet's" + (f" ({measured})" if measured else "")
+    )
 
 
 def _runner_up(item: Mapping[str, Any]) -> RunnerUp:
@@ -416,6 +479,8 @@ def _planned(panel: PlanPanel, result: Mapping[str, Any]) -> None:
     panel.predicted, panel.prefill = _predicted(predicted)
     if not predicted.get("available"):
         panel.predicted_reason = str(predicted.get("reason") or "no prediction")
+    _calibrated(panel, _dict(predicted.get("calibrated")))
+    panel.figures_source = _figures_source(result, predicted)
     figures = (
         (
             "memory",
@@ -523,7 +588,13 @@ def plan_panel(
     if run.status == StageStatus.SUCCEEDED and result:
         _planned(panel, result)
         devices = result.get("devices")
-        if isinstance(devices, int) and not isinstance(devices, bool) and devices >= 1:
+        # "When can it run" only while the job is active: a finished job has run.
+        if (
+            job.status in (JobStatus.PENDING, JobStatus.RUNNING)
+            and isinstance(devices, int)
+            and not isinstance(devices, bool)
+            and devices >= 1
+        ):
             panel.start = start_facts(plan_start_estimate(pool=job.pool, devices=devices, job=job))
     elif run.status == StageStatus.FAILED:
         panel.state = "failed"
@@ -677,10 +748,15 @@ def _row_from_plan(
     )
 
 
+def devices_text(count: Any) -> str:
+    """A device count with its noun: "1 device", "8 devices"."""
+    return f"{count} device" if count == 1 else f"{count} devices"
+
+
 def _devices_verdict(devices: int, nodes: int, per_node: int) -> str:
     if nodes > 1:
-        return f"needs {nodes} nodes ({devices} devices)"
-    return f"fits on {devices} device{'s' if devices != 1 else ''} of one node of {per_node}"
+        return f"needs {nodes} nodes ({devices_text(devices)})"
+    return f"fits on {devices_text(devices)} of one node of {per_node}"
 
 
 def _plan_kind(
@@ -720,7 +796,7 @@ def _plan_kind(
                 return CompareRow(
                     **failed,
                     layout=_nodes_text(COMPARE_MAX_NODES, per_node),
-                    verdict=f"needs {nodes} nodes ({int(devices)} devices)",
+                    verdict=f"needs {nodes} nodes ({devices_text(int(devices))})",
                     reason=f"more than the {COMPARE_MAX_NODES} nodes compared here; {err}",
                 )
             plan = plan_release(
@@ -763,10 +839,7 @@ def _plan_pool(
         return CompareRow(
             **failed, accelerator="", layout=MISSING, verdict="cannot plan", reason=str(err)
         )
-    shape = (
-        f"{_nodes_text(layout.nodes, layout.devices_per_node)} "
-        f"({layout.devices} device{'s' if layout.devices != 1 else ''})"
-    )
+    shape = f"{_nodes_text(layout.nodes, layout.devices_per_node)} ({devices_text(layout.devices)})"
     try:
         plan = plan_release(analysis, layout, release=release, catalog=catalog, **options)
     except NoFittingPlan as err:
@@ -795,7 +868,11 @@ def _plan_pool(
         name=pool.name,
         source="pool",
         layout=shape,
-        verdict=f"fits the pool on {result['devices']} of its {layout.devices} devices",
+        verdict=(
+            f"fits the pool on {result['devices']} of its {devices_text(layout.devices)}"
+            if layout.devices != 1
+            else "fits the pool's single device"
+        ),
     )
     return replace(row, note=note)
 
@@ -883,7 +960,11 @@ def compare_pools(
     comparison.inputs = _inputs_text(rows, options)
     figure = charts.compare_pools_throughput(
         [
-            (f"{r.name} ({r.devices} devices)", r.batch_1_tokens_per_s, r.largest_tokens_per_s)
+            (
+                f"{r.name} ({devices_text(r.devices)})",
+                r.batch_1_tokens_per_s,
+                r.largest_tokens_per_s,
+            )
             for r in rows
             if r.fits
         ]

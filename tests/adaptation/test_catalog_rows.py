@@ -193,8 +193,72 @@ def test_pool_catalog_of_the_cpu_pool_uses_its_live_worker():
     assert cpu.memory_bytes == 16 * GIB and cpu.name == "cpu@host (8 cores)"
     assert (
         note
-        == "cpu is the machine of worker cpu@host as it registered at start (8 cores, 16.0 GiB)"
+        == "cpu is the machine of worker cpu@host as it registered at start (8 cores, 16.0 GiB); "
+        "no performance run on the pool measured its memory bandwidth and FLOP/s yet"
     )
+    assert cpu.memory_bandwidth_bytes_per_s is None  # no prediction without measured figures
+
+
+def probed_run(pool, bandwidth: float, bf16: float, host: str = "cpu@host"):
+    """A succeeded performance run of `pool` whose device probe measured these figures."""
+    from tests.factories import make_job
+
+    job = make_job(
+        stages=("performance",),
+        pool=pool,
+        statuses={"performance": "succeeded"},
+        results={
+            "performance": {
+                "calibration": {
+                    "device": {
+                        "kind": "measured",
+                        "device": "cpu",
+                        "memory_bandwidth_bytes_per_s": bandwidth,
+                        "flops": {"bfloat16": bf16},
+                    }
+                }
+            }
+        },
+    )
+    run = job.stage_runs.get()
+    run.worker_host = host
+    run.save(update_fields=["worker_host"])
+    return run
+
+
+def test_measured_figures_are_the_median_of_the_last_performance_runs():
+    from adaptation.selectors import pool_measured_figures
+
+    pool = cpu_pool()
+    assert pool_measured_figures(pool=pool) is None
+    oldest = probed_run(pool, 1e9, 1e10)  # beyond the window of 5
+    runs = [probed_run(pool, bw * 1e9, fl * 1e11) for bw, fl in ((20, 1), (10, 3), (40, 2))]
+    runs += [probed_run(pool, bw * 1e9, fl * 1e11) for bw, fl in ((30, 5), (50, 4))]
+    figures = pool_measured_figures(pool=pool)
+    assert figures["memory_bandwidth_bytes_per_s"] == 30e9  # median of 20, 10, 40, 30, 50
+    assert figures["flops"]["bfloat16"] == 3e11  # median of 1, 3, 2, 5, 4
+    assert oldest.pk not in figures["runs"] and sorted(figures["runs"]) == [r.pk for r in runs]
+    assert figures["source"].startswith("median of 5 performance run(s) (")
+    assert pool_measured_figures(pool=pool, runs=2)["memory_bandwidth_bytes_per_s"] == 40e9
+
+
+def test_pool_catalog_of_the_cpu_pool_predicts_on_the_measured_figures():
+    from adaptation.selectors import pool_calibration, pool_measured_figures
+    from workers.stages.plan import pool_catalog_for_stage
+
+    pool = cpu_pool()
+    runs = [probed_run(pool, bw * 1e9, 2e11) for bw in (10, 30, 20)]
+    catalog, _layout, note = pool_catalog(pool)
+    cpu = catalog.accelerator("cpu")
+    assert cpu.memory_bandwidth_bytes_per_s == 20e9 and cpu.dense_bf16_flops == 2e11
+    assert "memory bandwidth 20.0 GB/s and BF16 0.20 TFLOP/s measured, not a datasheet's" in note
+    assert f"median of 3 performance run(s) ({runs[-1].pk}, " in note
+    # the same figures the plan stage gets (the runner passes pool_calibration to it)
+    stage_cpu = pool_catalog_for_stage(
+        pool, measured_figures=pool_calibration(pool=pool)["device"]
+    ).accelerator("cpu")
+    assert stage_cpu.memory_bandwidth_bytes_per_s == cpu.memory_bandwidth_bytes_per_s
+    assert pool_measured_figures(pool=pool) == pool_calibration(pool=pool)["device"]
 
 
 def test_pool_catalog_reuses_a_loaded_catalog_and_names_the_figures_origin():
@@ -240,7 +304,7 @@ def test_the_kind_list_shows_the_shipped_kinds_before_any_row(logged_in_client):
     page = logged_in_client.get("/admin/adaptation/acceleratorkind/")
     assert page.status_code == 200
     html = page.content.decode()
-    block = re.search(r'<div class="module" id="shipped-catalog">.*?</table>', html, re.S)[0]
+    block = re.search(r'<div class="module" id="shipped-catalog"[^>]*>.*?</table>', html, re.S)[0]
     assert f"Shipped catalog {shipped.version}: {len(shipped.kinds())} kinds" in block
     assert "Add a row with the same kind to override" in block
     listed = re.findall(r'<tr class="shipped-kind" data-kind="([^"]+)">', block)

@@ -246,6 +246,18 @@ def test_the_cpu_pool_is_its_live_workers_machine():
     assert json.loads(out)["accelerator_memory_bytes"] == 24 * GIB
 
 
+def test_the_cpu_pool_predicts_on_the_figures_its_performance_runs_measured():
+    from tests.adaptation.test_catalog_rows import probed_run
+
+    pool = cpu_pool()
+    make_worker("cpu@small", 24)
+    runs = [probed_run(pool, bw * 1e9, 4e11) for bw in (10, 40, 20)]
+    plan = plan_json(GPT_OSS_20B, "--pool", "cpu")
+    assert plan["predicted"]["available"], plan["predicted"].get("reason")
+    assert "memory bandwidth 20.0 GB/s and BF16 0.40 TFLOP/s measured" in plan["note"]
+    assert f"median of 3 performance run(s) ({runs[-1].pk}, " in plan["note"]
+
+
 def test_without_a_live_worker_the_cpu_pool_is_this_machine_and_says_so():
     cpu_pool()
     make_worker("cpu@stale", 4, age_s=3600)

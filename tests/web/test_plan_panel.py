@@ -253,6 +253,8 @@ def test_artifacts_are_in_pre_blocks_with_copy_buttons(
 
 def test_panel_says_when_the_plan_can_start(logged_in_client, deepseek_analysis, h200_plan):
     release, job = planned_release(deepseek_analysis, make_pool("h200x8", "h200"), h200_plan)
+    job.status = "running"  # a later stage runs: the job is still active
+    job.save(update_fields=["status"])
     panel = section(page(logged_in_client, release), f"plan-job-{job.pk}")
 
     assert "When can it run on h200x8" in panel
@@ -260,6 +262,88 @@ def test_panel_says_when_the_plan_can_start(logged_in_client, deepseek_analysis,
     assert fact(panel, "Devices needed").startswith(
         f"{h200_plan['devices']}; live workers report 0"
     )
+
+
+@pytest.mark.parametrize("status", ["succeeded", "failed"])
+def test_a_finished_job_says_nothing_about_when_it_can_run(
+    logged_in_client, deepseek_analysis, h200_plan, status
+):
+    release, job = planned_release(deepseek_analysis, make_pool("h200x8", "h200"), h200_plan)
+    job.status = status
+    job.save(update_fields=["status"])
+    panel = section(page(logged_in_client, release), f"plan-job-{job.pk}")
+    assert "When can it run" not in panel and "Can start now" not in panel
+    assert "Figures: speeds predicted on the accelerator catalog's (datasheet) figures" in text(
+        panel
+    )
+
+
+CALIBRATION = {
+    "available": True,
+    "decode_factor": 0.25,
+    "prefill_factor": 0.5,
+    "runs": 3,
+    "basis": "median decode efficiency of 3 performance run(s) on pool h200x8",
+    "caveat": "the factor is the scaled twin's efficiency",
+    "warning": "the twins ran at 25.000% of their decode roofline",
+}
+
+
+def test_the_calibrated_prediction_is_shown_beside_the_raw_one(
+    logged_in_client, deepseek_analysis, h200_plan
+):
+    from workers.stages.plan.calibration import calibrated_predictions
+
+    predicted = h200_plan["predicted"]
+    calibrated = calibrated_predictions(predicted, CALIBRATION)
+    predicted["calibrated"] = calibrated
+    release, job = planned_release(deepseek_analysis, make_pool("h200x8", "h200"), h200_plan)
+    panel = section(page(logged_in_client, release), f"plan-job-{job.pk}")
+
+    batch_1, largest = calibrated["batch_1"], calibrated["largest_batch"]
+    assert batch_1["decode_tokens_per_s"] == pytest.approx(
+        predicted["batch_1"]["decode_tokens_per_s"] * 0.25
+    )
+    assert table_row(panel, "Decode at batch 1 (calibrated prediction)") == (
+        f"{batch_1['decode_tokens_per_s']:,.1f} tokens/s TPOT {batch_1['tpot_s'] * 1000:,.1f} ms"
+        if batch_1["decode_tokens_per_s"] < 100
+        else f"{batch_1['decode_tokens_per_s']:,.0f} tokens/s TPOT "
+        f"{batch_1['tpot_s'] * 1000:,.1f} ms"
+    )
+    row = table_row(
+        panel,
+        f"Decode at {largest['concurrent_sequences']} concurrent sequences, the largest batch "
+        "that fits (calibrated prediction)",
+    )
+    assert row.startswith(
+        f"{largest['decode_tokens_per_s']:,.0f} tokens/s TPOT {largest['tpot_s'] * 1000:,.1f} ms"
+    )
+    assert calibrated["prefill"]
+    for point in calibrated["prefill"]:
+        assert table_row(
+            panel, f"{point['prompt_tokens']:,} prompt tokens (calibrated prediction)"
+        ) == (f"{point['ttft_s'] * 1000:,.1f} ms")
+    assert fact(panel, "Decode factor") == "0.250"
+    assert fact(panel, "Prefill factor") == "0.500"
+    for key in ("basis", "caveat", "warning"):
+        assert fact(panel, key.capitalize()) == CALIBRATION[key]
+    # the raw prediction is still there, unchanged
+    assert table_row(panel, "Decode at batch 1 (predicted)").startswith(
+        f"{predicted['batch_1']['decode_tokens_per_s']:,.0f} tokens/s"
+    )
+
+
+def test_without_calibration_the_panel_says_why(logged_in_client, deepseek_analysis, h200_plan):
+    from workers.stages.plan.calibration import calibrated_predictions
+
+    h200_plan["predicted"]["calibrated"] = calibrated_predictions(
+        h200_plan["predicted"], {"available": False, "reason": "no calibration yet: pool h200x8"}
+    )
+    release, job = planned_release(deepseek_analysis, make_pool("h200x8", "h200"), h200_plan)
+    panel = section(page(logged_in_client, release), f"plan-job-{job.pk}")
+    assert "(calibrated prediction)" not in panel
+    reason = re.search(r'class="muted plan-calibrated-reason">(.*?)</p>', panel, re.S)
+    assert reason and text(reason[1]) == "no calibration yet: pool h200x8"
 
 
 def test_efficiency_above_one_is_explained_where_it_occurs(
@@ -367,6 +451,8 @@ def test_a_manifest_pools_start_facts_count_its_declared_devices(
     )
     make_worker(queues=("pool.h200-remote",))  # its worker: a cpu machine, not an H200
     release, job = planned_release(deepseek_analysis, pool, h200_plan)
+    job.status = "pending"
+    job.save(update_fields=["status"])
     panel = section(page(logged_in_client, release), f"plan-job-{job.pk}")
     assert fact(panel, "Can start now") == "yes"
     assert fact(panel, "Devices needed") == (
@@ -563,6 +649,27 @@ def test_compare_pools_ranks_by_nodes_then_tokens_per_device(logged_in_client, d
     assert h200["per_device"] == (
         f"{plan['predicted']['largest_batch']['decode_tokens_per_s'] / 8:,.0f} tokens/s"
     )
+
+
+def test_compare_pools_predicts_the_cpu_pool_on_its_measured_figures(logged_in_client):
+    """The cpu pool is planned on the median of its performance runs' probes, as the plan
+    stage is, and its note says so; "1 device", not "1 devices"."""
+    from adaptation.models import AcceleratorPool
+    from tests.adaptation.test_catalog_rows import probed_run
+    from tests.worker_rows import make_worker
+
+    analysis = analyze_config(load_realconfig("meta-llama__Llama-3.1-8B")).to_dict()
+    release = analysed(analysis)
+    pool = AcceleratorPool.objects.get(name="cpu")
+    make_worker(queues=("pool.cpu",))  # 64 GiB
+    runs = [probed_run(pool, bw * 1e9, 5e11) for bw in (30, 10, 20)]
+    rows = compare_rows(logged_in_client.get(compare_url(release)).content.decode())
+    cpu = next(r for r in rows if r["name"] == "cpu" and r["source"] == "pool")
+    assert cpu["fits"] and cpu["batch_1"] and "no-prediction" not in cpu
+    assert "(1 device)" in cpu["header"] and "1 devices" not in cpu["body"]
+    notes = text(cpu["body"])
+    assert "memory bandwidth 20.0 GB/s and BF16 0.50 TFLOP/s measured" in notes
+    assert f"median of 3 performance run(s) ({runs[-1].pk}, " in notes
 
 
 def test_compare_pools_shows_why_a_fitting_row_has_no_prediction(
