@@ -18,6 +18,7 @@ from adaptation.models import (
     PrecisionResult,
     StageRun,
 )
+from workers.stages.measure_options import calibration_rows, performance_rows
 
 Handler = Callable[[StageRun, dict[str, Any]], None]
 
@@ -95,8 +96,6 @@ def _store_performance_points(run: StageRun, result: dict[str, Any]) -> None:
     and the plan's full-size predictions (`result["points"]`, with their calibrated figures
     where the plan had them), and the calibration's predicted twin points and efficiencies
     (`result["calibration"]`). A failed run stores what it measured before failing."""
-    from workers.stages.performance import calibration_rows, performance_rows
-
     job = run.job
     rows = performance_rows(result.get("points") or []) + calibration_rows(
         result.get("calibration")
@@ -107,16 +106,30 @@ def _store_performance_points(run: StageRun, result: dict[str, Any]) -> None:
             job=job,
             pool=job.pool,
             kind=row["kind"],
-            model=str(row["model"] or "")[:16],
-            dtype=str(row["dtype"] or "")[:32],
+            model=_fitting(row, "model"),
+            dtype=_fitting(row, "dtype"),
             batch_size=row["batch_size"],
             prompt_len=row["prompt_len"],
-            metric=row["metric"][:64],
+            metric=_fitting(row, "metric"),
             value=float(row["value"]),
-            unit=row["unit"],
+            unit=_fitting(row, "unit"),
         )
         for row in rows
     )
+
+
+def _fitting(row: dict[str, Any], name: str) -> str:
+    """`row[name]` as text, refused when longer than `PerformancePoint.<name>` holds: the
+    names come from the stage's code, so one that does not fit is the stage's bug, never cut
+    short to pass for another. Raises `ValueError` naming the field."""
+    text = str(row.get(name) or "")
+    limit = PerformancePoint._meta.get_field(name).max_length
+    if limit is not None and len(text) > limit:
+        raise ValueError(
+            f"performance row {name} {text!r} is {len(text)} characters, over the "
+            f"{limit} PerformancePoint.{name} holds"
+        )
+    return text
 
 
 HANDLERS: dict[str, Handler] = {

@@ -224,3 +224,29 @@ def test_adapt_refuses_bad_options_in_one_line_before_creating_anything(tmp_path
     assert words in str(info.value)
     assert "\n" not in str(info.value)
     assert not AdaptationJob.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("status", "queued_ago_s", "warned"),
+    [
+        ("queued", 20, True),  # queued 20 s ago and still queued: no worker took it
+        ("queued", 2, False),  # just queued
+        ("running", 60, False),  # a worker runs it, however long ago it was queued
+    ],
+)
+def test_adapt_wait_warns_only_about_a_stage_queued_for_over_15_s(status, queued_ago_s, warned):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from adaptation.management.commands.adapt import Command
+
+    job = make_job(statuses={"fetch": status})
+    job.stage_runs.filter(stage="fetch").update(
+        queued_at=timezone.now() - timedelta(seconds=queued_ago_s)
+    )
+    out = io.StringIO()
+    command = Command(stdout=out)
+    command._follow(job, timeout=0.01, echo=True)
+    assert ("still queued after" in out.getvalue()) is warned, out.getvalue()

@@ -116,6 +116,13 @@ def test_every_point_of_a_real_result_is_stored_as_rows(monkeypatch, engine_resu
     )
     assert (row.value, row.unit) == (measured["tpot_s"], "s")
     assert rows.filter(kind="measured", metric="peak_process_rss_bytes", unit="bytes").count() == 4
+    increase = rows.filter(kind="measured", metric="peak_process_rss_increase_bytes")
+    assert increase.count() == 4 and {r.unit for r in increase} == {"bytes"}
+    for r in increase:
+        peak = rows.get(
+            kind="measured", dtype=r.dtype, batch_size=r.batch_size, metric="peak_process_rss_bytes"
+        )
+        assert 0 <= r.value <= peak.value
     # the full-size predictions, raw and calibrated, with no prompt length for decode
     decode = rows.filter(kind="predicted", model="full-size", metric="decode_tokens_per_s")
     calibrated = rows.filter(model="full-size", metric="calibrated_decode_tokens_per_s")
@@ -143,6 +150,37 @@ def test_every_point_of_a_real_result_is_stored_as_rows(monkeypatch, engine_resu
         )
     assert result["calibration"]["device"]["kind"] == "measured"
     assert result["calibration"]["figures"]["kind"] == "measured"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("model", "x" * 17), ("dtype", "d" * 33), ("metric", "m" * 65)]
+)
+def test_a_row_field_too_long_for_its_column_is_refused_not_cut(field, value):
+    from adaptation import stage_results
+
+    run = make_job(stages=["performance"]).stage_runs.get()
+    point = {"kind": "measured", "model": "twin", "dtype": "bfloat16", "batch_size": 1,
+             "prompt_len": 16, "tpot_s": 0.01}  # fmt: skip
+    if field == "metric":
+        point = point | {"memory_kind": value, "peak_memory_bytes": 1}
+    else:
+        point[field] = value
+    with pytest.raises(ValueError, match=f"performance row {field} "):
+        stage_results.apply(run=run, result={"points": [point]})
+    assert not PerformancePoint.objects.filter(stage_run=run).exists()
+
+
+def test_storing_rows_does_not_load_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import django, os, sys; os.environ.setdefault('DJANGO_SETTINGS_MODULE', "
+        "'day0web.settings'); django.setup(); import adaptation.stage_results; "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
 
 
 def test_a_failed_performance_run_stores_the_points_it_measured(monkeypatch, twin):
@@ -257,8 +295,10 @@ def test_the_pools_running_calibration_reads_its_last_successful_runs():
     assert calibration["decode_factor"] == pytest.approx(0.2)  # median of 0.7, 0.04, 0.2
     assert calibration["prefill_factor"] == pytest.approx(0.35)  # median of 0.2, 0.5
     assert calibration["per_run"][0]["stage_run"] == newest.pk
-    assert calibration["device"]["memory_bandwidth_bytes_per_s"] == 1.2e10 + 3
-    assert f"performance run {newest.pk}" in calibration["device"]["source"]
+    # the device figures: the median of the three runs' probes (1.2e10 + 2, + 1, + 3)
+    assert calibration["device"]["memory_bandwidth_bytes_per_s"] == 1.2e10 + 2
+    assert calibration["device"]["runs"][0] == newest.pk
+    assert f"median of 3 performance run(s) ({newest.pk}, " in calibration["device"]["source"]
     assert "a twin of 984,192 params, bfloat16" in calibration["basis"]
     assert pool_calibration(pool=cpu, runs=1)["decode_factor"] == pytest.approx(0.7)
     assert pool_calibration(pool=other)["decode_factor"] == pytest.approx(0.7)

@@ -115,6 +115,11 @@ def test_curves_have_every_point_asked_for_in_their_units(swept, seeded_twin, na
         assert p["decode_tokens_per_s"] == pytest.approx(b / p["tpot_s"])
         # the whole process's resident set: more than the float32 weights, under 64 GiB
         assert weights < p["peak_memory_bytes"] < 64 * 2**30
+        # what the point itself added: never negative, never over the peak
+        assert 0 <= p["peak_memory_increase_bytes"] <= p["peak_memory_bytes"]
+        assert p["peak_memory_increase_bytes"] == max(
+            0, p["peak_memory_bytes"] - p["memory_before_bytes"]
+        )
 
 
 @pytest.mark.parametrize("name", [DENSE, MOE])

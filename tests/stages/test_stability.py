@@ -55,7 +55,12 @@ def test_a_clean_twin_passes_with_its_figures(seeded_twin, name):
     result = measure_stability(seeded_twin(name), CPU, options=SHORT)
     json.dumps(result, allow_nan=False)
     assert set(result) >= RESULT_KEYS
-    assert result["passed"] is True and result["reason"] == "within every threshold"
+    assert result["passed"] is True and result["reason"].startswith("within every threshold")
+    # the verdict states both leak conditions and the slope they add up to on this run
+    effective = result["leak_effective_bytes_per_step"]
+    assert effective == result["thresholds"]["leak_effective_bytes_per_step"]
+    assert "AND fitted growth over" in result["reason"]
+    assert f"a slope over {effective:,.0f} bytes/step" in result["reason"]
     assert result["steps"] >= 40 and result["duration_s"] >= 2.0
     assert result["nonfinite_outputs"] == 0 and result["errors"] == 0
     assert result["memory_kind"] == "process_rss"
@@ -224,6 +229,51 @@ def test_options_are_checked():
     for bad in ({"duration": 5}, {"duration_s": 0}, {"min_steps": 2}, {"dtype": "fp4"}):
         with pytest.raises(ValueError):
             stability_options(bad)
+
+
+def test_min_steps_below_what_the_verdict_needs_is_refused():
+    from workers.stages.measure_options import MIN_JUDGED_STEPS
+
+    assert MIN_JUDGED_STEPS == 10
+    assert stability_options({"min_steps": MIN_JUDGED_STEPS}) == {"min_steps": MIN_JUDGED_STEPS}
+    with pytest.raises(ValueError, match="min_steps must be a whole number from 10"):
+        stability_options({"min_steps": MIN_JUDGED_STEPS - 1})
+
+
+def _series(memory: list[int]) -> Series:
+    n = len(memory)
+    return Series(
+        steps=list(range(1, n + 1)),
+        step_times_s=[0.01] * n,
+        cpu_times_s=[0.01] * n,
+        memory_bytes=memory,
+        nonfinite_outputs=0,
+        errors=0,
+        error_messages=[],
+        duration_s=1.0,
+        stopped_early=None,
+    )
+
+
+def test_the_effective_leak_threshold_is_both_conditions_as_one_slope():
+    options = StabilityOptions(leak_bytes_per_step=1024, leak_min_growth_bytes=4 * 2**20)
+    # 100 steps, the first 10 warm-up: 89 steps fitted. 3,000 bytes/step is over 1,024 but grows
+    # only ~267 KB: no leak, and the result says a leak needs over 4 MiB / 89 bytes/step.
+    verdict = judge(_series([10**8 + 3000 * i for i in range(100)]), options,
+                    weight_bytes=0, on_cpu=True)  # fmt: skip
+    fitted = 100 - verdict["warmup_steps"] - 1
+    effective = max(1024, 4 * 2**20 / fitted)
+    assert verdict["passed"] is True
+    assert verdict["memory_slope_bytes_per_step"] == pytest.approx(3000)
+    assert verdict["leak_effective_bytes_per_step"] == pytest.approx(effective)
+    assert verdict["thresholds"]["leak_effective_bytes_per_step"] == pytest.approx(effective)
+    assert "over 1,024 bytes/step AND fitted growth over 4,194,304 bytes" in verdict["reason"]
+    assert f"a slope over {effective:,.0f} bytes/step" in verdict["reason"]
+    # a slope over the effective threshold is a leak, and the reason names both conditions
+    leaking = judge(_series([10**8 + int(2 * effective) * i for i in range(100)]), options,
+                    weight_bytes=0, on_cpu=True)  # fmt: skip
+    assert leaking["passed"] is False and leaking["reason"].startswith("memory leak")
+    assert "AND fitted growth over 4,194,304 bytes" in leaking["reason"]
 
 
 def test_the_stage_runs_the_fetched_config_with_the_job_options():

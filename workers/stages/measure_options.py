@@ -1,8 +1,9 @@
-"""The per-job options of the `performance` and `stability` stages, checked, and the stability
-stage's time limits: plain Python without torch, so the web process (job creation, `adapt`,
-the message that sends a stage to its pool) checks options and computes limits without
-loading the engine. `workers.stages.performance` and `workers.stages.stability` re-export
-what they use from here.
+"""The per-job options of the `performance` and `stability` stages, checked, the stability
+stage's time limits, and the rows a performance result is stored as (`performance_rows`,
+`calibration_rows`): plain Python without torch, so the web process (job creation, `adapt`,
+the message that sends a stage to its pool, storing a result) checks options, computes limits
+and flattens results without loading the engine. `workers.stages.performance` and
+`workers.stages.stability` re-export what they use from here.
 
 The registry names `performance_options` and `stability_options` as the stages'
 `check_options`, and `stability_time_limits` as the stability stage's `limits_for_options`.
@@ -11,8 +12,10 @@ The registry names `performance_options` and `stability_options` as the stages'
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from workers.stages.plan.calibration import EFFICIENCY_METRICS, EFFICIENCY_UNIT
 
 # --- performance -----------------------------------------------------------------------------
 
@@ -125,6 +128,82 @@ def performance_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     return checked
 
 
+# The metrics of a performance point and their units (`performance_rows`).
+UNITS: Mapping[str, str] = {
+    "ttft_s": "s",
+    "ttft_p95_s": "s",
+    "tpot_s": "s",
+    "tpot_p95_s": "s",
+    "prefill_tokens_per_s": "tokens/s",
+    "decode_tokens_per_s": "tokens/s",
+    "peak_memory_bytes": "bytes",
+    "peak_memory_increase_bytes": "bytes",
+}
+CALIBRATED_UNITS: Mapping[str, str] = {
+    "calibrated_ttft_s": "s",
+    "calibrated_tpot_s": "s",
+    "calibrated_prefill_tokens_per_s": "tokens/s",
+    "calibrated_decode_tokens_per_s": "tokens/s",
+}
+# Peak-memory metrics are stored under a name that says which memory (the point's kind).
+_MEMORY_METRIC_NAMES = {
+    "peak_memory_bytes": "peak_{kind}_bytes",
+    "peak_memory_increase_bytes": "peak_{kind}_increase_bytes",
+}
+
+
+def performance_rows(points: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per point and metric, for storage (the job and pool are the caller's):
+    {"kind", "model", "dtype", "batch_size", "prompt_len", "metric", "value", "unit"}.
+
+    Metrics: ttft_s, ttft_p95_s, tpot_s, tpot_p95_s (s), prefill_tokens_per_s,
+    decode_tokens_per_s (tokens/s), the peak memory named by its kind:
+    peak_device_allocated_bytes or peak_process_rss_bytes (bytes, the issue's peak), and what
+    the point itself added: peak_device_allocated_increase_bytes or
+    peak_process_rss_increase_bytes (bytes, the peak minus the memory in use as the point
+    began; on the CPU the resident set carries earlier points' memory, so points compare by
+    this one), and a full-size predicted point's calibrated_ttft_s, calibrated_tpot_s (s),
+    calibrated_prefill_tokens_per_s, calibrated_decode_tokens_per_s (tokens/s). None values
+    are left out.
+    """
+    rows = []
+    for point in points:
+        key = {k: point.get(k) for k in ("kind", "model", "dtype", "batch_size", "prompt_len")}
+        for metric, unit in (UNITS | CALIBRATED_UNITS).items():
+            value = point.get(metric)
+            if value is None:
+                continue
+            name = metric
+            if metric in _MEMORY_METRIC_NAMES:
+                kind = point.get("memory_kind") or "memory"
+                name = _MEMORY_METRIC_NAMES[metric].format(kind=kind)
+            rows.append(key | {"metric": name, "value": value, "unit": unit})
+    return rows
+
+
+def calibration_rows(calibration: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The rows of a run's calibration (same keys as `performance_rows`): the twin's predicted
+    figures (kind "predicted", model "twin": ttft_s, tpot_s, prefill_tokens_per_s,
+    decode_tokens_per_s) and its efficiencies (metrics "decode_efficiency" and
+    "prefill_efficiency", unit "ratio"). An efficiency is measured / predicted: a ratio
+    derived from the measured point, stored with kind "measured" and the measured point's
+    model ("twin"; "twin" where the point names none), never "full-size"."""
+    if not isinstance(calibration, Mapping):
+        return []
+    points = calibration.get("points") or []
+    rows = performance_rows(points)
+    for point in points:
+        key = {k: point.get(k) for k in ("dtype", "batch_size", "prompt_len")}
+        for metric in EFFICIENCY_METRICS:
+            if point.get(metric) is not None:
+                rows.append(
+                    {"kind": "measured", "model": point.get("model") or "twin"}
+                    | key
+                    | {"metric": metric, "value": point[metric], "unit": EFFICIENCY_UNIT}
+                )
+    return rows
+
+
 # --- stability -------------------------------------------------------------------------------
 
 DEFAULT_DURATION_S = 20.0
@@ -136,6 +215,11 @@ MAX_DURATION_S = 7 * 24 * 3600.0
 STABILITY_SETUP_S = 120
 STABILITY_LIMIT_MARGIN = 0.10
 STABILITY_HARD_GRACE_S = 60
+
+# The stability verdict leaves at least MIN_WARMUP_STEPS steps out of its fits as warm-up and
+# judges nothing with fewer than MIN_JUDGED_STEPS completed: `min_steps` may not ask for less.
+MIN_WARMUP_STEPS = 5
+MIN_JUDGED_STEPS = 2 * MIN_WARMUP_STEPS
 
 STABILITY_OPTION_NAMES = (
     "duration_s",
@@ -173,7 +257,8 @@ def stability_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
 
     `duration_s` (seconds, > 0, up to a week), `batch_size`, `prompt_len`, `decode_steps`
     (the size of one step), `dtype` (a torch dtype name; default the pool's first the device
-    runs), `min_steps` (steps run even past the duration, >= 8), `warmup_fraction` (of the
+    runs), `min_steps` (steps run even past the duration, at least MIN_JUDGED_STEPS = 10: the
+    verdict needs that many), `warmup_fraction` (of the
     steps, left out of the fits, 0 to 0.5), `leak_bytes_per_step` (bytes/step),
     `leak_min_growth_bytes` (bytes), `max_step_time_drift` (a fraction), `max_errors`
     (exceptions before the loop stops), `max_nonfinite_outputs`, `seed`. Unset or None values
@@ -194,7 +279,7 @@ def stability_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
         ("batch_size", 1, 1 << 16),
         ("prompt_len", 1, 1 << 20),
         ("decode_steps", 1, 1 << 16),
-        ("min_steps", 8, 10_000_000),
+        ("min_steps", MIN_JUDGED_STEPS, 10_000_000),
         ("leak_min_growth_bytes", 0, 1 << 60),
         ("max_errors", 1, 1_000_000),
         ("max_nonfinite_outputs", 0, 1 << 60),

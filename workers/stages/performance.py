@@ -18,7 +18,12 @@ one point is measured:
 - peak memory (bytes) over the point: on an accelerator the bytes torch's allocator handed out
   (`max_memory_allocated`, weights included), on the CPU the process's resident set (VmHWM
   reset per point): `memory_kind` "device_allocated" or "process_rss" says which
-  (`twin.measure.MemoryProbe`).
+  (`twin.measure.MemoryProbe`). The peak is the issue's figure, but on the CPU the resident
+  set carries what earlier points (other dtypes, larger batches) left behind, so a small
+  point can read higher than a large one measured before it; `peak_memory_increase_bytes`
+  (row metric `peak_process_rss_increase_bytes` / `peak_device_allocated_increase_bytes`) is
+  what the point itself added: the peak minus `memory_before_bytes`, the memory in use as the
+  point began, never below 0. Compare points by the increase.
 
 TTFT and TPOT follow vLLM's `benchmarks/benchmark_serving.py` (TTFT: time to the first output
 token; TPOT: time per output token after the first), without a server, a queue or a sampler:
@@ -31,7 +36,7 @@ Out of memory mid-sweep (`torch.OutOfMemoryError`, `MemoryError`, an allocator's
 allocate memory", or a peak over the `memory_limit_bytes` option, a ceiling for pools that must
 leave room to others): the sweep of that dtype and prompt length stops there, the points
 measured are kept and "stopped at batch N: out of memory (...)" is recorded in `stopped`. The
-stage fails (`StageFailed`, the result on `exc.result`) only when no point was measured at all,
+stage fails (`StageFailed(reason, result=...)`) only when no point was measured at all,
 or when the twin raised anything else (naming the dtype, prompt length and batch).
 
 The knee: on the measured curve of one dtype and prompt length, the smallest batch size b
@@ -64,7 +69,9 @@ where this job's plan already carried a calibrated prediction, the full-size pre
 carry it too (`calibrated_*` keys). None of it is the full-size model measured.
 
 `performance_rows` flattens points into the rows the job stores (one metric each, with its
-unit); `calibration_rows` adds the twin's predicted figures and its efficiencies.
+unit); `calibration_rows` adds the twin's predicted figures and its efficiencies. Both live in
+the torch-free `measure_options` (the web process stores rows without loading torch) and are
+re-exported here.
 """
 
 from __future__ import annotations
@@ -80,13 +87,11 @@ from typing import Any
 import torch
 
 from workers.stages.base import StageContext, StageFailed
-from workers.stages.measure_options import performance_options
-from workers.stages.plan.calibration import (
-    CALIBRATED_DTYPES,
-    EFFICIENCY_METRICS,
-    EFFICIENCY_UNIT,
-    twin_calibration,
-)
+from workers.stages.measure_options import CALIBRATED_UNITS as CALIBRATED_UNITS
+from workers.stages.measure_options import UNITS, performance_options
+from workers.stages.measure_options import calibration_rows as calibration_rows
+from workers.stages.measure_options import performance_rows as performance_rows
+from workers.stages.plan.calibration import CALIBRATED_DTYPES, twin_calibration
 from workers.stages.twin import Twin, build_twin
 from workers.stages.twin.measure import (
     MemoryProbe,
@@ -95,6 +100,8 @@ from workers.stages.twin.measure import (
     forward_kwargs,
     free_memory,
     is_out_of_memory,
+    one_line,
+    p95,
     prefill_step,
     random_prompt,
 )
@@ -111,21 +118,6 @@ DEFAULT_PREFILL_REPEATS = 3
 DEFAULT_WARMUP = 2
 DEFAULT_REPEATS = 10
 DEFAULT_KNEE_GROWTH = 0.10
-CALIBRATED_UNITS: Mapping[str, str] = {
-    "calibrated_ttft_s": "s",
-    "calibrated_tpot_s": "s",
-    "calibrated_prefill_tokens_per_s": "tokens/s",
-    "calibrated_decode_tokens_per_s": "tokens/s",
-}
-UNITS: Mapping[str, str] = {
-    "ttft_s": "s",
-    "ttft_p95_s": "s",
-    "tpot_s": "s",
-    "tpot_p95_s": "s",
-    "prefill_tokens_per_s": "tokens/s",
-    "decode_tokens_per_s": "tokens/s",
-    "peak_memory_bytes": "bytes",
-}
 KNEE_RULE = (
     "knee: the smallest measured batch size b from which decode tokens/s grows less than "
     "{growth:.0%} per doubling: tokens/s(2^k b) < (1 + {growth:g})^k x tokens/s(b) for every "
@@ -150,6 +142,11 @@ DEFINITIONS: Mapping[str, str] = {
     "peak_memory_bytes": (
         "peak over the point: device_allocated = torch's max_memory_allocated (weights "
         "included); process_rss = the whole process's resident set (VmHWM)"
+    ),
+    "peak_memory_increase_bytes": (
+        "what the point itself added: peak_memory_bytes minus the memory in use as the point "
+        "began (memory_before_bytes), at least 0; on the CPU the resident set keeps what "
+        "earlier points left, so compare points by this figure, not by the peak"
     ),
 }
 
@@ -203,18 +200,6 @@ class PerformanceOptions:
         data["prompt_lens"] = list(self.prompt_lens)
         data["dtypes"] = list(self.dtypes) if self.dtypes is not None else None
         return data
-
-
-def _one_line(exc: BaseException) -> str:
-    """ "TypeName: first line of the message" (300 characters at most)."""
-    lines = str(exc).splitlines()
-    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
-
-
-def _p95(samples: Sequence[float]) -> float:
-    if len(samples) == 1:
-        return samples[0]
-    return statistics.quantiles(samples, n=20, method="inclusive")[18]
 
 
 def _prefill_and_choose(model: torch.nn.Module, ids: torch.Tensor, extra: dict[str, Any]):
@@ -283,12 +268,15 @@ def measure_point(
         "batch_size": batch_size,
         "prompt_len": prompt_len,
         "ttft_s": ttft,
-        "ttft_p95_s": _p95(ttfts),
+        "ttft_p95_s": p95(ttfts),
         "tpot_s": tpot,
-        "tpot_p95_s": _p95(tpots),
+        "tpot_p95_s": p95(tpots),
         "prefill_tokens_per_s": batch_size * prompt_len / ttft if ttft > 0 else None,
         "decode_tokens_per_s": batch_size / tpot if tpot > 0 else None,
         "peak_memory_bytes": peak,
+        "peak_memory_increase_bytes": (
+            max(0, peak - before) if peak is not None and before is not None else None
+        ),
         "memory_before_bytes": before,
         "memory_kind": memory.kind,
         "prefill_samples": len(ttfts),
@@ -339,7 +327,7 @@ def sweep_dtype(
                     options=options,
                 )
             except Exception as exc:  # the model's own failure, OOM or not
-                text = _one_line(exc)
+                text = one_line(exc)
                 if is_out_of_memory(exc):
                     stop_reason = f"out of memory ({text})"
                 else:
@@ -545,51 +533,6 @@ def predicted_points(plan: Mapping[str, Any] | None) -> tuple[list[dict[str, Any
     return points, info
 
 
-def performance_rows(points: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per point and metric, for storage (the job and pool are the caller's):
-    {"kind", "model", "dtype", "batch_size", "prompt_len", "metric", "value", "unit"}.
-
-    Metrics: ttft_s, ttft_p95_s, tpot_s, tpot_p95_s (s), prefill_tokens_per_s,
-    decode_tokens_per_s (tokens/s), the peak memory named by its kind:
-    peak_device_allocated_bytes or peak_process_rss_bytes (bytes), and a full-size predicted
-    point's calibrated_ttft_s, calibrated_tpot_s (s), calibrated_prefill_tokens_per_s,
-    calibrated_decode_tokens_per_s (tokens/s). None values are left out.
-    """
-    rows = []
-    for point in points:
-        key = {k: point.get(k) for k in ("kind", "model", "dtype", "batch_size", "prompt_len")}
-        for metric, unit in (UNITS | CALIBRATED_UNITS).items():
-            value = point.get(metric)
-            if value is None:
-                continue
-            name = metric
-            if metric == "peak_memory_bytes":
-                name = f"peak_{point.get('memory_kind') or 'memory'}_bytes"
-            rows.append(key | {"metric": name, "value": value, "unit": unit})
-    return rows
-
-
-def calibration_rows(calibration: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """The rows of a run's calibration (same keys as `performance_rows`): the twin's predicted
-    figures (kind "predicted", model "twin": ttft_s, tpot_s, prefill_tokens_per_s,
-    decode_tokens_per_s) and its efficiencies (kind "measured", model "twin", metrics
-    "decode_efficiency" and "prefill_efficiency", unit "ratio": measured / predicted)."""
-    if not isinstance(calibration, Mapping):
-        return []
-    points = calibration.get("points") or []
-    rows = performance_rows(points)
-    for point in points:
-        key = {k: point.get(k) for k in ("model", "dtype", "batch_size", "prompt_len")}
-        for metric in EFFICIENCY_METRICS:
-            if point.get(metric) is not None:
-                rows.append(
-                    {"kind": "measured"}
-                    | key
-                    | {"metric": metric, "value": point[metric], "unit": EFFICIENCY_UNIT}
-                )
-    return rows
-
-
 def roofline_figures(pool: Any, probe: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The device figures the twin's roofline uses (`plan.calibration.twin_calibration`): the
     catalog's datasheet figures when the pool's accelerator kind has them (float16 reads the
@@ -656,7 +599,7 @@ def calibrate(
             probe = probe_device(device, dtypes)
         except Exception as exc:  # out of device memory, a backend without the kernels
             probe = None
-            probe_error = f"the device probe failed: {_one_line(exc)}"
+            probe_error = f"the device probe failed: {one_line(exc)}"
             free_memory(device)
     figures = roofline_figures(pool, probe)
     if figures is None and probe is None:
@@ -716,8 +659,9 @@ def measure_performance(
 
     A measured point: {"kind": "measured", "model": "twin", "dtype", "batch_size",
     "prompt_len", "ttft_s", "ttft_p95_s", "tpot_s", "tpot_p95_s", "prefill_tokens_per_s",
-    "decode_tokens_per_s", "peak_memory_bytes", "memory_before_bytes" (in use as the point
-    began), "memory_kind", "prefill_samples", "decode_samples"}; a predicted one has the
+    "decode_tokens_per_s", "peak_memory_bytes", "peak_memory_increase_bytes" (peak minus
+    memory_before_bytes, >= 0), "memory_before_bytes" (in use as the point began),
+    "memory_kind", "prefill_samples", "decode_samples"}; a predicted one has the
     keys of `predicted_points`.
 
     "calibration" = {"device" (`device_probe.probe_device`: measured memory bandwidth and
@@ -887,9 +831,7 @@ def measure_performance(
         why += [f"prompt {s['prompt_len']} skipped: {s['reason']}" for s in skipped_lens]
         failure = "no point was measured: " + ("; ".join(why) or "nothing to measure")
     if failure is not None:
-        exc = StageFailed(failure)
-        exc.result = result  # type: ignore[attr-defined]  # stored by the runner on failure
-        raise exc
+        raise StageFailed(failure, result=result)
     return result
 
 

@@ -21,7 +21,10 @@ Verdicts (each threshold an option; the figures are reported whether they pass o
   `statistics.linear_regression`), fitted after the warm-up (the first `warmup_fraction` of
   the steps, at least 5: allocator pools, oneDNN/cuBLAS workspaces and glibc's adaptive mmap
   threshold settle there). A leak needs BOTH a slope over `leak_bytes_per_step` AND a fitted
-  growth (slope x steps fitted) over `leak_min_growth_bytes`. Default slope threshold: 0.1% of
+  growth (slope x steps fitted) over `leak_min_growth_bytes`: together, a slope over
+  `leak_effective_bytes_per_step` = max(`leak_bytes_per_step`, `leak_min_growth_bytes` /
+  steps fitted), which the result reports with both conditions in its reason (a slope over
+  the first threshold alone is no leak on a short run). Default slope threshold: 0.1% of
   the model's weight bytes per 100 steps (1e-5 x weight bytes per step), at least 1 KiB per
   step: a process growing that fast doubles its weights' memory within 100,000 requests (a
   day at about one request a second), which is a leak to fix; below 1 KiB (a quarter of a
@@ -45,9 +48,9 @@ Verdicts (each threshold an option; the figures are reported whether they pass o
   load (measured: -36% wall against -12% CPU-time drift on one twin while three test suites
   started and stopped beside it); the wall-time drift is reported too (`wall_time_drift`).
 
-A crossed threshold fails the stage with `StageFailed` naming it; the figures are on
-`exc.result`. `hooks` (`measure_stability`) install code on the model before the run: the test
-seam for a deliberate leak (a forward hook that keeps its outputs), NaN or exception.
+A crossed threshold fails the stage with `StageFailed(reason, result=...)` naming it.
+`hooks` (`measure_stability`) install code on the model before the run: the test seam for a
+deliberate leak (a forward hook that keeps its outputs), NaN or exception.
 """
 
 from __future__ import annotations
@@ -63,7 +66,12 @@ from typing import Any
 import torch
 
 from workers.stages.base import StageContext, StageFailed
-from workers.stages.measure_options import DEFAULT_DURATION_S, stability_options
+from workers.stages.measure_options import (
+    DEFAULT_DURATION_S,
+    MIN_JUDGED_STEPS,
+    MIN_WARMUP_STEPS,
+    stability_options,
+)
 from workers.stages.twin import Twin, build_twin
 from workers.stages.twin.measure import (
     MemoryProbe,
@@ -72,6 +80,8 @@ from workers.stages.twin.measure import (
     forward_kwargs,
     free_memory,
     model_bytes,
+    one_line,
+    p95,
     prefill_step,
     random_prompt,
 )
@@ -82,7 +92,6 @@ DEFAULT_PROMPT_LEN = 64
 DEFAULT_DECODE_STEPS = 16
 DEFAULT_MIN_STEPS = 20
 DEFAULT_WARMUP_FRACTION = 0.1
-MIN_WARMUP_STEPS = 5
 # The leak thresholds (module docstring): slope >= max(1 KiB, 1e-5 x weight bytes) per step
 # and fitted growth >= 4 MiB.
 LEAK_WEIGHT_FRACTION_PER_STEP = 1e-5
@@ -144,11 +153,6 @@ def _request(
     return bad
 
 
-def _one_line(exc: BaseException) -> str:
-    lines = str(exc).splitlines()
-    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
-
-
 @dataclass
 class Series:
     """What the loop saw: per completed step its number (counting failed ones), time (s) and
@@ -207,7 +211,7 @@ def stability_loop(
             cpu_seconds = (time.process_time_ns() - cpu_start) / 1e9
             nonfinite += int(bad)
         except Exception as exc:  # the model's own failure: counted, the loop goes on
-            failure = _one_line(exc)
+            failure = one_line(exc)
         step += 1
         if failure is not None:
             errors += 1
@@ -288,12 +292,27 @@ def judge(
         if options.leak_bytes_per_step is not None
         else leak_threshold_bytes_per_step(weight_bytes)
     )
+    # Both leak conditions as one slope: over the steps fitted, growth > floor is
+    # slope > floor / steps, so a leak is a slope over the larger of the two.
+    fitted_steps = pairs[-1][0] - pairs[0][0] if slope is not None else None
+    effective_limit = (
+        max(leak_limit, options.leak_min_growth_bytes / fitted_steps) if fitted_steps else None
+    )
+    leak_rule = (
+        f"a leak needs a slope over {leak_limit:,.0f} bytes/step AND fitted growth over "
+        f"{options.leak_min_growth_bytes:,} bytes"
+        + (
+            f" (over the {fitted_steps:,} steps fitted: a slope over {effective_limit:,.0f} "
+            "bytes/step)"
+            if effective_limit is not None
+            else ""
+        )
+    )
     reasons = []
     if slope is not None and slope > leak_limit and growth > options.leak_min_growth_bytes:
         reasons.append(
             f"memory leak: memory grew {slope:,.0f} bytes/step over steps "
-            f"{pairs[0][0]}-{pairs[-1][0]} ({growth:,.0f} bytes fitted), over the thresholds "
-            f"of {leak_limit:,.0f} bytes/step and {options.leak_min_growth_bytes:,} bytes"
+            f"{pairs[0][0]}-{pairs[-1][0]} ({growth:,.0f} bytes fitted); {leak_rule}"
         )
     if series.nonfinite_outputs > options.max_nonfinite_outputs:
         reasons.append(
@@ -311,9 +330,9 @@ def judge(
             f"{drift:+.0%} on the first quarter's ({first_q:.4f} s), over the threshold of "
             f"{options.max_step_time_drift:+.0%}"
         )
-    if n < 2 * MIN_WARMUP_STEPS and not series.errors:
+    if n < MIN_JUDGED_STEPS and not series.errors:
         reasons.append(
-            f"too few steps to judge: {n} completed (at least {2 * MIN_WARMUP_STEPS} needed)"
+            f"too few steps to judge: {n} completed (at least {MIN_JUDGED_STEPS} needed)"
         )
     known = [m for m in series.memory_bytes if m is not None]
     return {
@@ -326,18 +345,20 @@ def judge(
         "step_time_drift_basis": basis,
         "wall_time_drift": wall_drift,
         "passed": not reasons,
-        "reason": "; ".join(reasons) if reasons else "within every threshold",
+        "reason": (
+            "; ".join(reasons)
+            if reasons
+            else "within every threshold"
+            + (f" (memory slope {slope:,.0f} bytes/step: {leak_rule})" if slope is not None else "")
+        ),
         "reasons": reasons,
         "memory_growth_bytes": growth,
+        "leak_effective_bytes_per_step": effective_limit,
         "memory_start_bytes": known[0] if known else None,
         "memory_end_bytes": known[-1] if known else None,
         "memory_max_bytes": max(known) if known else None,
         "step_time_median_s": statistics.median(series.step_times_s) if n else None,
-        "step_time_p95_s": (
-            statistics.quantiles(series.step_times_s, n=20, method="inclusive")[18]
-            if n >= 2
-            else None
-        ),
+        "step_time_p95_s": p95(series.step_times_s) if n else None,
         "step_time_first_quarter_s": first_q,
         "step_time_last_quarter_s": last_q,
         "cpu_time_median_s": statistics.median(series.cpu_times_s) if n else None,
@@ -347,6 +368,7 @@ def judge(
         "thresholds": {
             "leak_bytes_per_step": leak_limit,
             "leak_min_growth_bytes": options.leak_min_growth_bytes,
+            "leak_effective_bytes_per_step": effective_limit,
             "max_step_time_drift": options.max_step_time_drift,
             "max_errors": options.max_errors,
             "max_nonfinite_outputs": options.max_nonfinite_outputs,
@@ -382,7 +404,9 @@ def measure_stability(
     Returns {"duration_s" (s, the loop's wall time), "steps" (completed steps),
     "memory_slope_bytes_per_step" (None when too few samples), "nonfinite_outputs",
     "errors" (steps that raised), "step_time_drift" (fraction; None when too few steps),
-    "passed", "reason", "reasons", "memory_growth_bytes", "memory_start_bytes",
+    "passed", "reason", "reasons", "memory_growth_bytes", "leak_effective_bytes_per_step"
+    (the slope a leak must exceed on this run, both leak conditions together; None when too
+    few samples), "memory_start_bytes",
     "memory_end_bytes", "memory_max_bytes", "step_time_median_s", "step_time_p95_s",
     "step_time_first_quarter_s", "step_time_last_quarter_s", "warmup_steps",
     "error_messages", "stopped_early", "thresholds", "samples" ([{"step", "memory_bytes",
@@ -451,9 +475,7 @@ def measure_stability(
         }
     )
     if not result["passed"]:
-        exc = StageFailed(result["reason"])
-        exc.result = result  # type: ignore[attr-defined]  # stored by the runner on failure
-        raise exc
+        raise StageFailed(result["reason"], result=result)
     return result
 
 

@@ -20,12 +20,13 @@ import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from adaptation.management.commands.plan import (
     add_plan_option_arguments,
     plan_options_from_args,
 )
-from adaptation.models import AdaptationJob, JobStatus, Trigger
+from adaptation.models import AdaptationJob, JobStatus, StageStatus, Trigger
 from adaptation.selectors import job_current_stage_runs, job_summary
 from adaptation.services import (
     ServiceError,
@@ -36,6 +37,8 @@ from adaptation.services import (
 from adaptation.targets import TargetError, resolve_target
 
 POLL_EVERY_S = 0.5
+# --wait warns once when a stage run has sat queued this long (no worker took it).
+QUEUE_WARN_S = 15.0
 EXAMPLE_OPTIONS = '{"stability": {"duration_s": 5}, "performance": {"max_batch_size": 8}}'
 
 
@@ -48,6 +51,14 @@ def _positive_seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError("must be above 0 seconds")
     return value
+
+
+def _queued_for_s(run) -> float | None:
+    """Seconds `run` has sat queued since its `queued_at`; None when it is not queued (a
+    worker took it, or it ended) or has no `queued_at`."""
+    if run.status != StageStatus.QUEUED or run.queued_at is None:
+        return None
+    return (timezone.now() - run.queued_at).total_seconds()
 
 
 def job_options_from_args(text: str | None, plan: dict[str, Any]) -> dict[str, Any]:
@@ -157,7 +168,6 @@ class Command(BaseCommand):
         deadline = time.monotonic() + timeout
         seen: dict[str, str] = {}
         warned_queue = False
-        started = time.monotonic()
         while True:
             job.refresh_from_db()
             for run in job_current_stage_runs(job):
@@ -166,16 +176,12 @@ class Command(BaseCommand):
                     seen[key] = run.status
                     if echo:
                         self.stdout.write(self._line(run))
-                if (
-                    echo
-                    and not warned_queue
-                    and run.status == "queued"
-                    and time.monotonic() - started > 15
-                ):
+                waited = _queued_for_s(run)
+                if echo and not warned_queue and waited is not None and waited > QUEUE_WARN_S:
                     warned_queue = True
                     self.stdout.write(
-                        f"  still queued after 15 s: is a worker listening on {job.pool.queue}? "
-                        "(`make run` starts one)"
+                        f"  {run.stage} still queued after {waited:.0f} s: is a worker listening "
+                        f"on {job.pool.queue}? (`make run` starts one)"
                     )
             if job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
                 if echo:

@@ -29,9 +29,10 @@ import functools
 import gc
 import inspect
 import resource
+import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,6 +55,21 @@ _OOM_TEXTS = (
     "not enough memory",
     "cannot allocate memory",
 )
+
+
+def one_line(exc: BaseException) -> str:
+    """ "TypeName: first line of the message" (300 characters at most): how the performance
+    and stability stages name a twin's exception in their results."""
+    lines = str(exc).splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
+
+
+def p95(samples: Sequence[float]) -> float:
+    """The 95th percentile of `samples` (at least one), linear interpolation between order
+    statistics (`statistics.quantiles(..., method="inclusive")`, numpy's default)."""
+    if len(samples) == 1:
+        return samples[0]
+    return statistics.quantiles(samples, n=20, method="inclusive")[18]
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
