@@ -364,8 +364,15 @@ _DTYPE_COLOURS = {
 _SPARE_COLOURS = ("#0f8a8a", "#a68a00", "#6b4226", "#e377c2", "#17becf", "#7f7f7f")
 # Line dash per compared source (job) for the primary curve, and for a calibration curve
 # (the roofline's prediction for the twin itself, drawn beside the twin's measurement).
-_SOURCE_DASH = ("solid", "dash", "longdash", "dashdot")
-_CALIBRATION_DASH = ("dot", "dashdot", "longdashdot", "dot")
+# Line dash says only measured (solid) or predicted (dotted; a calibrated prediction dashed).
+_KIND_DASH = {"measured": "solid", "predicted": "dot", "calibrated": "dash"}
+# Colour family per compared source (job): its dtypes take the family's shades in turn.
+_SOURCE_FAMILIES = (
+    ("#1f4e9c", "#4f86d6", "#8fb3e8", "#0b2c5f"),
+    ("#b34d00", "#e07b1a", "#f2b36b", "#6e2f00"),
+    ("#2e7d32", "#66bb6a", "#a5d6a7", "#1b4d1e"),
+    ("#6a1b9a", "#ab47bc", "#ce93d8", "#3d0f5a"),
+)
 # Marker per value of the swept field that is not on the x axis (e.g. per prompt length).
 _SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross", "star-diamond", "hexagon")
 # Which model a row's figures belong to, in the order the chart's rows of panels go.
@@ -486,6 +493,50 @@ def _merged_text(field_name: str, points: Sequence[Mapping[str, Any]]) -> str:
     return f"{word} {values[0]:,} to {values[-1]:,}, one point each"
 
 
+def prompt_only_series(rows: Iterable[Mapping[str, Any]]) -> set[tuple]:
+    """(model, kind, variant, metric, dtype) of the series that sweep only the prompt length:
+    one batch size, several prompt lengths (the full-size prefill predictions, all at batch
+    1). On a batch axis they would stack at one x; they belong on the prompt-length axis."""
+    batches: dict[tuple, set[Any]] = {}
+    prompts: dict[tuple, set[Any]] = {}
+    for r in rows:
+        key = (r["model"], r["kind"], r.get("variant", ""), r["metric"], r["dtype"])
+        batches.setdefault(key, set()).add(r.get("batch_size"))
+        prompts.setdefault(key, set()).add(r.get("prompt_len"))
+    return {k for k, b in batches.items() if len(b) == 1 and len(prompts[k] - {None}) > 1}
+
+
+def _legend_lines(names: Sequence[str], width: float = 1100.0) -> int:
+    """About how many lines a horizontal legend of `names` takes at `width` px."""
+    lines, used = 0, width
+    for name in names:
+        entry = 50 + 6.8 * len(name)
+        if used + entry > width:
+            lines, used = lines + 1, 0.0
+        used += entry
+    return lines
+
+
+def _legend_below(fig: go.Figure, *, plot_height: int, top: int, bottom: int) -> None:
+    """Put the legend under the panels with room for all its lines (no clipped scroll box):
+    the figure grows by the legend's height, the legend sits in the bottom margin."""
+    names = [t.name for t in fig.data if t.showlegend is not False and t.name]
+    legend_px = 22 * _legend_lines(names) + 10
+    height = plot_height + top + bottom + legend_px
+    fig.update_layout(
+        height=height,
+        margin={"l": 90, "r": 30, "t": top, "b": bottom + legend_px},
+        legend={
+            "orientation": "h",
+            "x": 0,
+            "xanchor": "left",
+            "yref": "container",
+            "y": (legend_px + 4) / height,
+            "yanchor": "top",
+        },
+    )
+
+
 def _model_panels(rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
     models = list(dict.fromkeys(str(r["model"]) for r in rows))
     known = [(m, title) for m, title in _MODEL_PANELS if m in models]
@@ -521,34 +572,59 @@ def performance_curves(
     """
     names = [m["name"] for m in metrics]
     sources = [{**s, "rows": [_with_variant(r, names) for r in s["rows"]]} for s in sources]
+    # On a batch axis, a series of one batch and several prompt lengths is left for the
+    # prompt-length view (the panel's title says so).
+    moved: set[tuple[str, str]] = set()
+    if x == "batch_size":
+        kept = []
+        for s in sources:
+            prompt_only = prompt_only_series(r for r in s["rows"] if r["metric"] in names)
+            rows_ = []
+            for r in s["rows"]:
+                key = (r["model"], r["kind"], r["variant"], r["metric"], r["dtype"])
+                if key in prompt_only:
+                    moved.add((r["model"], r["metric"]))
+                else:
+                    rows_.append(r)
+            kept.append({**s, "rows": rows_})
+        sources = kept
     # Rows without a value of the x field (full-size decode predictions have no prompt
     # length: they read a full context) are not on this axis.
     charted = [
         r for s in sources for r in s["rows"] if r["metric"] in names and r.get(x) is not None
     ]
     shown = [m for m in metrics if any(r["metric"] == m["name"] for r in charted)]
-    panels = _model_panels(charted)
+    panels = _model_panels(charted + [{"model": m} for m, _ in moved])
     if not shown or not panels:
         return None
     p95_names = {m["p95"] for m in shown if m.get("p95")}
     filled = {(r["model"], r["metric"]) for r in charted}
     x_word = PERFORMANCE_X_TITLES[x].split(" (")[0]
+    panel_px, gap_px = 330, 120  # a row of panels, and the gap for its x title and the next's
+    plot_height = panel_px * len(panels) + gap_px * (len(panels) - 1)
     fig = make_subplots(
         rows=len(panels),
         cols=len(shown),
         subplot_titles=[
             f"{m['label']}: {title_}"
-            + ("" if (model, m["name"]) in filled else f" (none with a {x_word})")
+            + (
+                ""
+                if (model, m["name"]) in filled
+                else " (by prompt length: see that view)"
+                if (model, m["name"]) in moved
+                else f" (none with a {x_word})"
+            )
             for model, title_ in panels
             for m in shown
         ],
-        vertical_spacing=min(0.3 / max(len(panels) - 1, 1), 0.16),
-        horizontal_spacing=0.09 if len(shown) > 1 else 0.02,
+        vertical_spacing=gap_px / plot_height if len(panels) > 1 else 0.0,
+        horizontal_spacing=0.11 if len(shown) > 1 else 0.02,
     )
+    compared = len(sources) > 1
     others = _others(x)
     spare: list[str] = []
     legend_seen: set[str] = set()
-    column_x: dict[int, set[Any]] = {}
+    column_x: dict[tuple[int, int], set[Any]] = {}  # the x values drawn on each panel
     y_top: dict[tuple[int, int], float] = {}
     y_low: dict[tuple[int, int], float] = {}  # the smallest positive y of a panel
     stops: list[tuple[int, str, Mapping[str, Any]]] = []
@@ -575,6 +651,10 @@ def performance_curves(
                 key = (r["model"], r["kind"], r["variant"], r["metric"], *(r[f] for f in others))
                 curves.setdefault(key, []).append(r)
         curves = _merge_single_points(curves, others, x)
+        source_dtypes = sorted(
+            {dict(zip(others, k[4:], strict=True)).get("dtype") for k in curves},
+            key=lambda d: _dtype_key(str(d)),
+        )
         off_values = sorted(
             {k[4:] for k in curves},
             key=lambda v: tuple(
@@ -614,13 +694,16 @@ def performance_curves(
                 for r in points
             ]
             dtype = off.get("dtype")
-            colour = (
-                dtype_colour(str(dtype), spare)
-                if dtype is not None
-                else _SPARE_COLOURS[off_values.index(key[4:]) % len(_SPARE_COLOURS)]
-            )
-            calibration = (kind == "predicted" and model != "full-size") or bool(variant)
-            dash = (_CALIBRATION_DASH if calibration else _SOURCE_DASH)[s_index % 4]
+            if compared:  # colour family = job, shade = dtype
+                family = _SOURCE_FAMILIES[s_index % len(_SOURCE_FAMILIES)]
+                colour = family[source_dtypes.index(dtype) % len(family)]
+            elif dtype is not None:
+                colour = dtype_colour(str(dtype), spare)
+            else:
+                colour = _SPARE_COLOURS[off_values.index(key[4:]) % len(_SPARE_COLOURS)]
+            dash = _KIND_DASH[
+                "calibrated" if variant else kind if kind in _KIND_DASH else "predicted"
+            ]
             off_text = ", ".join(
                 dtype_labels.get(str(v), str(v))
                 if f == "dtype"
@@ -633,17 +716,19 @@ def performance_curves(
             name = f"{prefix}{off_text}: {curve_label(kind, model, variant)}"
             row = [m for m, _ in panels].index(model) + 1
             col = [m["name"] for m in shown].index(metric) + 1
-            column_x.setdefault(col, set()).update(xs)
+            column_x.setdefault((row, col), set()).update(xs)
             y_top[(row, col)] = max([y_top.get((row, col), 0.0), *(y for y in ys if y is not None)])
             positive = [y for y in ys if y is not None and y > 0]
             if positive:
                 y_low[(row, col)] = min([y_low.get((row, col), positive[0]), *positive])
+            # Compared jobs: one legend toggle per job and dtype (an entry added below).
+            group = f"{prefix}{dtype_labels.get(str(dtype), str(dtype))}" if compared else name
             trace: dict[str, Any] = {
                 "x": xs,
                 "y": ys,
                 "name": name,
-                "legendgroup": name,
-                "showlegend": name not in legend_seen,
+                "legendgroup": group,
+                "showlegend": not compared and name not in legend_seen,
                 "mode": "lines+markers" if x != "dtype" else "markers",
                 "line": {"color": colour, "dash": dash, "width": 2},
                 "marker": {
@@ -684,6 +769,23 @@ def performance_curves(
                     "thickness": 1,
                     "width": 3,
                 }
+            if compared and group not in legend_seen:
+                legend_seen.add(group)
+                fig.add_trace(
+                    go.Scatter(
+                        x=[None],
+                        y=[None],
+                        name=group,
+                        legendgroup=group,
+                        mode="lines+markers",
+                        line={"color": colour, "width": 3},
+                        marker={"color": colour, "size": 8},
+                        meta={"source": s_index, "role": "legend", "dtype": dtype},
+                        hoverinfo="skip",
+                    ),
+                    row=row,
+                    col=col,
+                )
             legend_seen.add(name)
             fig.add_trace(go.Scatter(**trace), row=row, col=col)
         if x == "batch_size":
@@ -694,10 +796,34 @@ def performance_curves(
     # lower curve is not flattened against zero.
     log_y = {key for key, top in y_top.items() if key in y_low and top / y_low[key] > LOG_Y_SPAN}
     _stop_lines(fig, stops, panels, shown, y_top, y_low, log_y, legend_seen, column_x)
+    if compared:  # what the line styles say, once
+        for kind_, dash_, look in (
+            ("measured", "solid", "solid, filled marker"),
+            ("predicted", "dot", "dotted, open marker"),
+        ):
+            fig.add_trace(
+                go.Scatter(
+                    x=[None],
+                    y=[None],
+                    name=f"{kind_} ({look})",
+                    mode="lines+markers",
+                    line={"color": "#5d6875", "dash": dash_, "width": 2},
+                    marker={
+                        "color": "#5d6875",
+                        "symbol": "circle" if dash_ == "solid" else "circle-open",
+                    },
+                    meta={"role": "legend"},
+                    hoverinfo="skip",
+                ),
+                row=1,
+                col=1,
+            )
     for col, info in enumerate(shown, start=1):
-        values = sorted(column_x.get(col, set()), key=lambda v: _x_key(x, v))
         for row in range(1, len(panels) + 1):
-            axis: dict[str, Any] = {"title": {"text": PERFORMANCE_X_TITLES[x]}}
+            # Each panel's own x values (the twin and the full-size model sweep different
+            # batches; a dtype shown only where it has figures).
+            values = sorted(column_x.get((row, col), set()), key=lambda v: _x_key(x, v))
+            axis: dict[str, Any] = {"title": {"text": PERFORMANCE_X_TITLES[x], "standoff": 6}}
             if x == "dtype":
                 axis.update(type="category", categoryorder="array", categoryarray=values)
             else:
@@ -705,20 +831,20 @@ def performance_curves(
             fig.update_xaxes(axis, row=row, col=col)
             logarithmic = (row, col) in log_y
             fig.update_yaxes(
-                title={"text": f"{info['label']} ({info['unit']}{', log' if logarithmic else ''})"},
+                title={
+                    "text": f"{info['label']} ({info['unit']}{', log' if logarithmic else ''})",
+                    "standoff": 4,
+                },
                 type="log" if logarithmic else "linear",
                 rangemode="normal" if logarithmic else "tozero",
+                # a log axis: a tick per decade, 1k/10k/100k (no crowded 2 and 5 minor labels)
+                **({"dtick": 1, "tickformat": "~s"} if logarithmic else {"nticks": 7}),
+                automargin=True,
                 row=row,
                 col=col,
             )
-    fig.update_layout(
-        title=title,
-        height=340 * len(panels) + 150,
-        margin={"l": 70, "r": 30, "t": 80, "b": 60},
-        legend={"orientation": "h", "y": -0.12, "x": 0, "yanchor": "top"},
-        template="plotly_white",
-        hovermode="closest",
-    )
+    fig.update_layout(title=title, template="plotly_white", hovermode="closest")
+    _legend_below(fig, plot_height=plot_height, top=80, bottom=70)
     return fig.to_plotly_json()
 
 
@@ -789,7 +915,7 @@ def _stop_lines(fig, stops, panels, shown, y_top, y_low, log_y, legend_seen, col
         for col in range(1, len(shown) + 1):
             top = y_top.get((row, col)) or 1.0
             bottom = y_low.get((row, col), top) if (row, col) in log_y else 0.0
-            column_x.setdefault(col, set()).add(batch)
+            column_x.setdefault((row, col), set()).add(batch)
             fig.add_trace(
                 go.Scatter(
                     x=[batch, batch],

@@ -194,6 +194,28 @@ def _finished_run(runs: Iterable[StageRun]) -> StageRun | None:
     return max(done, key=lambda r: r.attempt) if done else None
 
 
+def skipped_reason(job: AdaptationJob, latest: StageRun) -> str:
+    """Why the `latest` attempt was skipped ("" unless it was): the stage before it that failed
+    and that stage's reason ("skipped: the plan stage failed — the model does not fit ...")."""
+    if latest.status != StageStatus.SKIPPED:
+        return ""
+    failed = [
+        r
+        for r in latest_runs_by_stage(job).values()
+        if r.status == StageStatus.FAILED and r.position < latest.position
+    ]
+    if not failed:
+        return "skipped: an earlier stage did not succeed"
+    first = min(failed, key=lambda r: r.position)
+    result = _dict(first.result)
+    why = str(result.get("reason") or "").strip()
+    if not why:
+        lines = [line for line in str(first.error or "").strip().splitlines() if line.strip()]
+        why = lines[-1].strip() if lines else ""
+    why = why.rstrip(".")
+    return f"skipped: the {first.stage} stage failed" + (f" — {why}" if why else "")
+
+
 def job_performance_run(job: AdaptationJob) -> StageRun | None:
     """The newest finished attempt of the job's performance stage (what its CSV holds)."""
     return _finished_run(StageRun.objects.filter(job=job, stage=PERFORMANCE_STAGE))
@@ -369,6 +391,7 @@ class PerformancePanel:
     notes: list[str] = field(default_factory=list)
     predicted_note: str = ""
     failure: str = ""
+    skipped: str = ""  # why the newest attempt was skipped ("" unless it was)
     table: PointTable | None = None
     compare_choices: list[tuple[str, list[tuple[int, str]]]] = field(default_factory=list)
 
@@ -652,7 +675,7 @@ def performance_panel(
     if latest is None:
         return None
     run = _finished_run(runs)
-    panel = PerformancePanel(job=job, run=run, latest=latest)
+    panel = PerformancePanel(job=job, run=run, latest=latest, skipped=skipped_reason(job, latest))
     if run is None:
         return panel
     result = _dict(run.result)
@@ -748,6 +771,7 @@ class StabilityPanel:
     charts: list[ChartSlot] = field(default_factory=list)
     error_messages: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    skipped: str = ""  # why the newest attempt was skipped ("" unless it was)
 
     @property
     def dom_id(self) -> str:
@@ -856,7 +880,7 @@ def stability_panel(job: AdaptationJob) -> StabilityPanel | None:
     if latest is None:
         return None
     run = _finished_run(r for r in job.stage_runs.all() if r.stage == STABILITY_STAGE)
-    panel = StabilityPanel(job=job, run=run, latest=latest)
+    panel = StabilityPanel(job=job, run=run, latest=latest, skipped=skipped_reason(job, latest))
     if run is None:
         return panel
     result = _dict(run.result)
@@ -1024,10 +1048,13 @@ def csv_filename(job: AdaptationJob) -> str:
 
 
 def csv_cell(value: Any) -> str:
-    """A CSV cell: "" for None, the shortest exact repr of a float."""
+    """A CSV cell: "" for None, an integral float as an integer (bytes: 1189212160, not
+    1189212160.0), else the shortest exact repr of a float."""
     if value is None:
         return ""
     if isinstance(value, float):
+        if value.is_integer() and abs(value) < 2**53:
+            return str(int(value))
         return repr(value)
     return str(value)
 

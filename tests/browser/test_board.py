@@ -223,3 +223,50 @@ def test_idle_board_shows_a_new_release_without_a_reload(live_server, browser, m
         page.screenshot(path="/tmp/day0-board-new-release.png", full_page=True)
     finally:
         context.close()
+
+
+def test_board_fits_seven_stages_at_1400_px(live_server, browser):
+    """All seven stage columns on screen at 1400 px: the board table does not overflow its
+    scroll box, and each short header keeps the stage's full title on hover."""
+    from playwright.sync_api import expect
+
+    from workers.stages.registry import STAGES
+
+    STAGE_ORDER = [stage.name for stage in STAGES]
+
+    demo_releases()
+    make_job(
+        release=make_release(repo_id="moonshotai/Kimi-K2-Instruct-0905-long-name"),
+        stages=STAGE_ORDER,
+        statuses={name: "succeeded" for name in STAGE_ORDER[:-1]} | {STAGE_ORDER[-1]: "running"},
+    )
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(10_000)
+    try:
+        page = context.new_page()
+        log_in(page, live_server)
+        expect(page.locator("#board-table")).to_be_visible()
+        assert page.locator("#board-table thead th.stage-col").count() == len(STAGE_ORDER)
+        widths = page.evaluate(
+            """() => {
+                const table = document.querySelector('#board-table');
+                const scroll = table.closest('.table-scroll');
+                const cells = [...table.querySelectorAll('thead th')];
+                return {
+                    viewport: document.documentElement.clientWidth,
+                    page: document.documentElement.scrollWidth,
+                    table: table.getBoundingClientRect().width,
+                    scroll: scroll.scrollWidth,
+                    box: scroll.clientWidth,
+                    right: Math.max(...cells.map(c => c.getBoundingClientRect().right)),
+                };
+            }"""
+        )
+        page.screenshot(path="/tmp/day0-board-1400.png", full_page=True)
+        assert widths["scroll"] <= widths["box"], widths  # nothing scrolled out of the box
+        assert widths["page"] <= widths["viewport"], widths
+        assert widths["right"] <= widths["viewport"], widths  # the last stage on screen
+        last = page.locator("#board-table thead th.stage-col").last
+        expect(last).to_have_attribute("title", re.compile(r"\S"))
+    finally:
+        context.close()

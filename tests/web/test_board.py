@@ -73,9 +73,10 @@ def test_stage_columns_use_registry_titles(logged_in_client):
     html = logged_in_client.get(BOARD).content.decode()
     for name in ("fetch", "analyze"):
         header = re.search(
-            rf'<th scope="col" class="stage-col" data-stage="{name}">(.*?)</th>', html
+            rf'<th scope="col" class="stage-col" data-stage="{name}" title="(.*?)">(.*?)</th>', html
         )
-        assert header and html_lib.unescape(header[1]) == get_stage(name).title
+        title = get_stage(name).title
+        assert header and html_lib.unescape(header[1]) == html_lib.unescape(header[2]) == title
 
 
 def test_cell_shows_latest_attempt_number(logged_in_client):

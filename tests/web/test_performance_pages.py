@@ -132,16 +132,19 @@ def test_throughput_traces_are_the_stored_rows_per_dtype_in_batch_order(logged_i
     assert calibrated["name"] == (
         "checkpoint (bfloat16), full context: predicted, full-size model, calibrated"
     )
-    assert calibrated["yaxis"] == decode["yaxis"] and calibrated["line"]["dash"] == "dot"
-    # one prompt at a time (batch 1) per prompt length: one trace, each point saying its prompt
-    prefill = one_curve(
-        fig, kind="predicted", model="full-size", variant="", metric="prefill_tokens_per_s"
+    # dash says only measured (solid) or predicted (dotted; the calibrated variant dashed)
+    assert calibrated["yaxis"] == decode["yaxis"] and calibrated["line"]["dash"] == "dash"
+    assert decode["line"]["dash"] == "dot"
+    # the full-size prefill predictions (batch 1, one per prompt length) are not stacked at
+    # batch 1: they are left for the prompt-length view, and the panel says so
+    assert not curves(fig, kind="predicted", model="full-size", metric="prefill_tokens_per_s")
+    assert (
+        "prefill tokens/s: full-size model, the planner's roofline (by prompt length: see "
+        "that view)" in [a["text"] for a in fig["layout"]["annotations"]]
     )
-    rows = stored(job, model="full-size", metric="prefill_tokens_per_s")
-    assert prefill["meta"]["merged"] == ["prompt_len"] and set(prefill["x"]) == {1}
-    assert prefill["y"] == [r.value for r in rows]
-    assert prefill["text"] == [f"prompt {r.prompt_len}" for r in rows]
-    assert prefill["name"].startswith("checkpoint (bfloat16), prompts 128 to 32,768, one point")
+    # the full-size panel's batches are its own: no twin batch ticks, and the reverse
+    full = axis_of(fig, decode, "x")
+    assert set(full["tickvals"]) == {r.batch_size for r in stored(job, model="full-size")} - {None}
     measured = one_curve(
         fig, kind="measured", metric="decode_tokens_per_s", dtype="float32", prompt_len=16
     )
@@ -293,6 +296,9 @@ def test_csv_download_is_the_stored_rows(logged_in_client, client):
     ]
     assert sorted(got, key=repr) == sorted(db, key=repr)
     assert len(got) == len(db) > 50
+    # integral values (bytes) are written as integers, not 1189212160.0
+    integral = [line for line in lines[1:] if float(line[6]).is_integer()]
+    assert integral and all("." not in line[6] for line in integral)
     # the page links to it
     assert f'href="{url}"' in page(logged_in_client, job)
     # a job without a performance run has no CSV; a reader must be logged in
@@ -403,6 +409,27 @@ def test_a_failed_sweep_without_rows_says_why(logged_in_client):
     assert "no point was measured: stopped at batch 1: out of memory" in panel
 
 
+def test_sections_of_stages_skipped_after_a_failed_plan_say_why(logged_in_client):
+    job = make_job(
+        stages=("fetch", "plan", "performance", "stability"),
+        statuses={
+            "fetch": "succeeded",
+            "plan": "failed",
+            "performance": "skipped",
+            "stability": "skipped",
+        },
+        results={"plan": {"reason": "the model does not fit this pool."}},
+        errors={"plan": "the model does not fit this pool."},
+    )
+    html = page(logged_in_client, job)
+    for section in ("performance", "stability"):
+        panel = article(html, f"{section}-job-{job.pk}")
+        assert (
+            f'id="{section}-job-{job.pk}-skipped"' in panel
+            and "skipped: the plan stage failed — the model does not fit this pool." in panel
+        ), section
+
+
 def test_a_running_sweep_shows_its_status(logged_in_client):
     job = make_job(
         stages=("fetch", "performance"), statuses={"fetch": "succeeded", "performance": "running"}
@@ -494,7 +521,14 @@ def test_compare_overlays_both_jobs_on_the_same_axes(logged_in_client):
         for s in (0, 1)
     )
     assert first["xaxis"] == second["xaxis"] and first["yaxis"] == second["yaxis"]
-    assert first["line"]["dash"] != second["line"]["dash"]
+    # the job is the colour family, the dash only measured vs predicted; a legend toggle
+    # per job and dtype
+    assert first["line"]["dash"] == second["line"]["dash"] == "solid"
+    assert first["line"]["color"] != second["line"]["color"]
+    assert first["legendgroup"] != second["legendgroup"] and not first["showlegend"]
+    toggles = [t["name"] for t in fig["data"] if t.get("meta", {}).get("role") == "legend"]
+    assert f"meta-llama/Llama-3.1-8B on {pool} · float32" in toggles
+    assert len(toggles) == len(set(toggles)) < 12
     assert "the same release, meta-llama/Llama-3.1-8B, on pools h200x8 and h200-east" in text(html)
     # the release page offers the comparison
     panel = article(page(logged_in_client, on_h200), f"performance-job-{on_h200.pk}")
