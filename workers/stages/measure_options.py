@@ -48,6 +48,17 @@ def _int_option(options: Mapping[str, Any], name: str, low: int, high: int) -> i
     return value
 
 
+def _check_names(stage: str, options: Any, known: tuple[str, ...]) -> None:
+    """Raise `ValueError` unless `options` is a mapping whose keys are all in `known`."""
+    if not isinstance(options, Mapping):
+        raise ValueError(f"{stage} options must be an object, got {type(options).__name__}")
+    unknown = sorted(str(key) for key in options if key not in known)
+    if unknown:
+        raise ValueError(
+            f"unknown {stage} option(s) {', '.join(unknown)}; known: {', '.join(known)}"
+        )
+
+
 def performance_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     """The performance options of a job (`AdaptationJob.options["performance"]`), checked.
 
@@ -62,14 +73,7 @@ def performance_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     """
     if options is None:
         return {}
-    if not isinstance(options, Mapping):
-        raise ValueError(f"performance options must be an object, got {type(options).__name__}")
-    unknown = sorted(str(key) for key in options if key not in PERFORMANCE_OPTION_NAMES)
-    if unknown:
-        raise ValueError(
-            f"unknown performance option(s) {', '.join(unknown)}; "
-            f"known: {', '.join(PERFORMANCE_OPTION_NAMES)}"
-        )
+    _check_names("performance", options, PERFORMANCE_OPTION_NAMES)
     checked: dict[str, Any] = {}
     for name, low, high in (
         ("max_batch_size", 1, MAX_BATCH_SIZE_LIMIT),
@@ -266,14 +270,7 @@ def stability_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     """
     if options is None:
         return {}
-    if not isinstance(options, Mapping):
-        raise ValueError(f"stability options must be an object, got {type(options).__name__}")
-    unknown = sorted(str(key) for key in options if key not in STABILITY_OPTION_NAMES)
-    if unknown:
-        raise ValueError(
-            f"unknown stability option(s) {', '.join(unknown)}; "
-            f"known: {', '.join(STABILITY_OPTION_NAMES)}"
-        )
+    _check_names("stability", options, STABILITY_OPTION_NAMES)
     checked: dict[str, Any] = {}
     for name, low, high in (
         ("batch_size", 1, 1 << 16),
