@@ -788,6 +788,8 @@ def _verdicts(result: Mapping[str, Any]) -> list[Verdict]:
     growth = _number(result.get("memory_growth_bytes"))
     slope_limit = _number(limits.get("leak_bytes_per_step"))
     growth_limit = _number(limits.get("leak_min_growth_bytes"))
+    # A leak needs both limits: over a short run the growth limit is the stricter one.
+    effective = _number(limits.get("leak_effective_bytes_per_step"))
     drift = _number(result.get("step_time_drift"))
     drift_limit = _number(limits.get("max_step_time_drift"))
     nonfinite = _number(result.get("nonfinite_outputs"))
@@ -802,7 +804,14 @@ def _verdicts(result: Mapping[str, Any]) -> list[Verdict]:
         Verdict(
             "Memory slope",
             MISSING if slope is None else f"{slope:,.0f} bytes/step",
-            MISSING if slope_limit is None else f"leak above {slope_limit:,.0f} bytes/step",
+            MISSING
+            if slope_limit is None
+            else f"leak above {max(slope_limit, effective or 0):,.0f} bytes/step"
+            + (
+                f" (the {slope_limit:,.0f} floor, or the growth limit over this run's steps)"
+                if effective and effective > slope_limit
+                else ""
+            ),
             leak,
         ),
         Verdict(
@@ -911,7 +920,9 @@ def stability_panel(job: AdaptationJob) -> StabilityPanel | None:
                 samples,
                 warmup_steps=warmup,
                 slope_bytes_per_step=_number(result.get("memory_slope_bytes_per_step")),
-                threshold_bytes_per_step=_number(limits.get("leak_bytes_per_step")),
+                threshold_bytes_per_step=_number(
+                    limits.get("leak_effective_bytes_per_step") or limits.get("leak_bytes_per_step")
+                ),
                 memory_label=memory_label,
             ),
             "Memory in use after each step of the stability run (measured, twin)",

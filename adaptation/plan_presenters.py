@@ -883,6 +883,8 @@ def _marked(rows: list[CompareRow]) -> list[CompareRow]:
     (ties all marked)."""
     fitting = [r for r in rows if r.fits and r.devices]
     fewest = min((r.devices for r in fitting), default=None)
+    if len({r.devices for r in fitting}) < 2:
+        fewest = None  # every fitting row needs as many devices: the badge would say nothing
     fastest = max((r.tokens_per_s_per_device or 0.0 for r in fitting), default=0.0)
     return [
         replace(

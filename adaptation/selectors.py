@@ -269,7 +269,7 @@ def median_device_figures(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
         "runs": ids,
         "source": (
             f"median of {len(probed)} performance run(s) "
-            f"({', '.join(str(i) for i in ids)})"
+            f"(stage runs {', '.join(str(i) for i in ids)})"
             + (f" on {', '.join(hosts)}" if hosts else "")
             + ": STREAM triad and matmul probes (workers/stages/device_probe.py)"
         ),

@@ -252,7 +252,7 @@ def test_pool_catalog_of_the_cpu_pool_predicts_on_the_measured_figures():
     cpu = catalog.accelerator("cpu")
     assert cpu.memory_bandwidth_bytes_per_s == 20e9 and cpu.dense_bf16_flops == 2e11
     assert "memory bandwidth 20.0 GB/s and BF16 0.20 TFLOP/s measured, not a datasheet's" in note
-    assert f"median of 3 performance run(s) ({runs[-1].pk}, " in note
+    assert f"median of 3 performance run(s) (stage runs {runs[-1].pk}, " in note
     # the same figures the plan stage gets (the runner passes pool_calibration to it)
     stage_cpu = pool_catalog_for_stage(
         pool, measured_figures=pool_calibration(pool=pool)["device"]

@@ -298,7 +298,10 @@ def test_the_pools_running_calibration_reads_its_last_successful_runs():
     # the device figures: the median of the three runs' probes (1.2e10 + 2, + 1, + 3)
     assert calibration["device"]["memory_bandwidth_bytes_per_s"] == 1.2e10 + 2
     assert calibration["device"]["runs"][0] == newest.pk
-    assert f"median of 3 performance run(s) ({newest.pk}, " in calibration["device"]["source"]
+    assert (
+        f"median of 3 performance run(s) (stage runs {newest.pk}, "
+        in calibration["device"]["source"]
+    )
     assert "a twin of 984,192 params, bfloat16" in calibration["basis"]
     assert pool_calibration(pool=cpu, runs=1)["decode_factor"] == pytest.approx(0.7)
     assert pool_calibration(pool=other)["decode_factor"] == pytest.approx(0.7)

@@ -93,7 +93,9 @@ def test_text_output_labels_predictions_and_gives_memory_in_gib():
     assert "GiB" in text and "budget" in text
     assert "predicted     decode at batch 1:" in text and "tokens/s" in text
     assert "runner-up" in text and "vllm serve" in text
-    assert text.rstrip().endswith(f"not measurements (catalog {load_catalog().version}).")
+    assert text.rstrip().endswith(
+        f"not measurements of this model (catalog {load_catalog().version})."
+    )
 
 
 @pytest.mark.parametrize(
@@ -255,7 +257,7 @@ def test_the_cpu_pool_predicts_on_the_figures_its_performance_runs_measured():
     plan = plan_json(GPT_OSS_20B, "--pool", "cpu")
     assert plan["predicted"]["available"], plan["predicted"].get("reason")
     assert "memory bandwidth 20.0 GB/s and BF16 0.40 TFLOP/s measured" in plan["note"]
-    assert f"median of 3 performance run(s) ({runs[-1].pk}, " in plan["note"]
+    assert f"median of 3 performance run(s) (stage runs {runs[-1].pk}, " in plan["note"]
 
 
 def test_without_a_live_worker_the_cpu_pool_is_this_machine_and_says_so():

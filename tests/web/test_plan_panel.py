@@ -669,7 +669,7 @@ def test_compare_pools_predicts_the_cpu_pool_on_its_measured_figures(logged_in_c
     assert "(1 device)" in cpu["header"] and "1 devices" not in cpu["body"]
     notes = text(cpu["body"])
     assert "memory bandwidth 20.0 GB/s and BF16 0.50 TFLOP/s measured" in notes
-    assert f"median of 3 performance run(s) ({runs[-1].pk}, " in notes
+    assert f"median of 3 performance run(s) (stage runs {runs[-1].pk}, " in notes
 
 
 def test_compare_pools_shows_why_a_fitting_row_has_no_prediction(
@@ -775,3 +775,17 @@ def test_compare_pools_row_that_cannot_be_planned_says_why(logged_in_client, dee
     assert response.status_code == 200
     bare = next(r for r in compare_rows(response.content.decode()) if r["name"] == "bare")
     assert bare["verdict"] == "cannot plan" and "names no accelerator kind" in bare["reason"]
+
+
+def test_fewest_devices_is_not_a_badge_when_every_fitting_row_needs_as_many():
+    from adaptation.plan_presenters import CompareRow, _marked
+
+    def row(name, devices):
+        return CompareRow(
+            name=name, source="catalog kind", accelerator=name, layout="", fits=True,
+            verdict="fits", devices=devices,
+        )  # fmt: skip
+
+    assert not any(r.fewest_devices for r in _marked([row("a", 1), row("b", 1)]))
+    marked = _marked([row("a", 1), row("b", 2)])
+    assert [r.fewest_devices for r in marked] == [True, False]

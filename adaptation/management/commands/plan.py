@@ -165,7 +165,7 @@ def summary_text(plan: dict, note: str) -> str:
         f"{plan['accelerator_name']}, {pool['nodes']} node(s) of {pool['devices_per_node']}",
         f"  {'split':<14}{_split(plan)} on {plan['devices']} device(s), {plan['nodes']} node(s)",
         f"  {'serving':<14}{plan['dtype_label']}; context {inputs['context_tokens']:,} tokens "
-        f"x {inputs['concurrency']:,} sequences",
+        f"x {inputs['concurrency']:,} sequence{'s' if inputs['concurrency'] != 1 else ''}",
         f"  {'memory/device':<14}weights {fmt.gib(mem['weights'])} + KV cache "
         f"{fmt.gib(mem['kv_cache'])} + activations {fmt.gib(mem['activations_workspace'])} "
         f"+ runtime {fmt.gib(mem['runtime_overhead'])} = {fmt.gib(mem['total_used'])}",
@@ -191,8 +191,9 @@ def summary_text(plan: dict, note: str) -> str:
     notes = [note, *plan.get("notes", []), *plan["artifacts"].get("notes", [])]
     lines += [f"  note: {line}" for line in notes if line]
     lines.append(
-        "Predicted figures are a roofline model of the catalog's datasheet figures, not "
-        f"measurements (catalog {plan.get('catalog_version', '?')})."
+        "Predicted figures are a roofline model of the accelerator's figures (where they come "
+        "from: the first note), not measurements of this model "
+        f"(catalog {plan.get('catalog_version', '?')})."
     )
     return "\n".join(lines)
 

@@ -208,6 +208,12 @@ def build_artifacts(
         "host memory limit: the node's share of the checkpoint x 1.2 (staging the weights), "
         "at least 64 GiB; /dev/shm 64 GiB as in the seed example",
     ]
+    if accelerator.kind == "cpu":
+        notes.append(
+            "a cpu pool: these are the engines' GPU command lines; vLLM's CPU backend sizes its "
+            "KV cache with VLLM_CPU_KVCACHE_SPACE (GiB) instead of --gpu-memory-utilization, "
+            "and the Deployment's memory limit must fit the machine"
+        )
     if dtype == "int8":
         notes.append("INT8 serving needs a W8A8 (compressed-tensors) checkpoint of the model")
     if redundant_experts > 0:
