@@ -948,24 +948,31 @@ def stability_memory(
     threshold_bytes_per_step: float | None,
     memory_label: str,
 ) -> dict[str, Any] | None:
-    """Memory in use after each step (MiB) against the step number, measured on the twin, with
-    the warm-up left out of the leak fit shaded and the fitted slope drawn through the samples
-    after it. None when no sample has a memory figure."""
+    """Memory in use after each step (MiB) over the run's time (s from its start; the step
+    number where a result has no times), measured on the twin, with the warm-up left out of the
+    leak fit shaded and the fitted slope (per step) drawn through the samples after it. None
+    when no sample has a memory figure."""
     points = [s for s in samples if s.get("memory_bytes") is not None and s.get("step") is not None]
     if not points:
         return None
     steps = [s["step"] for s in points]
+    timed = all(_number(s.get("elapsed_s")) is not None for s in points)
+    # x of each sample: seconds since the start, or the step number
+    at = {s["step"]: (s["elapsed_s"] if timed else s["step"]) for s in points}
     mib = [s["memory_bytes"] / MIB for s in points]
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(
-            x=steps,
+            x=[at[s] for s in steps],
             y=mib,
+            customdata=steps,
             mode="lines+markers",
             marker={"size": 4},
             name=f"{memory_label} (measured, twin)",
             meta={"role": "memory", "metric": "memory_bytes"},
-            hovertemplate="step %{x}<br>%{y:,.2f} MiB<extra>%{fullData.name}</extra>",
+            hovertemplate="step %{customdata}, %{x:,.1f}"
+            + (" s" if timed else "")
+            + "<br>%{y:,.2f} MiB<extra>%{fullData.name}</extra>",
         )
     )
     warm = warmup_steps or 0
@@ -982,7 +989,7 @@ def stability_memory(
         )
         fig.add_trace(
             go.Scatter(
-                x=ends,
+                x=[at[s] for s in ends],
                 y=[mean_m + slope_mib * (s - mean_s) for s in ends],
                 mode="lines",
                 line={"dash": "dash", "color": "#8f1d1d", "width": 1.5},
@@ -991,10 +998,11 @@ def stability_memory(
                 hoverinfo="skip",
             )
         )
-    if warm:
+    warm_ends = [at[s] for s in steps if s <= warm]
+    if warm and warm_ends:
         fig.add_vrect(
-            x0=min(steps),
-            x1=warm + 0.5,
+            x0=at[min(steps)],
+            x1=max(warm_ends) if timed else warm + 0.5,
             fillcolor="#d5dae0",
             opacity=0.45,
             line_width=0,
@@ -1005,7 +1013,7 @@ def stability_memory(
     fig.update_layout(
         title="Memory over the stability run (measured, twin)",
         height=340,
-        xaxis_title="step",
+        xaxis_title="time since the start (s)" if timed else "step",
         yaxis={"title": "memory in use (MiB)", "tickformat": ",.1f"},
         margin={"l": 70, "r": 20, "t": 50, "b": 60},
         legend={"orientation": "h", "y": -0.25, "x": 0},

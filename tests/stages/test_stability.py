@@ -3,6 +3,7 @@ and drift each fail it naming the threshold (no Django)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 
@@ -177,6 +178,7 @@ def series(memory: list[int], times: list[float] | None = None) -> Series:
     times = times or [0.01] * n
     return Series(
         steps=list(range(1, n + 1)),
+        elapsed_s=list(itertools.accumulate(times)),
         step_times_s=times,
         cpu_times_s=times,
         memory_bytes=memory,
@@ -241,18 +243,7 @@ def test_min_steps_below_what_the_verdict_needs_is_refused():
 
 
 def _series(memory: list[int]) -> Series:
-    n = len(memory)
-    return Series(
-        steps=list(range(1, n + 1)),
-        step_times_s=[0.01] * n,
-        cpu_times_s=[0.01] * n,
-        memory_bytes=memory,
-        nonfinite_outputs=0,
-        errors=0,
-        error_messages=[],
-        duration_s=1.0,
-        stopped_early=None,
-    )
+    return series(memory)
 
 
 def test_the_effective_leak_threshold_is_both_conditions_as_one_slope():

@@ -449,7 +449,12 @@ def test_stability_panel_charts_the_samples_and_shows_the_verdict(logged_in_clie
 
     memory = figure(html, f"stability-job-{job.pk}-memory-figure")
     samples = result["samples"]
-    assert memory["data"][0]["x"] == [s["step"] for s in samples]
+    # Memory over time: seconds since the start, each point's step kept for its hover.
+    assert memory["data"][0]["x"] == [s["elapsed_s"] for s in samples]
+    assert memory["data"][0]["customdata"] == [s["step"] for s in samples]
+    assert samples == sorted(samples, key=lambda s: s["elapsed_s"])
+    assert 0 < samples[-1]["elapsed_s"] <= result["duration_s"]
+    assert memory["layout"]["xaxis"]["title"]["text"] == "time since the start (s)"
     assert memory["data"][0]["y"] == [s["memory_bytes"] / MIB for s in samples]
     slope = memory["data"][1]
     assert slope["name"].startswith(

@@ -159,6 +159,7 @@ class Series:
     memory after it (bytes, None where unreadable)."""
 
     steps: list[int]
+    elapsed_s: list[float]  # seconds from the loop's start to the end of each step
     step_times_s: list[float]
     cpu_times_s: list[float]
     memory_bytes: list[int | None]
@@ -193,6 +194,7 @@ def stability_loop(
     extra = forward_kwargs(model)
     steps: list[int] = []
     times: list[float] = []
+    elapsed: list[float] = []
     cpu_times: list[float] = []
     mems: list[int | None] = []
     nonfinite = errors = 0
@@ -223,11 +225,13 @@ def stability_loop(
                 break
             continue
         steps.append(step)
+        elapsed.append(time.perf_counter() - started)
         times.append(seconds)
         cpu_times.append(cpu_seconds)
         mems.append(memory.current_bytes(trim=True))
     return Series(
         steps=steps,
+        elapsed_s=elapsed,
         step_times_s=times,
         cpu_times_s=cpu_times,
         memory_bytes=mems,
@@ -255,6 +259,7 @@ def _samples(series: Series) -> list[dict[str, Any]]:
     return [
         {
             "step": series.steps[i],
+            "elapsed_s": series.elapsed_s[i],
             "memory_bytes": series.memory_bytes[i],
             "step_time_s": series.step_times_s[i],
             "cpu_time_s": series.cpu_times_s[i],
@@ -409,10 +414,11 @@ def measure_stability(
     few samples), "memory_start_bytes",
     "memory_end_bytes", "memory_max_bytes", "step_time_median_s", "step_time_p95_s",
     "step_time_first_quarter_s", "step_time_last_quarter_s", "warmup_steps",
-    "error_messages", "stopped_early", "thresholds", "samples" ([{"step", "memory_bytes",
-    "step_time_s"}], at most 200), "workload" ({"dtype", "device", "batch_size",
-    "prompt_len", "decode_steps", "tokens_per_step", "weight_bytes"}), "skipped_dtypes",
-    "memory_kind", "memory_method", "timer", "threads", "options", "twin", "notes"}.
+    "error_messages", "stopped_early", "thresholds", "samples" ([{"step", "elapsed_s" (s since
+    the start), "memory_bytes", "step_time_s"}], at most 200), "workload" ({"dtype", "device",
+    "batch_size", "prompt_len", "decode_steps", "tokens_per_step", "weight_bytes"}),
+    "skipped_dtypes", "memory_kind", "memory_method", "timer", "threads", "options", "twin",
+    "notes"}.
 
     `hooks` are called with the model on the device before the run (what they return is
     removed after it where it has `remove()`): the seam for a deliberate leak, NaN or
