@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 
 from adaptation.catalog import GIB
 from adaptation.models import LayerDrift, PrecisionResult
+from adaptation.templatetags.day0_format import number_value as _number
 
 
 def _point_label(drift: LayerDrift) -> str:
@@ -98,12 +99,6 @@ _PLAN_MEMORY_PARTS = (
     ("runtime_overhead", "runtime overhead", "#8a6fd1"),
     ("free", "free", "#d5dae0"),
 )
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
 
 
 # Tick labels (d3 formats): counts in full with separators ("32,768", not "32.768k"),

@@ -35,6 +35,7 @@ from adaptation.models import (
 from adaptation.plan_presenters import ChartSlot, Fact, tokens_per_s_text
 from adaptation.selectors import latest_runs_by_stage
 from adaptation.templatetags.day0_format import MISSING
+from adaptation.templatetags.day0_format import number_value as _number
 
 PERFORMANCE_STAGE = "performance"
 STABILITY_STAGE = "stability"
@@ -234,12 +235,6 @@ def jobs_with_performance(*, limit: int = COMPARE_CHOICES_LIMIT) -> list[Adaptat
 
 
 # --- number formats -------------------------------------------------------------------------
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
 
 
 def ms_text(seconds: Any) -> str:

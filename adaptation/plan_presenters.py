@@ -29,6 +29,7 @@ from adaptation.models import (
 from adaptation.presenters import latest_analysis_run, waiting_label
 from adaptation.selectors import latest_runs_by_stage
 from adaptation.templatetags.day0_format import MISSING, bytes_per_token, gib
+from adaptation.templatetags.day0_format import number_value as _number
 from workers.catalog import Accelerator, Catalog, CatalogError
 from workers.stages.plan import NoFittingPlan, PlanInputError, PoolLayout, plan_release
 
@@ -44,12 +45,6 @@ SERVING_DTYPES = ("checkpoint", "bfloat16", "float16", "fp8", "int8")
 
 
 # --- number formats -------------------------------------------------------------------------
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
 
 
 def tokens_per_s_text(value: Any) -> str:

@@ -21,6 +21,14 @@ register = template.Library()
 MISSING = "—"
 
 
+def number_value(value: Any) -> float | None:
+    """`value` as a float when it is an int or float (not a bool, not a string), else None:
+    how presenters and charts read a figure from a stored result."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
 def _number(value: Any) -> float | None:
     """`value` as a float, or None when it is missing, a bool or not a number."""
     if value is None or isinstance(value, bool):

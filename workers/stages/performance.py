@@ -849,13 +849,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         options = PerformanceOptions.from_mapping(getattr(ctx, "options", None) or {})
     except ValueError as exc:
         raise StageFailed(f"performance options: {exc}") from exc
-    config = remote_code.fetched_config(ctx)
-    if remote_code.needs_remote_code(config):
-        raise StageFailed(
-            "the performance stage runs transformers' own classes only: this architecture "
-            "needs the release's shipped modeling code, which runs in the sandbox for the "
-            "operators and precision stages alone"
-        )
+    config = remote_code.native_config(ctx, "performance")
     twin = build_twin(config)
     result = measure_performance(
         twin, ctx.pool, options=options, plan=ctx.previous.get("plan"), log=ctx.log

@@ -79,6 +79,21 @@ def fetched_config(ctx: StageContext) -> dict[str, Any]:
     return fetched["config"]
 
 
+def native_config(ctx: StageContext, stage: str) -> dict[str, Any]:
+    """The fetched config of a release transformers' own classes can build, for a stage that
+    measures its twin in this process (performance, stability). Raises `StageFailed` when
+    the fetch stage left no config, or the architecture needs the release's shipped modeling
+    code (which runs sandboxed for operators and precision only)."""
+    config = fetched_config(ctx)
+    if needs_remote_code(config):
+        raise StageFailed(
+            f"the {stage} stage runs transformers' own classes only: this architecture "
+            "needs the release's shipped modeling code, which runs in the sandbox for the "
+            "operators and precision stages alone"
+        )
+    return config
+
+
 def org_of(repo_id: str) -> str:
     """The org (or user) of a repo id: the part before "/"."""
     return repo_id.split("/", 1)[0]

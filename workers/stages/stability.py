@@ -498,13 +498,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         options = StabilityOptions.from_mapping(getattr(ctx, "options", None) or {})
     except ValueError as exc:
         raise StageFailed(f"stability options: {exc}") from exc
-    config = remote_code.fetched_config(ctx)
-    if remote_code.needs_remote_code(config):
-        raise StageFailed(
-            "the stability stage runs transformers' own classes only: this architecture "
-            "needs the release's shipped modeling code, which runs in the sandbox for the "
-            "operators and precision stages alone"
-        )
+    config = remote_code.native_config(ctx, "stability")
     result = measure_stability(build_twin(config), ctx.pool, options=options)
     slope = result["memory_slope_bytes_per_step"]
     drift = result["step_time_drift"]
