@@ -4,6 +4,7 @@ stage runs. Writes go through `adaptation.services`, reads through `adaptation.s
 from __future__ import annotations
 
 import re
+import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -374,6 +375,7 @@ class Trigger(models.TextChoices):
     POLL = "poll", "Hub poll"
     WEBHOOK = "webhook", "Webhook"
     MANUAL = "manual", "Manual"
+    API = "api", "REST API"
 
 
 class ModelRelease(models.Model):
@@ -447,6 +449,7 @@ class JobStatus(models.TextChoices):
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
 
 
 class AdaptationJob(models.Model):
@@ -477,6 +480,13 @@ class AdaptationJob(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["status"])]
+        # What the roles grant (adaptation/roles.py): beyond add/change/view, these name the
+        # actions an engineer takes on a job.
+        permissions = [
+            ("trigger_job", "Can trigger adaptation jobs"),
+            ("cancel_job", "Can cancel adaptation jobs"),
+            ("rerun_stage", "Can re-run a stage of a job"),
+        ]
 
     def __str__(self) -> str:
         return f"job {self.pk} ({self.release} on {self.pool})"
@@ -489,6 +499,7 @@ class StageStatus(models.TextChoices):
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
     SKIPPED = "skipped", "Skipped"
+    CANCELLED = "cancelled", "Cancelled"
 
 
 ACTIVE_STAGE_STATUSES = (StageStatus.QUEUED, StageStatus.RUNNING)
@@ -658,3 +669,285 @@ class PerformancePoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.metric}={self.value:g} {self.unit}"
+
+
+# --- inbound webhooks --------------------------------------------------------------------------
+
+
+class WebhookKind(models.TextChoices):
+    HUGGINGFACE = "huggingface", "Hugging Face Hub"
+    GENERIC = "generic", "Standard Webhooks (generic)"
+
+
+class WebhookEndpoint(models.Model):
+    """A URL that turns signed deliveries into adaptation jobs: `/webhooks/<kind>/<id>`.
+
+    The id is a random UUID, so the URL itself is not guessable. The secret is shown once at
+    creation and never stored in the clear: a Hub endpoint keeps an HMAC-SHA256 digest of it
+    (the Hub sends the secret itself in `X-Webhook-Secret`), a generic endpoint keeps it
+    encrypted (Standard Webhooks signatures need the key; `adaptation/webhooks/secrets.py`).
+
+    Hub deliveries for one repo are coalesced until it has been quiet for `quiet_period_s`
+    seconds and the upload is complete; `pool` overrides the matching watch's pool (Hub) or
+    `DAY0_DEFAULT_POOL` (generic) when a delivery names none.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=128, unique=True)
+    kind = models.CharField(max_length=32, choices=WebhookKind.choices)
+    secret_digest = models.CharField(max_length=128, blank=True, editable=False)
+    secret_ciphertext = models.TextField(blank=True, editable=False)
+    pool = models.ForeignKey(
+        AcceleratorPool,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="webhook_endpoints",
+        help_text="Pool for the jobs it starts; blank: the matching watch's pool (Hub) or the "
+        "default pool (generic), unless a delivery names one.",
+    )
+    quiet_period_s = models.PositiveIntegerField(
+        default=60,
+        help_text="Hub deliveries for one repo are coalesced until it has been quiet this many "
+        "seconds and the upload is complete; then one job starts at the last revision.",
+    )
+    enabled = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    last_delivery_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.get_kind_display()})"
+
+
+class DeliveryVerdict(models.TextChoices):
+    """What day0 did with an inbound delivery."""
+
+    ACCEPTED = "accepted", "Accepted: job started"
+    COALESCING = "coalescing", "Accepted: waiting for the upload to settle"
+    DUPLICATE = "duplicate", "Duplicate: no new job"
+    IGNORED = "ignored", "Ignored"
+    REJECTED = "rejected", "Rejected"
+
+
+class WebhookDelivery(models.Model):
+    """One inbound request to an endpoint, whatever became of it.
+
+    `headers` are stored without secrets or signatures; `body` is the raw body as text (up to
+    the size limit; larger bodies are refused with 413 and stored empty). `idempotency_key`
+    is set only on the delivery that first claimed its key (a generic `webhook-id`): the
+    unique constraint makes a second job for the same key impossible, even under races.
+    """
+
+    endpoint = models.ForeignKey(
+        WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    received_at = models.DateTimeField(default=timezone.now, db_index=True)
+    delivery_id = models.CharField(
+        max_length=255, blank=True, help_text="webhook-id (generic) or the Hub's request id."
+    )
+    # NULL, not "", for deliveries that claim no key: NULLs never collide in the constraint.
+    idempotency_key = models.CharField(  # noqa: DJ001
+        max_length=255, null=True, blank=True, editable=False
+    )
+    remote_addr = models.GenericIPAddressField(null=True, blank=True)
+    headers = models.JSONField(default=dict, blank=True)
+    body = models.TextField(blank=True)
+    event = models.CharField(max_length=64, blank=True, help_text='e.g. "repo.content/update".')
+    repo_id = models.CharField(max_length=256, blank=True)
+    revision = models.CharField(max_length=128, blank=True)
+    status_code = models.PositiveSmallIntegerField()
+    verdict = models.CharField(max_length=16, choices=DeliveryVerdict.choices)
+    reason = models.TextField(blank=True)
+    release = models.ForeignKey(
+        ModelRelease, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    job = models.ForeignKey(
+        AdaptationJob, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+        verbose_name_plural = "webhook deliveries"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["endpoint", "idempotency_key"], name="webhook_delivery_idempotency_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.endpoint.name} {self.received_at:%Y-%m-%d %H:%M:%S} {self.verdict}"
+
+
+class PendingUpload(models.Model):
+    """Hub deliveries for one repo, coalesced while its upload goes on: one job starts, pinned
+    to `revision` (the last head sha seen), once the repo has been quiet for the endpoint's
+    `quiet_period_s` and the hub shows the upload complete (config present, every shard the
+    index names present)."""
+
+    class Status(models.TextChoices):
+        WAITING = "waiting", "Waiting for the upload to settle"
+        STARTED = "started", "Job started"
+        DUPLICATE = "duplicate", "Revision already adapted"
+        ABANDONED = "abandoned", "Abandoned"
+
+    endpoint = models.ForeignKey(
+        WebhookEndpoint, on_delete=models.CASCADE, related_name="pending_uploads"
+    )
+    watch = models.ForeignKey(
+        HubWatch, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    pool = models.ForeignKey(AcceleratorPool, on_delete=models.PROTECT, related_name="+")
+    hub_endpoint = models.CharField(max_length=512)
+    repo_id = models.CharField(max_length=256)
+    revision = models.CharField(max_length=128)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.WAITING)
+    deliveries = models.PositiveIntegerField(default=1)
+    first_event_at = models.DateTimeField(default=timezone.now)
+    last_event_at = models.DateTimeField(default=timezone.now)
+    checks = models.PositiveIntegerField(default=0, help_text="Completeness checks made.")
+    last_check_at = models.DateTimeField(null=True, blank=True)
+    last_check_error = models.TextField(blank=True)
+    release = models.ForeignKey(
+        ModelRelease, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    job = models.ForeignKey(
+        AdaptationJob, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-last_event_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["endpoint", "repo_id"],
+                condition=models.Q(status="waiting"),
+                name="pending_upload_one_waiting_per_repo",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.repo_id}@{self.revision[:12]} ({self.status})"
+
+
+# --- outbound notifications ---------------------------------------------------------------------
+
+
+class Team(models.Model):
+    """A group of people who subscribe to job events together."""
+
+    name = models.CharField(max_length=128, unique=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="teams")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class NotificationEvent(models.TextChoices):
+    STAGE_FAILED = "stage.failed", "Stage failed"
+    JOB_SUCCEEDED = "job.succeeded", "Job succeeded"
+    JOB_FAILED = "job.failed", "Job failed"
+
+
+class NotificationFormat(models.TextChoices):
+    GENERIC = "generic", "JSON signed with Standard Webhooks headers"
+    SLACK = "slack", "Slack-compatible incoming webhook"
+
+
+def default_notification_events() -> list[str]:
+    return [choice.value for choice in NotificationEvent]
+
+
+class NotificationSubscription(models.Model):
+    """A team's subscription: job events of the chosen pools (all when none) sent to `url`.
+
+    A generic subscription signs each message with its `whsec_…` secret (stored encrypted,
+    shown once). Addresses that resolve to private, loopback, link-local or reserved networks
+    are refused unless `allow_private_network` (an admin's decision) is set.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="subscriptions")
+    name = models.CharField(max_length=128)
+    url = models.URLField(max_length=1024)
+    format = models.CharField(
+        max_length=16, choices=NotificationFormat.choices, default=NotificationFormat.GENERIC
+    )
+    events = models.JSONField(
+        default=default_notification_events,
+        help_text='Event names: "stage.failed", "job.succeeded", "job.failed".',
+    )
+    pools = models.ManyToManyField(
+        AcceleratorPool, blank=True, related_name="+", help_text="Blank: every pool."
+    )
+    secret_ciphertext = models.TextField(blank=True, editable=False)
+    allow_private_network = models.BooleanField(
+        default=False,
+        help_text="Deliver even when the URL resolves to a private or loopback address "
+        "(an admin's decision: it lets requests reach the internal network).",
+    )
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["team__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="subscription_unique_per_team")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team.name}: {self.name}"
+
+
+class NotificationDelivery(models.Model):
+    """One event sent (or being sent) to one subscription, with its attempts.
+
+    `message_id` is the Standard Webhooks `webhook-id`, the same on every retry so the
+    receiver can drop repeats; `dedupe_key` ("job.failed:job=12") makes the same event for
+    the same subject one delivery per subscription.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        DELIVERED = "delivered", "Delivered"
+        FAILED = "failed", "Failed (gave up)"
+        BLOCKED = "blocked", "Blocked (private address)"
+
+    subscription = models.ForeignKey(
+        NotificationSubscription, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    event = models.CharField(max_length=32, choices=NotificationEvent.choices)
+    dedupe_key = models.CharField(max_length=128)
+    message_id = models.CharField(max_length=64, unique=True)
+    job = models.ForeignKey(
+        AdaptationJob, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    stage_run = models.ForeignKey(
+        StageRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    payload = models.JSONField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "notification deliveries"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["subscription", "dedupe_key"], name="notification_once_per_subject"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} to {self.subscription} ({self.status})"

@@ -37,6 +37,11 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django_htmx",
     "django_celery_beat",
+    "django_filters",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "adaptation",
 ]
 
@@ -173,6 +178,21 @@ if DAY0_WORKER_STALE_S <= DAY0_WORKER_HEARTBEAT_S:
 # Hub errors back off exponentially from the watch's interval up to this ceiling.
 DAY0_MAX_BACKOFF_S = env_int("DAY0_MAX_BACKOFF_S", 6 * 3600, minimum=60)
 DAY0_DEMO_HUB_DIR = Path(env_str("DAY0_DEMO_HUB_DIR", str(BASE_DIR / "demo" / "hub")))
+
+# --- webhooks and notifications ------------------------------------------------------------
+# Endpoint secrets are kept encrypted with this key (Fernet); blank derives it from
+# SECRET_KEY, so changing SECRET_KEY then means creating endpoints and subscriptions anew.
+DAY0_SECRETS_KEY = env_str("DAY0_SECRETS_KEY", "")
+# Inbound bodies larger than this get 413 (the Hub's payloads are a few KiB).
+DAY0_WEBHOOK_MAX_BODY_BYTES = env_int("DAY0_WEBHOOK_MAX_BODY_BYTES", 256 * 1024, minimum=1024)
+# Hub uploads still coming in are checked again this often (seconds) after the quiet period.
+DAY0_WEBHOOK_SETTLE_RECHECK_S = env_int("DAY0_WEBHOOK_SETTLE_RECHECK_S", 60, minimum=1)
+# A repo still incomplete this long after its last delivery is given up (seconds).
+DAY0_WEBHOOK_SETTLE_GIVE_UP_S = env_int("DAY0_WEBHOOK_SETTLE_GIVE_UP_S", 24 * 3600, minimum=60)
+# Outbound notification requests: timeout per attempt and attempts before giving up
+# (backoff doubles from 10 s).
+DAY0_NOTIFY_TIMEOUT_S = env_int("DAY0_NOTIFY_TIMEOUT_S", 10, minimum=1)
+DAY0_NOTIFY_MAX_ATTEMPTS = env_int("DAY0_NOTIFY_MAX_ATTEMPTS", 6, minimum=1)
 
 CELERY_BEAT_SCHEDULE = {
     "poll-hubs": {
