@@ -1,0 +1,67 @@
+"""Creating webhook endpoints: the one place a secret exists in the clear, once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.urls import reverse
+
+from adaptation.models import AcceleratorPool, WebhookEndpoint, WebhookKind
+from adaptation.secrets import (
+    new_shared_secret,
+    new_signing_secret,
+    secret_digest,
+    secret_encrypt,
+)
+
+
+class EndpointError(ValueError):
+    """An endpoint that cannot be created as asked (unknown kind, name taken), with why."""
+
+
+def webhook_endpoint_create(
+    *,
+    name: str,
+    kind: str,
+    pool: AcceleratorPool | None = None,
+    quiet_period_s: int | None = None,
+    created_by: Any = None,
+) -> tuple[WebhookEndpoint, str]:
+    """Create an endpoint and its secret; return both. The secret is not kept in the clear
+    (a digest for a Hub endpoint, Fernet ciphertext for a generic one) and cannot be shown
+    again: the caller shows it once.
+
+    A Hub secret is 256 random bits in URL-safe text (what the Hub's form takes); a generic
+    one is a Standard Webhooks `whsec_…` key. Raises `EndpointError` for an unknown kind, a
+    blank name or a name already used.
+    """
+    name = name.strip()
+    if kind not in WebhookKind.values:
+        raise EndpointError(f"Unknown kind {kind!r}; use one of {', '.join(WebhookKind.values)}.")
+    if not name:
+        raise EndpointError("An endpoint needs a name.")
+    with transaction.atomic():
+        if WebhookEndpoint.objects.filter(name=name).exists():
+            raise EndpointError(f"An endpoint named {name!r} exists already.")
+        endpoint = WebhookEndpoint(
+            name=name,
+            kind=kind,
+            pool=pool,
+            created_by=created_by if getattr(created_by, "pk", None) else None,
+        )
+        if quiet_period_s is not None:
+            endpoint.quiet_period_s = quiet_period_s
+        if kind == WebhookKind.HUGGINGFACE:
+            secret = new_shared_secret()
+            endpoint.secret_digest = secret_digest(secret)
+        else:
+            secret = new_signing_secret()
+            endpoint.secret_ciphertext = secret_encrypt(secret)
+        endpoint.save()
+    return endpoint, secret
+
+
+def webhook_url_path(endpoint: WebhookEndpoint) -> str:
+    """The path deliveries are posted to: /webhooks/<kind>/<id>."""
+    return reverse(f"webhooks:{endpoint.kind}", kwargs={"endpoint_id": endpoint.pk})
