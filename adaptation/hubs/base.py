@@ -133,6 +133,11 @@ class HubSource(Protocol):
         """One repo at its current revision. Raises a `HubError` subclass."""
         ...
 
+    def release_at(self, repo_id: str, revision: str) -> ReleaseCandidate:
+        """`repo_id` at `revision`, with its completeness there. Raises a `HubError` subclass
+        (`HubNotFound` for a revision the hub does not have, or no longer has)."""
+        ...
+
     def fetch_release(self, repo_id: str, revision: str) -> ReleaseFiles:
         """The describing files of `repo_id` at `revision`. Raises a `HubError` subclass."""
         ...

@@ -310,6 +310,19 @@ class HuggingFaceSource:
         """
         return self._call(repo_id, lambda: self._candidate(self._model_info(repo_id)))
 
+    def release_at(self, repo_id: str, revision: str) -> ReleaseCandidate:
+        """`repo_id` at `revision` (a commit sha, or a branch the hub resolves): the sha the
+        hub resolved, `createdAt`, and whether the upload is complete there (the same
+        `incomplete_reason` as a listing: config present, every indexed shard present). A
+        webhook's coalesced upload is checked here at the last sha it announced.
+
+        Raises a `HubError` subclass (`HubNotFound` for an unknown repo or revision).
+        """
+        return self._call(
+            f"{repo_id}@{revision}",
+            lambda: self._candidate(self._model_info(repo_id, revision)),
+        )
+
     def fetch_release(self, repo_id: str, revision: str) -> ReleaseFiles:
         """The describing files of `repo_id` at `revision` (a sha, branch or tag).
 

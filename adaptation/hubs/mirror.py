@@ -180,6 +180,18 @@ class MirrorSource:
         """`repo_id`'s folder as it is now. Raises `HubNotFound`, `HubUnavailable`."""
         return self._candidate(repo_id, self._folder(repo_id))
 
+    def release_at(self, repo_id: str, revision: str) -> ReleaseCandidate:
+        """`repo_id`'s folder if it is still at `revision` ("main": as it is now): a folder
+        keeps no history, so another revision is gone. Raises `HubNotFound` (no folder; the
+        folder changed since `revision`), `HubUnavailable`."""
+        candidate = self.latest_release(repo_id)
+        if revision not in (candidate.revision, "main"):
+            raise HubNotFound(
+                f"{repo_id}@{revision[:12]}: the mirror changed since this revision was seen; the"
+                f" folder is now at {candidate.revision[:12]}."
+            )
+        return candidate
+
     def fetch_release(self, repo_id: str, revision: str) -> ReleaseFiles:
         """The release files of `repo_id` if the folder is still at `revision` ("main": as
         it is now).

@@ -65,3 +65,34 @@ def webhook_endpoint_create(
 def webhook_url_path(endpoint: WebhookEndpoint) -> str:
     """The path deliveries are posted to: /webhooks/<kind>/<id>."""
     return reverse(f"webhooks:{endpoint.kind}", kwargs={"endpoint_id": endpoint.pk})
+
+
+def webhook_endpoint_rotate_secret(*, endpoint: WebhookEndpoint) -> str:
+    """Give `endpoint` a new secret and return it (the caller shows it once). The old secret
+    stops working at once: deliveries signed with it get 401."""
+    if endpoint.kind == WebhookKind.HUGGINGFACE:
+        secret = new_shared_secret()
+        endpoint.secret_digest, endpoint.secret_ciphertext = secret_digest(secret), ""
+    else:
+        secret = new_signing_secret()
+        endpoint.secret_digest, endpoint.secret_ciphertext = "", secret_encrypt(secret)
+    endpoint.save(update_fields=["secret_digest", "secret_ciphertext"])
+    return secret
+
+
+def webhook_setup_hint(endpoint: WebhookEndpoint, *, url: str) -> str:
+    """How to point a sender at `endpoint` (`url`: its full URL, or its path): a Hub webhook
+    (Target URL and Secret on the Hub's settings page) or a Standard Webhooks signer."""
+    if endpoint.kind == WebhookKind.HUGGINGFACE:
+        return (
+            "On the Hugging Face Hub (https://huggingface.co/settings/webhooks), add a webhook "
+            "watching the orgs or repos your hub watches cover, with the event 'Repo update': "
+            f"Target URL = your day0 address + {url} (e.g. https://day0.example.com{url}), "
+            "Secret = the secret above (sent back in X-Webhook-Secret)."
+        )
+    return (
+        f'POST JSON such as {{"repo_id": "org/name", "revision": "<sha>"}} to your day0 '
+        f"address + {url}, signed as Standard Webhooks (webhook-id, webhook-timestamp, "
+        "webhook-signature) with the secret above: e.g. standardwebhooks' "
+        "Webhook(secret).sign(msg_id, timestamp, body)."
+    )
