@@ -1,0 +1,187 @@
+"""What a notification says: one payload builder per event, in the Standard Webhooks payload
+shape (`{"type", "timestamp", "data"}`), plus the key that makes one event about one subject
+one delivery per subscription.
+
+Payloads are built from the rows as they are when the event happens and stored on the
+delivery, so every retry sends the same content. Times are ISO 8601 in UTC ("...Z"),
+durations are seconds (`*_s`), page links are absolute under `DAY0_PUBLIC_URL`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.urls import reverse
+
+from adaptation.models import (
+    AdaptationJob,
+    ModelRelease,
+    NotificationEvent,
+    StageRun,
+    StageStatus,
+)
+from adaptation.selectors import job_current_stage_runs
+
+# A stage's error can hold a traceback; a notification carries its first characters.
+ERROR_MAX_CHARS = 4000
+
+STAGE_EVENTS = (NotificationEvent.STAGE_FAILED,)
+JOB_EVENTS = (NotificationEvent.JOB_SUCCEEDED, NotificationEvent.JOB_FAILED)
+
+
+def iso_utc(moment: datetime | None) -> str | None:
+    """`moment` as ISO 8601 in UTC with a "Z" ("2025-07-01T12:00:00.250000Z"), None for None."""
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def duration_s(start: datetime | None, end: datetime | None) -> float | None:
+    """Seconds from `start` to `end` (milliseconds kept), None unless both are known."""
+    if start is None or end is None:
+        return None
+    return round((end - start).total_seconds(), 3)
+
+
+def page_url(path: str) -> str:
+    """`path` (a day0 page) as an absolute link under `DAY0_PUBLIC_URL` (the path alone
+    where that setting is empty)."""
+    base = (settings.DAY0_PUBLIC_URL or "").rstrip("/")
+    return f"{base}{path}"
+
+
+def release_page_url(release: ModelRelease) -> str:
+    return page_url(reverse("adaptation:release_detail", args=[release.pk]))
+
+
+def job_page_url(job: AdaptationJob) -> str:
+    """A job's timeline on its release's page."""
+    return f"{release_page_url(job.release)}#job-{job.pk}"
+
+
+def stage_page_url(run: StageRun) -> str:
+    """A stage's block in its job's timeline on the release's page."""
+    return f"{release_page_url(run.job.release)}#job-{run.job_id}-stage-{run.stage}"
+
+
+def _error(text: str) -> str:
+    if len(text) <= ERROR_MAX_CHARS:
+        return text
+    return text[:ERROR_MAX_CHARS] + f"… ({len(text) - ERROR_MAX_CHARS} more characters)"
+
+
+def release_data(release: ModelRelease) -> dict[str, Any]:
+    return {
+        "id": release.pk,
+        "repo_id": release.repo_id,
+        "revision": release.revision,
+        "ref": f"{release.repo_id}@{release.revision}",
+        "hub": release.hub_kind,
+        "hub_endpoint": release.hub_endpoint,
+        "family": release.family,
+        "published_at": iso_utc(release.published_at),
+        "url": release_page_url(release),
+    }
+
+
+def job_data(job: AdaptationJob) -> dict[str, Any]:
+    return {
+        "id": job.pk,
+        "status": job.status,
+        "trigger": job.trigger,
+        "pool": job.pool.name,
+        "created_at": iso_utc(job.created_at),
+        "started_at": iso_utc(job.started_at),
+        "finished_at": iso_utc(job.finished_at),
+        "duration_s": duration_s(job.started_at, job.finished_at),
+        "url": job_page_url(job),
+    }
+
+
+def stage_data(run: StageRun) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": run.stage,
+        "attempt": run.attempt,
+        "status": run.status,
+        "worker_host": run.worker_host,
+        "queued_at": iso_utc(run.queued_at),
+        "started_at": iso_utc(run.started_at),
+        "finished_at": iso_utc(run.finished_at),
+        "duration_s": duration_s(run.started_at, run.finished_at),
+        "url": stage_page_url(run),
+    }
+    if run.status == StageStatus.FAILED:
+        data["error"] = _error(run.error)
+    return data
+
+
+def stage_failed_payload(*, stage_run: StageRun) -> dict[str, Any]:
+    """`stage.failed`: the failed attempt (stage, attempt, error, worker host, times, link),
+    its job, release and pool."""
+    job = stage_run.job
+    return {
+        "type": NotificationEvent.STAGE_FAILED.value,
+        "timestamp": iso_utc(stage_run.finished_at or job.finished_at),
+        "data": {
+            "job": job_data(job),
+            "release": release_data(job.release),
+            "pool": job.pool.name,
+            "stage": stage_data(stage_run),
+        },
+    }
+
+
+def job_finished_payload(*, event: str, job: AdaptationJob) -> dict[str, Any]:
+    """`job.succeeded` / `job.failed`: the job (status, times, duration), its release and
+    pool, the latest attempt of every stage with its status and duration, and the failed
+    stage with its error (null when none failed)."""
+    runs = job_current_stage_runs(job)
+    failed = next((run for run in runs if run.status == StageStatus.FAILED), None)
+    return {
+        "type": event,
+        "timestamp": iso_utc(job.finished_at),
+        "data": {
+            "job": job_data(job),
+            "release": release_data(job.release),
+            "pool": job.pool.name,
+            "stages": [
+                {
+                    "name": run.stage,
+                    "attempt": run.attempt,
+                    "status": run.status,
+                    "duration_s": duration_s(run.started_at, run.finished_at),
+                }
+                for run in runs
+            ],
+            "failed_stage": stage_data(failed) if failed is not None else None,
+        },
+    }
+
+
+def event_payload(
+    *, event: str, job: AdaptationJob, stage_run: StageRun | None = None
+) -> dict[str, Any]:
+    """The payload of `event` about `job` (and `stage_run` for a stage event). Raises
+    `ValueError` for an unknown event or a stage event without its stage run."""
+    if event in STAGE_EVENTS:
+        if stage_run is None:
+            raise ValueError(f"{event} needs the stage run it is about.")
+        return stage_failed_payload(stage_run=stage_run)
+    if event in JOB_EVENTS:
+        return job_finished_payload(event=event, job=job)
+    raise ValueError(f"Unknown event {event!r}; events: {', '.join(NotificationEvent.values)}.")
+
+
+def event_dedupe_key(*, event: str, job: AdaptationJob, stage_run: StageRun | None = None) -> str:
+    """What makes two emissions the same notification: a stage event is about one stage
+    attempt ("stage.failed:run=41"); a job event about one finish of the job
+    ("job.failed:job=12:2025-07-01T12:00:00.250000Z"), so a job re-run and finished again
+    notifies again while the same finish reported twice does not."""
+    if event in STAGE_EVENTS:
+        if stage_run is None:
+            raise ValueError(f"{event} needs the stage run it is about.")
+        return f"{event}:run={stage_run.pk}"
+    finished = iso_utc(job.finished_at) or "unfinished"
+    return f"{event}:job={job.pk}:{finished}"

@@ -1,0 +1,174 @@
+"""How a notification is sent: the body and headers of the request for each subscription
+format.
+
+- `generic`: the payload as JSON, signed as the Standard Webhooks specification defines
+  (`webhook-id`: the delivery's message id, the same on every retry; `webhook-timestamp`:
+  seconds since the epoch of this attempt; `webhook-signature`: `v1,<base64 HMAC-SHA256 of
+  "{id}.{timestamp}.{body}">` under the subscription's `whsec_…` secret, made by the
+  `standardwebhooks` library).
+- `slack`: a Slack-compatible incoming-webhook message, `{"text": ..., "blocks": [...]}`: one
+  short mrkdwn line, the error (for a failure) and a link to the job in day0. Slack (and
+  Mattermost, Rocket.Chat, Teams' Slack-compatible connectors) take it as is; nothing is
+  signed, the URL itself is the secret.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from math import floor
+from typing import Any
+
+from standardwebhooks import Webhook
+
+from adaptation.models import NotificationEvent, NotificationFormat
+
+# Characters of a failure's error quoted in a Slack message (the payload has more).
+SLACK_ERROR_MAX_CHARS = 500
+
+
+@dataclass(frozen=True)
+class OutboundMessage:
+    """One request's body (bytes) and the headers that go with it."""
+
+    body: bytes
+    headers: dict[str, str]
+
+
+def payload_json(payload: dict[str, Any]) -> str:
+    """The payload as compact JSON with sorted keys: the same text on every attempt, whatever
+    order the database gives the stored keys back in."""
+    return json.dumps(payload, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+def generic_message(
+    *, payload: dict[str, Any], message_id: str, secret: str, timestamp: datetime
+) -> OutboundMessage:
+    """The JSON body and its Standard Webhooks headers, signed with `secret` ("whsec_…") at
+    `timestamp` (an aware datetime; whole seconds are signed). Raises `ValueError` for a
+    blank or malformed secret."""
+    if not secret:
+        raise ValueError("A generic subscription needs its signing secret.")
+    body = payload_json(payload)
+    moment = timestamp.astimezone(UTC)
+    try:
+        signature = Webhook(secret).sign(msg_id=message_id, timestamp=moment, data=body)
+    except Exception as exc:  # binascii.Error, EmptyWebhookSecretError: a broken stored key
+        raise ValueError(f"The signing secret is not a usable whsec_ key: {exc}") from exc
+    return OutboundMessage(
+        body=body.encode(),
+        headers={
+            "Content-Type": "application/json",
+            "webhook-id": message_id,
+            "webhook-timestamp": str(floor(moment.timestamp())),
+            "webhook-signature": signature,
+        },
+    )
+
+
+def _slack_escape(text: str) -> str:
+    """Text for Slack mrkdwn: &, < and > are control characters there."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _short_ref(release: dict[str, Any]) -> str:
+    return f"{release.get('repo_id', '?')}@{str(release.get('revision', ''))[:12]}"
+
+
+def _first_lines(error: str) -> str:
+    """The start of an error for a chat message: up to `SLACK_ERROR_MAX_CHARS` characters,
+    without the traceback that may follow a blank line."""
+    head = error.strip().split("\n\n", 1)[0]
+    if len(head) > SLACK_ERROR_MAX_CHARS:
+        head = head[:SLACK_ERROR_MAX_CHARS] + "…"
+    return head
+
+
+def _duration_words(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours} h {minutes} min"
+    if minutes:
+        return f"{minutes} min {secs} s"
+    return f"{secs} s"
+
+
+def slack_text(payload: dict[str, Any]) -> tuple[str, str, str]:
+    """(the one-line summary, the error or "", the link) of a payload, in mrkdwn."""
+    event = payload.get("type")
+    data = payload.get("data") or {}
+    job = data.get("job") or {}
+    release = data.get("release") or {}
+    ref = _slack_escape(_short_ref(release))
+    pool = _slack_escape(str(data.get("pool", "?")))
+    job_id = job.get("id", "?")
+    if event == NotificationEvent.STAGE_FAILED:
+        stage = data.get("stage") or {}
+        summary = (
+            f":x: Stage *{_slack_escape(str(stage.get('name', '?')))}* failed "
+            f"(attempt {stage.get('attempt', '?')}) for *{ref}* on pool *{pool}* "
+            f"(job {job_id}, worker {_slack_escape(str(stage.get('worker_host') or 'unknown'))})"
+        )
+        error = str(stage.get("error") or "")
+        url = str(stage.get("url") or job.get("url") or "")
+    elif event == NotificationEvent.JOB_FAILED:
+        failed = data.get("failed_stage") or {}
+        summary = (
+            f":x: Job {job_id} *failed* at *{_slack_escape(str(failed.get('name', '?')))}*: "
+            f"*{ref}* on pool *{pool}*"
+        )
+        error = str(failed.get("error") or "")
+        url = str(job.get("url") or "")
+    else:
+        took = _duration_words(job.get("duration_s"))
+        summary = f":white_check_mark: Job {job_id} *succeeded*: *{ref}* on pool *{pool}*"
+        if took:
+            summary += f" in {took}"
+        error = ""
+        url = str(job.get("url") or "")
+    return summary, _slack_escape(_first_lines(error)) if error else "", url
+
+
+def slack_message(*, payload: dict[str, Any]) -> OutboundMessage:
+    """The Slack incoming-webhook body for a payload: `text` (the summary, for notifications
+    and clients without blocks) and `blocks` (summary, error quoted as code, link)."""
+    summary, error, url = slack_text(payload)
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": summary}},
+    ]
+    if error:
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{error}```"}})
+    if url:
+        job_id = ((payload.get("data") or {}).get("job") or {}).get("id", "")
+        blocks.append(
+            {
+                "type": "context",
+                "elements": [{"type": "mrkdwn", "text": f"<{url}|Open job {job_id} in day0>"}],
+            }
+        )
+    text = f"{summary} <{url}|open in day0>" if url else summary
+    body = json.dumps({"text": text, "blocks": blocks}, separators=(",", ":"))
+    return OutboundMessage(body=body.encode(), headers={"Content-Type": "application/json"})
+
+
+def render_message(
+    *,
+    format: str,
+    payload: dict[str, Any],
+    message_id: str,
+    secret: str,
+    timestamp: datetime,
+) -> OutboundMessage:
+    """The request for a subscription's `format` ("generic" or "slack"). Raises
+    `ValueError` for an unknown format or an unusable secret."""
+    if format == NotificationFormat.GENERIC:
+        return generic_message(
+            payload=payload, message_id=message_id, secret=secret, timestamp=timestamp
+        )
+    if format == NotificationFormat.SLACK:
+        return slack_message(payload=payload)
+    raise ValueError(f"Unknown notification format {format!r}.")
