@@ -1,0 +1,149 @@
+"""django-filter FilterSets of the API's lists, and their ordering; each list also takes
+`ordering` (and releases `search`), see the views."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import django_filters as filters
+from django import forms
+from django.db.models import QuerySet
+from django_filters.fields import IsoDateTimeField
+from drf_spectacular.utils import extend_schema_field
+from rest_framework.filters import OrderingFilter
+
+from adaptation.models import (
+    AcceleratorPool,
+    AdaptationJob,
+    HubKind,
+    JobStatus,
+    ModelRelease,
+    StageRun,
+    StageStatus,
+    Trigger,
+    WebhookEndpoint,
+    WebhookKind,
+)
+
+
+class StableOrderingFilter(OrderingFilter):
+    """`?ordering=field,-other`, with the row id added last so that rows equal on the
+    chosen fields keep one order from page to page."""
+
+    def get_ordering(self, request, queryset, view) -> list[str] | None:
+        ordering = super().get_ordering(request, queryset, view)
+        if ordering and not any(f.lstrip("-") in ("id", "pk") for f in ordering):
+            ordering = [*ordering, "-id"]
+        return ordering
+
+
+# Row ids are positive 64-bit integers; anything else is a 400, not a database error.
+ID_MAX = 2**63 - 1
+
+
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": ID_MAX})
+class IdFilter(filters.Filter):
+    """A row id: a whole number from 1 to `ID_MAX`."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("min_value", 1)
+        kwargs.setdefault("max_value", ID_MAX)
+        super().__init__(*args, **kwargs)
+
+
+class UtcIsoDateTimeField(IsoDateTimeField):
+    """An ISO 8601 time, in UTC: PostgreSQL refuses some offsets Python reads (+23:56)."""
+
+    def to_python(self, value: object) -> datetime | None:
+        parsed = super().to_python(value)
+        if parsed is None:
+            return None
+        try:
+            return parsed.astimezone(UTC)
+        except OverflowError:  # year 1 ahead of UTC, or year 9999 behind it
+            raise forms.ValidationError("Out of range.", code="invalid") from None
+
+
+class SinceFilter(filters.IsoDateTimeFilter):
+    """At or after an ISO 8601 time (`field_name` >= it)."""
+
+    field_class = UtcIsoDateTimeField
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("lookup_expr", "gte")
+        super().__init__(*args, **kwargs)
+
+
+class ReleaseFilter(filters.FilterSet):
+    """Releases by org, the status of their newest job, discovery time, hub and family."""
+
+    org = filters.CharFilter(
+        method="filter_org", label='Org or user: repo ids starting with "<org>/".'
+    )
+    status = filters.ChoiceFilter(
+        field_name="latest_job_status",
+        choices=JobStatus.choices,
+        label="Status of the release's newest job.",
+    )
+    since = SinceFilter(
+        field_name="discovered_at", label="Discovered at or after this ISO 8601 time."
+    )
+    hub = filters.ChoiceFilter(field_name="hub_kind", choices=HubKind.choices, label="Hub kind.")
+    family = filters.CharFilter(field_name="family", label='Model family, e.g. "llama".')
+    architecture = filters.CharFilter(field_name="architecture", label="Architecture class.")
+
+    class Meta:
+        model = ModelRelease
+        fields = ["org", "status", "since", "hub", "family", "architecture"]
+
+    def filter_org(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return queryset.filter(repo_id__startswith=f"{value.strip('/')}/")
+
+
+class JobFilter(filters.FilterSet):
+    """Jobs by status, pool (name), release (id), trigger and creation time."""
+
+    status = filters.ChoiceFilter(choices=JobStatus.choices, label="Job status.")
+    pool = filters.CharFilter(field_name="pool__name", label="Pool name.")
+    release = IdFilter(field_name="release_id", label="Release id.")
+    trigger = filters.ChoiceFilter(choices=Trigger.choices, label="What started the job.")
+    created_since = SinceFilter(
+        field_name="created_at", label="Created at or after this ISO 8601 time."
+    )
+
+    class Meta:
+        model = AdaptationJob
+        fields = ["status", "pool", "release", "trigger", "created_since"]
+
+
+class StageRunFilter(filters.FilterSet):
+    """Stage runs (every attempt) by job, stage name, status and pool."""
+
+    job = IdFilter(field_name="job_id", label="Job id.")
+    stage = filters.CharFilter(field_name="stage", label='Stage name, e.g. "plan".')
+    status = filters.ChoiceFilter(choices=StageStatus.choices, label="Stage run status.")
+    pool = filters.CharFilter(field_name="job__pool__name", label="Pool name.")
+
+    class Meta:
+        model = StageRun
+        fields = ["job", "stage", "status", "pool"]
+
+
+class PoolFilter(filters.FilterSet):
+    enabled = filters.BooleanFilter(label="Enabled pools only (true) or disabled ones (false).")
+    backend = filters.CharFilter(label='Torch backend, "cpu", "cuda", ... or "manifest".')
+
+    class Meta:
+        model = AcceleratorPool
+        fields = ["enabled", "backend"]
+
+
+class WebhookEndpointFilter(filters.FilterSet):
+    kind = filters.ChoiceFilter(choices=WebhookKind.choices, label="Delivery format.")
+    enabled = filters.BooleanFilter(label="Enabled endpoints only (true) or not (false).")
+
+    class Meta:
+        model = WebhookEndpoint
+        fields = ["kind", "enabled"]

@@ -1,0 +1,612 @@
+"""What the API reads and answers. Output serializers shape rows (never write); Input
+serializers check a command's body before the view hands it to a service."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from adaptation import presenters
+from adaptation.inventory import PoolInventory, WorkerState
+from adaptation.models import (
+    AcceleratorPool,
+    AdaptationJob,
+    JobStatus,
+    ModelRelease,
+    StageRun,
+    WebhookEndpoint,
+    WebhookKind,
+)
+from adaptation.webhooks.endpoints import webhook_url_path
+
+# A result summary keeps a string up to this many characters.
+SUMMARY_TEXT_CHARS = 300
+
+# The config.json keys a release's config summary shows, with the JSON type each must have
+# (a value of another type is shown as null).
+CONFIG_SUMMARY_KEYS: dict[str, tuple[type, ...]] = {
+    "model_type": (str,),
+    "architectures": (list,),
+    "hidden_size": (int,),
+    "num_hidden_layers": (int,),
+    "num_attention_heads": (int,),
+    "num_key_value_heads": (int,),
+    "intermediate_size": (int,),
+    "vocab_size": (int,),
+    "max_position_embeddings": (int,),
+    "torch_dtype": (str,),
+}
+
+
+def result_summary(result: Any) -> dict[str, Any]:
+    """The top-level scalars of a stage result (strings cut to `SUMMARY_TEXT_CHARS`);
+    lists and objects are left to the stage run's detail, which has the whole result."""
+    if not isinstance(result, Mapping):
+        return {}
+    summary: dict[str, Any] = {}
+    for key, value in result.items():
+        if isinstance(value, str):
+            summary[str(key)] = value[:SUMMARY_TEXT_CHARS]
+        elif value is None or isinstance(value, bool | int | float):
+            summary[str(key)] = value
+    return summary
+
+
+def config_summary(config: Any) -> dict[str, Any] | None:
+    """The release's `config.json` figures of `CONFIG_SUMMARY_KEYS` (null where missing or
+    of another type), plus `quantization_method` from `quantization_config`. None without a
+    config."""
+    if not isinstance(config, Mapping):
+        return None
+    summary: dict[str, Any] = {}
+    for key, kinds in CONFIG_SUMMARY_KEYS.items():
+        value = config.get(key)
+        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+        summary[key] = value if ok else None
+    if isinstance(summary["architectures"], list):
+        summary["architectures"] = [str(a) for a in summary["architectures"]]
+    quantization = config.get("quantization_config")
+    method = quantization.get("quant_method") if isinstance(quantization, Mapping) else None
+    summary["quantization_method"] = method if isinstance(method, str) else None
+    return summary
+
+
+def latest_stage_runs(job: AdaptationJob) -> list[StageRun]:
+    """The latest attempt of each of the job's stages, in stage order, from its prefetched
+    stage runs."""
+    latest: dict[int, StageRun] = {}
+    for run in sorted(job.stage_runs.all(), key=lambda r: (r.position, r.attempt)):
+        latest[run.position] = run
+    return [latest[p] for p in sorted(latest)]
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": {
+            "oneOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}],
+            "nullable": True,
+        },
+        "description": "The result's top-level numbers, texts and flags.",
+    }
+)
+class ResultSummaryField(serializers.Field):
+    """A stage run's result summary (`result_summary`; {} before it has a result),
+    read-only."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(read_only=True, source="*", **kwargs)
+
+    def to_representation(self, value: StageRun) -> dict[str, Any]:
+        return result_summary(value.result)
+
+
+# --- stage runs -------------------------------------------------------------------------------
+
+
+class StageAttemptOutput(serializers.ModelSerializer):
+    """The latest attempt of one stage of a job, as a job's detail lists them."""
+
+    result_summary = ResultSummaryField()
+
+    class Meta:
+        model = StageRun
+        fields = [
+            "id",
+            "stage",
+            "position",
+            "attempt",
+            "status",
+            "queued_at",
+            "started_at",
+            "finished_at",
+            "heartbeat_at",
+            "worker_host",
+            "retries",
+            "error",
+            "result_summary",
+        ]
+        read_only_fields = fields
+
+
+class StageBriefOutput(serializers.ModelSerializer):
+    """A stage's latest attempt in a job list: name, status, attempt."""
+
+    class Meta:
+        model = StageRun
+        fields = ["stage", "status", "attempt"]
+        read_only_fields = fields
+
+
+class StageRunOutput(serializers.ModelSerializer):
+    """One attempt of one stage (any attempt, not only the latest)."""
+
+    release = serializers.IntegerField(source="job.release_id", read_only=True)
+    repo_id = serializers.CharField(source="job.release.repo_id", read_only=True)
+    pool = serializers.CharField(source="job.pool.name", read_only=True)
+    result_summary = ResultSummaryField()
+
+    class Meta:
+        model = StageRun
+        fields = [
+            "id",
+            "job",
+            "release",
+            "repo_id",
+            "pool",
+            "stage",
+            "position",
+            "attempt",
+            "status",
+            "queued_at",
+            "started_at",
+            "finished_at",
+            "heartbeat_at",
+            "worker_host",
+            "retries",
+            "error",
+            "result_summary",
+        ]
+        read_only_fields = fields
+
+
+class StageRunDetailOutput(StageRunOutput):
+    """One attempt with its whole result and log excerpt."""
+
+    result = serializers.JSONField(
+        read_only=True, allow_null=True, help_text="The stage's whole result (null until done)."
+    )
+
+    class Meta(StageRunOutput.Meta):
+        fields = [*StageRunOutput.Meta.fields, "result", "log"]
+        read_only_fields = fields
+
+
+# --- jobs -------------------------------------------------------------------------------------
+
+
+class JobOutput(serializers.ModelSerializer):
+    """A job in a list: its release, pool, status and each stage's latest attempt."""
+
+    repo_id = serializers.CharField(source="release.repo_id", read_only=True)
+    revision = serializers.CharField(source="release.revision", read_only=True)
+    pool = serializers.CharField(source="pool.name", read_only=True)
+    requested_by = serializers.CharField(
+        source="requested_by.get_username", read_only=True, allow_null=True, default=None
+    )
+    stage_names = serializers.ListField(
+        source="stages", child=serializers.CharField(), read_only=True
+    )
+    options = serializers.JSONField(read_only=True, help_text="Per-stage options.")
+    stages = serializers.SerializerMethodField()
+
+    class Meta:
+        model = AdaptationJob
+        fields = [
+            "id",
+            "release",
+            "repo_id",
+            "revision",
+            "pool",
+            "status",
+            "trigger",
+            "requested_by",
+            "stage_names",
+            "options",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "stages",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(StageBriefOutput(many=True))
+    def get_stages(self, job: AdaptationJob) -> list[dict[str, Any]]:
+        return StageBriefOutput(latest_stage_runs(job), many=True).data
+
+
+class JobDetailOutput(JobOutput):
+    """A job with the latest attempt of each stage in full."""
+
+    @extend_schema_field(StageAttemptOutput(many=True))
+    def get_stages(self, job: AdaptationJob) -> list[dict[str, Any]]:
+        return StageAttemptOutput(latest_stage_runs(job), many=True).data
+
+
+class JobCreateInput(serializers.Serializer):
+    """Start a job for a release on a pool."""
+
+    release = serializers.PrimaryKeyRelatedField(
+        queryset=ModelRelease.objects.all(), help_text="The release's id."
+    )
+    pool = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        help_text="An enabled pool's name; blank or absent: DAY0_DEFAULT_POOL.",
+    )
+    stages = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        allow_empty=False,
+        help_text="Stage names to run, in order; absent: every stage.",
+    )
+    options = serializers.DictField(
+        child=serializers.DictField(),
+        required=False,
+        help_text='Per-stage options: {"plan": {"context_tokens": 8192}}.',
+    )
+
+
+# --- releases ---------------------------------------------------------------------------------
+
+
+class ReleaseOutput(serializers.ModelSerializer):
+    """A release in a list, with its newest job's id and status."""
+
+    watch = serializers.CharField(source="watch.name", read_only=True, allow_null=True)
+    latest_job = serializers.IntegerField(
+        source="latest_job_id", read_only=True, allow_null=True, help_text="Newest job's id."
+    )
+    status = serializers.ChoiceField(
+        source="latest_job_status",
+        choices=JobStatus.choices,
+        read_only=True,
+        allow_null=True,
+        help_text="The newest job's status; null without a job.",
+    )
+
+    class Meta:
+        model = ModelRelease
+        fields = [
+            "id",
+            "repo_id",
+            "revision",
+            "hub_kind",
+            "hub_endpoint",
+            "watch",
+            "found_by",
+            "published_at",
+            "discovered_at",
+            "architecture",
+            "family",
+            "latest_job",
+            "status",
+        ]
+        read_only_fields = fields
+
+
+class JobBriefOutput(serializers.ModelSerializer):
+    """A job in a release's detail."""
+
+    pool = serializers.CharField(source="pool.name", read_only=True)
+    stages = serializers.SerializerMethodField()
+
+    class Meta:
+        model = AdaptationJob
+        fields = [
+            "id",
+            "pool",
+            "status",
+            "trigger",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "stages",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(StageBriefOutput(many=True))
+    def get_stages(self, job: AdaptationJob) -> list[dict[str, Any]]:
+        return StageBriefOutput(latest_stage_runs(job), many=True).data
+
+
+class ConfigSummaryOutput(serializers.Serializer):
+    """The figures of the release's config.json most readers want (null when absent)."""
+
+    model_type = serializers.CharField(allow_null=True)
+    architectures = serializers.ListField(child=serializers.CharField(), allow_null=True)
+    hidden_size = serializers.IntegerField(allow_null=True)
+    num_hidden_layers = serializers.IntegerField(allow_null=True)
+    num_attention_heads = serializers.IntegerField(allow_null=True)
+    num_key_value_heads = serializers.IntegerField(allow_null=True)
+    intermediate_size = serializers.IntegerField(allow_null=True)
+    vocab_size = serializers.IntegerField(allow_null=True)
+    max_position_embeddings = serializers.IntegerField(allow_null=True)
+    torch_dtype = serializers.CharField(allow_null=True)
+    quantization_method = serializers.CharField(allow_null=True)
+
+
+class AnalysisOutput(serializers.Serializer):
+    """The release's latest successful `analyze` attempt and its whole result."""
+
+    stage_run = serializers.IntegerField()
+    job = serializers.IntegerField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    family = serializers.CharField(allow_null=True)
+    architecture = serializers.CharField(allow_null=True)
+    result = serializers.JSONField(help_text="The analyze stage's result, as stored.")
+
+
+class ReleaseDetailOutput(ReleaseOutput):
+    """A release with its analysis, config summary and jobs."""
+
+    analysis = serializers.SerializerMethodField()
+    config_summary = serializers.SerializerMethodField()
+    jobs = JobBriefOutput(many=True, read_only=True)
+
+    class Meta(ReleaseOutput.Meta):
+        fields = [*ReleaseOutput.Meta.fields, "analysis", "config_summary", "jobs"]
+        read_only_fields = fields
+
+    def _analysis_run(self, release: ModelRelease) -> StageRun | None:
+        cache = self.context.setdefault("_analysis_runs", {})
+        if release.pk not in cache:
+            cache[release.pk] = presenters.latest_analysis_run(release)
+        return cache[release.pk]
+
+    @extend_schema_field(AnalysisOutput(allow_null=True))
+    def get_analysis(self, release: ModelRelease) -> dict[str, Any] | None:
+        run = self._analysis_run(release)
+        if run is None:
+            return None
+        result = run.result if isinstance(run.result, Mapping) else {}
+        family = result.get("family")
+        architecture = result.get("architecture")
+        return AnalysisOutput(
+            {
+                "stage_run": run.pk,
+                "job": run.job_id,
+                "finished_at": run.finished_at,
+                "family": family if isinstance(family, str) else None,
+                "architecture": architecture if isinstance(architecture, str) else None,
+                "result": dict(result),
+            }
+        ).data
+
+    @extend_schema_field(ConfigSummaryOutput(allow_null=True))
+    def get_config_summary(self, release: ModelRelease) -> dict[str, Any] | None:
+        run = self._analysis_run(release)
+        config = presenters.analysed_config(release, run) if run else release.config
+        summary = config_summary(config)
+        return None if summary is None else ConfigSummaryOutput(summary).data
+
+
+# --- pools ------------------------------------------------------------------------------------
+
+
+class DeviceOutput(serializers.Serializer):
+    """One device a worker reported through torch."""
+
+    index = serializers.IntegerField(allow_null=True)
+    name = serializers.CharField(allow_null=True)
+    type = serializers.CharField(allow_null=True)
+    memory_bytes = serializers.IntegerField(allow_null=True)
+
+
+class WorkerOutput(serializers.Serializer):
+    """A worker serving the pool: live, stale (no heartbeat for DAY0_WORKER_STALE_S) or
+    stopped, with the stage runs it runs now."""
+
+    name = serializers.CharField(source="worker.name")
+    hostname = serializers.CharField(source="worker.hostname")
+    state = serializers.ChoiceField(choices=["live", "stale", "stopped"])
+    backend = serializers.CharField(source="worker.backend")
+    devices = serializers.SerializerMethodField()
+    cpu_cores = serializers.IntegerField(source="worker.cpu_cores", allow_null=True)
+    memory_bytes = serializers.IntegerField(source="worker.memory_bytes", allow_null=True)
+    started_at = serializers.DateTimeField(source="worker.started_at")
+    last_heartbeat_at = serializers.DateTimeField(source="worker.last_heartbeat_at")
+    heartbeat_age_s = serializers.FloatField()
+    running_stage_runs = serializers.SerializerMethodField()
+
+    @extend_schema_field(DeviceOutput(many=True))
+    def get_devices(self, state: WorkerState) -> list[dict[str, Any]]:
+        devices = []
+        for device in state.worker.devices or []:
+            if not isinstance(device, Mapping):
+                continue
+            index, memory = device.get("index"), device.get("memory_bytes")
+            devices.append(
+                {
+                    "index": index if isinstance(index, int) else None,
+                    "name": str(device["name"]) if device.get("name") else None,
+                    "type": str(device["type"]) if device.get("type") else None,
+                    "memory_bytes": memory if isinstance(memory, int) else None,
+                }
+            )
+        return DeviceOutput(devices, many=True).data
+
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
+    def get_running_stage_runs(self, state: WorkerState) -> list[int]:
+        return [run.pk for run in state.running]
+
+
+class PoolOutput(serializers.ModelSerializer):
+    """A pool with its layout, workers (live first), devices and queue, as the pools page
+    shows it (`adaptation.inventory.pool_inventory`)."""
+
+    layout_devices = serializers.SerializerMethodField()
+    layout_error = serializers.SerializerMethodField()
+    devices_reported = serializers.SerializerMethodField()
+    devices_held = serializers.SerializerMethodField()
+    devices_free = serializers.SerializerMethodField()
+    has_live_worker = serializers.SerializerMethodField()
+    queue_depth = serializers.SerializerMethodField()
+    oldest_queued_at = serializers.SerializerMethodField()
+    oldest_wait_s = serializers.SerializerMethodField()
+    warnings = serializers.SerializerMethodField()
+    workers = serializers.SerializerMethodField()
+
+    class Meta:
+        model = AcceleratorPool
+        fields = [
+            "id",
+            "name",
+            "enabled",
+            "backend",
+            "device",
+            "queue",
+            "dtypes",
+            "accelerator",
+            "devices_per_node",
+            "nodes",
+            "description",
+            "layout_devices",
+            "layout_error",
+            "devices_reported",
+            "devices_held",
+            "devices_free",
+            "has_live_worker",
+            "queue_depth",
+            "oldest_queued_at",
+            "oldest_wait_s",
+            "warnings",
+            "workers",
+        ]
+        read_only_fields = fields
+
+    def _inventory(self, pool: AcceleratorPool) -> PoolInventory:
+        """The pool's inventory, made by the view's `inventory_of` (one per pool)."""
+        return self.context["inventory_of"](pool)
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_layout_devices(self, pool: AcceleratorPool) -> int | None:
+        return self._inventory(pool).devices_declared
+
+    @extend_schema_field(serializers.CharField())
+    def get_layout_error(self, pool: AcceleratorPool) -> str:
+        return self._inventory(pool).layout_error
+
+    @extend_schema_field(serializers.IntegerField())
+    def get_devices_reported(self, pool: AcceleratorPool) -> int:
+        return self._inventory(pool).devices_reported
+
+    @extend_schema_field(serializers.IntegerField())
+    def get_devices_held(self, pool: AcceleratorPool) -> int:
+        return self._inventory(pool).devices_held
+
+    @extend_schema_field(serializers.IntegerField())
+    def get_devices_free(self, pool: AcceleratorPool) -> int:
+        return self._inventory(pool).devices_free
+
+    @extend_schema_field(serializers.BooleanField())
+    def get_has_live_worker(self, pool: AcceleratorPool) -> bool:
+        return self._inventory(pool).has_live_worker
+
+    @extend_schema_field(serializers.IntegerField(help_text="Stage runs queued for this pool."))
+    def get_queue_depth(self, pool: AcceleratorPool) -> int:
+        return self._inventory(pool).queued_stage_runs
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_oldest_queued_at(self, pool: AcceleratorPool) -> str | None:
+        queued_at = self._inventory(pool).oldest_queued_at
+        return serializers.DateTimeField().to_representation(queued_at) if queued_at else None
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_oldest_wait_s(self, pool: AcceleratorPool) -> float | None:
+        return self._inventory(pool).oldest_wait_s
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_warnings(self, pool: AcceleratorPool) -> list[str]:
+        return self._inventory(pool).device_warnings
+
+    @extend_schema_field(WorkerOutput(many=True))
+    def get_workers(self, pool: AcceleratorPool) -> list[dict[str, Any]]:
+        return WorkerOutput(self._inventory(pool).workers, many=True).data
+
+
+# --- webhook endpoints ------------------------------------------------------------------------
+
+
+class WebhookEndpointOutput(serializers.ModelSerializer):
+    """A webhook endpoint and the path deliveries are posted to. Its secret is never shown
+    again after creation."""
+
+    pool = serializers.CharField(source="pool.name", read_only=True, allow_null=True)
+    created_by = serializers.CharField(
+        source="created_by.get_username", read_only=True, allow_null=True, default=None
+    )
+    url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = WebhookEndpoint
+        fields = [
+            "id",
+            "name",
+            "kind",
+            "url",
+            "pool",
+            "quiet_period_s",
+            "enabled",
+            "created_by",
+            "created_at",
+            "last_delivery_at",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(
+        serializers.CharField(help_text="Path to post deliveries to: /webhooks/<kind>/<id>.")
+    )
+    def get_url(self, endpoint: WebhookEndpoint) -> str:
+        return webhook_url_path(endpoint)
+
+
+class WebhookEndpointCreatedOutput(WebhookEndpointOutput):
+    """A new endpoint with its secret: shown this once, never again."""
+
+    secret = serializers.SerializerMethodField()
+
+    class Meta(WebhookEndpointOutput.Meta):
+        fields = [*WebhookEndpointOutput.Meta.fields, "secret"]
+        read_only_fields = fields
+
+    @extend_schema_field(
+        serializers.CharField(
+            help_text="The Hub's shared secret, or the Standard Webhooks whsec_ signing key; "
+            "shown once."
+        )
+    )
+    def get_secret(self, endpoint: WebhookEndpoint) -> str:
+        return self.context["secret"]
+
+
+class WebhookEndpointCreateInput(serializers.Serializer):
+    """A new endpoint: its name, kind, and optionally its pool and quiet period."""
+
+    name = serializers.CharField(max_length=128)
+    kind = serializers.ChoiceField(choices=WebhookKind.choices)
+    pool = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=AcceleratorPool.objects.all(),
+        required=False,
+        allow_null=True,
+        help_text="Pool name for the jobs it starts; absent: the watch's or default pool.",
+    )
+    quiet_period_s = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        help_text="Seconds a repo must be quiet before its coalesced Hub upload starts a job.",
+    )

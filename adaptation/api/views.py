@@ -1,0 +1,291 @@
+"""API views: thin viewsets that read through `adaptation.selectors` and `inventory` and
+write through `adaptation.services` (and `webhooks.endpoints`).
+
+Lists are paginated (`?page=&page_size=`), filtered (see `filters`) and ordered
+(`?ordering=field` or `-field`); each action needs the permission its view's
+`action_permissions` names (`permissions.ActionPermission`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import (
+    AuthenticationFailed,
+    NotAuthenticated,
+    NotFound,
+    PermissionDenied,
+)
+from rest_framework.filters import SearchFilter
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.serializers import BaseSerializer
+
+from adaptation import inventory, selectors, services
+from adaptation.api import filters, serializers
+from adaptation.api.exceptions import Conflict
+from adaptation.api.permissions import ActionPermission
+from adaptation.catalog import CatalogError, catalog_current
+from adaptation.models import (
+    AcceleratorPool,
+    AdaptationJob,
+    ModelRelease,
+    StageRun,
+    Trigger,
+    WebhookEndpoint,
+    Worker,
+)
+from adaptation.roles import CANCEL_JOB, RERUN_STAGE, TRIGGER_JOB
+from adaptation.webhooks.endpoints import EndpointError, webhook_endpoint_create
+
+CONFLICT = OpenApiResponse(description="The job's state does not allow this now (see message).")
+
+
+class ThrottleRefusalsMixin:
+    """Count refused requests against the caller's rate too: DRF checks throttles only
+    after authentication and permissions pass, so anonymous callers, bad tokens and
+    forbidden calls would never be slowed down. A caller over its rate gets 429 instead."""
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().initial(request, *args, **kwargs)
+        except (AuthenticationFailed, NotAuthenticated, PermissionDenied):
+            self.check_throttles(request)
+            raise
+
+
+class ReleaseViewSet(ThrottleRefusalsMixin, viewsets.ReadOnlyModelViewSet):
+    """Model releases found on the hubs (one per repo and revision), newest first."""
+
+    queryset = ModelRelease.objects.all()
+    permission_classes = [ActionPermission]
+    filterset_class = filters.ReleaseFilter
+    filter_backends = [
+        *viewsets.ReadOnlyModelViewSet.filter_backends,
+        SearchFilter,
+        filters.StableOrderingFilter,
+    ]
+    search_fields = ["repo_id"]
+    ordering_fields = ["discovered_at", "published_at", "repo_id", "id"]
+    ordering = ["-discovered_at", "-id"]
+
+    def get_queryset(self) -> QuerySet[ModelRelease]:
+        return selectors.releases_with_latest_job(with_jobs=self.action == "retrieve")
+
+    def get_serializer_class(self) -> type[BaseSerializer]:
+        if self.action == "retrieve":
+            return serializers.ReleaseDetailOutput
+        return serializers.ReleaseOutput
+
+
+class JobViewSet(
+    ThrottleRefusalsMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Adaptation jobs: list, detail with each stage's latest attempt, create, cancel, and
+    re-run a stage (with the stages after it)."""
+
+    queryset = AdaptationJob.objects.all()
+    permission_classes = [ActionPermission]
+    action_permissions = {"create": TRIGGER_JOB, "cancel": CANCEL_JOB, "rerun": RERUN_STAGE}
+    filterset_class = filters.JobFilter
+    filter_backends = [*viewsets.GenericViewSet.filter_backends, filters.StableOrderingFilter]
+    ordering_fields = ["created_at", "started_at", "finished_at", "status", "id"]
+    ordering = ["-created_at", "-id"]
+
+    def get_queryset(self) -> QuerySet[AdaptationJob]:
+        return selectors.jobs_with_stage_runs()
+
+    def get_serializer_class(self) -> type[BaseSerializer]:
+        if self.action == "list":
+            return serializers.JobOutput
+        if self.action == "create":
+            return serializers.JobCreateInput
+        return serializers.JobDetailOutput
+
+    def _detail(self, job: AdaptationJob, *, code: int = status.HTTP_200_OK) -> Response:
+        job = self.get_queryset().get(pk=job.pk)
+        return Response(serializers.JobDetailOutput(job).data, status=code)
+
+    @extend_schema(
+        request=serializers.JobCreateInput,
+        responses={201: serializers.JobDetailOutput},
+        summary="Start a job for a release on a pool",
+    )
+    def create(self, request: Request) -> Response:
+        """Start a job (trigger "api", requested by the caller) for a release on a pool
+        (absent: `DAY0_DEFAULT_POOL`), with every stage unless `stages` names some, and
+        per-stage `options`. Its first stage is queued at once. Needs `trigger_job`."""
+        data = self._validated(serializers.JobCreateInput, request)
+        pool = services.pool_get(name=data.get("pool") or None)
+        job = services.job_create(
+            release=data["release"],
+            pool=pool,
+            trigger=Trigger.API,
+            requested_by=request.user,
+            stages=data.get("stages"),
+            options=data.get("options"),
+        )
+        return self._detail(job, code=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=None,
+        responses={200: serializers.JobDetailOutput, 409: CONFLICT},
+        summary="Cancel a job",
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        """Cancel a job that has not finished: its pending, queued and running stages are
+        cancelled, a running worker is asked to stop and its result discarded. 409 for a
+        job already finished. Needs `cancel_job`."""
+        job = self.get_object()
+        try:
+            job = services.job_cancel(job=job, by=request.user)
+        except services.ServiceError as exc:
+            raise Conflict(str(exc)) from exc
+        return self._detail(job)
+
+    @extend_schema(
+        request=None,
+        responses={202: serializers.JobDetailOutput, 409: CONFLICT},
+        parameters=[
+            OpenApiParameter(
+                "stage", OpenApiTypes.STR, OpenApiParameter.PATH, description="A stage of the job."
+            )
+        ],
+        summary="Re-run a stage of a job and the stages after it",
+    )
+    @action(detail=True, methods=["post"], url_path=r"stages/(?P<stage>[\w-]+)/rerun")
+    def rerun(self, request: Request, pk: str | None = None, stage: str = "") -> Response:
+        """Queue a new attempt of `stage` and of every stage after it (earlier attempts are
+        kept). 404 for a stage the job does not have; 409 while the job runs or when an
+        earlier stage has not succeeded. Needs `rerun_stage`."""
+        job = self.get_object()
+        if stage not in job.stages:
+            raise NotFound(f"Job {job.pk} has no stage {stage!r}; it has {', '.join(job.stages)}.")
+        try:
+            services.job_rerun_stage(job=job, stage=stage)
+        except services.ServiceError as exc:
+            raise Conflict(str(exc)) from exc
+        return self._detail(job, code=status.HTTP_202_ACCEPTED)
+
+    @staticmethod
+    def _validated(serializer_class: type[BaseSerializer], request: Request) -> dict[str, Any]:
+        serializer = serializer_class(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        return serializer.validated_data
+
+
+class StageRunViewSet(ThrottleRefusalsMixin, viewsets.ReadOnlyModelViewSet):
+    """Every attempt of every stage; the detail has the whole result and the log excerpt."""
+
+    queryset = StageRun.objects.all()
+    permission_classes = [ActionPermission]
+    filterset_class = filters.StageRunFilter
+    filter_backends = [*viewsets.ReadOnlyModelViewSet.filter_backends, filters.StableOrderingFilter]
+    ordering_fields = ["id", "queued_at", "started_at", "finished_at", "position", "attempt"]
+    ordering = ["-id"]
+
+    def get_queryset(self) -> QuerySet[StageRun]:
+        runs = selectors.stage_runs_with_jobs()
+        return runs.defer(None) if self.action == "retrieve" else runs
+
+    def get_serializer_class(self) -> type[BaseSerializer]:
+        if self.action == "retrieve":
+            return serializers.StageRunDetailOutput
+        return serializers.StageRunOutput
+
+
+class PoolViewSet(ThrottleRefusalsMixin, viewsets.ReadOnlyModelViewSet):
+    """Accelerator pools with their workers (live, stale, stopped), devices and queue."""
+
+    queryset = AcceleratorPool.objects.all()
+    permission_classes = [ActionPermission]
+    serializer_class = serializers.PoolOutput
+    filterset_class = filters.PoolFilter
+    filter_backends = [*viewsets.ReadOnlyModelViewSet.filter_backends, filters.StableOrderingFilter]
+    ordering_fields = ["name", "id"]
+    ordering = ["name"]
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        """An `inventory_of(pool)` reading the workers and the catalog once per request."""
+        context = super().get_serializer_context()
+        now = timezone.now()
+        shared: dict[str, Any] = {}
+        made: dict[int, inventory.PoolInventory] = {}
+
+        def inventory_of(pool: AcceleratorPool) -> inventory.PoolInventory:
+            if pool.pk not in made:
+                if "workers" not in shared:
+                    shared["workers"] = list(Worker.objects.all())
+                    try:
+                        shared["catalog"] = catalog_current()
+                    except CatalogError:
+                        shared["catalog"] = None  # each pool then shows the error
+                made[pool.pk] = inventory.pool_inventory(
+                    pool=pool, now=now, workers=shared["workers"], catalog=shared["catalog"]
+                )
+            return made[pool.pk]
+
+        context["inventory_of"] = inventory_of
+        return context
+
+
+class WebhookEndpointViewSet(
+    ThrottleRefusalsMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Inbound webhook endpoints: the admin's (reading them needs `view_webhookendpoint`,
+    which only the admin role holds; creating `add_`, deleting `delete_`). Secrets are shown
+    once, in the creation's answer."""
+
+    queryset = WebhookEndpoint.objects.select_related("pool", "created_by")
+    permission_classes = [ActionPermission]
+    action_permissions = {
+        "create": "adaptation.add_webhookendpoint",
+        "destroy": "adaptation.delete_webhookendpoint",
+    }
+    filterset_class = filters.WebhookEndpointFilter
+    filter_backends = [*viewsets.GenericViewSet.filter_backends, filters.StableOrderingFilter]
+    ordering_fields = ["name", "created_at", "last_delivery_at"]
+    ordering = ["name"]
+
+    def get_serializer_class(self) -> type[BaseSerializer]:
+        if self.action == "create":
+            return serializers.WebhookEndpointCreateInput
+        return serializers.WebhookEndpointOutput
+
+    @extend_schema(
+        request=serializers.WebhookEndpointCreateInput,
+        responses={201: serializers.WebhookEndpointCreatedOutput},
+        summary="Create a webhook endpoint (its secret is in this answer only)",
+    )
+    def create(self, request: Request) -> Response:
+        """Create an endpoint; the answer carries its URL path and its secret, which is not
+        stored in the clear and cannot be shown again. Needs `add_webhookendpoint`."""
+        serializer = serializers.WebhookEndpointCreateInput(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            endpoint, secret = webhook_endpoint_create(
+                name=data["name"],
+                kind=data["kind"],
+                pool=data.get("pool"),
+                quiet_period_s=data.get("quiet_period_s"),
+                created_by=request.user,
+            )
+        except EndpointError as exc:
+            raise services.ServiceError(str(exc)) from exc
+        output = serializers.WebhookEndpointCreatedOutput(endpoint, context={"secret": secret})
+        return Response(output.data, status=status.HTTP_201_CREATED)

@@ -1,0 +1,125 @@
+"""Who may do what: day0's roles as Django groups, kept in sync with the code on `migrate`.
+
+- `engineer`: triggers, cancels and re-runs jobs; adds and edits hub watches (in the admin
+  site); reads everything else.
+- `manager`: reads everything (pages, reports, the API); triggers nothing.
+
+"Everything" leaves out the webhook endpoints (`ADMIN_ONLY_MODELS`): they are the admin's
+to see and manage.
+- `admin`: every day0 permission (webhook endpoints, pools, accelerator kinds, teams and
+  subscriptions included), user and group management, API tokens.
+
+The admin site also needs `is_staff`, which a group cannot give: `role_grant` (and
+`manage.py grant_role USER ROLE`) sets it for the roles that work there, engineer and admin.
+
+`roles_sync` makes each group hold exactly its role's permissions: it runs after every
+`migrate` (a `post_migrate` receiver connected in `AdaptationConfig.ready`), so a permission
+added by a later migration is granted then, and a group edited by hand in the admin is put
+back. Keep custom permission sets in groups of other names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.apps import AppConfig
+from django.contrib.auth.models import Group, Permission
+from django.db import transaction
+from django.db.models import Q
+
+ENGINEER = "engineer"
+MANAGER = "manager"
+ADMIN = "admin"
+ROLES = (ENGINEER, MANAGER, ADMIN)
+# Roles whose members work in the admin site (watches; everything of the admin's).
+STAFF_ROLES = (ENGINEER, ADMIN)
+
+APP_LABEL = "adaptation"
+
+# The permissions each action needs ("app_label.codename"), as pages and the API check them.
+TRIGGER_JOB = "adaptation.trigger_job"
+CANCEL_JOB = "adaptation.cancel_job"
+RERUN_STAGE = "adaptation.rerun_stage"
+
+# Models only the admin role sees: the inbound webhook endpoints.
+ADMIN_ONLY_MODELS = ("webhookendpoint",)
+# Engineers' own actions, beyond reading every day0 model.
+_ENGINEER_ACTIONS = ("trigger_job", "cancel_job", "rerun_stage", "add_hubwatch", "change_hubwatch")
+# Apps whose every permission the admin role holds besides day0's own: the `auth` users and
+# groups, and API tokens (rest_framework.authtoken's Token and its admin proxy).
+_ADMIN_APPS = ("auth", "authtoken")
+
+
+def role_permissions(role: str) -> Q:
+    """The query selecting `role`'s permissions among `Permission` rows.
+
+    Raises `ValueError` for an unknown role.
+    """
+    ours = Q(content_type__app_label=APP_LABEL)
+    readers = ours & Q(codename__startswith="view_") & ~Q(content_type__model__in=ADMIN_ONLY_MODELS)
+    if role == MANAGER:
+        return readers
+    if role == ENGINEER:
+        return readers | (ours & Q(codename__in=_ENGINEER_ACTIONS))
+    if role == ADMIN:
+        return ours | Q(content_type__app_label__in=_ADMIN_APPS)
+    raise ValueError(f"Unknown role {role!r}; roles: {', '.join(ROLES)}.")
+
+
+def roles_sync(roles: Iterable[str] = ROLES) -> dict[str, int]:
+    """Create each role's group if missing and set its permissions to exactly the role's
+    (those that exist now). Idempotent. Returns the number of permissions per role."""
+    counts: dict[str, int] = {}
+    with transaction.atomic():
+        for role in roles:
+            group, _ = Group.objects.get_or_create(name=role)
+            permissions = list(Permission.objects.filter(role_permissions(role)))
+            group.permissions.set(permissions)
+            counts[role] = len(permissions)
+    return counts
+
+
+def sync_roles_after_migrate(sender: AppConfig, using: str = "default", **_: Any) -> None:
+    """`post_migrate` receiver (sender: the adaptation app, whose permissions Django's own
+    receiver has just created): bring the role groups in line with `role_permissions`."""
+    if using != "default":
+        return
+    roles_sync()
+
+
+def role_grant(*, user: Any, role: str) -> None:
+    """Put `user` in `role`'s group (made, with its permissions, if missing). The engineer
+    and admin roles also make the user staff, so the admin site lets them in (where each
+    sees what its permissions allow). Raises `ValueError` for an unknown role."""
+    if role not in ROLES:
+        raise ValueError(f"Unknown role {role!r}; roles: {', '.join(ROLES)}.")
+    with transaction.atomic():
+        group = Group.objects.filter(name=role).first()
+        if group is None:
+            roles_sync([role])
+            group = Group.objects.get(name=role)
+        user.groups.add(group)
+        if role in STAFF_ROLES and not user.is_staff:
+            user.is_staff = True
+            user.save(update_fields=["is_staff"])
+
+
+def role_revoke(*, user: Any, role: str) -> None:
+    """Take `user` out of `role`'s group. Leaving the last role that works in the admin site
+    (`STAFF_ROLES`) also ends staff access, except for a superuser. Raises `ValueError` for
+    an unknown role."""
+    if role not in ROLES:
+        raise ValueError(f"Unknown role {role!r}; roles: {', '.join(ROLES)}.")
+    with transaction.atomic():
+        user.groups.remove(*Group.objects.filter(name=role))
+        still_staff = user.groups.filter(name__in=STAFF_ROLES).exists()
+        if user.is_staff and not (still_staff or user.is_superuser):
+            user.is_staff = False
+            user.save(update_fields=["is_staff"])
+
+
+def user_roles(user: Any) -> list[str]:
+    """The day0 roles `user` holds, in `ROLES` order."""
+    names = set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
+    return [role for role in ROLES if role in names]

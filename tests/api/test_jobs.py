@@ -1,0 +1,211 @@
+"""/api/v1/jobs/: lists, detail with stages, create, cancel and re-run, with the error shape
+of the domain's refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from adaptation.models import AdaptationJob, StageRun, Trigger
+from tests.api.conftest import results
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/jobs/"
+
+
+def ids(response) -> list[int]:
+    return [row["id"] for row in results(response)]
+
+
+def test_list_newest_first_with_filters(cast, seeded):
+    api = cast.api("mona")
+    all_ids = ids(api.get(URL))
+    assert all_ids[:4] == [
+        seeded.deepseek_queued.pk,
+        seeded.qwen_failed.pk,
+        seeded.llama_running.pk,
+        seeded.llama_done.pk,
+    ]
+    assert len(all_ids) == 5
+    assert ids(api.get(URL, {"status": "failed"})) == [seeded.qwen_failed.pk]
+    assert set(ids(api.get(URL, {"pool": "h200"}))) == {
+        seeded.qwen_failed.pk,
+        seeded.deepseek_queued.pk,
+        all_ids[4],
+    }
+    assert ids(api.get(URL, {"release": seeded.llama.pk})) == [
+        seeded.llama_running.pk,
+        seeded.llama_done.pk,
+    ]
+    assert ids(api.get(URL, {"release": seeded.llama.pk, "ordering": "created_at"})) == [
+        seeded.llama_done.pk,
+        seeded.llama_running.pk,
+    ]
+    assert ids(api.get(URL, {"trigger": "api"})) == []
+
+
+def test_list_rows_carry_the_latest_attempt_of_each_stage(cast, seeded):
+    row = next(r for r in results(cast.api("eli").get(URL)) if r["id"] == seeded.llama_running.pk)
+    assert row["repo_id"] == "meta-llama/Llama-3.1-8B"
+    assert row["pool"] == "cpu"
+    assert row["status"] == "running"
+    assert row["stage_names"] == ["fetch", "analyze"]
+    assert row["stages"] == [
+        {"stage": "fetch", "status": "succeeded", "attempt": 1},
+        {"stage": "analyze", "status": "running", "attempt": 1},
+    ]
+
+
+def test_detail_has_each_stages_latest_attempt(cast, seeded):
+    job = seeded.qwen_failed
+    body = cast.api("mona").get(f"{URL}{job.pk}/").json()
+    fetch, analyze = body["stages"]
+    assert fetch["stage"] == "fetch" and fetch["status"] == "failed"
+    assert fetch["error"] == "config.json: line 3 column 5: Expecting value"
+    assert fetch["worker_host"] == "worker-1"
+    assert fetch["finished_at"] is not None
+    assert analyze["status"] == "skipped" and analyze["attempt"] == 1
+    done = cast.api("mona").get(f"{URL}{seeded.llama_done.pk}/").json()
+    # Scalars of the result only; the stage run's own detail has the whole result.
+    assert done["stages"][0]["result_summary"] == {"files": 4}
+    assert done["stages"][1]["result_summary"] == {
+        "family": "llama",
+        "architecture": "LlamaForCausalLM",
+        "num_layers": 32,
+    }
+
+
+def test_engineer_creates_a_job_for_a_release(cast, seeded, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False) as sent:
+        response = cast.api("eli").post(
+            URL,
+            {
+                "release": seeded.qwen.pk,
+                "pool": "cpu",
+                "stages": ["fetch", "analyze"],
+                "options": {},
+            },
+            format="json",
+        )
+    assert response.status_code == 201, response.content
+    body = response.json()
+    job = AdaptationJob.objects.get(pk=body["id"])
+    assert job.trigger == Trigger.API and body["trigger"] == "api"
+    assert job.requested_by == cast.eli and body["requested_by"] == "eli"
+    assert job.release == seeded.qwen and job.pool.name == "cpu"
+    assert [(s["stage"], s["status"]) for s in body["stages"]] == [
+        ("fetch", "queued"),
+        ("analyze", "pending"),
+    ]
+    assert len(sent) == 1  # the first stage goes to the pool's queue after commit
+
+
+def test_create_defaults_to_every_stage_on_the_default_pool(cast, seeded, settings):
+    settings.DAY0_DEFAULT_POOL = "h200"
+    response = cast.api("ada").post(URL, {"release": seeded.llama.pk}, format="json")
+    assert response.status_code == 201
+    job = AdaptationJob.objects.get(pk=response.json()["id"])
+    assert job.pool == seeded.h200
+    from workers.stages.registry import stage_names
+
+    assert job.stages == stage_names()
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        ({"pool": "cpu"}, "release", "This field is required."),
+        ({"release": 999999}, "release", 'Invalid pk "999999" - object does not exist.'),
+        ({"release": "RELEASE", "stages": []}, "stages", "This list may not be empty."),
+    ],
+)
+def test_create_refuses_bad_input_field_by_field(cast, seeded, body, field, message):
+    body = {k: (seeded.qwen.pk if v == "RELEASE" else v) for k, v in body.items()}
+    response = cast.api("eli").post(URL, body, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"][field] == [message]
+    assert AdaptationJob.objects.count() == 5
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"pool": "nope"}, "No enabled pool 'nope'; enabled pools: cpu, h200."),
+        ({"stages": ["fetch", "dance"]}, "Unknown stage 'dance'"),
+        ({"stages": ["fetch"], "options": {"plan": {"context_tokens": 10}}}, "Options for stage"),
+    ],
+)
+def test_create_refusals_of_the_domain_are_400s(cast, seeded, extra, message):
+    response = cast.api("eli").post(URL, {"release": seeded.qwen.pk, **extra}, format="json")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "invalid"
+    assert message in error["message"]
+    assert "fields" not in error
+    assert AdaptationJob.objects.count() == 5
+
+
+def test_cancel_a_running_job(cast, seeded, monkeypatch):
+    job = seeded.llama_running
+    response = cast.api("eli").post(f"{URL}{job.pk}/cancel/")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["status"] == "cancelled"
+    assert [(s["stage"], s["status"], s["error"]) for s in body["stages"]] == [
+        ("fetch", "succeeded", ""),
+        ("analyze", "cancelled", "Cancelled by eli."),
+    ]
+    job.refresh_from_db()
+    assert job.status == "cancelled" and job.finished_at is not None
+
+
+def test_cancel_a_finished_job_is_a_409(cast, seeded):
+    response = cast.api("eli").post(f"{URL}{seeded.llama_done.pk}/cancel/")
+    assert response.status_code == 409
+    assert response.json() == {
+        "error": {
+            "code": "conflict",
+            "message": f"Job {seeded.llama_done.pk} has already succeeded; "
+            "there is nothing to cancel.",
+        }
+    }
+
+
+def test_rerun_a_stage(cast, seeded):
+    job = seeded.qwen_failed
+    response = cast.api("eli").post(f"{URL}{job.pk}/stages/fetch/rerun/")
+    assert response.status_code == 202, response.content
+    body = response.json()
+    assert body["status"] == "running"
+    assert [(s["stage"], s["attempt"], s["status"]) for s in body["stages"]] == [
+        ("fetch", 2, "queued"),
+        ("analyze", 2, "pending"),
+    ]
+    assert StageRun.objects.filter(job=job).count() == 4
+
+
+def test_rerun_refusals(cast, seeded):
+    api = cast.api("eli")
+    running = seeded.llama_running
+    response = api.post(f"{URL}{running.pk}/stages/fetch/rerun/")
+    assert response.status_code == 409
+    assert response.json()["error"] == {
+        "code": "conflict",
+        "message": f"Job {running.pk} is still running (analyze); wait for it.",
+    }
+    response = api.post(f"{URL}{seeded.qwen_failed.pk}/stages/analyze/rerun/")
+    assert response.status_code == 409
+    assert "analyze needs fetch to succeed first" in response.json()["error"]["message"]
+    response = api.post(f"{URL}{seeded.qwen_failed.pk}/stages/dance/rerun/")
+    assert response.status_code == 404
+    assert response.json()["error"]["message"] == (
+        f"Job {seeded.qwen_failed.pk} has no stage 'dance'; it has fetch, analyze."
+    )
+    assert api.post(f"{URL}999999/cancel/").status_code == 404
+
+
+def test_ordering_by_a_shared_value_keeps_one_order_newest_id_first(cast, seeded):
+    rows = results(cast.api("mona").get(URL, {"ordering": "status"}))
+    pairs = [(r["status"], r["id"]) for r in rows]
+    assert pairs == sorted(pairs, key=lambda p: (p[0], -p[1]))
+    assert [p[0] for p in pairs] == ["failed", "running", "running", "succeeded", "succeeded"]

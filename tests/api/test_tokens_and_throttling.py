@@ -1,0 +1,129 @@
+"""Token authentication (`drf_create_token`, revocation) and request throttling."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from django.core.cache import cache
+from django.core.management import call_command
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/releases/"
+
+
+def with_token(key: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    return client
+
+
+def created_token(*args: str) -> str:
+    out = io.StringIO()
+    call_command("drf_create_token", *args, stdout=out)
+    match = re.fullmatch(r"Generated token ([0-9a-f]{40}) for user (\S+)\n", out.getvalue())
+    assert match, out.getvalue()
+    return match[1]
+
+
+def test_drf_create_token_makes_a_working_token_and_r_replaces_it(cast):
+    Token.objects.filter(user=cast.mona).delete()
+    first = created_token("mona")
+    assert with_token(first).get(URL).status_code == 200
+
+    second = created_token("-r", "mona")
+    assert second != first
+    assert with_token(second).get(URL).status_code == 200
+    old = with_token(first).get(URL)
+    assert old.status_code == 401
+    assert old.json()["error"] == {"code": "authentication_failed", "message": "Invalid token."}
+
+
+def test_a_revoked_token_stops_working(cast):
+    client = cast.api("eli")
+    assert client.get(URL).status_code == 200
+    Token.objects.filter(user=cast.eli).delete()  # what the admin's Tokens page does
+    response = client.get(URL)
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Token"
+
+
+def test_a_deactivated_user_s_token_stops_working(cast):
+    cast.eli.is_active = False
+    cast.eli.save()
+    response = cast.api("eli").get(URL)
+    assert response.status_code == 401
+    assert response.json()["error"]["message"] == "User inactive or deleted."
+
+
+@pytest.fixture
+def low_rates(settings):
+    """Two anonymous and three signed-in requests a minute; the counts start empty."""
+    settings.REST_FRAMEWORK = {
+        **settings.REST_FRAMEWORK,
+        "DEFAULT_THROTTLE_RATES": {"anon": "2/min", "user": "3/min"},
+    }
+    cache.clear()
+    yield
+    cache.clear()
+
+
+def test_signed_in_callers_are_throttled_per_user(cast, low_rates):
+    mona = cast.api("mona")
+    assert [mona.get(URL).status_code for _ in range(3)] == [200, 200, 200]
+    throttled = mona.get(URL)
+    assert throttled.status_code == 429
+    assert throttled.json()["error"]["code"] == "throttled"
+    assert 0 < int(throttled["Retry-After"]) <= 60
+    # Another user has a count of their own.
+    assert cast.api("eli").get(URL).status_code == 200
+
+
+def test_anonymous_callers_and_bad_tokens_are_throttled(cast, low_rates):
+    anonymous = APIClient()
+    assert [anonymous.get(URL).status_code for _ in range(2)] == [401, 401]
+    assert anonymous.get(URL).status_code == 429
+    # Guessing tokens from the same address counts as anonymous too.
+    assert with_token("0" * 40).get(URL).status_code == 429
+
+
+def test_refused_calls_count_against_the_users_rate(cast, low_rates):
+    nina = cast.api("nina")
+    assert [nina.get(URL).status_code for _ in range(4)] == [403, 403, 403, 429]
+
+
+def test_default_rates_come_from_the_environment_helpers(settings):
+    rates = settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]
+    assert rates == {"anon": "60/min", "user": "1200/min"}
+
+
+@pytest.mark.parametrize("value", ["60", "sixty/min", "0/min", "60/week"])
+def test_a_malformed_rate_stops_start_up(monkeypatch, value):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from day0web.env import env_rate
+
+    monkeypatch.setenv("DAY0_API_THROTTLE_ANON", value)
+    with pytest.raises(ImproperlyConfigured, match="DAY0_API_THROTTLE_ANON"):
+        env_rate("DAY0_API_THROTTLE_ANON", "60/min")
+
+
+def test_the_cache_url_selects_redis_or_memory(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from day0web.env import env_cache
+
+    monkeypatch.delenv("DAY0_CACHE_URL", raising=False)
+    assert env_cache("DAY0_CACHE_URL")["BACKEND"].endswith("LocMemCache")
+    monkeypatch.setenv("DAY0_CACHE_URL", "redis://127.0.0.1:6379/3")
+    assert env_cache("DAY0_CACHE_URL") == {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": "redis://127.0.0.1:6379/3",
+    }
+    monkeypatch.setenv("DAY0_CACHE_URL", "memcached://x")
+    with pytest.raises(ImproperlyConfigured, match="DAY0_CACHE_URL"):
+        env_cache("DAY0_CACHE_URL")
