@@ -22,6 +22,8 @@ from adaptation.models import (
     StageRun,
     Worker,
 )
+from adaptation.notifications import admin as notifications_admin  # noqa: F401  (registers)
+from adaptation.webhooks import admin as webhooks_admin  # noqa: F401  (registers)
 from workers.catalog import CatalogError, load_catalog
 
 

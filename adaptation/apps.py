@@ -1,7 +1,17 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class AdaptationConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "adaptation"
     verbose_name = "Day-0 adaptation"
+
+    def ready(self) -> None:
+        """Keep the role groups (`adaptation.roles`) in sync after every `migrate`, once
+        Django has created this app's permissions (its receiver is connected earlier)."""
+        from adaptation.roles import sync_roles_after_migrate
+
+        post_migrate.connect(
+            sync_roles_after_migrate, sender=self, dispatch_uid="adaptation.roles.sync"
+        )

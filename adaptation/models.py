@@ -348,6 +348,13 @@ class HubWatch(models.Model):
         validators=[MinValueValidator(10)],
         help_text="Seconds between polls; errors back off exponentially from it.",
     )
+    job_options = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Stage options for the jobs of the releases it finds (by poll or webhook), as "
+        '`adapt --options` takes them: {"plan": {"context_tokens": 131072}, '
+        '"stability": {"duration_s": 3600}}.',
+    )
     last_polled_at = models.DateTimeField(null=True, blank=True)
     last_success_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
@@ -363,10 +370,16 @@ class HubWatch(models.Model):
         return self.name
 
     def clean(self) -> None:
-        """A mirror watch needs a readable folder; a typo is caught when saved, not at the
-        next poll."""
+        """A mirror watch needs a readable folder and its job options must be ones the stages
+        take; a typo is caught when saved, not at the next poll."""
         if self.kind == HubKind.MIRROR and not Path(self.endpoint).is_dir():
             raise ValidationError({"endpoint": f"{self.endpoint or '(blank)'} is not a folder."})
+        from adaptation.services import ServiceError, job_options_check
+
+        try:
+            self.job_options = job_options_check(options=self.job_options)
+        except ServiceError as exc:
+            raise ValidationError({"job_options": str(exc)}) from exc
 
 
 class Trigger(models.TextChoices):
@@ -685,7 +698,7 @@ class WebhookEndpoint(models.Model):
     The id is a random UUID, so the URL itself is not guessable. The secret is shown once at
     creation and never stored in the clear: a Hub endpoint keeps an HMAC-SHA256 digest of it
     (the Hub sends the secret itself in `X-Webhook-Secret`), a generic endpoint keeps it
-    encrypted (Standard Webhooks signatures need the key; `adaptation/webhooks/secrets.py`).
+    encrypted (Standard Webhooks signatures need the key; `adaptation/secrets.py`).
 
     Hub deliveries for one repo are coalesced until it has been quiet for `quiet_period_s`
     seconds and the upload is complete; `pool` overrides the matching watch's pool (Hub) or

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Case, Prefetch, QuerySet, When
+from django.db.models import Case, OuterRef, Prefetch, QuerySet, Subquery, When
 
 from adaptation.models import (
     ACTIVE_STAGE_STATUSES,
@@ -293,3 +293,39 @@ def pool_measured_figures(
             for run in _latest_performance_runs(pool, runs)
         ]
     )
+
+
+# --- REST API reads ------------------------------------------------------------------------
+
+
+def _jobs_with_runs() -> QuerySet[AdaptationJob]:
+    """Jobs with pool, release and requester loaded and every stage attempt prefetched in
+    (position, attempt) order."""
+    return AdaptationJob.objects.select_related("release", "pool", "requested_by").prefetch_related(
+        Prefetch("stage_runs", queryset=StageRun.objects.order_by("position", "attempt"))
+    )
+
+
+def releases_with_latest_job(*, with_jobs: bool = False) -> QuerySet[ModelRelease]:
+    """Releases annotated with their newest job's id and status (`latest_job_id`,
+    `latest_job_status`; None for a release without a job); `with_jobs` prefetches every
+    job (newest first) with its stage attempts, as a release's detail needs."""
+    newest = AdaptationJob.objects.filter(release=OuterRef("pk")).order_by("-created_at", "-id")
+    releases = ModelRelease.objects.select_related("watch").annotate(
+        latest_job_id=Subquery(newest.values("pk")[:1]),
+        latest_job_status=Subquery(newest.values("status")[:1]),
+    )
+    if with_jobs:
+        jobs = _jobs_with_runs().order_by("-created_at", "-id")
+        releases = releases.prefetch_related(Prefetch("jobs", queryset=jobs))
+    return releases
+
+
+def jobs_with_stage_runs() -> QuerySet[AdaptationJob]:
+    """Every job with its release, pool, requester and stage attempts loaded."""
+    return _jobs_with_runs()
+
+
+def stage_runs_with_jobs() -> QuerySet[StageRun]:
+    """Every stage attempt with its job, release and pool loaded (logs left out)."""
+    return StageRun.objects.select_related("job__release", "job__pool").defer("log")

@@ -29,11 +29,13 @@ from adaptation.models import (
     HubWatch,
     JobStatus,
     ModelRelease,
+    NotificationEvent,
     StageRun,
     StageStatus,
     Trigger,
     Worker,
 )
+from adaptation.notifications.services import notifications_emit_safely
 from adaptation.selectors import job_current_stage_runs
 from workers.stages.registry import get_stage, stage_names
 
@@ -285,6 +287,9 @@ def stage_run_fail(
             stage_results.apply(run=stage_run, result=result)
         job = AdaptationJob.objects.select_for_update().get(pk=stage_run.job_id)
         _skip_after(job=job, position=stage_run.position)
+        notifications_emit_safely(
+            event=NotificationEvent.STAGE_FAILED, job=job, stage_run=stage_run
+        )
         job_refresh_status(job=job)
     return True
 
@@ -311,9 +316,13 @@ def _skip_after(*, job: AdaptationJob, position: int) -> None:
 
 
 def derive_job_status(statuses: list[str]) -> str:
-    """A job's status from the latest attempt of each of its stages, in order."""
+    """A job's status from the latest attempt of each of its stages, in order: failed when
+    one failed, cancelled when one was cancelled (a re-run replaces those attempts), then
+    succeeded, pending or running."""
     if any(s == StageStatus.FAILED for s in statuses):
         return JobStatus.FAILED
+    if any(s == StageStatus.CANCELLED for s in statuses):
+        return JobStatus.CANCELLED
     if statuses and all(s in (StageStatus.SUCCEEDED, StageStatus.SKIPPED) for s in statuses):
         return JobStatus.SUCCEEDED
     if all(s == StageStatus.PENDING for s in statuses):
@@ -322,13 +331,92 @@ def derive_job_status(statuses: list[str]) -> str:
 
 
 def job_refresh_status(*, job: AdaptationJob) -> AdaptationJob:
-    """Recompute and store the job's status and finish time from its stage runs."""
+    """Recompute and store the job's status and finish time from its stage runs.
+
+    When the stored status becomes succeeded or failed (the transition, not every refresh),
+    `job.succeeded` / `job.failed` is notified (`notifications_emit_safely`: never raises).
+    """
     status = derive_job_status([run.status for run in job_current_stage_runs(job)])
+    previous = AdaptationJob.objects.filter(pk=job.pk).values_list("status", flat=True).first()
     job.status = status
-    done = status in (JobStatus.SUCCEEDED, JobStatus.FAILED)
+    done = status in FINISHED_JOB_STATUSES
     job.finished_at = (job.finished_at or timezone.now()) if done else None
     job.save(update_fields=["status", "finished_at"])
+    if status != previous and status in _JOB_EVENTS:
+        notifications_emit_safely(event=_JOB_EVENTS[status], job=job)
     return job
+
+
+# The job statuses that are notified when a job reaches them.
+_JOB_EVENTS = {
+    JobStatus.SUCCEEDED: NotificationEvent.JOB_SUCCEEDED,
+    JobStatus.FAILED: NotificationEvent.JOB_FAILED,
+}
+
+
+# A job in one of these is over: nothing of it runs or will run unless a stage is re-run.
+FINISHED_JOB_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+_CANCELLABLE_STAGE_STATUSES = (StageStatus.PENDING, StageStatus.QUEUED, StageStatus.RUNNING)
+
+
+def job_cancel(*, job: AdaptationJob, by: Any = None) -> AdaptationJob:
+    """Cancel a job that has not finished: every pending, queued or running latest stage
+    attempt becomes cancelled (finished now, error "Cancelled by <user>"), and so does the
+    job. Returns the job as stored.
+
+    A worker still running a cancelled stage is asked to stop after commit (best effort:
+    `_stage_tasks_revoke`); whatever it reports later is discarded, as `stage_run_succeed`,
+    `stage_run_fail` and `stage_run_requeue` only change runs still running. A stage of a
+    cancelled job can be re-run (`job_rerun_stage`), which starts again from there.
+
+    Raises `ServiceError` for a job that has already finished (succeeded, failed or
+    cancelled).
+    """
+    who = by.get_username() if getattr(by, "pk", None) else "an operator"
+    with transaction.atomic():
+        job = AdaptationJob.objects.select_for_update().get(pk=job.pk)
+        if job.status in FINISHED_JOB_STATUSES:
+            raise ServiceError(
+                f"Job {job.pk} has already {job.status}; there is nothing to cancel."
+            )
+        now = timezone.now()
+        current = [
+            r for r in job_current_stage_runs(job) if r.status in _CANCELLABLE_STAGE_STATUSES
+        ]
+        task_ids = [
+            r.celery_task_id
+            for r in current
+            if r.status == StageStatus.RUNNING and r.celery_task_id
+        ]
+        # Conditional: a run that finished meanwhile keeps its outcome.
+        cancelled = StageRun.objects.filter(
+            pk__in=[r.pk for r in current], status__in=_CANCELLABLE_STAGE_STATUSES
+        ).update(status=StageStatus.CANCELLED, finished_at=now, error=f"Cancelled by {who}.")
+        job.finished_at = now  # kept by the refresh when the job is over
+        job = job_refresh_status(job=job)
+        if not cancelled and job.status in FINISHED_JOB_STATUSES:  # its last stage ended
+            raise ServiceError(
+                f"Job {job.pk} has already {job.status}; there is nothing to cancel."
+            )
+        if job.status not in FINISHED_JOB_STATUSES:  # a job without stage runs
+            job.status, job.finished_at = JobStatus.CANCELLED, now
+            job.save(update_fields=["status", "finished_at"])
+        if task_ids:
+            transaction.on_commit(lambda: _stage_tasks_revoke(task_ids), robust=True)
+    logger.info("Job %s cancelled by %s", job.pk, who)
+    return job
+
+
+def _stage_tasks_revoke(task_ids: list[str]) -> None:
+    """Ask the workers running these Celery tasks to stop them (SIGTERM). Best effort: a
+    broker error is logged, as the cancelled rows already discard the tasks' results."""
+    from celery import current_app
+
+    for task_id in task_ids:
+        try:
+            current_app.control.revoke(task_id, terminate=True, signal="SIGTERM")
+        except Exception:
+            logger.warning("Could not revoke Celery task %s", task_id, exc_info=True)
 
 
 def job_rerun_stage(*, job: AdaptationJob, stage: str) -> StageRun:
@@ -472,6 +560,7 @@ def hub_watch_poll(*, watch: HubWatch, now: datetime | None = None) -> WatchPoll
                 found_by=Trigger.POLL,
                 pool=watch.pool,
                 watch=watch,
+                options=watch.job_options or None,
             ):
                 outcome.new_releases.append(f"{candidate.repo_id}@{candidate.revision[:12]}")
     except Exception as exc:  # one bad watch must not stop the round or loop without backoff

@@ -1,5 +1,6 @@
 """Pages of the adaptation app: the release board, a release's page and its pool comparison,
-stage re-runs, the pools page, a job's performance CSV and the performance compare view."""
+stage re-runs and job cancels, the pools page, a job's performance CSV and the performance
+compare view."""
 
 from django.urls import path
 
@@ -17,6 +18,7 @@ urlpatterns = [
     ),
     path("pools/", views.pool_list, name="pool_list"),
     path("jobs/<int:job_id>/stages/<str:stage>/rerun/", views.stage_rerun, name="stage_rerun"),
+    path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job_cancel"),
     path(
         "jobs/<int:job_id>/performance.csv",
         views.job_performance_csv,

@@ -20,6 +20,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required as django_login_required
 from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -37,6 +38,7 @@ from adaptation import (
     validation_presenters,
 )
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease
+from adaptation.roles import CANCEL_JOB, RERUN_STAGE
 from workers.stages.plan.planner import MAX_CONCURRENCY, MAX_CONTEXT_TOKENS
 
 POLL_EVERY = "every 3s"
@@ -60,6 +62,28 @@ def login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
     return wrapper
 
 
+# What reading each page needs (`adaptation.roles`: managers, engineers and admins hold them).
+VIEW_RELEASES = "adaptation.view_modelrelease"
+VIEW_JOBS = "adaptation.view_adaptationjob"
+VIEW_POOLS = "adaptation.view_acceleratorpool"
+
+
+def permission_required(perm: str) -> Callable[..., Callable[..., HttpResponse]]:
+    """Sign-in first (`login_required`: anonymous visitors go to the login page), then
+    `perm`: a signed-in user without it gets 403, as the API answers them."""
+
+    def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @wraps(view)
+        def checked(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+            if not request.user.has_perm(perm):
+                raise PermissionDenied(f"it needs the {perm} permission")
+            return view(request, *args, **kwargs)
+
+        return login_required(checked)
+
+    return decorator
+
+
 def _wants_partial(request: HttpRequest) -> bool:
     """Whether this is an htmx request for the live part (not a boosted page load)."""
     htmx = getattr(request, "htmx", None)
@@ -76,7 +100,7 @@ def _render(
     return response
 
 
-@login_required
+@permission_required(VIEW_RELEASES)
 @require_GET
 def board(request: HttpRequest) -> HttpResponse:
     """The release board: a row per release, a column per stage; refreshed quickly while work
@@ -110,7 +134,7 @@ def _page_params(request: HttpRequest) -> QueryDict:
     return request.GET
 
 
-@login_required
+@permission_required(VIEW_RELEASES)
 @require_GET
 def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One release: header, analysis, and every attempt of every stage of its jobs."""
@@ -142,10 +166,11 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
     )
 
 
-@login_required
+@permission_required(RERUN_STAGE)
 @require_POST
 def stage_rerun(request: HttpRequest, job_id: int, stage: str) -> HttpResponse:
-    """Run a stage of a job again (and the stages after it), then go back to the release."""
+    """Run a stage of a job again (and the stages after it), then go back to the release.
+    Needs the `rerun_stage` permission (engineers, admins)."""
     job = get_object_or_404(AdaptationJob, pk=job_id)
     try:
         run = services.job_rerun_stage(job=job, stage=stage)
@@ -160,11 +185,28 @@ def stage_rerun(request: HttpRequest, job_id: int, stage: str) -> HttpResponse:
     return redirect("adaptation:release_detail", pk=job.release_id)
 
 
+@permission_required(CANCEL_JOB)
+@require_POST
+def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
+    """Cancel a job that has not finished (`services.job_cancel`), then go back to the
+    release. Needs the `cancel_job` permission (engineers, admins)."""
+    job = get_object_or_404(AdaptationJob, pk=job_id)
+    try:
+        services.job_cancel(job=job, by=request.user)
+    except services.ServiceError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(
+            request, f"Job {job.pk} cancelled; a stage of it can still be re-run later."
+        )
+    return redirect("adaptation:release_detail", pk=job.release_id)
+
+
 # The pools page's refresh period (seconds): workers beat every DAY0_WORKER_HEARTBEAT_S.
 POOLS_POLL_S = 5
 
 
-@login_required
+@permission_required(VIEW_POOLS)
 @require_GET
 def pool_list(request: HttpRequest) -> HttpResponse:
     """Every pool with its live workers (host, devices, heartbeat, what each runs now), its
@@ -213,7 +255,7 @@ class ComparePoolsForm(forms.Form):
     )
 
 
-@login_required
+@permission_required(VIEW_RELEASES)
 @require_GET
 def release_compare_pools(request: HttpRequest, pk: int) -> HttpResponse:
     """How each enabled pool, and each catalog kind on as many nodes as it needs, would serve
@@ -242,7 +284,7 @@ def release_compare_pools(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "adaptation/compare_pools.html", context, status=status)
 
 
-@login_required
+@permission_required(VIEW_JOBS)
 @require_GET
 def job_performance_csv(request: HttpRequest, job_id: int) -> HttpResponse:
     """The job's performance rows (its newest finished `performance` attempt) as CSV: the
@@ -264,7 +306,7 @@ def job_performance_csv(request: HttpRequest, job_id: int) -> HttpResponse:
     return response
 
 
-@login_required
+@permission_required(VIEW_JOBS)
 @require_GET
 def compare_performance(request: HttpRequest) -> HttpResponse:
     """Two jobs' performance curves overlaid: `?jobs=<id>,<id>` (the same release on two

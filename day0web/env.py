@@ -7,6 +7,7 @@ silently, so a typo in `.env` stops the process at start-up with the variable's 
 from __future__ import annotations
 
 import os
+import re
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -53,3 +54,28 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None or raw.strip() == "":
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+_RATE = re.compile(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)")
+
+
+def env_rate(name: str, default: str) -> str:
+    """A request rate as Django REST framework reads it: "<count>/<period>" with the period
+    s(ec), m(in), h(our) or d(ay), e.g. "60/min"."""
+    value = env_str(name, default).strip()
+    if not _RATE.fullmatch(value):
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not a rate: use <count>/<s|min|hour|day>, e.g. 60/min."
+        )
+    return value
+
+
+def env_cache(name: str) -> dict[str, str]:
+    """Django's default cache from a URL: blank, a per-process memory cache; redis:// or
+    rediss://, Django's Redis cache shared by every process."""
+    url = env_str(name, "").strip()
+    if not url:
+        return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    if url.startswith(("redis://", "rediss://")):
+        return {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url}
+    raise ImproperlyConfigured(f"{name}={url!r}: use redis://host:port/db, or leave it blank.")

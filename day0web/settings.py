@@ -13,7 +13,7 @@ import dj_database_url
 import plotly
 from django.core.exceptions import ImproperlyConfigured
 
-from day0web.env import env_bool, env_int, env_list, env_str
+from day0web.env import env_bool, env_cache, env_int, env_list, env_rate, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("DAY0_VAR_DIR", str(BASE_DIR / "var")))
@@ -124,6 +124,65 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
 
+# --- cache and REST API ---------------------------------------------------------------------
+# The API's throttle counts live here. Blank: a memory cache per process (each gunicorn worker
+# then counts on its own); redis://host:port/db shares them between processes.
+CACHES = {"default": env_cache("DAY0_CACHE_URL")}
+
+# /api/v1/: tokens for machines (`manage.py drf_create_token USER`), the session for the
+# browser; Token first, so an anonymous call gets 401 with `WWW-Authenticate: Token`.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "adaptation.api.pagination.Pagination",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "adaptation.api.throttling.AnonThrottle",
+        "adaptation.api.throttling.UserThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "anon": env_rate("DAY0_API_THROTTLE_ANON", "60/min"),
+        "user": env_rate("DAY0_API_THROTTLE_USER", "1200/min"),
+    },
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "adaptation.api.exceptions.error_handler",
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+
+# OpenAPI 3 at /api/schema/, Swagger UI at /api/docs/ served from drf-spectacular-sidecar's
+# files (no CDN: day0 runs air-gapped).
+SPECTACULAR_SETTINGS = {
+    "TITLE": "day0 API",
+    "DESCRIPTION": "Day-0 adaptation of new LLM releases: releases, jobs and their stages, "
+    "accelerator pools, webhook endpoints. Authenticate with `Authorization: Token <key>`.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "JobStatusEnum": "adaptation.models.JobStatus",
+        "StageStatusEnum": "adaptation.models.StageStatus",
+        "TriggerEnum": "adaptation.models.Trigger",
+        "HubKindEnum": "adaptation.models.HubKind",
+        "WebhookKindEnum": "adaptation.models.WebhookKind",
+    },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "adaptation.api.schema.add_error_responses",
+    ],
+}
+
 # --- Celery -------------------------------------------------------------------------------
 # The filesystem transport keeps messages as files under var/broker: no server to install.
 _BROKER_DIR = VAR_DIR / "broker"
@@ -193,6 +252,10 @@ DAY0_WEBHOOK_SETTLE_GIVE_UP_S = env_int("DAY0_WEBHOOK_SETTLE_GIVE_UP_S", 24 * 36
 # (backoff doubles from 10 s).
 DAY0_NOTIFY_TIMEOUT_S = env_int("DAY0_NOTIFY_TIMEOUT_S", 10, minimum=1)
 DAY0_NOTIFY_MAX_ATTEMPTS = env_int("DAY0_NOTIFY_MAX_ATTEMPTS", 6, minimum=1)
+# Where people reach this day0: notifications link to its pages under this URL.
+DAY0_PUBLIC_URL = env_str("DAY0_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+if not DAY0_PUBLIC_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"DAY0_PUBLIC_URL={DAY0_PUBLIC_URL!r} is not an http(s) URL.")
 
 CELERY_BEAT_SCHEDULE = {
     "poll-hubs": {
@@ -204,5 +267,17 @@ CELERY_BEAT_SCHEDULE = {
     "reap-stale-stage-runs": {
         "task": "day0.reap_stale_stage_runs",
         "schedule": float(max(DAY0_STALE_HEARTBEAT_S // 4, 15)),
+    },
+    # Pending notifications whose Celery message was lost are sent again.
+    "resend-notifications": {
+        "task": "day0.resend_notifications",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
+    },
+    # Coalesced Hub uploads whose settle message was lost are settled again.
+    "settle-webhook-uploads": {
+        "task": "day0.settle_uploads",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
     },
 }

@@ -7,6 +7,8 @@ import socket
 from celery import shared_task
 
 from adaptation import services
+from adaptation.notifications import services as notification_services
+from adaptation.webhooks import uploads
 from workers.runner import execute_stage_run
 
 MAX_STAGE_RETRIES = 5
@@ -53,3 +55,45 @@ def reap_stale_stage_runs() -> dict[str, int]:
         "failed": services.stage_runs_reap_stale(),
         "resent": services.stage_runs_resend_queued(),
     }
+
+
+@shared_task(
+    bind=True,
+    name="day0.deliver_notification",
+    acks_late=True,
+    max_retries=None,  # the delivery row counts attempts (DAY0_NOTIFY_MAX_ATTEMPTS)
+    soft_time_limit=notification_services.attempt_time_limit_s(),
+    time_limit=notification_services.attempt_time_limit_s() + 30,
+)
+def deliver_notification(self, delivery_id: int) -> str:
+    """One attempt at sending a notification (default queue). A 408/429/5xx or network
+    error retries after the backoff the delivery row records (10 s x 2**n, or a longer
+    Retry-After); other outcomes are final. See `notification_deliver`."""
+    outcome = notification_services.notification_deliver(delivery_id=delivery_id)
+    if outcome.retry_in_s is not None:
+        raise self.retry(countdown=outcome.retry_in_s)
+    return outcome.status
+
+
+@shared_task(name="day0.resend_notifications", soft_time_limit=60, time_limit=90)
+def resend_notifications() -> dict[str, int]:
+    """Periodic: send again the messages of pending notifications past due (lost ones)."""
+    return {"resent": notification_services.notifications_resend_due()}
+
+
+@shared_task(name="day0.settle_upload", soft_time_limit=120, time_limit=180)
+def settle_upload(pending_upload_id: int) -> str:
+    """Settle one coalesced Hub upload (`adaptation.webhooks.uploads.pending_upload_settle`):
+    start its one job once quiet and complete, else queue itself again when it says to."""
+    outcome = uploads.pending_upload_settle(pending_upload_id=pending_upload_id)
+    if outcome.retry_in_s is not None:
+        uploads.pending_upload_schedule(
+            pending_upload_id=pending_upload_id, countdown_s=outcome.retry_in_s
+        )
+    return outcome.status
+
+
+@shared_task(name="day0.settle_uploads")
+def settle_uploads() -> dict[str, int]:
+    """Periodic: queue a settle for each waiting Hub upload whose settle chain was lost."""
+    return {"queued": len(uploads.pending_uploads_sweep())}

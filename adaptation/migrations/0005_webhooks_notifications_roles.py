@@ -16,6 +16,15 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AddField(
+            model_name="hubwatch",
+            name="job_options",
+            field=models.JSONField(
+                blank=True,
+                default=dict,
+                help_text='Stage options for the jobs of the releases it finds (by poll or webhook), as `adapt --options` takes them: {"plan": {"context_tokens": 131072}, "stability": {"duration_s": 3600}}.',
+            ),
+        ),
         migrations.AlterModelOptions(
             name='adaptationjob',
             options={'ordering': ['-created_at', '-id'], 'permissions': [('trigger_job', 'Can trigger adaptation jobs'), ('cancel_job', 'Can cancel adaptation jobs'), ('rerun_stage', 'Can re-run a stage of a job')]},

@@ -183,3 +183,26 @@ def test_a_broken_watch_does_not_stop_the_round(tmp_path, fake_hub):
     assert "pool 'off' is disabled" in outcomes["a-disabled-pool"].error
     assert outcomes["b-missing-root"].error
     assert outcomes["c-good"].new_releases and not outcomes["c-good"].error
+
+
+def test_watch_job_options_reach_the_jobs_it_starts(tmp_path):
+    """A watch's stage options (checked by the stages) become the options of its jobs."""
+    root = tmp_path / "hub"
+    (root / "acme" / "m").mkdir(parents=True)
+    (root / "acme" / "m" / "config.json").write_bytes(real("openai__gpt-oss-20b"))
+    watch = make_watch(endpoint=str(root), job_options={"plan": {"context_tokens": 8192}})
+    watch.full_clean()
+
+    services.hub_watch_poll(watch=watch)
+
+    job = AdaptationJob.objects.get()
+    assert job.options["plan"]["context_tokens"] == 8192
+
+
+def test_watch_refuses_job_options_a_stage_does_not_take(tmp_path):
+    from django.core.exceptions import ValidationError
+
+    watch = make_watch(endpoint=str(tmp_path), job_options={"plan": {"context_tokns": 8192}})
+    with pytest.raises(ValidationError) as caught:
+        watch.full_clean()
+    assert "context_tokns" in str(caught.value.message_dict["job_options"])

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from adaptation.models import PerformancePoint
+from adaptation.roles import MANAGER, role_grant
 from tests.performance_rows import DENSE, MOE, h200_pool, measured_job
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -19,7 +20,8 @@ USERNAME, PASSWORD = "measurer", "sweep-the-batches"
 
 
 def log_in(page, live_server, django_user_model) -> None:
-    django_user_model.objects.create_user(username=USERNAME, password=PASSWORD)
+    user = django_user_model.objects.create_user(username=USERNAME, password=PASSWORD)
+    role_grant(user=user, role=MANAGER)  # pages need a role to read
     page.goto(f"{live_server.url}/accounts/login/")
     page.get_by_label("Username").fill(USERNAME)
     page.get_by_label("Password").fill(PASSWORD)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from adaptation.models import AcceleratorPool
+from adaptation.roles import MANAGER, role_grant
 from tests.conftest import load_realconfig
 from tests.factories import make_job, make_release
 from workers.catalog import load_catalog
@@ -19,7 +20,8 @@ USERNAME, PASSWORD = "planner", "plan-the-pools"
 
 
 def log_in(page, live_server, django_user_model) -> None:
-    django_user_model.objects.create_user(username=USERNAME, password=PASSWORD)
+    user = django_user_model.objects.create_user(username=USERNAME, password=PASSWORD)
+    role_grant(user=user, role=MANAGER)  # pages need a role to read
     page.goto(f"{live_server.url}/accounts/login/")
     page.get_by_label("Username").fill(USERNAME)
     page.get_by_label("Password").fill(PASSWORD)

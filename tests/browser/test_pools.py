@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from adaptation.models import AcceleratorPool, StageRun
+from adaptation.roles import MANAGER, role_grant
 from tests.factories import cpu_pool, make_job
 from tests.worker_rows import cuda_devices, make_worker
 
@@ -32,7 +33,8 @@ def test_pools_page_shows_the_no_live_worker_badge(live_server, page, django_use
     make_worker(name="manifest@box", queues=("pool.gaudi3",))
     running = make_job(pool=h200, statuses={"fetch": "running"})
     StageRun.objects.filter(job=running).update(worker_host="h200@gpu-node-7")
-    django_user_model.objects.create_user(username="ada", password="correct horse battery")
+    ada = django_user_model.objects.create_user(username="ada", password="correct horse battery")
+    role_grant(user=ada, role=MANAGER)  # pages need a role to read
 
     page.goto(f"{live_server.url}/accounts/login/")
     page.get_by_label("Username").fill("ada")
