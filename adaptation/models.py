@@ -465,6 +465,15 @@ class JobStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+class Readiness(models.TextChoices):
+    """How far a release has come on a pool, lowest first (thresholds: DAY0_READINESS)."""
+
+    NONE = "none", "Not started"
+    EXPERIMENTAL = "experimental", "Experimental"
+    FUNCTIONAL = "functional", "Functional"
+    COMPLETE = "complete", "Complete"
+
+
 class AdaptationJob(models.Model):
     """Adapting one release to one pool: an ordered list of stages run on the pool's queue.
 
@@ -489,10 +498,19 @@ class AdaptationJob(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Kept by `services.job_refresh_status` from the stages (adaptation/readiness.py), so
+    # reports over thousands of releases read one column instead of every stage run.
+    readiness = models.CharField(max_length=16, choices=Readiness.choices, default=Readiness.NONE)
+    blocking_stage = models.CharField(
+        max_length=64, blank=True, help_text="The stage that keeps the job from the next level."
+    )
+    ready_at = models.DateTimeField(
+        null=True, blank=True, help_text="When every required stage had passed (Day 0)."
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["status"])]
+        indexes = [models.Index(fields=["status"]), models.Index(fields=["ready_at"])]
         # What the roles grant (adaptation/roles.py): beyond add/change/view, these name the
         # actions an engineer takes on a job.
         permissions = [
@@ -964,3 +982,128 @@ class NotificationDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} to {self.subscription} ({self.status})"
+
+
+# --- known limitations, release notes, readiness ---------------------------------------------
+
+
+class Severity(models.TextChoices):
+    """How much a limitation keeps a release from serving, most severe first."""
+
+    BLOCKER = "blocker", "Blocker"
+    MAJOR = "major", "Major"
+    MINOR = "minor", "Minor"
+    INFO = "info", "Info"
+
+
+class LimitationStatus(models.TextChoices):
+    OPEN = "open", "Open"
+    MITIGATED = "mitigated", "Mitigated"
+    RESOLVED = "resolved", "Resolved"
+
+
+class KnownLimitation(models.Model):
+    """Something users of a release must know before deploying it: raised by a stage from its
+    findings (`key` set, e.g. "operators:missing:aten::_grouped_mm") or written by a person
+    (`key` blank, `author` set). `pool` null means every pool. `body` is Markdown, rendered
+    safely (no raw HTML). A stage re-run that no longer finds the problem marks its note
+    resolved (`resolved_at`)."""
+
+    release = models.ForeignKey(ModelRelease, on_delete=models.CASCADE, related_name="limitations")
+    pool = models.ForeignKey(
+        AcceleratorPool,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="limitations",
+        help_text="Blank: every pool.",
+    )
+    title = models.CharField(max_length=200)
+    body = models.TextField(blank=True, help_text="Markdown.")
+    severity = models.CharField(max_length=16, choices=Severity.choices, default=Severity.MAJOR)
+    status = models.CharField(
+        max_length=16, choices=LimitationStatus.choices, default=LimitationStatus.OPEN
+    )
+    key = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="For notes a stage raised: what it found, so a re-run updates or resolves "
+        "the same note.",
+    )
+    stage = models.CharField(max_length=64, blank=True, help_text="The stage that raised it.")
+    stage_run = models.ForeignKey(
+        StageRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["release_id", "status", "severity", "-updated_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["release", "pool", "key"],
+                condition=~models.Q(key=""),
+                name="limitation_one_per_stage_finding",
+            )
+        ]
+        indexes = [models.Index(fields=["release", "status"])]
+
+    def __str__(self) -> str:
+        return f"{self.get_severity_display()}: {self.title}"
+
+
+class ReleaseNotes(models.Model):
+    """One version of a release's notes on one pool, written by the `release_notes` stage:
+    configuration notes, performance recommendations, precision summary, known limitations
+    and what was not validated. `markdown` is the generated document; `sections` the same
+    content as data for the pages. Versions count up per (release, pool); people's additions
+    live in `ReleaseNotesAdditions` and survive regeneration."""
+
+    release = models.ForeignKey(ModelRelease, on_delete=models.CASCADE, related_name="notes")
+    pool = models.ForeignKey(AcceleratorPool, on_delete=models.CASCADE, related_name="+")
+    job = models.ForeignKey(AdaptationJob, on_delete=models.CASCADE, related_name="notes")
+    stage_run = models.ForeignKey(
+        StageRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    version = models.PositiveIntegerField()
+    markdown = models.TextField()
+    sections = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["release_id", "pool_id", "-version"]
+        verbose_name_plural = "release notes"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["release", "pool", "version"], name="release_notes_version_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"notes v{self.version} of {self.release} on {self.pool}"
+
+
+class ReleaseNotesAdditions(models.Model):
+    """What people added to a release's notes on a pool (Markdown): kept across every
+    regeneration and printed after the generated part."""
+
+    release = models.ForeignKey(ModelRelease, on_delete=models.CASCADE, related_name="+")
+    pool = models.ForeignKey(AcceleratorPool, on_delete=models.CASCADE, related_name="+")
+    body = models.TextField(blank=True, help_text="Markdown.")
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name_plural = "release notes additions"
+        constraints = [
+            models.UniqueConstraint(fields=["release", "pool"], name="notes_additions_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"additions to {self.release} on {self.pool}"
