@@ -287,12 +287,42 @@ def plan_devices(job: AdaptationJob) -> int | None:
     return devices
 
 
-def _active_jobs(pool: AcceleratorPool) -> list[AdaptationJob]:
-    """The pool's jobs with a stage queued or running, oldest first, runs prefetched."""
+@dataclass
+class _PoolActivity:
+    """What runs on and waits for one pool, as `_pools_activity` reads it."""
+
+    running: list[StageRun] = field(default_factory=list)  # oldest start first
+    active_jobs: list[AdaptationJob] = field(default_factory=list)  # oldest first
+    queue_depth: int = 0
+    oldest_queued_at: datetime | None = None
+
+
+def _pools_activity(pools: list[AcceleratorPool]) -> dict[int, _PoolActivity]:
+    """Per pool id: its running stage runs (job and release loaded), its jobs with a stage
+    queued or running (runs prefetched) and its queue. Four queries for any number of
+    pools."""
+    ids = [pool.pk for pool in pools]
+    activity = {pk: _PoolActivity() for pk in ids}
+    running = (
+        StageRun.objects.filter(job__pool_id__in=ids, status=StageStatus.RUNNING)
+        .select_related("job__release")
+        .order_by("started_at", "id")
+    )
+    for run in running:
+        activity[run.job.pool_id].running.append(run)
+    queues = (
+        StageRun.objects.filter(job__pool_id__in=ids, status=StageStatus.QUEUED)
+        .order_by()
+        .values("job__pool_id")
+        .annotate(depth=Count("id"), oldest=Min("queued_at"))
+    )
+    for queue in queues:
+        pool_activity = activity[queue["job__pool_id"]]
+        pool_activity.queue_depth, pool_activity.oldest_queued_at = queue["depth"], queue["oldest"]
     active = StageRun.objects.filter(
-        job__pool=pool, status__in=(StageStatus.QUEUED, StageStatus.RUNNING)
+        job__pool_id__in=ids, status__in=(StageStatus.QUEUED, StageStatus.RUNNING)
     ).values("job_id")
-    return list(
+    jobs = (
         AdaptationJob.objects.filter(pk__in=active)
         .select_related("release", "pool")
         .prefetch_related(
@@ -300,12 +330,15 @@ def _active_jobs(pool: AcceleratorPool) -> list[AdaptationJob]:
         )
         .order_by("created_at", "id")
     )
+    for job in jobs:
+        activity[job.pool_id].active_jobs.append(job)
+    return activity
 
 
-def _jobs_by_state(pool: AcceleratorPool) -> tuple[list[JobHolding], list[WaitingJob]]:
+def _jobs_by_state(jobs: list[AdaptationJob]) -> tuple[list[JobHolding], list[WaitingJob]]:
     holdings: list[JobHolding] = []
     waiting: list[WaitingJob] = []
-    for job in _active_jobs(pool):
+    for job in jobs:
         latest = _latest_runs(job)
         remaining = sum(1 for run in latest if run.status in _UNFINISHED)
         planned = plan_devices(job)
@@ -346,22 +379,50 @@ def pool_inventory(
     or stopped workers, the jobs holding devices and those waiting, and the queue.
 
     `workers` (all worker rows) and `catalog` spare a page listing many pools repeated
-    queries. The layout comes from `adaptation.catalog.pool_layout`; a `CatalogError` (an
-    unknown kind, a pool naming none) is kept in `layout_error`, not raised.
+    queries (`pool_inventories` reads many pools at once). The layout comes from
+    `adaptation.catalog.pool_layout`; a `CatalogError` (an unknown kind, a pool naming none)
+    is kept in `layout_error`, not raised.
     """
+    (inventory,) = pool_inventories(pools=[pool], now=now, workers=workers, catalog=catalog)
+    return inventory
+
+
+def pool_inventories(
+    *,
+    pools: Iterable[AcceleratorPool],
+    now: datetime | None = None,
+    workers: Iterable[Worker] | None = None,
+    catalog: Catalog | None = None,
+) -> list[PoolInventory]:
+    """`pool_inventory` of each of `pools`, in their order, read together: the same few
+    queries for one pool or fifty."""
     now = _now(now)
+    pools = list(pools)
     rows = list(Worker.objects.all()) if workers is None else list(workers)
-    running = list(
-        StageRun.objects.filter(job__pool=pool, status=StageStatus.RUNNING)
-        .select_related("job__release")
-        .order_by("started_at", "id")
-    )
+    activity = _pools_activity(pools)
+    return [
+        _pool_inventory(
+            pool=pool, now=now, workers=rows, catalog=catalog, activity=activity[pool.pk]
+        )
+        for pool in pools
+    ]
+
+
+def _pool_inventory(
+    *,
+    pool: AcceleratorPool,
+    now: datetime,
+    workers: list[Worker],
+    catalog: Catalog | None,
+    activity: _PoolActivity,
+) -> PoolInventory:
+    """One pool's inventory from the workers and what `_pools_activity` read for it."""
     by_host: dict[str, list[StageRun]] = {}
-    for run in running:
+    for run in activity.running:
         by_host.setdefault(run.worker_host, []).append(run)
     live: list[WorkerState] = []
     inactive: list[WorkerState] = []
-    for worker in sorted((w for w in rows if serves(w, pool)), key=lambda w: w.name):
+    for worker in sorted((w for w in workers if serves(w, pool)), key=lambda w: w.name):
         state = worker_state(worker, now=now)
         age = max((now - worker.last_heartbeat_at).total_seconds(), 0.0)
         if state == "live":
@@ -370,10 +431,7 @@ def pool_inventory(
         elif worker.last_heartbeat_at >= now - RECENT_WORKERS:
             inactive.append(WorkerState(worker, state, age))
     inactive.sort(key=lambda s: s.worker.last_heartbeat_at, reverse=True)
-    queue = StageRun.objects.filter(job__pool=pool, status=StageStatus.QUEUED).aggregate(
-        depth=Count("id"), oldest=Min("queued_at")
-    )
-    holdings, waiting = _jobs_by_state(pool)
+    holdings, waiting = _jobs_by_state(activity.active_jobs)
     layout, layout_error = None, ""
     try:
         layout = pool_layout(pool, catalog)
@@ -386,8 +444,8 @@ def pool_inventory(
         inactive_workers=inactive,
         holdings=holdings,
         waiting=waiting,
-        queued_stage_runs=queue["depth"],
-        oldest_queued_at=queue["oldest"],
+        queued_stage_runs=activity.queue_depth,
+        oldest_queued_at=activity.oldest_queued_at,
         unmatched_running=[run for runs in by_host.values() for run in runs],
         layout=layout,
         layout_error=layout_error,
@@ -405,9 +463,7 @@ def pools_overview(*, now: datetime | None = None) -> tuple[list[PoolInventory],
     except CatalogError as exc:
         catalog_error = str(exc)
     pools = AcceleratorPool.objects.order_by("-enabled", "name")
-    inventories = [
-        pool_inventory(pool=pool, now=now, workers=workers, catalog=catalog) for pool in pools
-    ]
+    inventories = pool_inventories(pools=pools, now=now, workers=workers, catalog=catalog)
     return inventories, catalog_error
 
 

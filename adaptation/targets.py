@@ -7,14 +7,11 @@ Hub repo id (`org/name`) and is looked up on `HF_ENDPOINT` (or the public Hub).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from adaptation.hubs import HubSpec, canonical_endpoint, hub_source
-from adaptation.hubs.base import HubError, ReleaseCandidate
-
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+from adaptation.hubs.base import REPO_ID_RULES, HubError, ReleaseCandidate, is_valid_repo_id
 
 
 class TargetError(Exception):
@@ -50,11 +47,13 @@ def resolve_target(target: str) -> ResolvedTarget:
         # A mirror root is <root>/<org>/<name>: read the folder as one release of its parent's.
         spec = HubSpec(kind="mirror", endpoint=str(folder.parent.parent))
         repo_id = f"{folder.parent.name}/{folder.name}"
-    elif _REPO_ID.match(target):
+    elif is_valid_repo_id(target):
         spec = HubSpec(kind="huggingface")
         repo_id = target
     else:
-        raise TargetError(f"{target!r} is neither an existing path nor a Hub repo id (org/name).")
+        raise TargetError(
+            f"{target!r} is neither an existing path nor a Hub repo id ({REPO_ID_RULES})."
+        )
     try:
         candidate = hub_source(spec).latest_release(repo_id)
     except HubError as exc:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from adaptation.models import AdaptationJob, StageRun, StageStatus
+from pathlib import Path
+
+from adaptation import services
+from adaptation.hubs import HubSpec, canonical_endpoint, hub_source
+from adaptation.models import AdaptationJob, ModelRelease, StageRun, StageStatus
 from workers.runner import execute_stage_run
 
 
@@ -17,3 +21,22 @@ def run_queued_stages(job: AdaptationJob, *, max_steps: int = 50) -> AdaptationJ
         execute_stage_run(run.pk, final_try=True)
     job.refresh_from_db()
     return job
+
+
+def mirror_release(root: Path, repo_id: str, config: bytes) -> ModelRelease:
+    """A release of `repo_id` in a mirror folder under `root` holding `config` as its
+    config.json, recorded as the poller would (found "manual")."""
+    folder = root / repo_id
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_bytes(config)
+    spec = HubSpec(kind="mirror", endpoint=str(root))
+    [candidate] = hub_source(spec).list_releases()
+    release, _ = services.release_get_or_create(
+        hub_kind="mirror",
+        hub_endpoint=canonical_endpoint(spec),
+        repo_id=candidate.repo_id,
+        revision=candidate.revision,
+        published_at=candidate.published_at,
+        found_by="manual",
+    )
+    return release

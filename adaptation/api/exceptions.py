@@ -2,10 +2,11 @@
 
     {"error": {"code": "permission_denied", "message": "...", "fields": {"pool": ["..."]}}}
 
-`fields` is present only for input errors, each field with its messages (a nested
-serializer's errors as "parent.child"). `ServiceError` answers 400, or 409 where a view
-raises `Conflict` for a request the job's state refuses (cancel a finished job, re-run
-while it runs)."""
+`fields` is present only for input errors (code "invalid"), each field with its messages
+(a nested serializer's errors as "parent.child"); a body that is not JSON is "parse_error".
+`ServiceError` answers 400, or 409 where a view raises `Conflict` for a request the
+resource's state refuses (cancel a finished job, re-run while it runs, delete an endpoint
+that has received deliveries)."""
 
 from __future__ import annotations
 

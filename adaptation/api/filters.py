@@ -1,15 +1,18 @@
 """django-filter FilterSets of the API's lists, and their ordering; each list also takes
-`ordering` (and releases `search`), see the views."""
+`ordering` over its view's `ordering_fields` (and releases `search`), see the views."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import django_filters as filters
 from django import forms
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import QuerySet
 from django_filters.fields import IsoDateTimeField
 from drf_spectacular.utils import extend_schema_field
+from rest_framework.exceptions import ValidationError
 from rest_framework.filters import OrderingFilter
 
 from adaptation.models import (
@@ -27,14 +30,71 @@ from adaptation.models import (
 
 
 class StableOrderingFilter(OrderingFilter):
-    """`?ordering=field,-other`, with the row id added last so that rows equal on the
-    chosen fields keep one order from page to page."""
+    """`?ordering=field,-other` over the view's `ordering_fields` (an explicit list, never
+    "__all__"), with the row id added last so that rows equal on the chosen fields keep one
+    order from page to page.
+
+    DRF's `OrderingFilter` drops fields it does not know and silently falls back to the
+    default order; here an unknown field is a 400 naming the allowed ones, and the schema
+    lists them (an enum)."""
+
+    @staticmethod
+    def allowed_fields(view: Any) -> list[str]:
+        """The view's `ordering_fields`. Raises `ImproperlyConfigured` unless it is a list
+        of field names."""
+        fields = getattr(view, "ordering_fields", None)
+        if not isinstance(fields, list | tuple) or not all(
+            isinstance(f, str) and f != "__all__" for f in fields
+        ):
+            raise ImproperlyConfigured(
+                f"{type(view).__name__}.ordering_fields must list the fields to order by."
+            )
+        return list(fields)
 
     def get_ordering(self, request, queryset, view) -> list[str] | None:
-        ordering = super().get_ordering(request, queryset, view)
+        params = request.query_params.get(self.ordering_param)
+        terms = [term.strip() for term in (params or "").split(",") if term.strip()]
+        if not terms:
+            ordering = self.get_default_ordering(view)
+        else:
+            allowed = self.allowed_fields(view)
+            unknown = [t for t in terms if (t[1:] if t.startswith("-") else t) not in allowed]
+            if unknown:
+                raise ValidationError(
+                    {
+                        self.ordering_param: [
+                            f"Cannot order by {', '.join(map(repr, unknown))}; order by "
+                            f"{', '.join(allowed)} (a leading - for descending)."
+                        ]
+                    }
+                )
+            ordering = terms
         if ordering and not any(f.lstrip("-") in ("id", "pk") for f in ordering):
             ordering = [*ordering, "-id"]
         return ordering
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        """`ordering` as a comma-separated list of the allowed fields, each optionally with
+        a leading "-"."""
+        allowed = self.allowed_fields(view)
+        return [
+            {
+                "name": self.ordering_param,
+                "required": False,
+                "in": "query",
+                "description": "Order by these fields, comma-separated; a leading - for "
+                "descending.",
+                "schema": {
+                    "type": "array",
+                    "items": {
+                        "type": "string",
+                        "enum": [term for f in allowed for term in (f, f"-{f}")],
+                    },
+                },
+                "style": "form",
+                "explode": False,
+            }
+        ]
 
 
 # Row ids are positive 64-bit integers; anything else is a 400, not a database error.
@@ -80,7 +140,8 @@ class ReleaseFilter(filters.FilterSet):
     """Releases by org, the status of their newest job, discovery time, hub and family."""
 
     org = filters.CharFilter(
-        method="filter_org", label='Org or user: repo ids starting with "<org>/".'
+        method="filter_org",
+        label='Org or user: repo ids starting with "<org>/" (ignoring case).',
     )
     status = filters.ChoiceFilter(
         field_name="latest_job_status",
@@ -99,7 +160,8 @@ class ReleaseFilter(filters.FilterSet):
         fields = ["org", "status", "since", "hub", "family", "architecture"]
 
     def filter_org(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
-        return queryset.filter(repo_id__startswith=f"{value.strip('/')}/")
+        """Repo ids under `value`, ignoring case as the Hub and the watches do."""
+        return queryset.filter(repo_id__istartswith=f"{value.strip('/')}/")
 
 
 class JobFilter(filters.FilterSet):
@@ -132,6 +194,8 @@ class StageRunFilter(filters.FilterSet):
 
 
 class PoolFilter(filters.FilterSet):
+    """Pools by whether they are enabled and by backend."""
+
     enabled = filters.BooleanFilter(label="Enabled pools only (true) or disabled ones (false).")
     backend = filters.CharFilter(label='Torch backend, "cpu", "cuda", ... or "manifest".')
 
@@ -141,6 +205,8 @@ class PoolFilter(filters.FilterSet):
 
 
 class WebhookEndpointFilter(filters.FilterSet):
+    """Webhook endpoints by kind and whether they are enabled."""
+
     kind = filters.ChoiceFilter(choices=WebhookKind.choices, label="Delivery format.")
     enabled = filters.BooleanFilter(label="Enabled endpoints only (true) or not (false).")
 

@@ -10,6 +10,9 @@ API_MAX_PAGE_SIZE = 500
 
 
 class Pagination(PageNumberPagination):
+    """Pages of `page_size` rows (`?page_size=`, at most `API_MAX_PAGE_SIZE`); a page past
+    the last is a 404."""
+
     page_size = API_PAGE_SIZE
     page_size_query_param = "page_size"
     max_page_size = API_MAX_PAGE_SIZE

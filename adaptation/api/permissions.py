@@ -14,6 +14,10 @@ from typing import Any
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
+# What reading the API needs at least: the releases' `view_` permission, which every role
+# holds (each list needs its own model's `view_`).
+READ_API = "adaptation.view_modelrelease"
+
 
 def view_permission(model: Any) -> str:
     """ "app_label.view_<model>" for a model class."""
@@ -54,3 +58,14 @@ class ActionPermission(BasePermission):
             self.message = f"Your account does not have the {perm} permission this needs."
             return False
         return True
+
+
+class ReadsApi(BasePermission):
+    """Whoever may read the API (`READ_API`: every role holds it; an account without a role
+    does not): the OpenAPI schema and its docs page (`SERVE_PERMISSIONS`)."""
+
+    message = "Your account has no day0 role: the API and its schema are for those with one."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        return bool(user and user.is_authenticated and user.has_perm(READ_API))

@@ -14,7 +14,8 @@ ERROR_SCHEMA: dict[str, Any] = {
             "properties": {
                 "code": {
                     "type": "string",
-                    "description": 'Machine-readable: "invalid", "not_authenticated", '
+                    "description": 'Machine-readable: "invalid", "parse_error" (a body '
+                    'that is not JSON), "not_authenticated", "authentication_failed", '
                     '"permission_denied", "not_found", "conflict", "throttled", ...',
                 },
                 "message": {"type": "string", "description": "For the person reading it."},

@@ -9,7 +9,8 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from adaptation import presenters
+from adaptation import presenters, services
+from adaptation.api.filters import ID_MAX
 from adaptation.inventory import PoolInventory, WorkerState
 from adaptation.models import (
     AcceleratorPool,
@@ -21,6 +22,7 @@ from adaptation.models import (
     WebhookKind,
 )
 from adaptation.webhooks.endpoints import webhook_url_path
+from workers.stages.registry import stage_names
 
 # A result summary keeps a string up to this many characters.
 SUMMARY_TEXT_CHARS = 300
@@ -236,10 +238,31 @@ class JobDetailOutput(JobOutput):
         return StageAttemptOutput(latest_stage_runs(job), many=True).data
 
 
-class JobCreateInput(serializers.Serializer):
-    """Start a job for a release on a pool."""
+class StrictPrimaryKeyRelatedField(serializers.PrimaryKeyRelatedField):
+    """A row id that is a whole number (a JSON integer, or its digits as text), from 1 to
+    `ID_MAX`: DRF's field would hand `3.7` (or `true`) to the database, which reads it as
+    row 3 (or 1)."""
 
-    release = serializers.PrimaryKeyRelatedField(
+    default_error_messages = {
+        **serializers.PrimaryKeyRelatedField.default_error_messages,
+        "incorrect_type": "Incorrect type. Expected a whole-number id, received {data_type}.",
+    }
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, str) and data.isascii() and data.isdigit():
+            data = int(data)
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("incorrect_type", data_type=type(data).__name__)
+        if not 1 <= data <= ID_MAX:
+            self.fail("does_not_exist", pk_value=data)
+        return super().to_internal_value(data)
+
+
+class JobCreateInput(serializers.Serializer):
+    """Start a job for a release on a pool. Each refusal names its field: an unknown
+    release, pool (or a disabled one) or stage, options a stage refuses."""
+
+    release = StrictPrimaryKeyRelatedField(
         queryset=ModelRelease.objects.all(), help_text="The release's id."
     )
     pool = serializers.CharField(
@@ -258,6 +281,30 @@ class JobCreateInput(serializers.Serializer):
         required=False,
         help_text='Per-stage options: {"plan": {"context_tokens": 8192}}.',
     )
+
+    def validate_stages(self, value: list[str]) -> list[str]:
+        known = stage_names()
+        unknown = [name for name in value if name not in known]
+        if unknown:
+            raise serializers.ValidationError(
+                f"Unknown stage(s) {', '.join(map(repr, unknown))}; stages: {', '.join(known)}."
+            )
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """The pool as a row (`pool_get`: the default when blank or absent); the options
+        checked as `job_create` will check them (`job_options_check`). Each refusal is under
+        its field."""
+        try:
+            attrs["pool"] = services.pool_get(name=attrs.get("pool") or None)
+        except services.ServiceError as exc:
+            raise serializers.ValidationError({"pool": [str(exc)]}) from exc
+        if "options" in attrs:
+            try:
+                services.job_options_check(options=attrs["options"], stages=attrs.get("stages"))
+            except services.ServiceError as exc:
+                raise serializers.ValidationError({"options": [str(exc)]}) from exc
+        return attrs
 
 
 # --- releases ---------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import ProtectedError, QuerySet
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -125,10 +125,9 @@ class JobViewSet(
         (absent: `DAY0_DEFAULT_POOL`), with every stage unless `stages` names some, and
         per-stage `options`. Its first stage is queued at once. Needs `trigger_job`."""
         data = self._validated(serializers.JobCreateInput, request)
-        pool = services.pool_get(name=data.get("pool") or None)
         job = services.job_create(
             release=data["release"],
-            pool=pool,
+            pool=data["pool"],
             trigger=Trigger.API,
             requested_by=request.user,
             stages=data.get("stages"),
@@ -215,24 +214,34 @@ class PoolViewSet(ThrottleRefusalsMixin, viewsets.ReadOnlyModelViewSet):
     ordering_fields = ["name", "id"]
     ordering = ["name"]
 
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """A page of pools, their inventories read together: the same few queries for two
+        pools or fifty."""
+        pools = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        self._inventories = self._read_inventories(list(pools or []))
+        return self.get_paginated_response(self.get_serializer(pools, many=True).data)
+
+    @staticmethod
+    def _read_inventories(pools: list[AcceleratorPool]) -> dict[int, inventory.PoolInventory]:
+        """`pools`' inventories by pool id, with the workers and the catalog read once."""
+        try:
+            catalog = catalog_current()
+        except CatalogError:
+            catalog = None  # each pool then shows the error
+        inventories = inventory.pool_inventories(
+            pools=pools, now=timezone.now(), workers=list(Worker.objects.all()), catalog=catalog
+        )
+        return {item.pool.pk: item for item in inventories}
+
     def get_serializer_context(self) -> dict[str, Any]:
-        """An `inventory_of(pool)` reading the workers and the catalog once per request."""
+        """An `inventory_of(pool)`: from those `list` read together, else read for the one
+        pool asked for."""
         context = super().get_serializer_context()
-        now = timezone.now()
-        shared: dict[str, Any] = {}
-        made: dict[int, inventory.PoolInventory] = {}
+        made: dict[int, inventory.PoolInventory] = getattr(self, "_inventories", {})
 
         def inventory_of(pool: AcceleratorPool) -> inventory.PoolInventory:
             if pool.pk not in made:
-                if "workers" not in shared:
-                    shared["workers"] = list(Worker.objects.all())
-                    try:
-                        shared["catalog"] = catalog_current()
-                    except CatalogError:
-                        shared["catalog"] = None  # each pool then shows the error
-                made[pool.pk] = inventory.pool_inventory(
-                    pool=pool, now=now, workers=shared["workers"], catalog=shared["catalog"]
-                )
+                made.update(self._read_inventories([pool]))
             return made[pool.pk]
 
         context["inventory_of"] = inventory_of
@@ -248,7 +257,8 @@ class WebhookEndpointViewSet(
 ):
     """Inbound webhook endpoints: the admin's (reading them needs `view_webhookendpoint`,
     which only the admin role holds; creating `add_`, deleting `delete_`). Secrets are shown
-    once, in the creation's answer."""
+    once, in the creation's answer. An endpoint that has received deliveries is not deleted
+    (409): its deliveries are its log; disable it instead."""
 
     queryset = WebhookEndpoint.objects.select_related("pool", "created_by")
     permission_classes = [ActionPermission]
@@ -289,3 +299,30 @@ class WebhookEndpointViewSet(
             raise services.ServiceError(str(exc)) from exc
         output = serializers.WebhookEndpointCreatedOutput(endpoint, context={"secret": secret})
         return Response(output.data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        responses={
+            204: None,
+            409: OpenApiResponse(
+                description="The endpoint has received deliveries: disable it instead."
+            ),
+        },
+        summary="Delete a webhook endpoint that never received a delivery",
+    )
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Delete an endpoint that has received no delivery (one made by mistake). One that
+        has keeps them as its log (`on_delete=PROTECT`): 409, disable it instead (in the
+        admin: it then answers 404). Needs `delete_webhookendpoint`."""
+        endpoint = self.get_object()
+        refusal = Conflict(
+            f"Endpoint {endpoint.name!r} has received deliveries, which are kept as its log: "
+            "disable it instead (uncheck Enabled in the admin), and it answers 404."
+        )
+        # Asked first: the delete's own refusal would load every delivery that protects it.
+        if endpoint.deliveries.exists() or endpoint.pending_uploads.exists():
+            raise refusal
+        try:
+            endpoint.delete()
+        except ProtectedError as exc:  # a delivery arrived meanwhile
+            raise refusal from exc
+        return Response(status=status.HTTP_204_NO_CONTENT)

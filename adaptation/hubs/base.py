@@ -176,6 +176,29 @@ def tensor_nbytes(dtype: str, shape: Iterable[int]) -> int:
     return math.ceil(math.prod(int(d) for d in shape) * bits / 8)
 
 
+# One part of a repo id (the org or the name): 1 to 96 ASCII letters, digits, "_", "-" or
+# ".", neither starting nor ending with "-" or "." (huggingface_hub's `validate_repo_id`).
+_REPO_ID_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
+_REPO_ID_RE = re.compile(rf"{_REPO_ID_PART}/{_REPO_ID_PART}", re.ASCII)
+REPO_ID_RULES = (
+    "org/name, each 1 to 96 ASCII letters, digits, '_', '-' or '.', neither starting nor "
+    "ending with '-' or '.', without '--', '..' or a '.git' ending"
+)
+
+
+def is_valid_repo_id(repo_id: object) -> bool:
+    """Whether `repo_id` is an `org/name` Hub repo id, by the rules `huggingface_hub`'s
+    `validate_repo_id` checks (`REPO_ID_RULES`), the org required. The whole string must
+    match: no surrounding whitespace, no trailing newline, ASCII only."""
+    return (
+        isinstance(repo_id, str)
+        and _REPO_ID_RE.fullmatch(repo_id) is not None
+        and "--" not in repo_id
+        and ".." not in repo_id
+        and not repo_id.endswith(".git")
+    )
+
+
 def repo_matches(repo_id: str, pattern: str) -> bool:
     """Whether `repo_id` matches the fnmatch `pattern` ("" matches all), ignoring case as the
     Hub does for repo ids."""

@@ -116,7 +116,7 @@ class Migration(migrations.Migration):
                 ('reason', models.TextField(blank=True)),
                 ('job', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='adaptation.adaptationjob')),
                 ('release', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='adaptation.modelrelease')),
-                ('endpoint', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='deliveries', to='adaptation.webhookendpoint')),
+                ('endpoint', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='deliveries', to='adaptation.webhookendpoint')),
             ],
             options={
                 'verbose_name_plural': 'webhook deliveries',
@@ -141,7 +141,7 @@ class Migration(migrations.Migration):
                 ('pool', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='adaptation.acceleratorpool')),
                 ('release', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='adaptation.modelrelease')),
                 ('watch', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='adaptation.hubwatch')),
-                ('endpoint', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='pending_uploads', to='adaptation.webhookendpoint')),
+                ('endpoint', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='pending_uploads', to='adaptation.webhookendpoint')),
             ],
             options={
                 'ordering': ['-last_event_at', '-id'],

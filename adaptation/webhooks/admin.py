@@ -1,15 +1,20 @@
 """Admin for inbound webhooks: endpoints (created here or by `create_webhook_endpoint`; the
 secret is shown once, on creation or rotation, and never again), and read-only views of the
-deliveries they received and the Hub uploads being coalesced."""
+deliveries they received and the Hub uploads being coalesced.
+
+An endpoint that has received deliveries cannot be deleted (they are its log: the
+deliveries' and uploads' `endpoint` is PROTECT, so the admin shows what protects it);
+disable it instead, and it answers 404."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from adaptation.admin_messages import secret_show_once
 from adaptation.models import PendingUpload, WebhookDelivery, WebhookEndpoint
 from adaptation.webhooks.endpoints import (
     webhook_endpoint_create,
@@ -19,12 +24,13 @@ from adaptation.webhooks.endpoints import (
 )
 
 
-def _show_secret_once(request: HttpRequest, endpoint: WebhookEndpoint, secret: str) -> None:
+def _show_endpoint_secret(request: HttpRequest, endpoint: WebhookEndpoint, secret: str) -> None:
     url = webhook_url_path(endpoint)
-    messages.warning(
+    secret_show_once(
         request,
-        f"Secret of {endpoint.name!r}: {secret} — copy it now: it is shown only this once. "
-        f"URL path: {url}. {webhook_setup_hint(endpoint, url=url)}",
+        owner=repr(endpoint.name),
+        secret=secret,
+        then=f"URL path: {url}. {webhook_setup_hint(endpoint, url=url)}",
     )
 
 
@@ -95,12 +101,14 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
         )
         obj.created_by, obj.created_at = endpoint.created_by, endpoint.created_at
         obj._state.adding, obj._state.db = False, endpoint._state.db
-        _show_secret_once(request, endpoint, secret)
+        _show_endpoint_secret(request, endpoint, secret)
 
     @admin.action(description="Rotate the secret of the selected endpoints (shown once)")
     def rotate_secret(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> None:
         for endpoint in queryset:
-            _show_secret_once(request, endpoint, webhook_endpoint_rotate_secret(endpoint=endpoint))
+            _show_endpoint_secret(
+                request, endpoint, webhook_endpoint_rotate_secret(endpoint=endpoint)
+            )
 
 
 class _ReadOnlyAdmin(admin.ModelAdmin):
@@ -115,6 +123,10 @@ class _ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(_ReadOnlyAdmin):
+    """Every request an endpoint received, newest first: what it announced, the answer and
+    why, and the job it started or joined; searchable by repo, revision and delivery id.
+    Old ones that started nothing are pruned daily (`day0.prune_webhook_deliveries`)."""
+
     list_display = (
         "received_at",
         "endpoint",
@@ -137,6 +149,10 @@ class WebhookDeliveryAdmin(_ReadOnlyAdmin):
 
 @admin.register(PendingUpload)
 class PendingUploadAdmin(_ReadOnlyAdmin):
+    """Hub uploads being coalesced, one per endpoint and repo: the revision they wait at,
+    how many deliveries and completeness checks so far (the last check's error), and the job
+    they started once settled."""
+
     list_display = (
         "repo_id",
         "endpoint",

@@ -2,16 +2,21 @@
 secrets), the stored `WebhookDelivery` row, and the outcome a view turns into its JSON answer.
 
 Providers (`huggingface`, `generic`) verify the request first, then parse, then decide; each
-ends by recording one delivery through `delivery_record`, whatever the verdict.
+ends by recording one delivery through a `DeliveryRecorder`, whatever the verdict. A delivery
+refused before its sender proved itself (unknown secret or signature, a disabled endpoint, a
+body over the limit) keeps only the first `UNAUTHENTICATED_BODY_BYTES` of its body, so knowing
+an endpoint's URL is not enough to fill the disk; `webhook_deliveries_prune` (the daily
+`day0.prune_webhook_deliveries`) deletes old deliveries that started nothing.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest
 from django.utils import timezone
 
@@ -31,6 +36,17 @@ SECRET_HEADERS = frozenset(
 LAST_DELIVERY_RESOLUTION_S = 1
 # Stored headers are cut to this many characters each (a header is not a place for data).
 MAX_HEADER_CHARS = 1024
+# Revisions (a commit sha, a content hash) are at most this long: `WebhookDelivery.revision`
+# and `PendingUpload.revision` hold no more.
+MAX_REVISION_CHARS = 128
+# A delivery refused before its sender proved itself keeps this many bytes of its body, and
+# its headers (names and values) up to this many characters in all.
+UNAUTHENTICATED_BODY_BYTES = 1024
+UNAUTHENTICATED_HEADERS_CHARS = 4096
+# Verdicts of deliveries that started nothing: pruned after DAY0_WEBHOOK_DELIVERY_RETENTION_DAYS.
+PRUNED_VERDICTS = (DeliveryVerdict.REJECTED, DeliveryVerdict.IGNORED, DeliveryVerdict.DUPLICATE)
+# Deliveries deleted per statement when pruning (SQLite caps a statement's variables).
+PRUNE_BATCH = 500
 
 
 class BodyTooLarge(Exception):
@@ -122,26 +138,86 @@ def delivery_record(
     revision: str = "",
     delivery_id: str = "",
     idempotency_key: str | None = None,
+    authenticated: bool = False,
 ) -> WebhookDelivery:
     """Store one delivery as received and decided (`received_at` is when it arrived, so the
-    deliveries of a coalesced upload can be found from the upload's first event)."""
+    deliveries of a coalesced upload can be found from the upload's first event).
+
+    Unless the sender proved itself (`authenticated`: its secret or signature checked), only
+    the first `UNAUTHENTICATED_BODY_BYTES` of the body and the first headers up to
+    `UNAUTHENTICATED_HEADERS_CHARS` are kept, and the stored reason says so
+    ("body_truncated", "headers_truncated")."""
+    body, headers, reason = incoming.body_text, incoming.headers, outcome.reason
+    if not authenticated and len(incoming.body) > UNAUTHENTICATED_BODY_BYTES:
+        kept = incoming.body[:UNAUTHENTICATED_BODY_BYTES]
+        body = kept.decode("utf-8", errors="replace")
+        reason = (
+            f"{reason} [body_truncated: the sender was not authenticated; the first "
+            f"{UNAUTHENTICATED_BODY_BYTES} of {len(incoming.body)} bytes are kept]"
+        )
+    if not authenticated:
+        headers, budget = {}, UNAUTHENTICATED_HEADERS_CHARS
+        for name, value in incoming.headers.items():
+            budget -= len(name) + len(value)
+            if budget < 0:
+                break
+            headers[name] = value
+        if len(headers) < len(incoming.headers):
+            reason = (
+                f"{reason} [headers_truncated: the sender was not authenticated; "
+                f"{len(headers)} of {len(incoming.headers)} headers are kept]"
+            )
     return WebhookDelivery.objects.create(
         endpoint=endpoint,
         received_at=incoming.received_at,
         delivery_id=delivery_id[:255],
         idempotency_key=idempotency_key,
         remote_addr=incoming.remote_addr,
-        headers=incoming.headers,
-        body=incoming.body_text,
+        headers=headers,
+        body=body,
         event=event[:64],
         repo_id=repo_id[:256],
-        revision=revision[:128],
+        revision=revision[:MAX_REVISION_CHARS],
         status_code=outcome.status_code,
         verdict=outcome.verdict,
-        reason=outcome.reason,
+        reason=reason,
         release=outcome.release,
         job=outcome.job,
     )
+
+
+@dataclass(frozen=True)
+class DeliveryRecorder:
+    """Records a provider's outcome as the endpoint's delivery, with the fields every
+    delivery of one request shares (`event`, `delivery_id`), and puts the delivery's id in
+    the answer. `authenticated` starts False (a body kept only in part, see
+    `delivery_record`); a provider that has checked the sender's secret or signature goes on
+    with `recorder.authenticated_()`."""
+
+    endpoint: WebhookEndpoint
+    incoming: Incoming
+    event: str = ""
+    delivery_id: str = ""
+    authenticated: bool = False
+
+    def authenticated_(self) -> DeliveryRecorder:
+        """This recorder, for a sender that proved itself (the whole body is kept)."""
+        return replace(self, authenticated=True)
+
+    def __call__(self, outcome: Outcome, **fields: Any) -> Outcome:
+        """Store `outcome` (`fields`: `delivery_record`'s `event`, `repo_id`, `revision`,
+        `idempotency_key`) and return it with `extra["delivery"]` set."""
+        fields.setdefault("event", self.event)
+        delivery = delivery_record(
+            endpoint=self.endpoint,
+            incoming=self.incoming,
+            outcome=outcome,
+            delivery_id=self.delivery_id,
+            authenticated=self.authenticated,
+            **fields,
+        )
+        outcome.extra.setdefault("delivery", delivery.pk)
+        return outcome
 
 
 def endpoint_touch(*, endpoint: WebhookEndpoint, at: datetime) -> None:
@@ -158,3 +234,16 @@ def endpoint_touch(*, endpoint: WebhookEndpoint, at: datetime) -> None:
     WebhookEndpoint.objects.filter(pk=endpoint.pk).exclude(last_delivery_at__gt=recent).update(
         last_delivery_at=at
     )
+
+
+def webhook_deliveries_prune(*, now: datetime | None = None) -> int:
+    """Delete the deliveries older than `DAY0_WEBHOOK_DELIVERY_RETENTION_DAYS` that started
+    nothing (`PRUNED_VERDICTS`: rejected, ignored, duplicate); accepted and coalescing ones,
+    which link the job they started or joined, are kept. Returns how many were deleted."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(days=settings.DAY0_WEBHOOK_DELIVERY_RETENTION_DAYS)
+    old = WebhookDelivery.objects.filter(received_at__lt=cutoff, verdict__in=PRUNED_VERDICTS)
+    deleted = 0
+    while ids := list(old.order_by().values_list("pk", flat=True)[:PRUNE_BATCH]):
+        deleted += WebhookDelivery.objects.filter(pk__in=ids).delete()[0]
+    return deleted

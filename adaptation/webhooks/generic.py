@@ -25,7 +25,6 @@ adapt` does).
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,6 +33,7 @@ from django.db import IntegrityError, transaction
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from adaptation.hubs import HubSpec, canonical_endpoint
+from adaptation.hubs.base import REPO_ID_RULES, is_valid_repo_id
 from adaptation.models import (
     AcceleratorPool,
     DeliveryVerdict,
@@ -52,13 +52,17 @@ from adaptation.services import (
     pool_get,
     release_get_or_create,
 )
-from adaptation.webhooks.deliveries import Incoming, Outcome, delivery_record, rejected
+from adaptation.webhooks.deliveries import (
+    MAX_REVISION_CHARS,
+    DeliveryRecorder,
+    Incoming,
+    Outcome,
+    rejected,
+)
 from workers.stages.registry import stage_names
 
 EVENT = "adapt"
-REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 MAX_REPO_ID_CHARS = 256
-MAX_REVISION_CHARS = 128
 MAX_HUB_URL_CHARS = 512
 MAX_WEBHOOK_ID_CHARS = 255
 
@@ -81,6 +85,15 @@ class AdaptRequest:
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+def _configured_hub_urls() -> set[str]:
+    """The Hub base URLs day0 reads: the default (`HF_ENDPOINT` or the public Hub) and those
+    of the Hugging Face watches, canonical as releases record them."""
+    urls = {canonical_endpoint(HubSpec(kind=HubKind.HUGGINGFACE))}
+    for watch in HubWatch.objects.filter(kind=HubKind.HUGGINGFACE):
+        urls.add(canonical_endpoint(hub_spec_for_watch(watch)))
+    return urls
+
+
 def _hub(value: Any) -> tuple[str, str, HubWatch | None]:
     """(hub kind, canonical endpoint, watch) for the body's `hub`. Raises `RequestError`."""
     if value is None:
@@ -96,8 +109,16 @@ def _hub(value: Any) -> tuple[str, str, HubWatch | None]:
             raise RequestError(f"hub {value!r}: give the base URL only (no credentials, query)")
         if len(value) > MAX_HUB_URL_CHARS:
             raise RequestError(f"hub URL is longer than {MAX_HUB_URL_CHARS} characters")
-        spec = HubSpec(kind=HubKind.HUGGINGFACE, endpoint=value)
-        return HubKind.HUGGINGFACE, canonical_endpoint(spec), None
+        endpoint = canonical_endpoint(HubSpec(kind=HubKind.HUGGINGFACE, endpoint=value))
+        # Only a hub this day0 already reads: the worker would send HF_TOKEN to any other URL
+        # and fetch from wherever a sender points it (cloud metadata, internal services).
+        configured = _configured_hub_urls()
+        if endpoint not in configured:
+            raise RequestError(
+                f"hub {value!r} is not a hub this day0 reads; give a hub watch's name or one "
+                f"of {', '.join(sorted(configured))}"
+            )
+        return HubKind.HUGGINGFACE, endpoint, None
     watch = HubWatch.objects.select_related("pool").filter(name=value).first()
     if watch is None:
         known = ", ".join(HubWatch.objects.values_list("name", flat=True)) or "none"
@@ -129,12 +150,8 @@ def adapt_request_parse(payload: Any, *, endpoint: WebhookEndpoint) -> AdaptRequ
     if not isinstance(payload, dict):
         raise RequestError("body must be a JSON object")
     repo_id = payload.get("repo_id")
-    if (
-        not isinstance(repo_id, str)
-        or len(repo_id) > MAX_REPO_ID_CHARS
-        or not REPO_ID.match(repo_id)
-    ):
-        raise RequestError("repo_id must be a Hub repo id: org/name")
+    if not is_valid_repo_id(repo_id):
+        raise RequestError(f"repo_id must be a Hub repo id: {REPO_ID_RULES}")
     revision = payload.get("revision")
     if not isinstance(revision, str) or not revision.strip():
         raise RequestError("revision must be a non-empty string (a commit sha)")
@@ -178,26 +195,17 @@ def generic_delivery_handle(*, endpoint: WebhookEndpoint, incoming: Incoming) ->
     """Verify, parse and act on one generic delivery to `endpoint`; return its outcome.
 
     401 (signature missing or wrong, timestamp more than 5 minutes off), 400 (body not
-    UTF-8 JSON, not a request day0 can run), 500 (the endpoint's stored secret cannot be
-    decrypted: the secrets key changed), 200 "duplicate" (the `webhook-id` was accepted
-    before: the first delivery's job), 202 "accepted" (release found or created, job
-    created; its first stage is queued after commit). Every delivery is stored. Raises
-    nothing of its own (database errors propagate).
+    UTF-8 JSON or nested too deeply, not a request day0 can run), 500 (the endpoint's
+    stored secret cannot be decrypted: the secrets key changed), 200 "duplicate" (the
+    `webhook-id` was accepted before: the first delivery's job), 202 "accepted" (release
+    found or created, job created; its first stage is queued after commit). Every delivery
+    is stored (the body whole only once the signature is checked). Raises nothing of its
+    own (database errors propagate).
     """
     webhook_id = incoming.raw_headers.get("webhook-id", "")
-
-    def record(outcome: Outcome, **fields: Any) -> Outcome:
-        delivery = delivery_record(
-            endpoint=endpoint,
-            incoming=incoming,
-            outcome=outcome,
-            event=EVENT,
-            delivery_id=webhook_id,
-            **fields,
-        )
-        outcome.extra.setdefault("delivery", delivery.pk)
-        return outcome
-
+    record = DeliveryRecorder(
+        endpoint=endpoint, incoming=incoming, event=EVENT, delivery_id=webhook_id
+    )
     try:
         secret = secret_decrypt(endpoint.secret_ciphertext)
     except SecretUnreadable as exc:
@@ -212,6 +220,7 @@ def generic_delivery_handle(*, endpoint: WebhookEndpoint, incoming: Incoming) ->
         return record(rejected(401, f"Standard Webhooks signature refused: {exc}"))
     except ValueError:  # a malformed signature header (no "v1,", bad base64)
         return record(rejected(401, "Standard Webhooks signature refused: malformed header"))
+    record = record.authenticated_()
     if len(webhook_id) > MAX_WEBHOOK_ID_CHARS:
         return record(rejected(400, f"webhook-id is longer than {MAX_WEBHOOK_ID_CHARS} chars"))
 
@@ -225,6 +234,8 @@ def generic_delivery_handle(*, endpoint: WebhookEndpoint, incoming: Incoming) ->
     except json.JSONDecodeError as exc:
         reason = f"body is not valid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})"
         return record(rejected(400, reason))
+    except RecursionError:
+        return record(rejected(400, "body is not valid JSON: nested too deeply"))
     except RequestError as exc:
         fields = {}
         if isinstance(payload, dict):
@@ -233,7 +244,7 @@ def generic_delivery_handle(*, endpoint: WebhookEndpoint, incoming: Incoming) ->
                 "revision": str(payload.get("revision") or "")[:MAX_REVISION_CHARS],
             }
         return record(rejected(400, str(exc)), **fields)
-    return _accept(endpoint=endpoint, incoming=incoming, webhook_id=webhook_id, request=request)
+    return _accept(endpoint=endpoint, record=record, webhook_id=webhook_id, request=request)
 
 
 def _duplicate(webhook_id: str, first: WebhookDelivery) -> Outcome:
@@ -251,7 +262,11 @@ def _duplicate(webhook_id: str, first: WebhookDelivery) -> Outcome:
 
 
 def _accept(
-    *, endpoint: WebhookEndpoint, incoming: Incoming, webhook_id: str, request: AdaptRequest
+    *,
+    endpoint: WebhookEndpoint,
+    record: DeliveryRecorder,
+    webhook_id: str,
+    request: AdaptRequest,
 ) -> Outcome:
     """Record the release, create the job and store the delivery that claims `webhook_id`,
     in one transaction. The claim is the last insert: when a concurrent delivery with the
@@ -281,27 +296,10 @@ def _accept(
                 f"{request.pool.name} ({'new' if created else 'known'} release {release.pk})"
             )
             outcome = Outcome(202, DeliveryVerdict.ACCEPTED, reason, release=release, job=job)
-            delivery = delivery_record(
-                endpoint=endpoint,
-                incoming=incoming,
-                outcome=outcome,
-                event=EVENT,
-                delivery_id=webhook_id,
-                idempotency_key=webhook_id,
-                **fields,
-            )
+            record(outcome, idempotency_key=webhook_id, **fields)
     except IntegrityError:
         first = endpoint.deliveries.filter(idempotency_key=webhook_id).first()
         if first is None:  # not the claim that failed
             raise
-        outcome = _duplicate(webhook_id, first)
-        delivery = delivery_record(
-            endpoint=endpoint,
-            incoming=incoming,
-            outcome=outcome,
-            event=EVENT,
-            delivery_id=webhook_id,
-            **fields,
-        )
-    outcome.extra["delivery"] = delivery.pk
+        outcome = record(_duplicate(webhook_id, first), **fields)
     return outcome

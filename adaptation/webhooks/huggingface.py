@@ -23,14 +23,13 @@ once the repo is quiet and the upload complete.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
 
 from adaptation.hubs import canonical_endpoint
-from adaptation.hubs.base import repo_matches
+from adaptation.hubs.base import REPO_ID_RULES, is_valid_repo_id, repo_matches
 from adaptation.models import (
     AcceleratorPool,
     DeliveryVerdict,
@@ -40,16 +39,27 @@ from adaptation.models import (
     WebhookEndpoint,
 )
 from adaptation.secrets import secret_matches
+from adaptation.selectors import release_newest_job
 from adaptation.services import hub_spec_for_watch
 from adaptation.webhooks import uploads
-from adaptation.webhooks.deliveries import Incoming, Outcome, delivery_record, rejected
+from adaptation.webhooks.deliveries import (
+    MAX_REVISION_CHARS,
+    DeliveryRecorder,
+    Incoming,
+    Outcome,
+    rejected,
+)
 
 SECRET_HEADER = "x-webhook-secret"
 MAIN_REF = "refs/heads/main"
 # Scopes the Hub documents; a narrower one is read as an update on the broader one.
 KNOWN_SCOPES = ("repo", "repo.content", "repo.config", "discussion", "discussion.comment")
-MAX_REVISION_CHARS = 128
-MAX_REPO_NAME_CHARS = 256
+# Why a delivery's secret did not match: a wrong or missing one, or a server whose key
+# changed since the secret was made (its digest is keyed with it; nothing tells them apart).
+WRONG_SECRET_REASON = (
+    "missing or wrong X-Webhook-Secret, or the server's DAY0_SECRETS_KEY/SECRET_KEY changed "
+    "since the secret was made (rotate it)"
+)
 
 
 class PayloadError(ValueError):
@@ -108,9 +118,10 @@ def _text(container: dict[str, Any], key: str, where: str) -> str:
 
 def hub_event_parse(body: bytes) -> HubEvent:
     """The `HubEvent` in a delivery's raw body. Raises `PayloadError` naming what is wrong:
-    not UTF-8 JSON, not an object, or a required field missing (`event.scope`,
-    `event.action`, `repo.type`, `repo.name`; `repo.headSha` when present must be a string of
-    at most 128 characters)."""
+    not UTF-8 JSON (or JSON nested too deeply to read), not an object, or a required field
+    missing (`event.scope`, `event.action`, `repo.type`, `repo.name`, which must be a Hub
+    repo id, `is_valid_repo_id`; `repo.headSha` when present must be a string of at most 128
+    characters)."""
     try:
         payload = json.loads(body.decode("utf-8"))
     except UnicodeDecodeError:
@@ -119,6 +130,8 @@ def hub_event_parse(body: bytes) -> HubEvent:
         raise PayloadError(
             f"body is not valid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})"
         ) from None
+    except RecursionError:
+        raise PayloadError("body is not valid JSON: nested too deeply") from None
     if not isinstance(payload, dict):
         raise PayloadError("body is not a JSON object")
     event, repo = payload.get("event"), payload.get("repo")
@@ -132,8 +145,8 @@ def hub_event_parse(body: bytes) -> HubEvent:
     ):
         raise PayloadError(f"repo.headSha must be a string of at most {MAX_REVISION_CHARS} chars")
     repo_name = _text(repo, "name", "repo")
-    if len(repo_name) > MAX_REPO_NAME_CHARS:
-        raise PayloadError(f"repo.name is longer than {MAX_REPO_NAME_CHARS} characters")
+    if not is_valid_repo_id(repo.get("name")):
+        raise PayloadError(f"repo.name must be a Hub repo id: {REPO_ID_RULES}")
     refs = payload.get("updatedRefs")
     updated_refs = None
     if isinstance(refs, list):
@@ -209,22 +222,15 @@ def huggingface_delivery_handle(*, endpoint: WebhookEndpoint, incoming: Incoming
     pending upload; the settle task is queued after commit). Every delivery is stored.
     Raises nothing of its own (database errors propagate).
     """
-    delivery_id = incoming.raw_headers.get("x-request-id", "")
-
-    def record(outcome: Outcome, **fields: Any) -> Outcome:
-        delivery = delivery_record(
-            endpoint=endpoint,
-            incoming=incoming,
-            outcome=outcome,
-            delivery_id=delivery_id,
-            **fields,
-        )
-        outcome.extra.setdefault("delivery", delivery.pk)
-        return outcome
-
-    # The secret first: nothing of an unauthenticated body is believed or parsed.
+    record = DeliveryRecorder(
+        endpoint=endpoint,
+        incoming=incoming,
+        delivery_id=incoming.raw_headers.get("x-request-id", ""),
+    )
+    # The secret first: nothing of an unauthenticated body is believed, parsed or kept whole.
     if not secret_matches(incoming.raw_headers.get(SECRET_HEADER, ""), endpoint.secret_digest):
-        return record(rejected(401, "missing or wrong X-Webhook-Secret"))
+        return record(rejected(401, WRONG_SECRET_REASON))
+    record = record.authenticated_()
     try:
         event = hub_event_parse(incoming.body)
         triage = hub_event_triage(event)
@@ -253,7 +259,8 @@ def huggingface_delivery_handle(*, endpoint: WebhookEndpoint, incoming: Incoming
         watch=watch,
         pool=pool,
         hub_endpoint=hub_endpoint,
-        record=lambda outcome: record(outcome, **fields),
+        record=record,
+        fields=fields,
     )
 
 
@@ -266,20 +273,22 @@ def _coalesce(
     watch: HubWatch,
     pool: AcceleratorPool,
     hub_endpoint: str,
-    record: Callable[[Outcome], Outcome],
+    record: DeliveryRecorder,
+    fields: dict[str, str],
 ) -> Outcome:
     """A taken delivery: "duplicate" when its revision is a release already, else it joins
-    (or opens) the repo's pending upload."""
+    (or opens) the repo's pending upload; recorded with `fields` (event, repo, revision)."""
     repo_id, revision = event.repo_name, event.head_sha
     release = ModelRelease.objects.filter(
         hub_kind=HubKind.HUGGINGFACE, hub_endpoint=hub_endpoint, repo_id=repo_id, revision=revision
     ).first()
     if release is not None:
-        job = release.jobs.order_by("-created_at", "-pk").first()
+        job = release_newest_job(release)
         reason = f"{repo_id}@{revision[:12]} is a release already" + (
             f" (job {job.pk}): no new job" if job else ": no new job"
         )
-        return record(Outcome(200, DeliveryVerdict.DUPLICATE, reason, release=release, job=job))
+        outcome = Outcome(200, DeliveryVerdict.DUPLICATE, reason, release=release, job=job)
+        return record(outcome, **fields)
     with transaction.atomic():
         upload, created = uploads.pending_upload_record(
             endpoint=endpoint,
@@ -296,7 +305,8 @@ def _coalesce(
             f"{revision[:12]} ({upload.deliveries} deliveries so far)"
         )
         outcome = record(
-            Outcome(202, DeliveryVerdict.COALESCING, reason, extra={"pending_upload": upload.pk})
+            Outcome(202, DeliveryVerdict.COALESCING, reason, extra={"pending_upload": upload.pk}),
+            **fields,
         )
         if created:
             # One settle chain per upload: later deliveries only move its quiet period on.

@@ -49,6 +49,7 @@ from adaptation.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
+from adaptation.selectors import release_newest_job
 from adaptation.services import (
     ServiceError,
     job_create,
@@ -200,7 +201,7 @@ def pending_upload_settle(*, pending_upload_id: int, now: datetime | None = None
         with transaction.atomic():
             if not _still_as_read(upload).update(status=Status.DUPLICATE):
                 return SettleOutcome("skipped", f"{label}: changed while settling")
-            job = existing.jobs.order_by("-created_at", "-pk").first()
+            job = release_newest_job(existing)
             _finish(upload, status=Status.DUPLICATE, release=existing, job=job)
         return SettleOutcome(
             Status.DUPLICATE, f"{label} is a release already", job_id=job and job.pk
@@ -276,7 +277,7 @@ def pending_upload_settle(*, pending_upload_id: int, now: datetime | None = None
             watch=upload.watch,
         )
         if not created:  # the poller (or a generic delivery) recorded it during the check
-            job = release.jobs.order_by("-created_at", "-pk").first()
+            job = release_newest_job(release)
             _finish(upload, status=Status.DUPLICATE, release=release, job=job)
             return SettleOutcome(
                 Status.DUPLICATE, f"{label} is a release already", job_id=job and job.pk

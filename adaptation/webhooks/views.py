@@ -3,9 +3,9 @@ page.
 
 Receivers are CSRF-exempt and need no login (the secret or signature is the credential), take
 POST only, and answer JSON `{"delivery", "verdict", "reason", "release", "job", "job_url",
-...}`: 404 for an unknown or disabled endpoint (or one of the other kind), 413 for a body
-over `DAY0_WEBHOOK_MAX_BODY_BYTES`. Nothing slow runs in the request: no hub call, and work
-is queued after the transaction commits.
+...}`: 404 for an unknown or disabled endpoint (or one of the other kind, or a path that is
+not an endpoint id), 413 for a body over `DAY0_WEBHOOK_MAX_BODY_BYTES`. Nothing slow runs
+in the request: no hub call, and work is queued after the transaction commits.
 """
 
 from __future__ import annotations
@@ -21,17 +21,17 @@ from django.contrib.auth.decorators import login_not_required, permission_requir
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
-from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
-from adaptation.models import DeliveryVerdict, WebhookDelivery, WebhookEndpoint, WebhookKind
+from adaptation.models import DeliveryVerdict, WebhookEndpoint, WebhookKind
+from adaptation.page_links import job_page_url
 from adaptation.views import login_required
 from adaptation.webhooks.deliveries import (
     BodyTooLarge,
+    DeliveryRecorder,
     Incoming,
     Outcome,
-    delivery_record,
     endpoint_touch,
     incoming_from,
     read_body,
@@ -39,6 +39,7 @@ from adaptation.webhooks.deliveries import (
 )
 from adaptation.webhooks.generic import generic_delivery_handle
 from adaptation.webhooks.huggingface import huggingface_delivery_handle
+from adaptation.webhooks.selectors import webhook_deliveries_list
 
 DELIVERIES_PER_PAGE = 50
 # The board's status colours, by verdict: started (green), waiting (amber), refused (red).
@@ -53,21 +54,23 @@ VERDICT_BADGES = {
 Handler = Callable[..., Outcome]
 
 
-def _answer(request: HttpRequest, outcome: Outcome) -> JsonResponse:
-    job_url = None
-    if outcome.job is not None:
-        page = reverse("adaptation:release_detail", args=[outcome.job.release_id])
-        job_url = request.build_absolute_uri(page) + f"#job-{outcome.job.pk}"
+def _answer(outcome: Outcome) -> JsonResponse:
+    """The JSON answer to a delivery: its verdict and reason, what it points at (the job's
+    page under `DAY0_PUBLIC_URL`, as notifications link it) and the provider's extras."""
     payload: dict[str, Any] = {
         "delivery": None,
         "verdict": outcome.verdict,
         "reason": outcome.reason,
         "release": outcome.release.pk if outcome.release is not None else None,
         "job": outcome.job.pk if outcome.job is not None else None,
-        "job_url": job_url,
+        "job_url": job_page_url(outcome.job) if outcome.job is not None else None,
         **outcome.extra,
     }
     return JsonResponse(payload, status=outcome.status_code)
+
+
+def _no_such_endpoint(reason: str = "no such webhook endpoint") -> JsonResponse:
+    return JsonResponse({"verdict": DeliveryVerdict.REJECTED, "reason": reason}, status=404)
 
 
 def _receive(
@@ -83,10 +86,7 @@ def _receive(
     endpoint = WebhookEndpoint.objects.select_related("pool").filter(pk=endpoint_id, kind=kind)
     endpoint = endpoint.first()
     if endpoint is None:
-        return JsonResponse(
-            {"verdict": DeliveryVerdict.REJECTED, "reason": "no such webhook endpoint"},
-            status=404,
-        )
+        return _no_such_endpoint()
     outcome: Outcome
     incoming: Incoming
     try:
@@ -100,10 +100,10 @@ def _receive(
         else:
             outcome = handle(endpoint=endpoint, incoming=incoming)
     if outcome.verdict == DeliveryVerdict.REJECTED and "delivery" not in outcome.extra:
-        delivery = delivery_record(endpoint=endpoint, incoming=incoming, outcome=outcome)
-        outcome.extra["delivery"] = delivery.pk
+        # Refused before the provider saw it: its sender never proved itself.
+        DeliveryRecorder(endpoint=endpoint, incoming=incoming)(outcome)
     endpoint_touch(endpoint=endpoint, at=incoming.received_at)
-    return _answer(request, outcome)
+    return _answer(outcome)
 
 
 @csrf_exempt
@@ -120,6 +120,13 @@ def huggingface(request: HttpRequest, endpoint_id: UUID) -> HttpResponse:
 def generic(request: HttpRequest, endpoint_id: UUID) -> HttpResponse:
     """A Standard Webhooks delivery asking for a job (`adaptation.webhooks.generic`)."""
     return _receive(request, endpoint_id, kind=WebhookKind.GENERIC, handle=generic_delivery_handle)
+
+
+@csrf_exempt
+@login_not_required
+def not_an_endpoint(request: HttpRequest, rest: str) -> HttpResponse:
+    """/webhooks/<kind>/<anything but an endpoint id>: the receivers' JSON 404, not a page."""
+    return _no_such_endpoint("no such webhook endpoint (an endpoint's id is a UUID)")
 
 
 class DeliveryFilter(forms.Form):
@@ -142,18 +149,18 @@ class DeliveryFilter(forms.Form):
 @permission_required("adaptation.view_webhookdelivery", raise_exception=True)
 @require_GET
 def delivery_list(request: HttpRequest) -> HttpResponse:
-    """The latest deliveries, newest first, filtered by endpoint and verdict, 50 a page."""
+    """The latest deliveries, newest first, filtered by endpoint and verdict, 50 a page. A
+    filter that is not one of the choices (an endpoint since deleted, a mistyped verdict)
+    lists nothing and says why on the form: never every delivery as if unfiltered."""
     form = DeliveryFilter(request.GET or None)
-    deliveries = WebhookDelivery.objects.select_related("endpoint", "release", "job").order_by(
-        "-received_at", "-id"
-    )
     filters: dict[str, str] = {}
     if form.is_bound and form.is_valid():
         filters = {k: v for k, v in form.cleaned_data.items() if v}
-        if "endpoint" in filters:
-            deliveries = deliveries.filter(endpoint_id=filters["endpoint"])
-        if "verdict" in filters:
-            deliveries = deliveries.filter(verdict=filters["verdict"])
+    deliveries = webhook_deliveries_list(
+        endpoint_id=filters.get("endpoint"), verdict=filters.get("verdict")
+    )
+    if form.errors:
+        deliveries = deliveries.none()
     page = Paginator(deliveries, DELIVERIES_PER_PAGE).get_page(request.GET.get("page"))
     rows = [{"delivery": d, "badge": VERDICT_BADGES.get(d.verdict, "pending")} for d in page]
     return render(
@@ -164,6 +171,6 @@ def delivery_list(request: HttpRequest) -> HttpResponse:
             "page": page,
             "rows": rows,
             "filter_query": urlencode(filters),
-            "filtered": bool(filters),
+            "filtered": bool(filters) or bool(form.errors),
         },
     )

@@ -1,9 +1,7 @@
-"""Cancelling a job: its unfinished stages are cancelled, a worker's later result is
-discarded, its Celery task is revoked after commit, and a stage can be re-run later."""
+"""Cancelling a job: its unfinished stages are cancelled, a worker running one stops at its
+next heartbeat and step, its later result is discarded, and a stage can be re-run later."""
 
 from __future__ import annotations
-
-import logging
 
 import pytest
 from celery import current_app
@@ -73,29 +71,53 @@ def test_cancel_cancels_every_unfinished_stage_and_the_job(django_user_model, re
     assert revoked == []  # not before the transaction commits (never here: it rolls back)
 
 
-def test_the_running_task_is_revoked_after_commit(revoked, django_capture_on_commit_callbacks):
+def test_cancel_sends_no_revoke_the_worker_stops_itself(
+    revoked, django_capture_on_commit_callbacks
+):
+    """Killing the pool process running a task can leave the worker stuck on its pool's
+    locks: the worker learns of the cancel from its heartbeat instead."""
     job = make_job(statuses={"fetch": S.RUNNING})
     StageRun.objects.filter(job=job, stage="fetch").update(celery_task_id="task-7")
     with django_capture_on_commit_callbacks(execute=True):
         services.job_cancel(job=job)
-    assert revoked == [("task-7", {"terminate": True, "signal": "SIGTERM"})]
+    assert revoked == []
     assert StageRun.objects.get(job=job, stage="fetch").error == "Cancelled by an operator."
+    assert services.stage_run_heartbeat(stage_run_id=job.stage_runs.get(stage="fetch").pk) is False
 
 
-def test_a_broker_error_on_revoke_is_logged_not_raised(
-    monkeypatch, caplog, django_capture_on_commit_callbacks
-):
-    def broken(task_id, **kw):
-        raise ConnectionError("broker down")
+@pytest.mark.django_db(
+    transaction=True
+)  # the heartbeat and the canceller use their own connections
+def test_a_running_stage_stops_at_its_next_step_once_cancelled(monkeypatch, settings):
+    """The runner's heartbeat finds the run cancelled and the stage's next check raises
+    StageCancelled: nothing is stored over the cancelled row."""
+    import threading
 
-    monkeypatch.setattr(current_app.control, "revoke", broken)
-    job = make_job(statuses={"fetch": S.RUNNING})
-    StageRun.objects.filter(job=job, stage="fetch").update(celery_task_id="task-8")
-    with caplog.at_level(logging.WARNING), django_capture_on_commit_callbacks(execute=True):
-        services.job_cancel(job=job)
-    assert "Could not revoke Celery task task-8" in caplog.text
-    job.refresh_from_db()
-    assert job.status == JobStatus.CANCELLED
+    from workers.stages.base import raise_if_cancelled
+
+    settings.DAY0_HEARTBEAT_EVERY_S = 0.05
+    job = make_job(statuses={"fetch": S.QUEUED})
+    run = job.stage_runs.get(stage="fetch")
+    started, steps = threading.Event(), []
+
+    def endless(ctx):
+        started.set()
+        while len(steps) < 1000:  # about 10 s at most: the cancel comes after 0.2 s
+            raise_if_cancelled(ctx.cancelled)
+            steps.append(1)
+            threading.Event().wait(0.01)
+        return {"steps": len(steps)}
+
+    definition = StageDefinition(name="fetch", title="Fetch", run=endless)
+    monkeypatch.setattr(runner, "get_stage", lambda name: definition)
+    threading.Timer(0.2, lambda: services.job_cancel(job=job)).start()
+
+    outcome = runner.execute_stage_run(run.pk, worker_host="test")
+
+    assert outcome.status == "cancelled"
+    assert started.is_set() and len(steps) < 1000
+    run.refresh_from_db()
+    assert (run.status, run.result) == (S.CANCELLED, None)
 
 
 @pytest.mark.parametrize("status", [S.SUCCEEDED, S.FAILED])

@@ -128,20 +128,58 @@ def test_create_refuses_bad_input_field_by_field(cast, seeded, body, field, mess
 
 
 @pytest.mark.parametrize(
-    ("extra", "message"),
+    ("extra", "field", "message"),
     [
-        ({"pool": "nope"}, "No enabled pool 'nope'; enabled pools: cpu, h200."),
-        ({"stages": ["fetch", "dance"]}, "Unknown stage 'dance'"),
-        ({"stages": ["fetch"], "options": {"plan": {"context_tokens": 10}}}, "Options for stage"),
+        ({"pool": "nope"}, "pool", "No enabled pool 'nope'; enabled pools: cpu, h200."),
+        ({"stages": ["fetch", "dance"]}, "stages", "Unknown stage(s) 'dance'; stages: fetch,"),
+        (
+            {"stages": ["fetch"], "options": {"plan": {"context_tokens": 10}}},
+            "options",
+            "Options for stage 'plan', which this job does not run",
+        ),
     ],
 )
-def test_create_refusals_of_the_domain_are_400s(cast, seeded, extra, message):
+def test_create_refusals_of_the_domain_name_their_field(cast, seeded, extra, field, message):
     response = cast.api("eli").post(URL, {"release": seeded.qwen.pk, **extra}, format="json")
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["code"] == "invalid"
-    assert message in error["message"]
-    assert "fields" not in error
+    assert list(error["fields"]) == [field]
+    assert error["fields"][field][0].startswith(message)
+    assert AdaptationJob.objects.count() == 5
+
+
+def test_an_unknown_default_pool_is_a_pool_error(cast, seeded, settings):
+    settings.DAY0_DEFAULT_POOL = "gone"
+    response = cast.api("eli").post(URL, {"release": seeded.qwen.pk}, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"] == {
+        "pool": ["No enabled pool 'gone'; enabled pools: cpu, h200."]
+    }
+
+
+@pytest.mark.parametrize("release", [3.7, 1.0, True, "1.5", "", [1], {"id": 1}, 2**63])
+def test_a_release_id_must_be_a_whole_number(cast, seeded, release):
+    """`3.7` is not release 3 (nor `true` release 1): the database would read them so."""
+    response = cast.api("eli").post(URL, {"release": release, "pool": "cpu"}, format="json")
+    assert response.status_code == 400
+    assert list(response.json()["error"]["fields"]) == ["release"]
+    assert AdaptationJob.objects.count() == 5
+
+
+def test_a_release_id_may_be_sent_as_its_digits(cast, seeded):
+    response = cast.api("eli").post(URL, {"release": str(seeded.qwen.pk)}, format="json")
+    assert response.status_code == 201
+    assert AdaptationJob.objects.get(pk=response.json()["id"]).release == seeded.qwen
+
+
+def test_json_nested_too_deeply_is_a_400_parse_error(cast, seeded):
+    body = "[" * 100_000 + "]" * 100_000
+    response = cast.api("eli").post(URL, body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": {"code": "parse_error", "message": "JSON parse error - nested too deeply."}
+    }
     assert AdaptationJob.objects.count() == 5
 
 

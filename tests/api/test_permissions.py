@@ -49,13 +49,19 @@ def test_reads_need_a_role(cast, seeded, who, expected):
 
 
 @pytest.mark.parametrize(
-    ("who", "expected"), [(None, 401), ("nina", 200), ("mona", 200), ("eli", 200), ("ada", 200)]
+    ("who", "expected"), [(None, 401), ("nina", 403), ("mona", 200), ("eli", 200), ("ada", 200)]
 )
-def test_the_schema_needs_a_signed_in_caller(cast, who, expected):
+def test_the_schema_needs_a_caller_with_a_role(cast, who, expected):
     response = cast.api(who).get("/api/schema/")
     assert response.status_code == expected
     if expected == 200:
         assert response["Content-Type"].startswith("application/vnd.oai.openapi")
+
+
+@pytest.mark.parametrize(("who", "expected"), [("nina", 403), ("mona", 200)])
+def test_the_docs_page_needs_a_role_too(cast, client, who, expected):
+    client.force_login(getattr(cast, who))
+    assert client.get("/api/docs/").status_code == expected
 
 
 @pytest.mark.parametrize(

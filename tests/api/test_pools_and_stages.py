@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
-from adaptation.models import StageRun
+from adaptation.models import AcceleratorPool, StageRun
 from tests.api.conftest import results
+from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -91,3 +94,21 @@ def test_stage_runs_are_read_only(cast, seeded):
     assert api.post("/api/v1/stages/", {}, format="json").status_code == 405
     assert api.delete(f"/api/v1/stages/{run.pk}/").status_code == 405
     assert api.patch(f"/api/v1/stages/{run.pk}/", {}, format="json").status_code == 405
+
+
+def test_the_pools_list_costs_the_same_queries_for_two_pools_or_six(cast, seeded):
+    api = cast.api("mona")
+    api.get("/api/v1/pools/")  # warm: the session, the token, the content types
+    with CaptureQueriesContext(connection) as two:
+        assert len(results(api.get("/api/v1/pools/"))) == 2
+    for n in range(4):
+        pool = AcceleratorPool.objects.create(
+            name=f"extra{n}", backend="cuda", device="cuda", accelerator="h200"
+        )
+        make_job(pool=pool, statuses={"fetch": "running", "analyze": "queued"})
+    with CaptureQueriesContext(connection) as six:
+        pools = results(api.get("/api/v1/pools/"))
+    assert len(pools) == 6
+    assert len(six.captured_queries) == len(two.captured_queries)
+    extra = next(p for p in pools if p["name"] == "extra0")
+    assert (extra["devices_held"], extra["queue_depth"]) == (1, 1)  # still read per pool

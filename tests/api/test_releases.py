@@ -34,6 +34,8 @@ def test_list_is_newest_first_with_the_newest_jobs_status(cast, seeded):
         ("org=Qwen", ["Qwen/Qwen2.5-72B-Instruct"]),
         ("org=meta-llama", ["meta-llama/Llama-3.1-8B"]),
         ("org=meta", []),  # the whole org, not a prefix of it
+        ("org=qwen", ["Qwen/Qwen2.5-72B-Instruct"]),  # ignoring case, as watches match
+        ("org=META-LLAMA/", ["meta-llama/Llama-3.1-8B"]),
         ("status=failed", ["Qwen/Qwen2.5-72B-Instruct"]),
         ("status=running", ["deepseek-ai/DeepSeek-V3", "meta-llama/Llama-3.1-8B"]),
         ("status=succeeded", []),  # llama's newest job runs again
@@ -140,3 +142,33 @@ def test_missing_release_is_a_404_in_the_error_shape(cast, seeded):
     response = cast.api("mona").get(f"{URL}999999/")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize(
+    ("url", "ordering"),
+    [
+        (URL, "unknownfield"),
+        (URL, "repo_id,-nope"),
+        (URL, "config"),  # a real field, but not one to order by
+        ("/api/v1/jobs/", "-release__repo_id"),
+        ("/api/v1/stages/", "log"),
+        ("/api/v1/pools/", "queue"),
+        ("/api/v1/webhook-endpoints/", "secret_digest"),
+    ],
+)
+def test_an_unknown_ordering_is_a_400_naming_the_allowed_fields(cast, seeded, url, ordering):
+    response = cast.api("ada").get(url, {"ordering": ordering})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "invalid" and list(error["fields"]) == ["ordering"]
+    assert error["fields"]["ordering"][0].startswith("Cannot order by ")
+    assert "(a leading - for descending)" in error["fields"]["ordering"][0]
+
+
+def test_an_allowed_ordering_still_orders_and_blank_terms_are_ignored(cast, seeded):
+    response = cast.api("mona").get(URL, {"ordering": "-repo_id,"})
+    assert repo_ids(response) == [
+        "meta-llama/Llama-3.1-8B",
+        "deepseek-ai/DeepSeek-V3",
+        "Qwen/Qwen2.5-72B-Instruct",
+    ]

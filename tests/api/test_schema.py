@@ -135,3 +135,17 @@ def test_get_answers_conform_to_the_schema(cast, seeded, wsgi_app):
             conforms()
         checked.append(operation.path)
     assert set(checked) == GET_PATHS
+
+
+def test_the_schema_lists_each_lists_orderings(cast):
+    schema = cast.api("mona").get("/api/schema/", {"format": "json"}).json()
+    (ordering,) = [
+        p
+        for p in schema["paths"]["/api/v1/releases/"]["get"]["parameters"]
+        if p["name"] == "ordering"
+    ]
+    assert ordering["schema"]["items"]["enum"] == [
+        "discovered_at", "-discovered_at", "published_at", "-published_at",
+        "repo_id", "-repo_id", "id", "-id",
+    ]  # fmt: skip
+    assert (ordering["style"], ordering["explode"]) == ("form", False)  # comma-separated

@@ -43,6 +43,28 @@ def test_drf_create_token_makes_a_working_token_and_r_replaces_it(cast):
     assert old.json()["error"] == {"code": "authentication_failed", "message": "Invalid token."}
 
 
+def test_a_token_may_be_sent_as_a_bearer_token(cast):
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {cast.token('mona')}")
+    assert client.get(URL).status_code == 200
+    client.credentials(HTTP_AUTHORIZATION="Bearer not-a-token")
+    wrong = client.get(URL)
+    assert wrong.status_code == 401
+    assert wrong.json()["error"] == {"code": "authentication_failed", "message": "Invalid token."}
+    assert wrong["WWW-Authenticate"] == "Token"  # the scheme the docs name first
+
+
+def test_the_schema_names_both_token_schemes(cast):
+    schema = cast.api("mona").get("/api/schema/", {"format": "json"}).json()
+    schemes = schema["components"]["securitySchemes"]
+    assert schemes["bearerAuth"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "The API token as a bearer token: `Authorization: Bearer <key>`.",
+    }
+    assert schemes["tokenAuth"]["type"] == "apiKey"
+
+
 def test_a_revoked_token_stops_working(cast):
     client = cast.api("eli")
     assert client.get(URL).status_code == 200

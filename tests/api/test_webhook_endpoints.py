@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adaptation.models import WebhookEndpoint
+from adaptation.models import DeliveryVerdict, PendingUpload, WebhookDelivery, WebhookEndpoint
 from adaptation.secrets import secret_decrypt, secret_matches
 from adaptation.webhooks.endpoints import webhook_endpoint_create
 from tests.api.conftest import results
@@ -128,3 +128,30 @@ def test_a_malformed_id_is_a_404(cast):
 def test_endpoints_cannot_be_edited_through_the_api(cast, endpoint):
     response = cast.api("ada").patch(f"{URL}{endpoint.pk}/", {"name": "x"}, format="json")
     assert response.status_code == 405
+
+
+def test_an_endpoint_with_deliveries_is_not_deleted_but_refused_with_409(cast, endpoint):
+    delivery = WebhookDelivery.objects.create(
+        endpoint=endpoint, status_code=401, verdict=DeliveryVerdict.REJECTED
+    )
+    response = cast.api("ada").delete(f"{URL}{endpoint.pk}/")
+
+    assert response.status_code == 409
+    assert response.json() == {
+        "error": {
+            "code": "conflict",
+            "message": "Endpoint 'hub-main' has received deliveries, which are kept as its "
+            "log: disable it instead (uncheck Enabled in the admin), and it answers 404.",
+        }
+    }
+    assert WebhookEndpoint.objects.filter(pk=endpoint.pk).exists()
+    assert WebhookDelivery.objects.filter(pk=delivery.pk).exists()
+
+
+def test_an_endpoint_with_a_pending_upload_is_not_deleted(cast, endpoint, seeded):
+    PendingUpload.objects.create(
+        endpoint=endpoint, pool=seeded.cpu, hub_endpoint="https://huggingface.co",
+        repo_id="acme-ai/x", revision="a" * 40,
+    )  # fmt: skip
+    assert cast.api("ada").delete(f"{URL}{endpoint.pk}/").status_code == 409
+    assert WebhookEndpoint.objects.filter(pk=endpoint.pk).exists()

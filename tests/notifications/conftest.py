@@ -8,6 +8,7 @@ import socket
 import pytest
 
 from adaptation.models import AcceleratorPool, Team
+from tests.cast import cast  # noqa: F401  (the named cast of roles)
 from tests.receiver import receiver  # noqa: F401  (the subscriber's endpoint fixture)
 
 

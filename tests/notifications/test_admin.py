@@ -160,3 +160,30 @@ def test_deliveries_are_read_only_and_can_be_retried(
     ).content.decode()
     assert f"?subscription__id__exact={subscription.pk}" in change
     assert "job.failed" in change
+
+
+@pytest.mark.parametrize(("who", "expected"), [("eli", 403), ("mona", 403), ("ada", 200)])
+def test_subscriptions_and_their_deliveries_are_the_admin_roles_only(
+    client, cast, team, who, expected
+) -> None:
+    """A subscription's URL is a secret (a Slack URL is the credential itself): engineers and
+    managers, who read every other day0 model, do not see them, nor the deliveries."""
+    subscription = NotificationSubscription.objects.create(
+        team=team, name="slack", url="https://hooks.slack.com/services/T0/B0/s3cr3t", format="slack"
+    )
+    user = getattr(cast, who)
+    user.is_staff = True  # as if let into the admin site: the role alone must keep them out
+    user.save()
+    client.force_login(user)
+
+    for url in (
+        LIST_URL,
+        reverse("admin:adaptation_notificationsubscription_change", args=[subscription.pk]),
+        DELIVERIES_URL,
+    ):
+        response = client.get(url)
+        assert response.status_code == expected, url
+        if expected == 403:
+            assert "s3cr3t" not in response.content.decode()
+    index = client.get(reverse("admin:index")).content.decode()
+    assert ("Notification subscriptions" in index) is (expected == 200)

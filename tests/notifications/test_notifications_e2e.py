@@ -7,12 +7,12 @@ import pytest
 from standardwebhooks import Webhook
 
 from adaptation import services
-from adaptation.hubs import HubSpec, canonical_endpoint, hub_source
 from adaptation.models import NotificationDelivery, Team
 from adaptation.notifications.services import subscription_create
 from tests.conftest import REALCONFIGS_DIR
 from tests.e2e.conftest import celery_worker_process, wait_for  # noqa: F401  (fixture)
 from tests.factories import cpu_pool
+from tests.helpers import mirror_release
 
 pytestmark = [pytest.mark.e2e]
 
@@ -24,19 +24,7 @@ def sent_messages() -> None:
 
 def mirror_job(root, config: bytes):
     """A two-stage job (fetch, analyze) for a release folder under `root`."""
-    folder = root / "acme" / "tiny"
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_bytes(config)
-    spec = HubSpec(kind="mirror", endpoint=str(root))
-    [candidate] = hub_source(spec).list_releases()
-    release, _ = services.release_get_or_create(
-        hub_kind="mirror",
-        hub_endpoint=canonical_endpoint(spec),
-        repo_id=candidate.repo_id,
-        revision=candidate.revision,
-        published_at=candidate.published_at,
-        found_by="manual",
-    )
+    release = mirror_release(root, "acme/tiny", config)
     return services.job_create(
         release=release, pool=cpu_pool(), trigger="manual", stages=["fetch", "analyze"]
     )

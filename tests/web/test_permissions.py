@@ -17,7 +17,13 @@ from tests.factories import make_job
 pytestmark = pytest.mark.django_db
 
 ENDPOINT_ID = str(uuid.uuid4())
-SAMPLES = {"pk": "1", "job_id": "1", "stage": "fetch", "endpoint_id": ENDPOINT_ID}
+SAMPLES = {
+    "pk": "1",
+    "job_id": "1",
+    "stage": "fetch",
+    "endpoint_id": ENDPOINT_ID,
+    "rest": "not-an-endpoint-id",
+}
 PUBLIC = {"accounts/login/": 200, "accounts/logout/": 405}  # logout is POST-only
 WEBHOOK_RECEIVERS = ("webhooks/huggingface/", "webhooks/generic/")
 
@@ -86,6 +92,8 @@ ADMIN_PAGES = {
     "/admin/adaptation/hubwatch/add/": {"mona": "login", "eli": 200, "ada": 200},
     "/admin/adaptation/adaptationjob/": {"mona": "login", "eli": 200, "ada": 200},
     "/admin/adaptation/webhookendpoint/": {"mona": "login", "eli": 403, "ada": 200},
+    "/admin/adaptation/notificationsubscription/": {"mona": "login", "eli": 403, "ada": 200},
+    "/admin/adaptation/notificationdelivery/": {"mona": "login", "eli": 403, "ada": 200},
     "/admin/adaptation/acceleratorpool/add/": {"mona": "login", "eli": 403, "ada": 200},
     "/admin/authtoken/tokenproxy/": {"mona": "login", "eli": 403, "ada": 200},
     "/admin/auth/user/": {"mona": "login", "eli": 403, "ada": 200},

@@ -30,7 +30,8 @@ SHA = "3c1e4f2a9b8d7c6e5f4a3b2c1d0e9f8a7b6c5d4e"
 REQUEST = {"repo_id": "acme-ai/Acme-LLM-7B", "revision": SHA}
 
 
-def test_a_signed_request_starts_a_job(client, generic_endpoint, sent):
+def test_a_signed_request_starts_a_job(client, generic_endpoint, sent, settings):
+    settings.DAY0_PUBLIC_URL = "https://day0.example.com"  # where people reach the pages
     response = post_generic(client, generic_endpoint, REQUEST)
 
     assert response.status_code == 202
@@ -43,7 +44,7 @@ def test_a_signed_request_starts_a_job(client, generic_endpoint, sent):
         "reason": answer["reason"],
         "release": release.pk,
         "job": job.pk,
-        "job_url": f"http://testserver/releases/{release.pk}/#job-{job.pk}",
+        "job_url": f"https://day0.example.com/releases/{release.pk}/#job-{job.pk}",
     }
     assert (release.repo_id, release.revision) == (REQUEST["repo_id"], SHA)
     assert (release.hub_kind, release.hub_endpoint) == (
@@ -74,6 +75,8 @@ def test_stages_options_pool_and_hub_url_are_taken(client, generic_endpoint, sen
     gpu = AcceleratorPool.objects.create(
         name="h200", backend="cuda", device="cuda", accelerator="h200", queue="pool.h200"
     )
+    # A hub URL is taken when day0 reads that hub already (here through a watch).
+    make_watch(name="internal", kind=HubKind.HUGGINGFACE, endpoint="https://hub.internal.example")
     payload = {
         **REQUEST,
         "hub": "https://hub.internal.example/",
@@ -90,6 +93,19 @@ def test_stages_options_pool_and_hub_url_are_taken(client, generic_endpoint, sen
     assert job.stages == ["fetch", "analyze", "plan"]
     assert job.options["plan"]["context_tokens"] == 8192
     assert job.release.hub_endpoint == "https://hub.internal.example"
+
+
+@pytest.mark.parametrize(
+    "hub", ["http://169.254.169.254", "http://127.0.0.1:6379", "https://attacker.example/"]
+)
+def test_a_hub_url_day0_does_not_read_is_refused(client, generic_endpoint, sent, hub):
+    """A sender cannot point the worker (and its HF_TOKEN) at an arbitrary URL."""
+    response = post_generic(client, generic_endpoint, {**REQUEST, "hub": hub})
+
+    assert response.status_code == 400
+    assert "is not a hub this day0 reads" in response.json()["reason"]
+    assert "https://huggingface.co" in response.json()["reason"]
+    assert not AdaptationJob.objects.exists() and sent.stages == []
 
 
 def test_a_hub_watch_name_gives_its_hub_and_pool(client, generic_endpoint, sent, tmp_path):
@@ -289,6 +305,12 @@ def test_concurrent_repeats_of_one_webhook_id_make_one_job(generic_endpoint, sen
         ({"revision": SHA}, "repo_id must be a Hub repo id: org/name"),
         ({**REQUEST, "repo_id": "no-org"}, "repo_id must be a Hub repo id: org/name"),
         ({**REQUEST, "repo_id": "a/b/c"}, "repo_id must be a Hub repo id: org/name"),
+        # The whole id must match: no trailing newline, ASCII only, Hub rules.
+        ({**REQUEST, "repo_id": "acme-ai/Acme-LLM-7B\n"}, "repo_id must be a Hub repo id"),
+        ({**REQUEST, "repo_id": "acme-ai/Café-7B"}, "repo_id must be a Hub repo id"),
+        ({**REQUEST, "repo_id": "acme-ai/-Acme"}, "repo_id must be a Hub repo id"),
+        ({**REQUEST, "repo_id": "acme-ai/Acme--7B"}, "repo_id must be a Hub repo id"),
+        ({**REQUEST, "repo_id": f"acme-ai/{'x' * 97}"}, "repo_id must be a Hub repo id"),
         ({**REQUEST, "revision": ""}, "revision must be a non-empty string"),
         ({**REQUEST, "revision": "x" * 129}, "revision must be at most 128 chars"),
         ({**REQUEST, "revision": 7}, "revision must be a non-empty string"),
@@ -322,3 +344,31 @@ def test_a_body_that_is_not_json_gets_400_after_the_signature(client, generic_en
     )
     assert response.status_code == 400
     assert response.json()["reason"].startswith("body is not valid JSON")
+
+
+def test_json_nested_too_deeply_gets_400_and_is_stored(client, generic_endpoint, sent):
+    body = b"[" * 100_000 + b"]" * 100_000
+    headers = signed_headers(generic_endpoint.secret, body)
+    response = client.post(
+        generic_endpoint.url, data=body, content_type="application/json", headers=headers
+    )
+
+    assert response.status_code == 400
+    assert response.json()["reason"] == "body is not valid JSON: nested too deeply"
+    delivery = WebhookDelivery.objects.get()
+    assert (delivery.status_code, delivery.verdict) == (400, DeliveryVerdict.REJECTED)
+    assert len(delivery.body) == len(body)  # signed: kept whole
+    assert AdaptationJob.objects.count() == 0
+
+
+def test_a_bad_signature_keeps_only_the_first_kib_of_the_body(client, generic_endpoint, sent):
+    body = json.dumps({**REQUEST, "padding": "x" * 4000}).encode()
+    headers = signed_headers("whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldY", body)  # another key
+    response = client.post(
+        generic_endpoint.url, data=body, content_type="application/json", headers=headers
+    )
+
+    assert response.status_code == 401
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.body == body[:1024].decode()
+    assert "[body_truncated: the sender was not authenticated" in delivery.reason

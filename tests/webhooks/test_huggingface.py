@@ -154,7 +154,10 @@ def test_wrong_or_missing_secret_gets_401_and_no_upload(
 
     assert response.status_code == 401
     assert response.json()["verdict"] == "rejected"
-    assert response.json()["reason"] == "missing or wrong X-Webhook-Secret"
+    assert response.json()["reason"] == (
+        "missing or wrong X-Webhook-Secret, or the server's DAY0_SECRETS_KEY/SECRET_KEY "
+        "changed since the secret was made (rotate it)"
+    )
     assert PendingUpload.objects.count() == 0 and sent.settles == []
     delivery = only_delivery()
     assert (delivery.status_code, delivery.verdict) == (401, DeliveryVerdict.REJECTED)
@@ -283,6 +286,122 @@ def test_posting_is_csrf_exempt(hub_endpoint, hub_watch, sent):
 
     strict = Client(enforce_csrf_checks=True)
     assert post_hub(strict, hub_endpoint, hub_body("repo_content_update_main")).status_code == 202
+
+
+def test_a_path_that_is_not_an_endpoint_id_is_a_json_404(client):
+    for path in (
+        "/webhooks/huggingface/not-a-uuid",
+        "/webhooks/generic/1/2",
+        "/webhooks/generic/x",
+    ):
+        response = client.post(path, data=b"{}", content_type="application/json")
+        assert response.status_code == 404, path
+        assert response["Content-Type"] == "application/json"
+        assert response.json()["verdict"] == "rejected"
+    assert WebhookDelivery.objects.count() == 0
+
+
+# --- what is kept of a delivery whose sender was not authenticated --------------------------
+
+BIG_BODY = json.dumps({**hub_payload("repo_content_update_main"), "padding": "x" * 5000}).encode()
+
+
+def test_a_wrong_secret_keeps_only_the_first_kib_of_the_body(client, hub_endpoint, hub_watch, sent):
+    response = post_hub(client, hub_endpoint, BIG_BODY, secret="not-the-secret")
+
+    assert response.status_code == 401
+    delivery = only_delivery()
+    assert delivery.body == BIG_BODY[:1024].decode()
+    assert delivery.reason.endswith(
+        f"[body_truncated: the sender was not authenticated; the first 1024 of {len(BIG_BODY)} "
+        "bytes are kept]"
+    )
+    assert "body_truncated" not in response.json()["reason"]  # the sender's answer is as before
+
+
+def test_a_disabled_endpoint_keeps_only_the_first_kib_of_the_body(
+    client, hub_endpoint, hub_watch, sent
+):
+    hub_endpoint.row.enabled = False
+    hub_endpoint.row.save()
+    assert post_hub(client, hub_endpoint, BIG_BODY).status_code == 404
+    delivery = only_delivery()
+    assert len(delivery.body) == 1024 and "body_truncated" in delivery.reason
+
+
+def test_a_wrong_secret_keeps_only_the_first_headers(client, hub_endpoint, hub_watch, sent):
+    many = {f"X-Filler-{n:03d}": "y" * 1000 for n in range(40)}
+    post_hub(client, hub_endpoint, hub_body("repo_content_update_main"), secret="no", **many)
+
+    delivery = only_delivery()
+    stored = sum(len(name) + len(value) for name, value in delivery.headers.items())
+    assert 0 < stored <= 4096
+    assert "Content-Type" in delivery.headers  # the first ones are kept
+    assert "[headers_truncated: the sender was not authenticated;" in delivery.reason
+
+
+def test_an_authenticated_delivery_keeps_its_whole_body(client, hub_endpoint, hub_watch, sent):
+    assert post_hub(client, hub_endpoint, BIG_BODY).status_code == 202
+    delivery = only_delivery()
+    assert delivery.body == BIG_BODY.decode() and "body_truncated" not in delivery.reason
+
+
+# --- bodies a parser chokes on, repo names that are not repo ids -----------------------------
+
+
+def test_json_nested_too_deeply_is_a_400_and_stored(client, hub_endpoint, hub_watch, sent):
+    body = b"[" * 100_000 + b"]" * 100_000
+    response = post_hub(client, hub_endpoint, body)
+
+    assert response.status_code == 400
+    assert response.json()["reason"] == (
+        "malformed Hub webhook: body is not valid JSON: nested too deeply"
+    )
+    delivery = only_delivery()
+    assert (delivery.status_code, delivery.verdict) == (400, DeliveryVerdict.REJECTED)
+    assert response.json()["delivery"] == delivery.pk
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        f"{REPO}\n",  # a trailing newline
+        f" {REPO}",
+        "acme-ai/Acme-LLM-7B-café",  # not ASCII
+        "acme-ai/Acme..LLM",
+        "acme-ai/Acme--LLM",
+        "acme-ai/-Acme-LLM",
+        "acme-ai/Acme-LLM.",
+        "acme-ai/Acme-LLM.git",
+        "acme-ai/" + "x" * 97,
+        "Acme-LLM-7B",  # no org
+        "acme-ai/a/b",
+    ],
+)
+def test_a_repo_name_that_is_not_a_repo_id_gets_400_and_opens_no_upload(
+    client, hub_endpoint, hub_watch, sent, name
+):
+    payload = hub_payload("repo_content_update_main")
+    payload["repo"]["name"] = name
+    response = post_hub(client, hub_endpoint, json.dumps(payload).encode())
+
+    assert response.status_code == 400
+    assert response.json()["reason"].startswith(
+        "malformed Hub webhook: repo.name must be a Hub repo id: org/name"
+    )
+    assert PendingUpload.objects.count() == 0 and sent.settles == []
+    assert only_delivery().verdict == DeliveryVerdict.REJECTED
+
+
+@pytest.mark.parametrize(
+    "name", ["acme-ai/Acme-LLM-7B", "acme-ai/acme_llm.v2", "acme-ai/" + "x" * 96]
+)
+def test_repo_ids_the_hub_allows_are_taken(client, hub_endpoint, hub_watch, sent, name):
+    payload = hub_payload("repo_content_update_main")
+    payload["repo"]["name"] = name
+    response = post_hub(client, hub_endpoint, json.dumps(payload).encode())
+    assert response.status_code == 202
+    assert PendingUpload.objects.get().repo_id == name
 
 
 # --- watches, pools, duplicates ------------------------------------------------------------

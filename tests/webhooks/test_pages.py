@@ -143,7 +143,7 @@ def test_the_admin_shows_a_new_endpoints_secret_once(client, staff_user):
     endpoint = WebhookEndpoint.objects.get()
     assert (endpoint.quiet_period_s, endpoint.created_by) == (120, staff_user)
     html = response.content.decode()
-    secret = re.search(r"Secret of &#x27;hub&#x27;: (\S+) — copy it now", html)
+    secret = re.search(r"Secret of &#x27;hub&#x27;: <code>(\S+)</code> — copy it now", html)
     assert secret, html[:2000]
     assert secret_matches(secret[1], endpoint.secret_digest)
     assert f"/webhooks/huggingface/{endpoint.pk}" in html
@@ -182,3 +182,45 @@ def test_deliveries_and_uploads_are_read_only_in_the_admin(client, staff_user):
     found = client.get(reverse("admin:adaptation_webhookdelivery_changelist"), {"q": "Acme"})
     assert "acme-ai/Acme-LLM-7B" in found.content.decode()
     assert client.get(reverse("admin:adaptation_pendingupload_add")).status_code == 403
+
+
+def test_an_endpoint_filter_that_is_no_choice_says_so_and_lists_nothing(client, reader):
+    hub, _ = webhook_endpoint_create(name="hub", kind=WebhookKind.HUGGINGFACE)
+    delivery(hub)
+    client.force_login(reader)
+
+    for query in ({"endpoint": "not-an-endpoint"}, {"verdict": "maybe"}):
+        html = client.get(URL, query).content.decode()
+        assert rows(html) == [], query
+        assert 'id="filter-errors"' in html and "Select a valid choice" in html
+        assert "Nothing listed: fix the filter above." in html
+
+
+def test_a_new_endpoints_secret_never_travels_in_a_cookie(client, staff_user):
+    """Messages are kept in the session: a messages cookie is only signed, so the secret
+    would be readable in it."""
+    client.force_login(staff_user)
+    response = client.post(
+        reverse("admin:adaptation_webhookendpoint_add"),
+        {"name": "ci", "kind": "generic", "quiet_period_s": "60", "enabled": "on"},
+    )
+
+    assert response.status_code == 302
+    assert "messages" not in response.cookies
+    secret = re.search(r"whsec_[A-Za-z0-9+/=]+", client.get(response.url).content.decode())[0]
+    assert secret_decrypt(WebhookEndpoint.objects.get().secret_ciphertext) == secret
+    for cookie in response.cookies.values():
+        assert "whsec_" not in cookie.value
+
+
+def test_the_admin_will_not_delete_an_endpoint_with_deliveries(client, staff_user):
+    hub, _ = webhook_endpoint_create(name="hub", kind=WebhookKind.HUGGINGFACE)
+    row = delivery(hub)
+    client.force_login(staff_user)
+    url = reverse("admin:adaptation_webhookendpoint_delete", args=[hub.pk])
+
+    page = client.get(url).content.decode()
+    assert "would require deleting the following protected related objects" in page
+    client.post(url, {"post": "yes"})
+    assert WebhookEndpoint.objects.filter(pk=hub.pk).exists()
+    assert WebhookDelivery.objects.filter(pk=row.pk).exists()

@@ -1,6 +1,7 @@
-"""`python manage.py grant_role USER engineer|manager|admin [--revoke]`: give a user a day0
-role (its group; engineer and admin also set `is_staff` for the admin site), or take it
-away."""
+"""`python manage.py grant_role USER engineer|manager|admin [--create] [--revoke]`: give a
+user a day0 role (its group; engineer and admin also set `is_staff` for the admin site), or
+take it away. `--create` makes the user first when there is none: a bot that only uses an API
+token, or a person who then sets a password with `manage.py changepassword USER`."""
 
 from __future__ import annotations
 
@@ -23,13 +24,31 @@ class Command(BaseCommand):
         parser.add_argument(
             "--revoke", action="store_true", help="Take the role away instead of granting it."
         )
+        parser.add_argument(
+            "--create",
+            action="store_true",
+            help="Create the user when there is none, without a password (it cannot sign in "
+            "until `manage.py changepassword USER`; an API token works at once).",
+        )
 
-    def handle(self, *args, username: str, role: str, revoke: bool, **options) -> None:
+    def handle(
+        self, *args, username: str, role: str, revoke: bool, create: bool, **options
+    ) -> None:
         model = get_user_model()
         try:
             user = model.objects.get(**{model.USERNAME_FIELD: username})
         except model.DoesNotExist:
-            raise CommandError(f"No user {username!r}.") from None
+            if not create or revoke:
+                raise CommandError(
+                    f"No user {username!r}; add --create to make one (or `manage.py "
+                    "createsuperuser` for a superuser)."
+                ) from None
+            user = model.objects.create_user(**{model.USERNAME_FIELD: username})
+            self.stdout.write(
+                f"Created {username} without a password: `manage.py changepassword {username}` "
+                "lets a person sign in; `manage.py drf_create_token "
+                f"{username}` gives a bot its API token."
+            )
         if revoke:
             role_revoke(user=user, role=role)
         else:

@@ -17,7 +17,6 @@ or pool, --devices 0, a malformed config).
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from django.db import DatabaseError
 
 from adaptation.catalog import GIB, catalog_current, pool_catalog
 from adaptation.hubs import hub_source
-from adaptation.hubs.base import HubError
+from adaptation.hubs.base import HubError, is_valid_repo_id
 from adaptation.models import AcceleratorKind, AcceleratorPool
 from adaptation.targets import TargetError, resolve_target
 from adaptation.templatetags import day0_format as fmt
@@ -45,7 +44,6 @@ from workers.stages.plan import (
 from workers.stages.plan.planner import MAX_DEVICES_PER_NODE, MAX_NODES
 
 NO_FIT_EXIT_CODE = 2
-REPO_ID = re.compile(r"[\w.-]+/[\w.-]+")  # org/name as the Hub spells a repo id
 
 
 def _one_line(text: Any) -> str:
@@ -106,7 +104,7 @@ def load_target(target: str) -> tuple[str, dict, dict | None]:
         if not isinstance(config, dict):
             raise TargetError(f"{path.name} is valid JSON but not an object.")
         named = config.get("_name_or_path")
-        if isinstance(named, str) and REPO_ID.fullmatch(named):
+        if is_valid_repo_id(named):
             return named, config, None
         return path.stem, config, None
     resolved = resolve_target(target)
@@ -250,7 +248,7 @@ class Command(BaseCommand):
         planned_options = plan_options_from_args(context, concurrency, dtype)
         try:
             name, config, weights = load_target(target)
-            if model_id is not None and not REPO_ID.fullmatch(model_id):
+            if model_id is not None and not is_valid_repo_id(model_id):
                 raise TargetError(f"--model-id must be a repo id like org/name, got {model_id!r}")
             name = model_id or name
             analysis = analyze_config(config, weights=weights).to_dict()
