@@ -10,6 +10,11 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.html import format_html
 
+from adaptation import (
+    limitations_admin,  # noqa: F401  (registers KnownLimitation)
+    release_notes_admin,  # noqa: F401  (registers the notes and additions)
+    users_admin,  # noqa: F401  (registers User, superuser-only fields guarded)
+)
 from adaptation.catalog import GIB, TERA
 from adaptation.models import (
     AcceleratorKind,

@@ -9,9 +9,14 @@ class AdaptationConfig(AppConfig):
 
     def ready(self) -> None:
         """Keep the role groups (`adaptation.roles`) in sync after every `migrate`, once
-        Django has created this app's permissions (its receiver is connected earlier)."""
+        Django has created this app's permissions (its receiver is connected earlier); refuse
+        to start (`ImproperlyConfigured`) when `DAY0_READINESS` names an unregistered stage."""
+        from django.conf import settings
+
+        from adaptation.readiness import readiness_thresholds_check
         from adaptation.roles import sync_roles_after_migrate
 
         post_migrate.connect(
             sync_roles_after_migrate, sender=self, dispatch_uid="adaptation.roles.sync"
         )
+        readiness_thresholds_check(settings.DAY0_READINESS)

@@ -770,13 +770,15 @@ class WebhookDelivery(models.Model):
     """One inbound request to an endpoint, whatever became of it.
 
     `headers` are stored without secrets or signatures; `body` is the raw body as text (up to
-    the size limit; larger bodies are refused with 413 and stored empty). `idempotency_key`
+    the size limit; larger bodies are refused with 413 and stored empty; a delivery refused
+    before its sender proved itself keeps its first KiB only). `idempotency_key`
     is set only on the delivery that first claimed its key (a generic `webhook-id`): the
     unique constraint makes a second job for the same key impossible, even under races.
     """
 
+    # PROTECT: deleting an endpoint must not delete its log; disable it instead.
     endpoint = models.ForeignKey(
-        WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries"
+        WebhookEndpoint, on_delete=models.PROTECT, related_name="deliveries"
     )
     received_at = models.DateTimeField(default=timezone.now, db_index=True)
     delivery_id = models.CharField(
@@ -828,7 +830,7 @@ class PendingUpload(models.Model):
         ABANDONED = "abandoned", "Abandoned"
 
     endpoint = models.ForeignKey(
-        WebhookEndpoint, on_delete=models.CASCADE, related_name="pending_uploads"
+        WebhookEndpoint, on_delete=models.PROTECT, related_name="pending_uploads"
     )
     watch = models.ForeignKey(
         HubWatch, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -885,6 +887,8 @@ class NotificationEvent(models.TextChoices):
     STAGE_FAILED = "stage.failed", "Stage failed"
     JOB_SUCCEEDED = "job.succeeded", "Job succeeded"
     JOB_FAILED = "job.failed", "Job failed"
+    # The managers' weekly summary (adaptation/reports.py), sent to subscriptions that opt in.
+    REPORT_WEEKLY = "report.weekly", "Weekly summary"
 
 
 class NotificationFormat(models.TextChoices):
@@ -893,7 +897,10 @@ class NotificationFormat(models.TextChoices):
 
 
 def default_notification_events() -> list[str]:
-    return [choice.value for choice in NotificationEvent]
+    """A new subscription's events: every job event (the weekly summary is opted into)."""
+    return [
+        choice.value for choice in NotificationEvent if choice != NotificationEvent.REPORT_WEEKLY
+    ]
 
 
 class NotificationSubscription(models.Model):
@@ -1048,7 +1055,13 @@ class KnownLimitation(models.Model):
                 fields=["release", "pool", "key"],
                 condition=~models.Q(key=""),
                 name="limitation_one_per_stage_finding",
-            )
+            ),
+            # NULLs never collide in the one above: notes for every pool need their own.
+            models.UniqueConstraint(
+                fields=["release", "key"],
+                condition=~models.Q(key="") & models.Q(pool__isnull=True),
+                name="limitation_one_per_finding_all_pools",
+            ),
         ]
         indexes = [models.Index(fields=["release", "status"])]
 

@@ -21,6 +21,7 @@ from adaptation.models import (
     StageRun,
     StageStatus,
 )
+from adaptation.readiness import JobReadiness, readiness_from_runs, top_limitation
 from adaptation.selectors import latest_runs_by_stage
 from adaptation.templatetags.day0_format import (
     MISSING,
@@ -88,16 +89,63 @@ def waiting_label(pool: AcceleratorPool | None) -> str:
 
 
 @dataclass(frozen=True)
+class PoolReadiness:
+    """A release on one pool: the readiness of its latest job there (`adaptation.readiness`),
+    the stage blocking the next level, the most severe open limitation that applies there
+    (None when none), and when the release was first ready on the pool."""
+
+    pool_id: int
+    pool_name: str
+    job: AdaptationJob
+    level: JobReadiness
+    top_limitation: Any
+    ready_at: datetime | None
+
+    @property
+    def blocking_title(self) -> str:
+        """The blocking stage's title ("" when nothing blocks)."""
+        return stage_title(self.level.blocking_stage) if self.level.blocking_stage else ""
+
+
+def pool_readiness(
+    jobs: Iterable[AdaptationJob], *, limitations: Iterable[Any] = ()
+) -> list[PoolReadiness]:
+    """Per pool the release's jobs ran on (by pool name), its readiness: jobs newest first
+    with their stage runs and pool prefetched; `limitations` the release's open ones."""
+    limitations = list(limitations)
+    by_pool: dict[int, list[AdaptationJob]] = {}
+    for job in jobs:
+        by_pool.setdefault(job.pool_id, []).append(job)
+    rows = []
+    for pool_id, pool_jobs in by_pool.items():
+        latest = pool_jobs[0]
+        times = [at for at in (job_ready_at(job) for job in pool_jobs) if at is not None]
+        rows.append(
+            PoolReadiness(
+                pool_id=pool_id,
+                pool_name=latest.pool.name,
+                job=latest,
+                level=job_readiness(latest),
+                top_limitation=top_limitation(limitations, pool_id=pool_id),
+                ready_at=min(times) if times else None,
+            )
+        )
+    return sorted(rows, key=lambda row: row.pool_name)
+
+
+@dataclass(frozen=True)
 class Day0Clock:
     """How long a release has been public and, once adapted, how long that took.
 
-    `ready_at` is the first time the release was adapted: the earliest moment at which every
-    stage of one of its jobs had a succeeded attempt (see `release_ready_at`). It never moves
-    later, so re-runs and manual re-adapts cannot make the clock worse. `since_published` runs
-    from the hub's publication time to now and `ready_after` from publication to `ready_at`;
-    both are None when the hub gave no publication time. `newest_job_state` says what the
-    newest job is doing now when it is not a success ("pending", "running", "failed"), so the
-    board can show a re-run beside the first readiness.
+    `ready_at` is the first time the release was adapted: the earliest Day 0 of its jobs
+    (`adaptation.readiness`: when every stage the `complete` level requires had passed). It
+    never moves later, so re-runs and manual re-adapts cannot make the clock worse.
+    `time_to_detect` is discovered - published; `ready_after` (time-to-Day-0) runs from the
+    hub's publication time to `ready_at`, or from discovery when the hub gave none
+    (`day0_basis` says which: "publication" or "discovery"). `since_published` runs from
+    publication to now (None without one). `newest_job_state` says what the newest job is
+    doing now when it is not a success ("pending", "running", "failed"), so the board can show
+    a re-run beside the first readiness. `pools`: the readiness per pool.
     """
 
     published_at: datetime | None
@@ -105,6 +153,10 @@ class Day0Clock:
     ready_at: datetime | None
     ready_after: timedelta | None
     newest_job_state: str
+    discovered_at: datetime | None = None
+    time_to_detect: timedelta | None = None
+    day0_basis: str = ""
+    pools: tuple[PoolReadiness, ...] = ()
 
     @property
     def ready(self) -> bool:
@@ -112,28 +164,30 @@ class Day0Clock:
         return self.ready_at is not None
 
 
-def job_ready_at(job: AdaptationJob) -> datetime | None:
-    """When every stage of `job` first had a succeeded attempt (prefetched runs), or None.
+def job_readiness(job: AdaptationJob) -> JobReadiness:
+    """The job's readiness from its prefetched stage runs (`adaptation.readiness`)."""
+    return readiness_from_runs(stages=job.stages or [], runs=job.stage_runs.all())
 
-    Per stage the earliest succeeded attempt counts; the job was ready when the last of those
-    finished. A later re-run of a stage keeps the earlier success, so the time never moves.
-    """
-    first_success: dict[str, datetime] = {}
-    for run in job.stage_runs.all():
-        if run.status != StageStatus.SUCCEEDED or run.finished_at is None:
-            continue
-        known = first_success.get(run.stage)
-        if known is None or run.finished_at < known:
-            first_success[run.stage] = run.finished_at
-    if not job.stages or any(name not in first_success for name in job.stages):
-        return None
-    return max(first_success[name] for name in job.stages)
+
+def job_ready_at(job: AdaptationJob) -> datetime | None:
+    """When `job` was first ready (prefetched runs), or None: per required stage its earliest
+    succeeded attempt, the latest of those (`adaptation.readiness`). A later re-run of a stage
+    keeps the earlier success, so the time never moves."""
+    return job_readiness(job).ready_at
 
 
 def release_ready_at(jobs: Iterable[AdaptationJob]) -> datetime | None:
     """The first time any of the release's jobs was ready (Day-0 readiness), or None."""
     times = [at for at in (job_ready_at(job) for job in jobs) if at is not None]
     return min(times) if times else None
+
+
+def day0_basis(release: ModelRelease) -> tuple[datetime, str]:
+    """Where the release's time-to-Day-0 runs from: its publication time when the hub gave
+    one ("publication"), else its discovery ("discovery")."""
+    if release.published_at is not None:
+        return release.published_at, "publication"
+    return release.discovered_at, "discovery"
 
 
 def _job_state(job: AdaptationJob | None) -> str:
@@ -144,18 +198,78 @@ def _job_state(job: AdaptationJob | None) -> str:
     return str(job.status)
 
 
-def day0_clock(release: ModelRelease, jobs: Iterable[AdaptationJob], *, now: datetime) -> Day0Clock:
-    """The release's Day-0 clock at `now`, from its jobs (newest first, runs prefetched)."""
+def day0_clock(
+    release: ModelRelease,
+    jobs: Iterable[AdaptationJob],
+    *,
+    now: datetime,
+    limitations: Iterable[Any] = (),
+) -> Day0Clock:
+    """The release's Day-0 clock at `now`, from its jobs (newest first, runs and pools
+    prefetched) and its open `limitations`."""
     jobs = list(jobs)
-    ready_at = release_ready_at(jobs)
+    pools = pool_readiness(jobs, limitations=limitations)
+    times = [row.ready_at for row in pools if row.ready_at is not None]
+    ready_at = min(times) if times else None
     published = release.published_at
+    basis_at, basis = day0_basis(release)
     return Day0Clock(
         published_at=published,
         since_published=now - published if published is not None else None,
         ready_at=ready_at,
-        ready_after=ready_at - published if published and ready_at else None,
+        ready_after=ready_at - basis_at if ready_at else None,
         newest_job_state=_job_state(jobs[0] if jobs else None),
+        discovered_at=release.discovered_at,
+        time_to_detect=release.time_to_detect,
+        day0_basis=basis,
+        pools=tuple(pools),
     )
+
+
+@dataclass(frozen=True)
+class ClockEvent:
+    """One moment of a release's Day-0 timeline: what happened, when, on which pool ("" for
+    the release itself), and how long after the clock's start (publication, else discovery)."""
+
+    label: str
+    at: datetime
+    after: timedelta
+    pool: str = ""
+    status: str = ""
+    anchor: str = ""
+
+
+def day0_timeline(release: ModelRelease, clock: Day0Clock) -> list[ClockEvent]:
+    """The release's Day-0 timeline, oldest first: published (when known), discovered, and per
+    pool (its latest job) the job's start, each stage's latest attempt finished, and its
+    Day 0; then the release's first Day 0. Jobs come from `clock.pools`, runs prefetched."""
+    start, _ = day0_basis(release)
+    events: list[ClockEvent] = []
+
+    def add(label: str, at: datetime | None, **fields: str) -> None:
+        if at is not None:
+            events.append(ClockEvent(label=label, at=at, after=at - start, **fields))
+
+    add("Published on the hub", release.published_at)
+    add("Discovered", release.discovered_at)
+    for row in clock.pools:
+        job = row.job
+        add(f"Job {job.pk} started", job.started_at, pool=row.pool_name, anchor=f"job-{job.pk}")
+        latest = latest_runs_by_stage(job)
+        for name in job.stages:
+            run = latest.get(name)
+            if run is None or run.finished_at is None:
+                continue
+            add(
+                f"{stage_title(name)} {run.get_status_display().lower()}",
+                run.finished_at,
+                pool=row.pool_name,
+                status=run.status,
+                anchor=f"job-{job.pk}-stage-{name}",
+            )
+        add("Ready on the pool (Day 0)", row.ready_at, pool=row.pool_name, status="ready")
+    events.sort(key=lambda event: event.at)
+    return events
 
 
 @dataclass(frozen=True)
@@ -214,7 +328,8 @@ def board(
     pools_without_worker: Mapping[int, AcceleratorPool] | None = None,
 ) -> Board:
     """Build the board from releases whose jobs and stage runs are prefetched (newest job
-    first, as `selectors.releases_for_board` returns them). `pools_without_worker` (by id,
+    first, as `selectors.releases_for_board` returns them, with `open_limitations`: the clock
+    shows each pool's most severe). `pools_without_worker` (by id,
     `inventory.pools_without_live_worker`) marks queued stages of those pools as waiting."""
     idle = pools_without_worker or {}
     with_jobs = [(release, list(release.jobs.all())) for release in releases]
@@ -228,11 +343,10 @@ def board(
             stage_cell(latest[column.name], idle_pool=idle_pool) if column.name in latest else None
             for column in columns
         ]
-        rows.append(
-            BoardRow(
-                release=release, job=job, cells=cells, clock=day0_clock(release, jobs, now=now)
-            )
+        clock = day0_clock(
+            release, jobs, now=now, limitations=getattr(release, "open_limitations", ())
         )
+        rows.append(BoardRow(release=release, job=job, cells=cells, clock=clock))
     return Board(columns=columns, rows=rows)
 
 

@@ -1,11 +1,13 @@
 """Who may do what: day0's roles as Django groups, kept in sync with the code on `migrate`.
 
 - `engineer`: triggers, cancels and re-runs jobs; adds and edits hub watches (in the admin
-  site); reads everything else.
+  site) and known limitations (their own notes; a stage's only in status); edits the
+  additions to release notes; reads everything else.
 - `manager`: reads everything (pages, reports, the API); triggers nothing.
 
-"Everything" leaves out the webhook endpoints (`ADMIN_ONLY_MODELS`): they are the admin's
-to see and manage.
+"Everything" leaves out the webhook endpoints and the notification subscriptions with their
+deliveries (`ADMIN_ONLY_MODELS`): an endpoint's settings and a subscription's URL (a Slack
+URL is itself the secret) are the admin's to see and manage.
 - `admin`: every day0 permission (webhook endpoints, pools, accelerator kinds, teams and
   subscriptions included), user and group management, API tokens.
 
@@ -41,11 +43,25 @@ APP_LABEL = "adaptation"
 TRIGGER_JOB = "adaptation.trigger_job"
 CANCEL_JOB = "adaptation.cancel_job"
 RERUN_STAGE = "adaptation.rerun_stage"
+ADD_LIMITATION = "adaptation.add_knownlimitation"
+CHANGE_LIMITATION = "adaptation.change_knownlimitation"
+CHANGE_NOTES_ADDITIONS = "adaptation.change_releasenotesadditions"
 
-# Models only the admin role sees: the inbound webhook endpoints.
-ADMIN_ONLY_MODELS = ("webhookendpoint",)
-# Engineers' own actions, beyond reading every day0 model.
-_ENGINEER_ACTIONS = ("trigger_job", "cancel_job", "rerun_stage", "add_hubwatch", "change_hubwatch")
+# Models only the admin role sees: the inbound webhook endpoints, and the notification
+# subscriptions (their URLs are secrets) and their deliveries (which link them).
+ADMIN_ONLY_MODELS = ("webhookendpoint", "notificationsubscription", "notificationdelivery")
+# Engineers' own actions, beyond reading every day0 model: known limitations included
+# (adding their own notes, editing them, marking a stage's note mitigated or resolved).
+_ENGINEER_ACTIONS = (
+    "trigger_job",
+    "cancel_job",
+    "rerun_stage",
+    "add_hubwatch",
+    "change_hubwatch",
+    "add_knownlimitation",
+    "change_knownlimitation",
+    "change_releasenotesadditions",
+)
 # Apps whose every permission the admin role holds besides day0's own: the `auth` users and
 # groups, and API tokens (rest_framework.authtoken's Token and its admin proxy).
 _ADMIN_APPS = ("auth", "authtoken")

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Case, OuterRef, Prefetch, QuerySet, Subquery, When
+from django.db.models import Case, OuterRef, Prefetch, Q, QuerySet, Subquery, When
 
+from adaptation.limitations import open_limitation_annotations, severity_rank
 from adaptation.models import (
     ACTIVE_STAGE_STATUSES,
     AcceleratorPool,
     AdaptationJob,
     HubWatch,
+    KnownLimitation,
+    LimitationStatus,
     ModelRelease,
     OperatorCheck,
     PerformancePoint,
@@ -66,14 +69,42 @@ def known_family_analyses(*, exclude_release_id: int | None, limit: int = 50) ->
     return list(seen.values())
 
 
+def open_limitations_prefetch() -> Prefetch:
+    """A release's open known limitations as `release.open_limitations`, most severe first
+    (then the most recently updated): what the board and the release page show per pool."""
+    open_ones = KnownLimitation.objects.filter(status=LimitationStatus.OPEN).order_by(
+        severity_rank(), "-updated_at", "-id"
+    )
+    return Prefetch("limitations", queryset=open_ones, to_attr="open_limitations")
+
+
+def release_open_limitations(
+    *, release: ModelRelease, pool: AcceleratorPool
+) -> QuerySet[KnownLimitation]:
+    """The release's open known limitations on `pool` and on every pool (`pool` null), most
+    severe first (then the most recently updated): what its release notes on `pool` list."""
+    return (
+        KnownLimitation.objects.filter(release=release, status=LimitationStatus.OPEN)
+        .filter(Q(pool=pool) | Q(pool__isnull=True))
+        .select_related("pool")
+        .order_by(severity_rank(), "-updated_at", "-id")
+    )
+
+
 def releases_for_board(*, limit: int = 100) -> QuerySet[ModelRelease]:
-    """Releases, newest first, each with its jobs (newest first) and their stage runs."""
+    """Releases, newest first, each with its jobs (newest first) and their stage runs, and
+    its open limitations (`open_limitations_prefetch`), annotated with their count and most
+    severe severity (`limitations.open_limitation_annotations`) for the board's badge."""
     jobs = AdaptationJob.objects.select_related("pool").prefetch_related(
         Prefetch("stage_runs", queryset=StageRun.objects.order_by("position", "attempt"))
     )
     return (
         ModelRelease.objects.select_related("watch")
-        .prefetch_related(Prefetch("jobs", queryset=jobs.order_by("-created_at", "-id")))
+        .annotate(**open_limitation_annotations())
+        .prefetch_related(
+            Prefetch("jobs", queryset=jobs.order_by("-created_at", "-id")),
+            open_limitations_prefetch(),
+        )
         .order_by("-discovered_at", "-id")[:limit]
     )
 
@@ -94,13 +125,17 @@ def anything_running() -> bool:
 
 
 def release_detail(*, release_id: int) -> ModelRelease:
-    """One release with its jobs and all their stage attempts. Raises DoesNotExist."""
+    """One release with its jobs and all their stage attempts, and its open limitations
+    (`open_limitations_prefetch`). Raises DoesNotExist."""
     jobs = AdaptationJob.objects.select_related("pool").prefetch_related(
         Prefetch("stage_runs", queryset=StageRun.objects.order_by("position", "attempt"))
     )
     return (
         ModelRelease.objects.select_related("watch")
-        .prefetch_related(Prefetch("jobs", queryset=jobs.order_by("-created_at", "-id")))
+        .prefetch_related(
+            Prefetch("jobs", queryset=jobs.order_by("-created_at", "-id")),
+            open_limitations_prefetch(),
+        )
         .get(pk=release_id)
     )
 
@@ -329,3 +364,9 @@ def jobs_with_stage_runs() -> QuerySet[AdaptationJob]:
 def stage_runs_with_jobs() -> QuerySet[StageRun]:
     """Every stage attempt with its job, release and pool loaded (logs left out)."""
     return StageRun.objects.select_related("job__release", "job__pool").defer("log")
+
+
+def release_newest_job(release: ModelRelease) -> AdaptationJob | None:
+    """The release's newest job (the latest created; of two created together, the higher
+    id), or None without one."""
+    return release.jobs.order_by("-created_at", "-id").first()

@@ -18,9 +18,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from adaptation import stage_results
+from adaptation import readiness, stage_results
 from adaptation.hubs import HubSpec, canonical_endpoint, hub_source
 from adaptation.hubs.base import HubError, HubRateLimited, ReleaseCandidate
+from adaptation.limitations import limitations_sync_safely
 from adaptation.models import (
     ACTIVE_STAGE_STATUSES,
     AcceleratorPool,
@@ -237,8 +238,10 @@ def stage_run_heartbeat(*, stage_run_id: int) -> bool:
 
 
 def stage_run_succeed(*, stage_run: StageRun, result: dict[str, Any], log: str = "") -> None:
-    """Store a stage's result, apply it to the domain rows, and queue the next stage or
-    finish the job. Does nothing when the run is no longer running (reaped meanwhile)."""
+    """Store a stage's result, apply it to the domain rows, bring the stage's known
+    limitations in line with its findings (`limitations_sync_safely`: never raises), and
+    queue the next stage or finish the job. Does nothing when the run is no longer running
+    (reaped meanwhile)."""
     with transaction.atomic():
         updated = StageRun.objects.filter(pk=stage_run.pk, status=StageStatus.RUNNING).update(
             status=StageStatus.SUCCEEDED, finished_at=timezone.now(), result=result, log=log
@@ -246,6 +249,7 @@ def stage_run_succeed(*, stage_run: StageRun, result: dict[str, Any], log: str =
         if not updated:
             return
         stage_results.apply(run=stage_run, result=result)
+        limitations_sync_safely(stage_run=stage_run)
         job = AdaptationJob.objects.select_for_update().get(pk=stage_run.job_id)
         following = [
             run for run in job_current_stage_runs(job) if run.position > stage_run.position
@@ -266,9 +270,10 @@ def stage_run_fail(
     """Fail a stage with its reason; the job stops and its later stages are skipped.
 
     `result` is what the stage measured before failing (a precision failure's metrics): it is
-    stored and applied to the domain rows like a success's. With `stale_before`, only a run
-    whose heartbeat is older than that is failed (the reaper: a heartbeat that lands
-    meanwhile keeps the stage alive). False when nothing changed.
+    stored and applied to the domain rows like a success's, and its findings raise or resolve
+    the stage's known limitations; a failure without a result leaves them as they are. With
+    `stale_before`, only a run whose heartbeat is older than that is failed (the reaper: a
+    heartbeat that lands meanwhile keeps the stage alive). False when nothing changed.
     """
     with transaction.atomic():
         runs = StageRun.objects.filter(pk=stage_run.pk, status__in=ACTIVE_STAGE_STATUSES)
@@ -285,6 +290,7 @@ def stage_run_fail(
             return False
         if result is not None:
             stage_results.apply(run=stage_run, result=result)
+            limitations_sync_safely(stage_run=stage_run)
         job = AdaptationJob.objects.select_for_update().get(pk=stage_run.job_id)
         _skip_after(job=job, position=stage_run.position)
         notifications_emit_safely(
@@ -331,7 +337,9 @@ def derive_job_status(statuses: list[str]) -> str:
 
 
 def job_refresh_status(*, job: AdaptationJob) -> AdaptationJob:
-    """Recompute and store the job's status and finish time from its stage runs.
+    """Recompute and store the job's status and finish time from its stage runs, and its
+    readiness level, blocking stage and Day-0 time (`adaptation.readiness`: the one place
+    they are kept, at every stage transition).
 
     When the stored status becomes succeeded or failed (the transition, not every refresh),
     `job.succeeded` / `job.failed` is notified (`notifications_emit_safely`: never raises).
@@ -341,10 +349,43 @@ def job_refresh_status(*, job: AdaptationJob) -> AdaptationJob:
     job.status = status
     done = status in FINISHED_JOB_STATUSES
     job.finished_at = (job.finished_at or timezone.now()) if done else None
-    job.save(update_fields=["status", "finished_at"])
+    level = readiness.job_readiness(job=job)
+    job.readiness, job.blocking_stage, job.ready_at = (
+        level.readiness,
+        level.blocking_stage,
+        level.ready_at,
+    )
+    job.save(update_fields=["status", "finished_at", "readiness", "blocking_stage", "ready_at"])
     if status != previous and status in _JOB_EVENTS:
         notifications_emit_safely(event=_JOB_EVENTS[status], job=job)
     return job
+
+
+def jobs_readiness_refresh(*, batch_size: int = 500) -> int:
+    """Recompute every job's stored readiness, blocking stage and Day-0 time from its stage
+    runs under the current `DAY0_READINESS` (after the setting changed; `manage.py
+    readiness_refresh`). Batches of `batch_size` jobs, two queries each. Returns how many
+    jobs changed."""
+    changed = 0
+    ids = list(AdaptationJob.objects.order_by("pk").values_list("pk", flat=True))
+    for start in range(0, len(ids), batch_size):
+        jobs = list(
+            AdaptationJob.objects.filter(pk__in=ids[start : start + batch_size]).prefetch_related(
+                "stage_runs"
+            )
+        )
+        stale = []
+        for job in jobs:
+            level = readiness.readiness_from_runs(
+                stages=job.stages or [], runs=job.stage_runs.all()
+            )
+            now = (level.readiness, level.blocking_stage, level.ready_at)
+            if now != (job.readiness, job.blocking_stage, job.ready_at):
+                job.readiness, job.blocking_stage, job.ready_at = now
+                stale.append(job)
+        AdaptationJob.objects.bulk_update(stale, ["readiness", "blocking_stage", "ready_at"])
+        changed += len(stale)
+    return changed
 
 
 # The job statuses that are notified when a job reaches them.
@@ -364,10 +405,12 @@ def job_cancel(*, job: AdaptationJob, by: Any = None) -> AdaptationJob:
     attempt becomes cancelled (finished now, error "Cancelled by <user>"), and so does the
     job. Returns the job as stored.
 
-    A worker still running a cancelled stage is asked to stop after commit (best effort:
-    `_stage_tasks_revoke`); whatever it reports later is discarded, as `stage_run_succeed`,
-    `stage_run_fail` and `stage_run_requeue` only change runs still running. A stage of a
-    cancelled job can be re-run (`job_rerun_stage`), which starts again from there.
+    A worker running a cancelled stage learns it at its next heartbeat (the run is no longer
+    running) and stops at the stage's next step (`workers.runner.Heartbeat`); whatever it
+    reports meanwhile is discarded, as `stage_run_succeed`, `stage_run_fail` and
+    `stage_run_requeue` only change runs still running. A queued message of a cancelled run
+    is not claimed. A stage of a cancelled job can be re-run (`job_rerun_stage`), which starts
+    again from there.
 
     Raises `ServiceError` for a job that has already finished (succeeded, failed or
     cancelled).
@@ -383,11 +426,6 @@ def job_cancel(*, job: AdaptationJob, by: Any = None) -> AdaptationJob:
         current = [
             r for r in job_current_stage_runs(job) if r.status in _CANCELLABLE_STAGE_STATUSES
         ]
-        task_ids = [
-            r.celery_task_id
-            for r in current
-            if r.status == StageStatus.RUNNING and r.celery_task_id
-        ]
         # Conditional: a run that finished meanwhile keeps its outcome.
         cancelled = StageRun.objects.filter(
             pk__in=[r.pk for r in current], status__in=_CANCELLABLE_STAGE_STATUSES
@@ -401,22 +439,8 @@ def job_cancel(*, job: AdaptationJob, by: Any = None) -> AdaptationJob:
         if job.status not in FINISHED_JOB_STATUSES:  # a job without stage runs
             job.status, job.finished_at = JobStatus.CANCELLED, now
             job.save(update_fields=["status", "finished_at"])
-        if task_ids:
-            transaction.on_commit(lambda: _stage_tasks_revoke(task_ids), robust=True)
     logger.info("Job %s cancelled by %s", job.pk, who)
     return job
-
-
-def _stage_tasks_revoke(task_ids: list[str]) -> None:
-    """Ask the workers running these Celery tasks to stop them (SIGTERM). Best effort: a
-    broker error is logged, as the cancelled rows already discard the tasks' results."""
-    from celery import current_app
-
-    for task_id in task_ids:
-        try:
-            current_app.control.revoke(task_id, terminate=True, signal="SIGTERM")
-        except Exception:
-            logger.warning("Could not revoke Celery task %s", task_id, exc_info=True)
 
 
 def job_rerun_stage(*, job: AdaptationJob, stage: str) -> StageRun:
@@ -451,6 +475,7 @@ def job_rerun_stage(*, job: AdaptationJob, stage: str) -> StageRun:
         ]
         job.finished_at = None
         _stage_run_enqueue(new_runs[0])
+        job_refresh_status(job=job)  # the new attempts count for its readiness from now
         return new_runs[0]
 
 

@@ -18,6 +18,7 @@ from adaptation.models import (
     PrecisionResult,
     StageRun,
 )
+from adaptation.release_notes import release_notes_store
 from workers.stages.measure_options import calibration_rows, performance_rows
 
 Handler = Callable[[StageRun, dict[str, Any]], None]
@@ -132,12 +133,25 @@ def _fitting(row: dict[str, Any], name: str) -> str:
     return text
 
 
+def _store_release_notes(run: StageRun, result: dict[str, Any]) -> None:
+    """The notes the `release_notes` stage wrote, as the next version of the release's notes
+    on the job's pool (`adaptation.release_notes.release_notes_store`)."""
+    if isinstance(result.get("markdown"), str):
+        release_notes_store(
+            job=run.job,
+            stage_run=run,
+            markdown=result["markdown"],
+            sections=result.get("sections") or {},
+        )
+
+
 HANDLERS: dict[str, Handler] = {
     "fetch": _store_fetched_files,
     "analyze": _store_architecture,
     "operators": _store_operator_checks,
     "precision": _store_precision,
     "performance": _store_performance_points,
+    "release_notes": _store_release_notes,
 }
 
 

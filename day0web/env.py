@@ -6,8 +6,10 @@ silently, so a typo in `.env` stops the process at start-up with the variable's 
 
 from __future__ import annotations
 
+import json
 import os
 import re
+from collections.abc import Mapping, Sequence
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -79,3 +81,55 @@ def env_cache(name: str) -> dict[str, str]:
     if url.startswith(("redis://", "rediss://")):
         return {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url}
     raise ImproperlyConfigured(f"{name}={url!r}: use redis://host:port/db, or leave it blank.")
+
+
+def env_stage_levels(
+    name: str, default: Mapping[str, Sequence[str]], *, levels: Sequence[str]
+) -> dict[str, list[str]]:
+    """Stage names per level, as a JSON object: `{"experimental": ["fetch", "analyze"], ...}`.
+
+    Every key is one of `levels`, every value a list of stage names (strings); a stage is
+    named in one level at most, and a level left out needs no stage of its own. Returned with
+    every level, in `levels` order. Whether the names are registered stages is checked once
+    the stage registry can be read (`adaptation.readiness.readiness_thresholds_check`).
+    """
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        value: object = {key: list(stages) for key, stages in default.items()}
+    else:
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{name} is not valid JSON: {exc}.") from exc
+    example = '{"experimental": ["fetch", "analyze"], "functional": ["operators"], ...}'
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object of levels: {example}.")
+    if unknown := [key for key in value if key not in levels]:
+        raise ImproperlyConfigured(
+            f"{name}: unknown level(s) {', '.join(map(repr, unknown))}; levels: "
+            f"{', '.join(levels)}."
+        )
+    seen: dict[str, str] = {}
+    result: dict[str, list[str]] = {}
+    for level in levels:
+        stages = value.get(level, [])
+        if not isinstance(stages, list) or not all(isinstance(s, str) and s for s in stages):
+            raise ImproperlyConfigured(f"{name}: {level} must be a list of stage names.")
+        for stage in stages:
+            if stage in seen:
+                raise ImproperlyConfigured(
+                    f"{name}: stage {stage!r} is named in {seen[stage]} and {level}; a level "
+                    "already needs the stages of the levels below it."
+                )
+            seen[stage] = level
+        result[level] = list(stages)
+    return result
+
+
+def local_url(host: str, port: str) -> str:
+    """The http URL of a server listening on `host`:`port` (`make run`'s DAY0_HOST and
+    DAY0_PORT): an IPv6 address in brackets, and a wildcard address (0.0.0.0, ::), which is
+    where one listens but no place to link to, as the loopback address."""
+    host = host.strip().strip("[]")
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"http://{f'[{host}]' if ':' in host else host}:{port.strip()}"

@@ -11,9 +11,19 @@ from pathlib import Path
 
 import dj_database_url
 import plotly
+from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
-from day0web.env import env_bool, env_cache, env_int, env_list, env_rate, env_str
+from day0web.env import (
+    env_bool,
+    env_cache,
+    env_int,
+    env_list,
+    env_rate,
+    env_stage_levels,
+    env_str,
+    local_url,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("DAY0_VAR_DIR", str(BASE_DIR / "var")))
@@ -56,6 +66,11 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
+
+# Messages live in the session, not in a cookie: the admin shows a new secret once in a
+# message, and the cookie storage only signs its content (base64, not encrypted), so the
+# secret would cross the network again and sit in the browser's cookie jar.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 
 ROOT_URLCONF = "day0web.urls"
 WSGI_APPLICATION = "day0web.wsgi.application"
@@ -129,12 +144,20 @@ LOGGING = {
 # then counts on its own); redis://host:port/db shares them between processes.
 CACHES = {"default": env_cache("DAY0_CACHE_URL")}
 
-# /api/v1/: tokens for machines (`manage.py drf_create_token USER`), the session for the
-# browser; Token first, so an anonymous call gets 401 with `WWW-Authenticate: Token`.
+# /api/v1/: tokens for machines (`manage.py drf_create_token USER`; "Authorization: Token
+# <key>" or "Bearer <key>"), the session for the browser; Token first, so an anonymous call
+# gets 401 with `WWW-Authenticate: Token`.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
+        "adaptation.api.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
+    ],
+    # DRF's parsers, JSON's answering 400 (not a 500) for JSON nested too deeply to read.
+    "DEFAULT_PARSER_CLASSES": [
+        "adaptation.api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
@@ -161,11 +184,13 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "day0 API",
     "DESCRIPTION": "Day-0 adaptation of new LLM releases: releases, jobs and their stages, "
-    "accelerator pools, webhook endpoints. Authenticate with `Authorization: Token <key>`.",
+    "accelerator pools, webhook endpoints. Authenticate with `Authorization: Token <key>` "
+    "(or `Bearer <key>`).",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": r"/api/v1",
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # The schema and its docs page: for those who may read the API (a role), not any account.
+    "SERVE_PERMISSIONS": ["adaptation.api.permissions.ReadsApi"],
     "COMPONENT_SPLIT_REQUEST": True,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -238,6 +263,20 @@ if DAY0_WORKER_STALE_S <= DAY0_WORKER_HEARTBEAT_S:
 DAY0_MAX_BACKOFF_S = env_int("DAY0_MAX_BACKOFF_S", 6 * 3600, minimum=60)
 DAY0_DEMO_HUB_DIR = Path(env_str("DAY0_DEMO_HUB_DIR", str(BASE_DIR / "demo" / "hub")))
 
+# --- readiness and reports -------------------------------------------------------------------
+# The stages each readiness level needs passed, on top of the lower levels' (JSON; a stage the
+# job does not run is not required of it). Names are checked against the stage registry when
+# day0 starts (adaptation/readiness.py).
+DAY0_READINESS = env_stage_levels(
+    "DAY0_READINESS",
+    {
+        "experimental": ["fetch", "analyze", "plan"],
+        "functional": ["operators", "precision"],
+        "complete": ["performance", "stability", "release_notes"],
+    },
+    levels=("experimental", "functional", "complete"),
+)
+
 # --- webhooks and notifications ------------------------------------------------------------
 # Endpoint secrets are kept encrypted with this key (Fernet); blank derives it from
 # SECRET_KEY, so changing SECRET_KEY then means creating endpoints and subscriptions anew.
@@ -248,12 +287,21 @@ DAY0_WEBHOOK_MAX_BODY_BYTES = env_int("DAY0_WEBHOOK_MAX_BODY_BYTES", 256 * 1024,
 DAY0_WEBHOOK_SETTLE_RECHECK_S = env_int("DAY0_WEBHOOK_SETTLE_RECHECK_S", 60, minimum=1)
 # A repo still incomplete this long after its last delivery is given up (seconds).
 DAY0_WEBHOOK_SETTLE_GIVE_UP_S = env_int("DAY0_WEBHOOK_SETTLE_GIVE_UP_S", 24 * 3600, minimum=60)
+# Deliveries that started nothing (rejected, ignored, duplicate) are deleted this many days
+# after they arrived; accepted and coalescing ones, which link their job, are kept.
+DAY0_WEBHOOK_DELIVERY_RETENTION_DAYS = env_int(
+    "DAY0_WEBHOOK_DELIVERY_RETENTION_DAYS", 30, minimum=1
+)
 # Outbound notification requests: timeout per attempt and attempts before giving up
 # (backoff doubles from 10 s).
 DAY0_NOTIFY_TIMEOUT_S = env_int("DAY0_NOTIFY_TIMEOUT_S", 10, minimum=1)
 DAY0_NOTIFY_MAX_ATTEMPTS = env_int("DAY0_NOTIFY_MAX_ATTEMPTS", 6, minimum=1)
-# Where people reach this day0: notifications link to its pages under this URL.
-DAY0_PUBLIC_URL = env_str("DAY0_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+# Where people reach this day0: notifications and webhook answers link to its pages under
+# this URL; by default where `make run` serves it (DAY0_HOST, DAY0_PORT).
+DAY0_PUBLIC_URL = env_str(
+    "DAY0_PUBLIC_URL",
+    local_url(env_str("DAY0_HOST", "127.0.0.1"), env_str("DAY0_PORT", "8000")),
+).rstrip("/")
 if not DAY0_PUBLIC_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured(f"DAY0_PUBLIC_URL={DAY0_PUBLIC_URL!r} is not an http(s) URL.")
 
@@ -279,5 +327,18 @@ CELERY_BEAT_SCHEDULE = {
         "task": "day0.settle_uploads",
         "schedule": 60.0,
         "options": {"expires": 60.0},
+    },
+    # Old webhook deliveries that started nothing (DAY0_WEBHOOK_DELIVERY_RETENTION_DAYS).
+    "prune-webhook-deliveries": {
+        "task": "day0.prune_webhook_deliveries",
+        "schedule": crontab(minute=30, hour=3),
+        "options": {"expires": 3600.0},
+    },
+    # The managers' weekly summary (the last 7 days of /reports/) to the subscriptions that
+    # take "report.weekly": Mondays at 08:00 UTC; one a week however often it runs.
+    "weekly-summary": {
+        "task": "day0.weekly_summary",
+        "schedule": crontab(minute=0, hour=8, day_of_week="monday"),
+        "options": {"expires": 6 * 3600.0},
     },
 }

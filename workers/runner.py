@@ -8,6 +8,7 @@ import logging
 import socket
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,13 +20,16 @@ from django.utils import timezone
 from adaptation import selectors, services
 from adaptation.catalog import accelerator_kind_row_entry, gb_per_s_to_bytes_per_s
 from adaptation.models import AcceleratorPool, StageRun
+from adaptation.release_notes import notes_limitations
 from workers.stages.base import (
     PoolSpec,
     ReleaseRef,
+    StageCancelled,
     StageContext,
     StageDefinition,
     StageFailed,
     StageTransientError,
+    never_cancelled,
 )
 from workers.stages.registry import get_stage
 
@@ -56,11 +60,18 @@ class _Log:
 
 class Heartbeat:
     """Updates the run's heartbeat from a background thread while the stage runs, so the
-    reaper can tell a slow stage from a dead worker."""
+    reaper can tell a slow stage from a dead worker.
+
+    A beat that finds the run no longer running (cancelled by someone, or failed by the
+    reaper) sets `cancelled`: the stage sees it through `StageContext.cancelled` and stops at
+    its next step. Cooperative on purpose: killing the pool process running the task
+    (`revoke(terminate=True)`) can leave the worker's pool locks held and the worker stuck.
+    """
 
     def __init__(self, stage_run_id: int, every_s: float) -> None:
         self.stage_run_id = stage_run_id
         self.every_s = every_s
+        self.cancelled = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="day0-heartbeat", daemon=True)
 
@@ -69,7 +80,9 @@ class Heartbeat:
         try:
             while not self._stop.wait(self.every_s):
                 try:
-                    services.stage_run_heartbeat(stage_run_id=self.stage_run_id)
+                    if not services.stage_run_heartbeat(stage_run_id=self.stage_run_id):
+                        self.cancelled.set()
+                        return
                 except Exception:
                     logger.warning(
                         "Heartbeat of stage run %s failed", self.stage_run_id, exc_info=True
@@ -121,8 +134,14 @@ def _stage_options(options: object, stage: str) -> Any:
     return {} if value is None else value
 
 
-def stage_context(run: StageRun, definition: StageDefinition, log: _Log) -> StageContext:
-    """The plain inputs the engine gets for `run`."""
+def stage_context(
+    run: StageRun,
+    definition: StageDefinition,
+    log: _Log,
+    cancelled: Callable[[], bool] = never_cancelled,
+) -> StageContext:
+    """The plain inputs the engine gets for `run`; `cancelled` tells it whether the run was
+    cancelled while it runs."""
     job = run.job
     release = job.release
     known = (
@@ -142,8 +161,14 @@ def stage_context(run: StageRun, definition: StageDefinition, log: _Log) -> Stag
         known_families=tuple(known),
         log=log,
         options=_stage_options(job.options, definition.name),
+        cancelled=cancelled,
         calibration=(
             selectors.pool_calibration(pool=job.pool) if definition.reads_pool_calibration else None
+        ),
+        limitations=(
+            notes_limitations(release=release, pool=job.pool)
+            if definition.reads_limitations
+            else ()
         ),
     )
 
@@ -175,10 +200,14 @@ def execute_stage_run(
     try:
         definition = get_stage(run.stage)
         limit_s = definition.time_limits_s(_stage_options(run.job.options, run.stage))[0]
-        with Heartbeat(run.pk, settings.DAY0_HEARTBEAT_EVERY_S):
-            result = definition(stage_context(run, definition, log))
+        with Heartbeat(run.pk, settings.DAY0_HEARTBEAT_EVERY_S) as heartbeat:
+            result = definition(stage_context(run, definition, log, heartbeat.cancelled.is_set))
         log(f"finished {run.stage}")
         services.stage_run_succeed(stage_run=run, result=result, log=log.text(run.log))
+    except StageCancelled:
+        # The row already says cancelled (or failed, by the reaper): nothing to store.
+        logger.info("Stage run %s stopped: it is no longer running.", run.pk)
+        return StageOutcome(status="cancelled")
     except StageFailed as exc:
         # A stage may attach what it measured before failing (precision metrics).
         measured = getattr(exc, "result", None)

@@ -8,7 +8,7 @@ from celery import shared_task
 
 from adaptation import services
 from adaptation.notifications import services as notification_services
-from adaptation.webhooks import uploads
+from adaptation.webhooks import deliveries, uploads
 from workers.runner import execute_stage_run
 
 MAX_STAGE_RETRIES = 5
@@ -75,6 +75,13 @@ def deliver_notification(self, delivery_id: int) -> str:
     return outcome.status
 
 
+@shared_task(name="day0.weekly_summary", soft_time_limit=120, time_limit=180)
+def weekly_summary() -> dict[str, int]:
+    """Periodic (Mondays 08:00 UTC): the last 7 days' report summary to the subscriptions
+    that take "report.weekly", once a week each (`report_weekly_send`)."""
+    return {"deliveries": len(notification_services.report_weekly_send())}
+
+
 @shared_task(name="day0.resend_notifications", soft_time_limit=60, time_limit=90)
 def resend_notifications() -> dict[str, int]:
     """Periodic: send again the messages of pending notifications past due (lost ones)."""
@@ -97,3 +104,10 @@ def settle_upload(pending_upload_id: int) -> str:
 def settle_uploads() -> dict[str, int]:
     """Periodic: queue a settle for each waiting Hub upload whose settle chain was lost."""
     return {"queued": len(uploads.pending_uploads_sweep())}
+
+
+@shared_task(name="day0.prune_webhook_deliveries", soft_time_limit=300, time_limit=360)
+def prune_webhook_deliveries() -> dict[str, int]:
+    """Periodic (daily): delete webhook deliveries older than
+    `DAY0_WEBHOOK_DELIVERY_RETENTION_DAYS` that started nothing (`webhook_deliveries_prune`)."""
+    return {"deleted": deliveries.webhook_deliveries_prune()}

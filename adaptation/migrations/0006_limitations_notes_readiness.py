@@ -140,6 +140,10 @@ class Migration(migrations.Migration):
             constraint=models.UniqueConstraint(condition=models.Q(('key', ''), _negated=True), fields=('release', 'pool', 'key'), name='limitation_one_per_stage_finding'),
         ),
         migrations.AddConstraint(
+            model_name='knownlimitation',
+            constraint=models.UniqueConstraint(condition=models.Q(models.Q(('key', ''), _negated=True), ('pool__isnull', True)), fields=('release', 'key'), name='limitation_one_per_finding_all_pools'),
+        ),
+        migrations.AddConstraint(
             model_name='releasenotes',
             constraint=models.UniqueConstraint(fields=('release', 'pool', 'version'), name='release_notes_version_unique'),
         ),

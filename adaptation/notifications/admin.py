@@ -17,6 +17,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from adaptation.admin_messages import secret_show_once
 from adaptation.models import (
     NotificationDelivery,
     NotificationEvent,
@@ -39,6 +40,8 @@ RECENT_DELIVERIES_SHOWN = 10
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
+    """Teams and their members, with how many subscriptions each has."""
+
     list_display = ("name", "members_count", "subscriptions_count")
     search_fields = ("name",)
     filter_horizontal = ("members",)
@@ -93,20 +96,23 @@ class NotificationSubscriptionForm(forms.ModelForm):
             raise forms.ValidationError(str(exc)) from exc
 
 
-def _show_secret_once(request: HttpRequest, subscription: NotificationSubscription, secret: str):
-    messages.warning(
+def _show_subscription_secret(
+    request: HttpRequest, subscription: NotificationSubscription, secret: str
+):
+    secret_show_once(
         request,
-        format_html(
-            "Signing secret of “{}”: <code>{}</code> Copy it now into the receiver's "
-            "configuration: it is stored encrypted and will not be shown again.",
-            subscription,
-            secret,
-        ),
+        owner=f"the subscription “{subscription}” (its signing secret)",
+        secret=secret,
+        then="Put it in the receiver's configuration: it is stored encrypted.",
     )
 
 
 @admin.register(NotificationSubscription)
 class NotificationSubscriptionAdmin(admin.ModelAdmin):
+    """A team's subscriptions: where (the URL, which for Slack is itself the secret), in
+    what format, for which events and pools, with the latest deliveries. The admin role's
+    only (`adaptation.roles.ADMIN_ONLY_MODELS`)."""
+
     form = NotificationSubscriptionForm
     list_display = ("name", "team", "format", "events", "url", "enabled", "allow_private_network")
     list_filter = ("team", "format", "enabled", "allow_private_network")
@@ -140,7 +146,7 @@ class NotificationSubscriptionAdmin(admin.ModelAdmin):
         """Save; a generic subscription without a secret gets one, shown once."""
         super().save_model(request, obj, form, change)
         if obj.format == NotificationFormat.GENERIC and not obj.secret_ciphertext:
-            _show_secret_once(request, obj, subscription_rotate_secret(subscription=obj))
+            _show_subscription_secret(request, obj, subscription_rotate_secret(subscription=obj))
 
     @admin.action(description="Rotate signing secret (shows the new one once)")
     def rotate_signing_secret(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -150,7 +156,7 @@ class NotificationSubscriptionAdmin(admin.ModelAdmin):
             except SubscriptionError as exc:
                 messages.info(request, str(exc))
                 continue
-            _show_secret_once(request, subscription, secret)
+            _show_subscription_secret(request, subscription, secret)
 
     @admin.display(description="Signing secret")
     def secret_status(self, obj: NotificationSubscription) -> str:

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlencode
 
-from django.conf import settings
 from django.urls import reverse
 
 from adaptation.models import (
     AdaptationJob,
+    HubKind,
     ModelRelease,
     NotificationEvent,
     StageRun,
     StageStatus,
 )
+from adaptation.page_links import job_page_url, page_url, release_page_url, stage_page_url
 from adaptation.selectors import job_current_stage_runs
 
 # A stage's error can hold a traceback; a notification carries its first characters.
@@ -45,27 +47,6 @@ def duration_s(start: datetime | None, end: datetime | None) -> float | None:
     return round((end - start).total_seconds(), 3)
 
 
-def page_url(path: str) -> str:
-    """`path` (a day0 page) as an absolute link under `DAY0_PUBLIC_URL` (the path alone
-    where that setting is empty)."""
-    base = (settings.DAY0_PUBLIC_URL or "").rstrip("/")
-    return f"{base}{path}"
-
-
-def release_page_url(release: ModelRelease) -> str:
-    return page_url(reverse("adaptation:release_detail", args=[release.pk]))
-
-
-def job_page_url(job: AdaptationJob) -> str:
-    """A job's timeline on its release's page."""
-    return f"{release_page_url(job.release)}#job-{job.pk}"
-
-
-def stage_page_url(run: StageRun) -> str:
-    """A stage's block in its job's timeline on the release's page."""
-    return f"{release_page_url(run.job.release)}#job-{run.job_id}-stage-{run.stage}"
-
-
 def _error(text: str) -> str:
     if len(text) <= ERROR_MAX_CHARS:
         return text
@@ -73,13 +54,20 @@ def _error(text: str) -> str:
 
 
 def release_data(release: ModelRelease) -> dict[str, Any]:
-    return {
+    """A payload's `release`: its id, repo, revision, hub, family, publication and page.
+    `hub_endpoint` (the Hub's base URL) only for a Hub release: a mirror's endpoint is a
+    folder on the server, which is no receiver's business."""
+    data: dict[str, Any] = {
         "id": release.pk,
         "repo_id": release.repo_id,
         "revision": release.revision,
         "ref": f"{release.repo_id}@{release.revision}",
         "hub": release.hub_kind,
-        "hub_endpoint": release.hub_endpoint,
+    }
+    if release.hub_kind != HubKind.MIRROR:
+        data["hub_endpoint"] = release.hub_endpoint
+    return {
+        **data,
         "family": release.family,
         "published_at": iso_utc(release.published_at),
         "url": release_page_url(release),
@@ -87,6 +75,7 @@ def release_data(release: ModelRelease) -> dict[str, Any]:
 
 
 def job_data(job: AdaptationJob) -> dict[str, Any]:
+    """A payload's `job`: its id, status, trigger, pool, times, duration and page."""
     return {
         "id": job.pk,
         "status": job.status,
@@ -101,6 +90,8 @@ def job_data(job: AdaptationJob) -> dict[str, Any]:
 
 
 def stage_data(run: StageRun) -> dict[str, Any]:
+    """A payload's `stage`: one attempt's name, attempt, status, worker host, times,
+    duration and page, and its error (cut to `ERROR_MAX_CHARS`) when it failed."""
     data: dict[str, Any] = {
         "name": run.stage,
         "attempt": run.attempt,
@@ -185,3 +176,31 @@ def event_dedupe_key(*, event: str, job: AdaptationJob, stage_run: StageRun | No
         return f"{event}:run={stage_run.pk}"
     finished = iso_utc(job.finished_at) or "unfinished"
     return f"{event}:job={job.pk}:{finished}"
+
+
+# --- the managers' weekly summary --------------------------------------------------------------
+
+
+def weekly_summary_dedupe_key(*, now: datetime) -> str:
+    """One weekly summary per subscription and ISO week of `now` (UTC):
+    "report.weekly:2025-W29"."""
+    year, week, _ = now.astimezone(UTC).isocalendar()
+    return f"{NotificationEvent.REPORT_WEEKLY.value}:{year}-W{week:02d}"
+
+
+def weekly_summary_payload(*, summary: dict[str, Any], query: Any, now: datetime) -> dict[str, Any]:
+    """`report.weekly`: the summary figures of the report of `query` (an
+    `adaptation.reports.ReportQuery`; `summary` is its `ReportSummary.as_dict()`), the period
+    and pools it covers, and a link to that report."""
+    path = reverse("adaptation:report") + "?" + urlencode(query.params())
+    return {
+        "type": NotificationEvent.REPORT_WEEKLY.value,
+        "timestamp": iso_utc(now),
+        "data": {
+            "period": {"from": query.date_from.isoformat(), "to": query.date_to.isoformat()},
+            "week": weekly_summary_dedupe_key(now=now).partition(":")[2],
+            "pools": list(query.pools),
+            **summary,
+            "url": page_url(path),
+        },
+    }

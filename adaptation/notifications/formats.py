@@ -7,7 +7,8 @@ format.
   "{id}.{timestamp}.{body}">` under the subscription's `whsec_…` secret, made by the
   `standardwebhooks` library).
 - `slack`: a Slack-compatible incoming-webhook message, `{"text": ..., "blocks": [...]}`: one
-  short mrkdwn line, the error (for a failure) and a link to the job in day0. Slack (and
+  short mrkdwn line, the error (for a failure) and a link to the job in day0 (for
+  the weekly summary, its figures and a link to the report). Slack (and
   Mattermost, Rocket.Chat, Teams' Slack-compatible connectors) take it as is; nothing is
   signed, the URL itself is the secret.
 """
@@ -97,10 +98,38 @@ def _duration_words(seconds: float | None) -> str:
     return f"{secs} s"
 
 
+def _hours_words(value: Any) -> str:
+    return "n/a" if value is None else f"{value:g} h"
+
+
+def weekly_summary_text(data: dict[str, Any]) -> str:
+    """The weekly summary in one mrkdwn line: releases, adapted within 24 h, median and p90
+    time to Day-0, the stage that failed most."""
+    period = data.get("period") or {}
+    pools = ", ".join(data.get("pools") or []) or "every pool"
+    within = data.get("adapted_within_24h_percent")
+    text = (
+        f":bar_chart: *Weekly Day-0 summary* {period.get('from', '?')} to "
+        f"{period.get('to', '?')} ({_slack_escape(pools)}): "
+        f"*{data.get('releases_seen', 0)}* releases, "
+        f"*{data.get('adapted_within_24h', 0)}* adapted within 24 h"
+        f"{f' ({within:g}%)' if within is not None else ''}; time to Day-0 median "
+        f"*{_hours_words(data.get('median_time_to_day0_h'))}*, "
+        f"p90 *{_hours_words(data.get('p90_time_to_day0_h'))}*"
+    )
+    failures = data.get("failures_by_stage") or {}
+    if failures:
+        stage, count = max(failures.items(), key=lambda item: (item[1], item[0]))
+        text += f"; most failures at *{_slack_escape(str(stage))}* ({count})"
+    return text
+
+
 def slack_text(payload: dict[str, Any]) -> tuple[str, str, str]:
     """(the one-line summary, the error or "", the link) of a payload, in mrkdwn."""
     event = payload.get("type")
     data = payload.get("data") or {}
+    if event == NotificationEvent.REPORT_WEEKLY:
+        return weekly_summary_text(data), "", str(data.get("url") or "")
     job = data.get("job") or {}
     release = data.get("release") or {}
     ref = _slack_escape(_short_ref(release))
@@ -144,11 +173,13 @@ def slack_message(*, payload: dict[str, Any]) -> OutboundMessage:
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{error}```"}})
     if url:
         job_id = ((payload.get("data") or {}).get("job") or {}).get("id", "")
+        label = (
+            "Open the report in day0"
+            if payload.get("type") == NotificationEvent.REPORT_WEEKLY
+            else f"Open job {job_id} in day0"
+        )
         blocks.append(
-            {
-                "type": "context",
-                "elements": [{"type": "mrkdwn", "text": f"<{url}|Open job {job_id} in day0>"}],
-            }
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": f"<{url}|{label}>"}]}
         )
     text = f"{summary} <{url}|open in day0>" if url else summary
     body = json.dumps({"text": text, "blocks": blocks}, separators=(",", ":"))

@@ -20,7 +20,7 @@ import logging
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -40,8 +40,14 @@ from adaptation.models import (
     NotificationSubscription,
     StageRun,
     Team,
+    default_notification_events,
 )
-from adaptation.notifications.events import event_dedupe_key, event_payload
+from adaptation.notifications.events import (
+    event_dedupe_key,
+    event_payload,
+    weekly_summary_dedupe_key,
+    weekly_summary_payload,
+)
 from adaptation.notifications.formats import render_message
 from adaptation.secrets import SecretUnreadable, new_signing_secret, secret_decrypt, secret_encrypt
 
@@ -86,10 +92,11 @@ def subscription_url_check(url: str) -> str:
 
 
 def subscription_events_check(events: Iterable[str] | None) -> list[str]:
-    """The event names, each once, in the order of `NotificationEvent` (all of them for
-    None). Raises `SubscriptionError` for an unknown name or an empty list."""
+    """The event names, each once, in the order of `NotificationEvent` (for None, a new
+    subscription's default: every job event, `default_notification_events`). Raises
+    `SubscriptionError` for an unknown name or an empty list."""
     if events is None:
-        return list(NotificationEvent.values)
+        return default_notification_events()
     if isinstance(events, str):
         raise SubscriptionError(f"Events must be a list of names, not the text {events!r}.")
     wanted = list(events)
@@ -253,6 +260,58 @@ def notifications_emit_safely(
     except Exception:
         logger.exception("Could not record the %s notifications of job %s", event, job.pk)
         return 0
+
+
+def report_weekly_send(*, now: datetime | None = None) -> list[NotificationDelivery]:
+    """Send the managers' weekly summary: the report of the last 7 days before today (UTC;
+    on a Monday, the week before) to every enabled subscription that takes "report.weekly",
+    each for its own pools (every pool when it names none), as one pending delivery per
+    subscription, sent after commit. At most once per subscription and ISO week of `now`
+    (dedupe key "report.weekly:2025-W29"), however often it runs. Returns the deliveries
+    created."""
+    from adaptation.reports import ReportQuery, release_report
+
+    now = now or timezone.now()
+    today = now.astimezone(UTC).date()
+    week = weekly_summary_dedupe_key(now=now)
+    event = NotificationEvent.REPORT_WEEKLY
+    subscriptions = [
+        sub
+        for sub in NotificationSubscription.objects.filter(enabled=True)
+        .prefetch_related("pools")
+        .order_by("pk")
+        if event in (sub.events or [])
+    ]
+    payloads: dict[tuple[str, ...], dict[str, Any]] = {}
+    created: list[NotificationDelivery] = []
+    for subscription in subscriptions:
+        if NotificationDelivery.objects.filter(subscription=subscription, dedupe_key=week).exists():
+            continue
+        pools = tuple(sorted(pool.name for pool in subscription.pools.all()))
+        if pools not in payloads:
+            query = ReportQuery(
+                date_from=today - timedelta(days=7), date_to=today - timedelta(days=1), pools=pools
+            )
+            payloads[pools] = weekly_summary_payload(
+                summary=release_report(query).summary.as_dict(), query=query, now=now
+            )
+        try:
+            with transaction.atomic():
+                delivery = NotificationDelivery.objects.create(
+                    subscription=subscription,
+                    event=event,
+                    dedupe_key=week,
+                    message_id=new_message_id(),
+                    payload=payloads[pools],
+                    next_attempt_at=now,
+                )
+        except IntegrityError:  # the same week's summary recorded meanwhile by another run
+            continue
+        created.append(delivery)
+    if created:
+        ids = [delivery.pk for delivery in created]
+        transaction.on_commit(lambda: _send_delivery_messages(ids), robust=True)
+    return created
 
 
 def _send_delivery_messages(delivery_ids: list[int]) -> None:

@@ -11,7 +11,14 @@ from django.contrib.contenttypes.models import ContentType
 from django.core.management import CommandError, call_command
 
 from adaptation.models import AdaptationJob
-from adaptation.roles import ROLES, role_grant, role_revoke, roles_sync, user_roles
+from adaptation.roles import (
+    ADMIN_ONLY_MODELS,
+    ROLES,
+    role_grant,
+    role_revoke,
+    roles_sync,
+    user_roles,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -37,12 +44,14 @@ def test_migrate_made_the_three_groups():
     ]
 
 
-def test_a_manager_reads_every_day0_model_but_webhook_endpoints_and_nothing_more():
+def test_a_manager_reads_every_day0_model_but_the_admin_only_ones_and_nothing_more():
     assert perms("manager") == {
-        f"adaptation.view_{m}" for m in adaptation_models() if m != "webhookendpoint"
+        f"adaptation.view_{m}" for m in adaptation_models() if m not in ADMIN_ONLY_MODELS
     }
     assert "adaptation.view_webhookdelivery" in perms("manager")
-    assert "adaptation.view_webhookendpoint" in perms("admin")
+    for model in ("webhookendpoint", "notificationsubscription", "notificationdelivery"):
+        assert f"adaptation.view_{model}" not in perms("manager") | perms("engineer")
+        assert f"adaptation.view_{model}" in perms("admin")
 
 
 def test_an_engineer_reads_everything_and_triggers_cancels_reruns_and_edits_watches():
@@ -52,6 +61,9 @@ def test_an_engineer_reads_everything_and_triggers_cancels_reruns_and_edits_watc
         "adaptation.rerun_stage",
         "adaptation.add_hubwatch",
         "adaptation.change_hubwatch",
+        "adaptation.change_releasenotesadditions",  # people's additions to release notes
+        "adaptation.add_knownlimitation",  # their own notes; a stage's only in status
+        "adaptation.change_knownlimitation",
     }
     assert perms("engineer") == perms("manager") | actions
 
@@ -161,6 +173,18 @@ def test_grant_role_command(django_user_model):
         call_command("grant_role", "nobody", "manager")
     with pytest.raises(CommandError, match="invalid choice: 'boss'"):
         call_command("grant_role", "ada", "boss")
+
+
+def test_grant_role_creates_a_user_without_a_password_on_request(django_user_model):
+    out = io.StringIO()
+    call_command("grant_role", "ci-bot", "engineer", "--create", stdout=out)
+
+    bot = django_user_model.objects.get(username="ci-bot")
+    assert not bot.has_usable_password()
+    assert bot.has_perm("adaptation.trigger_job")
+    assert "Created ci-bot without a password" in out.getvalue()
+    with pytest.raises(CommandError, match="add --create"):
+        call_command("grant_role", "nobody", "manager", "--revoke", "--create")
 
 
 def test_a_superuser_keeps_staff_when_leaving_the_admin_role(django_user_model):

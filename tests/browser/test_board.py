@@ -208,9 +208,9 @@ def test_idle_board_shows_a_new_release_without_a_reload(live_server, browser, m
         page.evaluate("window.__day0NoReload = 'still here'")
         page.mouse.wheel(0, 400)
         page.wait_for_function("window.scrollY >= 300")
-        scrolled = page.evaluate("window.scrollY")
         link = page.get_by_role("link", name="org/older-10")
-        link.focus()
+        link.focus()  # scrolls it into view if it was not
+        scrolled = page.evaluate("window.scrollY")
 
         found = make_release(repo_id="openai/gpt-oss-120b", discovered_at=timezone.now())
         make_job(release=found)  # found by the hub poll, its job not started yet

@@ -98,15 +98,23 @@ def test_demo_hub_releases_are_adapted_and_shown(
     page.get_by_role("button", name="Log in").click()
     expect(page.get_by_role("heading", name="Release board")).to_be_visible()
 
-    shown = set(page.locator("#board-table tbody th.release a").all_inner_texts())
+    shown = set(
+        page.locator("#board-table tbody th.release a[id^='release-link-']").all_inner_texts()
+    )
     assert shown == DEMO_REPOS
+    # A release whose plan does not fit this machine has a blocker note saying what would.
+    for release in ModelRelease.objects.all():
+        badge = page.locator(f"#limitation-count-{release.pk}")
+        if not fits[release.repo_id]:
+            expect(badge).to_have_class(re.compile(r"severity-blocker"))
     for stage in ("fetch", "analyze", "operators", "precision"):
         cells = page.locator(f"#board-table td[data-stage='{stage}']").all_inner_texts()
         assert len(cells) == 6 and all("Succeeded" in text for text in cells)
     plan_cells = page.locator("#board-table td[data-stage='plan']").all_inner_texts()
     assert sorted("Succeeded" in text for text in plan_cells) == sorted(fits.values())
-    # a release that fits goes on through the measured stages on its twin; the others skip them
-    for stage in ("performance", "stability"):
+    # a release that fits goes on through the measured stages on its twin and gets its notes;
+    # the others skip them
+    for stage in ("performance", "stability", "release_notes"):
         cells = page.locator(f"#board-table td[data-stage='{stage}']").all_inner_texts()
         assert sorted("Succeeded" in text for text in cells) == sorted(fits.values())
         assert sum("Skipped" in text for text in cells) == list(fits.values()).count(False)

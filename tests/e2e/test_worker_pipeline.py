@@ -23,6 +23,7 @@ from adaptation.models import (
     OperatorCheck,
     PerformancePoint,
     PrecisionResult,
+    ReleaseNotes,
     StageStatus,
 )
 from tests.conftest import REALCONFIGS_DIR
@@ -79,6 +80,13 @@ def check_measured_stages(runs: dict, quick: dict) -> None:
     assert rows.filter(kind="measured", metric="decode_tokens_per_s").count() == len(points)
     assert rows.filter(metric="decode_efficiency").exists()
     assert stability.result["passed"] is True and stability.result["steps"] >= 20
+    notes = runs["release_notes"]
+    assert notes.status == StageStatus.SUCCEEDED, notes.error
+    stored = ReleaseNotes.objects.get(stage_run=notes)
+    assert stored.version == 1 and stored.markdown == notes.result["markdown"]
+    assert runs["plan"].result["artifacts"]["vllm"] in stored.markdown
+    knee = performance.result["knee_batch_size"]
+    assert f"Recommended batch size: **{knee}** sequences" in stored.markdown
 
 
 def test_polled_releases_run_on_a_real_worker(
@@ -101,7 +109,7 @@ def test_polled_releases_run_on_a_real_worker(
     assert fetch.status == StageStatus.FAILED
     assert "config.json is not valid JSON" in fetch.error
     assert "line 3 column 23" in fetch.error
-    assert [run.status for run in later] == [StageStatus.SKIPPED] * 6
+    assert [run.status for run in later] == [StageStatus.SKIPPED] * 7
 
     fits = {
         "acme/llama-8b": fits_this_machine("meta-llama__Llama-3.1-8B"),
@@ -124,7 +132,9 @@ def test_polled_releases_run_on_a_real_worker(
             assert plan.status == StageStatus.FAILED and job.status == JobStatus.FAILED
             assert "does not fit 1 x cpu" in plan.error and "would fit" in plan.error
             assert plan.result["fits"] is False and plan.result["suggestions"]["devices"] > 1
-            assert {runs[s].status for s in ("performance", "stability")} == {"skipped"}
+            assert {runs[s].status for s in ("performance", "stability", "release_notes")} == {
+                "skipped"
+            }
         assert runs["analyze"].result["total_params"] == total
         assert runs["operators"].result["missing"] == []  # the cpu pool runs every operator
         assert OperatorCheck.objects.filter(stage_run=runs["operators"]).count() > 20
@@ -193,7 +203,8 @@ def test_adapt_waits_and_prints_the_finished_job(celery_worker_process, tmp_path
     assert finished["status"] == ("succeeded" if fits else "failed")
     stages = {s["name"]: s for s in finished["stages"]}
     assert list(stages) == [
-        "fetch", "analyze", "operators", "precision", "plan", "performance", "stability"
+        "fetch", "analyze", "operators", "precision", "plan", "performance", "stability",
+        "release_notes",
     ]  # fmt: skip
     if fits:
         performance = stages["performance"]["result"]
@@ -210,8 +221,20 @@ def test_adapt_waits_and_prints_the_finished_job(celery_worker_process, tmp_path
         assert {"duration_s", "steps", "memory_slope_bytes_per_step", "nonfinite_outputs",
                 "errors", "step_time_drift", "passed"} <= stability.keys()  # fmt: skip
         assert stability["passed"] is True and 3 <= stability["duration_s"] < 60
+        # The notes of a real config: the plan's launch command and the measured knee.
+        notes = stages["release_notes"]
+        assert notes["status"] == "succeeded", notes["error"]
+        markdown = notes["result"]["markdown"]
+        assert stages["plan"]["result"]["artifacts"]["vllm"] in markdown
+        knee = performance["knee"]
+        assert f"Recommended batch size: **{knee['batch_size']}** sequences" in markdown
+        assert f"| **measured (twin)** | {knee['batch_size']} | " in markdown
+        measured = notes["result"]["sections"]["performance"]["measured"]
+        assert measured["tpot_s"] == knee["tpot_s"] and measured["label"] == "measured (twin)"
     else:
-        assert [stages[s]["status"] for s in ("performance", "stability")] == ["skipped"] * 2
+        assert [stages[s]["status"] for s in ("performance", "stability", "release_notes")] == [
+            "skipped"
+        ] * 3
     measured = [stages[name] for name in ("fetch", "analyze", "operators", "precision")]
     assert all(s["status"] == "succeeded" and s["attempt"] == 1 for s in measured)
     plan = stages["plan"]["result"]

@@ -19,7 +19,8 @@ from workers.stages.registry import get_stage, stage_names
 
 def test_performance_and_stability_run_after_the_plan():
     assert stage_names() == [
-        "fetch", "analyze", "operators", "precision", "plan", "performance", "stability"
+        "fetch", "analyze", "operators", "precision", "plan", "performance", "stability",
+        "release_notes",
     ]  # fmt: skip
     performance, stability = get_stage("performance"), get_stage("stability")
     assert (performance.title, stability.title) == ("Performance", "Stability run")

@@ -39,6 +39,14 @@ class StageTransientError(Exception):
         self.retry_after_s = retry_after_s
 
 
+class StageCancelled(BaseException):
+    """The stage's run was cancelled (or taken away by the reaper) while it ran: the stage
+    stops at its next check of `StageContext.cancelled` and nothing it did is stored.
+
+    A BaseException, as `asyncio.CancelledError` is since Python 3.8, so that the stages'
+    `except Exception` around a model's own failures cannot swallow it."""
+
+
 @dataclass(frozen=True)
 class ReleaseRef:
     """The release a job adapts: where it lives and at which revision."""
@@ -93,6 +101,18 @@ def _ignore(_message: str) -> None:
     return None
 
 
+def never_cancelled() -> bool:
+    """The `cancelled` of a run nobody can cancel (the engine called directly)."""
+    return False
+
+
+def raise_if_cancelled(cancelled: Callable[[], bool]) -> None:
+    """Raise `StageCancelled` when `cancelled()` says the run was cancelled. Long stages call
+    it between steps (each performance point, each stability step)."""
+    if cancelled():
+        raise StageCancelled("the stage run was cancelled while it ran")
+
+
 @dataclass(frozen=True)
 class StageContext:
     """Everything a stage may read.
@@ -106,7 +126,12 @@ class StageContext:
     (`adaptation.selectors.pool_calibration`: the median efficiency of the scaled twins'
     measured speed over the roofline's prediction in the pool's last performance runs, and
     the device figures they measured), filled for a stage with `reads_pool_calibration`;
-    None otherwise.
+    None otherwise. `limitations` are the release's open known limitations on the job's pool
+    or on every pool (plain dicts: "title", "body" (Markdown), "severity", "status", "stage",
+    "pool" (its name, None for every pool)), most severe first, filled for a stage with
+    `reads_limitations`; empty otherwise. `cancelled` says whether the run was cancelled
+    while it ran (the runner's heartbeat finds it no longer running); long stages check it
+    between steps through `raise_if_cancelled`.
     """
 
     release: ReleaseRef
@@ -116,6 +141,8 @@ class StageContext:
     log: Callable[[str], None] = _ignore
     options: Mapping[str, Any] = field(default_factory=dict)
     calibration: Mapping[str, Any] | None = None
+    limitations: tuple[dict[str, Any], ...] = ()
+    cancelled: Callable[[], bool] = never_cancelled
 
 
 @dataclass(frozen=True)
@@ -130,7 +157,9 @@ class StageDefinition:
     says which apply. `check_options` (same forms) checks and normalises a job's options for
     the stage (`AdaptationJob.options[name]`), raising `ValueError` with the reason; a stage
     without one takes no options. `reads_pool_calibration`: the runner fills
-    `StageContext.calibration` with the pool's running calibration (a query).
+    `StageContext.calibration` with the pool's running calibration (a query);
+    `reads_limitations`: it fills `StageContext.limitations` with the release's open known
+    limitations on the job's pool (a query).
     """
 
     name: str
@@ -144,6 +173,8 @@ class StageDefinition:
     check_options: Callable[[Any], dict[str, Any]] | str | None = None
     limits_for_options: Callable[[Any], tuple[int, int]] | str | None = None
     reads_pool_calibration: bool = False
+    # Whether `run` reads `ctx.limitations` (the release's open known limitations: a query).
+    reads_limitations: bool = False
 
     def __call__(self, ctx: StageContext) -> dict[str, Any]:
         """Run the stage. Raises what the stage raises; ImportError for a bad `run` path."""

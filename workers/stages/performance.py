@@ -86,7 +86,7 @@ from typing import Any
 
 import torch
 
-from workers.stages.base import StageContext, StageFailed
+from workers.stages.base import StageContext, StageFailed, never_cancelled, raise_if_cancelled
 from workers.stages.measure_options import CALIBRATED_UNITS as CALIBRATED_UNITS
 from workers.stages.measure_options import UNITS, performance_options
 from workers.stages.measure_options import calibration_rows as calibration_rows
@@ -302,16 +302,18 @@ def sweep_dtype(
     options: PerformanceOptions,
     model_tag: str = "twin",
     log: Callable[[str], None] | None = None,
+    cancelled: Callable[[], bool] = never_cancelled,
 ) -> _Sweep:
     """Measure every (prompt length, batch size) point of one dtype's `model` (on `device`).
 
     Out of memory stops that prompt length's sweep (recorded in `stopped`); any other
     exception stops the dtype's sweep (recorded in `errors`). Never raises for the model's
-    failures.
+    failures; raises `StageCancelled` before a point once `cancelled()` is true.
     """
     sweep = _Sweep()
     for prompt_len in prompt_lens:
         for batch_size in options.batch_sizes():
+            raise_if_cancelled(cancelled)
             stop_reason = error = None
             point: dict[str, Any] | None = None
             try:
@@ -644,6 +646,7 @@ def measure_performance(
     hooks: Sequence[Callable[[torch.nn.Module], Any]] = (),
     log: Callable[[str], None] | None = None,
     device_figures: Mapping[str, Any] | None = None,
+    cancelled: Callable[[], bool] = never_cancelled,
 ) -> dict[str, Any]:
     """The performance result for `twin` on `pool` (a PoolSpec or the same fields).
 
@@ -765,6 +768,7 @@ def measure_performance(
                 options=opts,
                 model_tag=model_tag,
                 log=log,
+                cancelled=cancelled,
             )
         finally:
             for handle in handles:
@@ -852,7 +856,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
     config = remote_code.native_config(ctx, "performance")
     twin = build_twin(config)
     result = measure_performance(
-        twin, ctx.pool, options=options, plan=ctx.previous.get("plan"), log=ctx.log
+        twin,
+        ctx.pool,
+        options=options,
+        plan=ctx.previous.get("plan"),
+        log=ctx.log,
+        cancelled=ctx.cancelled,
     )
     if result["knee"] is not None:
         knee = result["knee"]

@@ -110,6 +110,22 @@ STAGES: tuple[StageDefinition, ...] = (
         soft_time_limit_s=_STABILITY_DEFAULT_LIMITS_S[0],
         time_limit_s=_STABILITY_DEFAULT_LIMITS_S[1],
     ),
+    StageDefinition(
+        name="release_notes",
+        title="Release notes",
+        run="workers.stages.release_notes:run",
+        reads_limitations=True,
+        description=(
+            "Writes the release notes from the earlier stages: configuration (pool, split, "
+            "dtype, context, concurrency, the plan's launch commands), performance "
+            "recommendations (the knee measured on the twin beside the full-size prediction), "
+            "precision per dtype, the stability verdict, the open known limitations, and what "
+            "was not validated. Stored as a new version of the release's notes on the pool."
+        ),
+        # Pure Python over the stored results: well under a second.
+        soft_time_limit_s=30,
+        time_limit_s=60,
+    ),
 )
 
 _BY_NAME = {stage.name: stage for stage in STAGES}

@@ -65,7 +65,7 @@ from typing import Any
 
 import torch
 
-from workers.stages.base import StageContext, StageFailed
+from workers.stages.base import StageContext, StageFailed, never_cancelled, raise_if_cancelled
 from workers.stages.measure_options import (
     DEFAULT_DURATION_S,
     MIN_JUDGED_STEPS,
@@ -180,10 +180,12 @@ def stability_loop(
     options: StabilityOptions,
     timer: StepTimer,
     memory: MemoryProbe,
+    cancelled: Callable[[], bool] = never_cancelled,
 ) -> Series:
     """Run steps on `model` (on `device`) for `options.duration_s` and at least
     `options.min_steps` steps, sampling each (see the module docstring). Exceptions in a step
-    are counted, not raised; the loop stops after `options.max_errors` of them."""
+    are counted, not raised; the loop stops after `options.max_errors` of them. Raises
+    `StageCancelled` before a step once `cancelled()` is true."""
     ids = random_prompt(
         vocab_size,
         options.batch_size,
@@ -204,6 +206,7 @@ def stability_loop(
     deadline = started + options.duration_s
     step = 0
     while time.perf_counter() < deadline or len(steps) < options.min_steps:
+        raise_if_cancelled(cancelled)
         failure = None
         try:
             cpu_start = time.process_time_ns()
@@ -403,8 +406,10 @@ def measure_stability(
     *,
     options: StabilityOptions | Mapping[str, Any] | None = None,
     hooks: Sequence[Callable[[torch.nn.Module], Any]] = (),
+    cancelled: Callable[[], bool] = never_cancelled,
 ) -> dict[str, Any]:
-    """The stability result for `twin` on `pool` (a PoolSpec or the same fields).
+    """The stability result for `twin` on `pool` (a PoolSpec or the same fields); stops with
+    `StageCancelled` once `cancelled()` is true.
 
     Returns {"duration_s" (s, the loop's wall time), "steps" (completed steps),
     "memory_slope_bytes_per_step" (None when too few samples), "nonfinite_outputs",
@@ -447,6 +452,7 @@ def measure_stability(
             options=opts,
             timer=timer,
             memory=memory,
+            cancelled=cancelled,
         )
     finally:
         for handle in handles:
@@ -499,7 +505,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
     except ValueError as exc:
         raise StageFailed(f"stability options: {exc}") from exc
     config = remote_code.native_config(ctx, "stability")
-    result = measure_stability(build_twin(config), ctx.pool, options=options)
+    result = measure_stability(
+        build_twin(config), ctx.pool, options=options, cancelled=ctx.cancelled
+    )
     slope = result["memory_slope_bytes_per_step"]
     drift = result["step_time_drift"]
     ctx.log(

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from workers.stages.precision_checks import CHECKS
 from workers.stages.twin.run import Trace
 
 
@@ -64,22 +65,6 @@ def logit_metrics(ref: Trace, tgt: Trace) -> dict[str, Any]:
         "positions": int(r.shape[0]),
         "reference_logit_rms": float(rc.pow(2).mean().sqrt()),
     }
-
-
-# (metric, threshold key, "max" | "min", how the reason names it)
-CHECKS = (
-    ("relative_logit_error", "max_relative_logit_error", "max", "relative logit error"),
-    (
-        "max_relative_logit_error",
-        "max_row_relative_logit_error",
-        "max",
-        "worst row's relative logit error",
-    ),
-    ("cosine_similarity", "min_cosine_similarity", "min", "cosine similarity"),
-    ("top1_agreement", "min_top1_agreement", "min", "top-1 agreement"),
-    ("kl_divergence", "max_kl_divergence", "max", "KL divergence"),
-    ("mean_abs_error", "max_mean_abs_error", "max", "mean absolute error"),
-)
 
 
 def failed_checks(metrics: dict[str, Any], thresholds: dict[str, Any]) -> list[str]:

@@ -1,0 +1,160 @@
+"""The managers' pages: `/reports/` (a period's releases, summary figures and chart),
+`/reports/releases.csv` (the same table) and `/reports/readiness` (releases x pools).
+
+Read-only, for every role that reads jobs (`adaptation.view_adaptationjob`: managers,
+engineers, admins); anonymous visitors go to the login page, a signed-in user without the
+permission gets 403. Figures come from `adaptation.reports`, in a fixed number of queries.
+"""
+
+from __future__ import annotations
+
+import csv
+from datetime import UTC, date, datetime, timedelta
+from urllib.parse import urlencode
+
+from django import forms
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+
+from adaptation import charts, reports
+from adaptation.models import AcceleratorPool
+from adaptation.views import VIEW_JOBS, permission_required
+
+# Releases per page of the report's table (the summary, the chart and the CSV cover them all).
+REPORT_ROWS_PER_PAGE = 50
+# The longest period a report may cover.
+MAX_PERIOD_DAYS = 3660
+
+
+class ReportForm(forms.Form):
+    """A report's period (UTC dates, inclusive; default the last 30 days) and pools (by
+    name; none chosen: every pool), from the query string."""
+
+    date_from = forms.DateField(
+        required=False, label="From", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    date_to = forms.DateField(
+        required=False, label="To", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    pools = forms.ModelMultipleChoiceField(
+        queryset=AcceleratorPool.objects.order_by("name"),
+        to_field_name="name",
+        required=False,
+        label="Pools",
+        help_text="None chosen: every pool.",
+        widget=forms.SelectMultiple(attrs={"size": 4}),
+    )
+
+    def clean(self) -> dict:
+        data = super().clean()
+        today = datetime.now(UTC).date()
+        date_to = data.get("date_to") or today
+        date_from = data.get("date_from") or date_to - timedelta(
+            days=reports.DEFAULT_PERIOD_DAYS - 1
+        )
+        if date_from > date_to:
+            raise forms.ValidationError("The period's start comes after its end.")
+        if (date_to - date_from).days >= MAX_PERIOD_DAYS:
+            raise forms.ValidationError(f"A report covers {MAX_PERIOD_DAYS} days at most.")
+        data["date_from"], data["date_to"] = date_from, date_to
+        return data
+
+    def query(self) -> reports.ReportQuery:
+        """The report query of a valid form."""
+        pools = tuple(sorted(pool.name for pool in self.cleaned_data.get("pools") or []))
+        return reports.ReportQuery(
+            date_from=self.cleaned_data["date_from"],
+            date_to=self.cleaned_data["date_to"],
+            pools=pools,
+        )
+
+
+def _form(request: HttpRequest) -> tuple[ReportForm, reports.ReportQuery | None]:
+    """The form bound to the query string (unbound values take the defaults), and its query,
+    or None when the parameters are invalid."""
+    params = request.GET.copy()
+    params.pop("page", None)
+    form = ReportForm(params)
+    if not form.is_valid():
+        return form, None
+    query = form.query()
+    # The inputs show the period the report covers, defaults included.
+    params["date_from"], params["date_to"] = query.date_from.isoformat(), query.date_to.isoformat()
+    form.data = params
+    return form, query
+
+
+def _url(name: str, query: reports.ReportQuery, **extra: str) -> str:
+    return f"{reverse(name)}?{urlencode([*query.params(), *extra.items()])}"
+
+
+@permission_required(VIEW_JOBS)
+@require_GET
+def report(request: HttpRequest) -> HttpResponse:
+    """The releases of a period and pools: per release its status, readiness, time to detect,
+    time to Day-0, failed stages with why, open limitations; the summary figures and the
+    time-to-Day-0 chart. Bad parameters answer 400 with the form's errors."""
+    form, query = _form(request)
+    if query is None:
+        return render(request, "adaptation/reports.html", {"form": form}, status=400)
+    result = reports.release_report(query)
+    page = Paginator(result.rows, REPORT_ROWS_PER_PAGE).get_page(request.GET.get("page"))
+    context = {
+        "form": form,
+        "report": result,
+        "page": page,
+        "chart": charts.report_time_to_day0(reports.chart_points(result.rows)),
+        "csv_url": _url("adaptation:report_csv", query),
+        "readiness_url": _url("adaptation:report_readiness", query),
+        "page_params": urlencode(query.params()),
+        "within_h": reports.WITHIN_S // 3600,
+    }
+    return render(request, "adaptation/reports.html", context)
+
+
+@permission_required(VIEW_JOBS)
+@require_GET
+def report_csv(request: HttpRequest) -> HttpResponse:
+    """The report's table as CSV, every release of the period (`reports.CSV_COLUMNS`), with
+    the numbers the page prints. Bad parameters answer 400."""
+    form, query = _form(request)
+    if query is None:
+        errors = "; ".join(str(error) for errors in form.errors.values() for error in errors)
+        return HttpResponse(errors, status=400, content_type="text/plain; charset=utf-8")
+    result = reports.release_report(query)
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = (
+        f'attachment; filename="day0-releases-{_stamp(query.date_from)}-'
+        f'{_stamp(query.date_to)}.csv"'
+    )
+    writer = csv.writer(response, lineterminator="\n")
+    writer.writerow(reports.CSV_COLUMNS)
+    for row in result.rows:
+        writer.writerow(reports.csv_row(row))
+    return response
+
+
+def _stamp(day: date) -> str:
+    return day.strftime("%Y%m%d")
+
+
+@permission_required(VIEW_JOBS)
+@require_GET
+def report_readiness(request: HttpRequest) -> HttpResponse:
+    """The managers' readiness board: a row per release of the period, a column per pool,
+    each cell the readiness level, the blocking stage and the time to Day-0, linked to the
+    job on the release's page. Bad parameters answer 400."""
+    form, query = _form(request)
+    if query is None:
+        return render(request, "adaptation/readiness_board.html", {"form": form}, status=400)
+    board = reports.readiness_board(query, page_number=request.GET.get("page") or 1)
+    context = {
+        "form": form,
+        "board": board,
+        "report_url": _url("adaptation:report", query),
+        "page_params": urlencode(query.params()),
+    }
+    return render(request, "adaptation/readiness_board.html", context)

@@ -1,0 +1,630 @@
+"""The managers' reports: how fast releases are adapted, read with a fixed number of queries.
+
+Everything here reads the columns `services.job_refresh_status` keeps on `AdaptationJob`
+(`status`, `readiness`, `blocking_stage`, `ready_at`), one query per kind of row, never one
+per release: `release_report` costs five queries whatever the number of releases (the
+releases, their jobs' stored columns, their first Day 0 per release, their open limitations
+counted per release, their failed stage attempts), `readiness_board` four (the pools, a
+count, a page of releases, their jobs). The per-release and per-pool figures are reduced
+from those rows in Python.
+
+Definitions (the page, the CSV and the weekly summary share them):
+
+- A report covers the releases **discovered** in the period (dates inclusive, UTC) and, when
+  pools are chosen, having a job on one of them; only those pools' jobs count.
+- **time to detect** = discovered - published (unknown without a publication time).
+- **time to Day-0** = ready - published, or ready - discovered when the hub gave no
+  publication time (`day0_basis` says which); "ready" is the first `ready_at` of the
+  release's jobs on the chosen pools (every stage the `complete` level requires passed).
+- **adapted within 24 h**: the share of the releases seen whose time to Day-0 is at most
+  24 h (a release not ready counts against it).
+- **median / p90 time to Day-0**: over the ready releases, linear interpolation between
+  the closest ranks (numpy's default percentile).
+- **failures by stage**: failed stage attempts per stage, every attempt counted.
+- **success rate per pool**: succeeded jobs / finished (succeeded + failed) jobs on the
+  pool; cancelled and unfinished jobs are left out.
+
+Hours are rounded to 2 decimals and percentages to 1, once, here: the page and the CSV
+print the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any, NamedTuple
+
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet
+from django.db.models.functions import Left, Right
+
+from adaptation.models import (
+    AcceleratorPool,
+    AdaptationJob,
+    JobStatus,
+    KnownLimitation,
+    LimitationStatus,
+    ModelRelease,
+    StageRun,
+    StageStatus,
+)
+from adaptation.presenters import stage_title
+from adaptation.readiness import level_label
+
+DAY_S = 24 * 3600
+WITHIN_S = DAY_S  # "adapted within 24 h"
+DEFAULT_PERIOD_DAYS = 30
+# Characters of a failed stage's error read from the database: its start (a stage's own
+# reason) and its end (the last line of a traceback).
+ERROR_READ_CHARS = 600
+EXCERPT_CHARS = 200
+
+
+def hours(seconds: float | None) -> float | None:
+    """Seconds as hours, rounded to 2 decimals (None stays None)."""
+    return None if seconds is None else round(seconds / 3600, 2)
+
+
+def percent(part: int, whole: int) -> float | None:
+    """`part` of `whole` in percent, rounded to 1 decimal (None when `whole` is 0)."""
+    return round(100 * part / whole, 1) if whole else None
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The `q`-th percentile (0-100) of `values` by linear interpolation between the closest
+    ranks (numpy's default method); None for no values."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    rank = (len(ordered) - 1) * q / 100
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def error_excerpt(head: str, tail: str) -> str:
+    """The line that says why a stage failed: the last line of a traceback (read from the
+    error's `tail`), else the error's first line (from its `head`), cut to `EXCERPT_CHARS`."""
+    head, tail = (head or "").strip(), (tail or "").strip()
+    if head.startswith("Traceback") and tail:
+        line = tail.splitlines()[-1].strip()
+    else:
+        line = head.splitlines()[0].strip() if head else ""
+    return line if len(line) <= EXCERPT_CHARS else line[: EXCERPT_CHARS - 1] + "…"
+
+
+# --- the query ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportQuery:
+    """What a report covers: releases discovered from `date_from` to `date_to` (inclusive,
+    UTC dates) with a job on one of `pools` (names; every pool when empty)."""
+
+    date_from: date
+    date_to: date
+    pools: tuple[str, ...] = ()
+
+    @classmethod
+    def last_days(
+        cls, days: int = DEFAULT_PERIOD_DAYS, *, today: date | None = None, pools=()
+    ) -> ReportQuery:
+        """The `days` days up to and including `today` (UTC)."""
+        today = today or datetime.now(UTC).date()
+        return cls(date_from=today - timedelta(days=days - 1), date_to=today, pools=tuple(pools))
+
+    @property
+    def start(self) -> datetime:
+        return datetime.combine(self.date_from, time.min, tzinfo=UTC)
+
+    @property
+    def end(self) -> datetime:
+        """The first moment after the period."""
+        return datetime.combine(self.date_to + timedelta(days=1), time.min, tzinfo=UTC)
+
+    def params(self) -> list[tuple[str, str]]:
+        """The query as URL parameters (`date_from`, `date_to`, `pools` repeated)."""
+        return [
+            ("date_from", self.date_from.isoformat()),
+            ("date_to", self.date_to.isoformat()),
+            *(("pools", name) for name in self.pools),
+        ]
+
+
+def _jobs(query: ReportQuery) -> QuerySet[AdaptationJob]:
+    """The jobs a report counts: every job, or those on the chosen pools."""
+    jobs = AdaptationJob.objects.all()
+    if query.pools:
+        jobs = jobs.filter(pool__name__in=query.pools)
+    return jobs
+
+
+def _releases(query: ReportQuery) -> QuerySet[ModelRelease]:
+    """The releases a report covers (see `ReportQuery`)."""
+    releases = ModelRelease.objects.filter(
+        discovered_at__gte=query.start, discovered_at__lt=query.end
+    )
+    if query.pools:
+        releases = releases.filter(Exists(_jobs(query).filter(release=OuterRef("pk"))))
+    return releases
+
+
+# --- per release ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FailedStage:
+    """A stage that failed for a release: how many attempts failed, on which pools, and the
+    newest failure's reason."""
+
+    stage: str
+    attempts: int
+    pools: tuple[str, ...]
+    error: str
+
+
+@dataclass
+class ReleaseRow:
+    """One release in a report."""
+
+    release_id: int
+    repo_id: str
+    revision: str
+    published_at: datetime | None
+    discovered_at: datetime
+    status: str  # its newest counted job's status ("" without one)
+    readiness: str  # that job's readiness level
+    blocking_stage: str
+    ready_at: datetime | None
+    open_limitations: int
+    failed_stages: list[FailedStage] = field(default_factory=list)
+
+    @property
+    def day0_basis(self) -> str:
+        """What time-to-Day-0 counts from: "publication", or "discovery" without one."""
+        return "publication" if self.published_at is not None else "discovery"
+
+    @property
+    def time_to_detect_s(self) -> float | None:
+        if self.published_at is None:
+            return None
+        return (self.discovered_at - self.published_at).total_seconds()
+
+    @property
+    def time_to_day0_s(self) -> float | None:
+        if self.ready_at is None:
+            return None
+        start = self.published_at if self.published_at is not None else self.discovered_at
+        return (self.ready_at - start).total_seconds()
+
+    @property
+    def time_to_detect_h(self) -> float | None:
+        return hours(self.time_to_detect_s)
+
+    @property
+    def time_to_day0_h(self) -> float | None:
+        return hours(self.time_to_day0_s)
+
+    @property
+    def within_24h(self) -> bool:
+        seconds = self.time_to_day0_s
+        return seconds is not None and seconds <= WITHIN_S
+
+    @property
+    def readiness_label(self) -> str:
+        return level_label(self.readiness) if self.readiness else ""
+
+    @property
+    def blocking_title(self) -> str:
+        return stage_title(self.blocking_stage) if self.blocking_stage else ""
+
+    @property
+    def basis_at(self) -> datetime:
+        return self.published_at if self.published_at is not None else self.discovered_at
+
+
+class JobFacts(NamedTuple):
+    """The stored columns of one job a report counts (no times: reading a time costs more
+    than the rest of the row on SQLite, and a report reads thousands)."""
+
+    release_id: int
+    pool: str
+    status: str
+    readiness: str
+    blocking_stage: str
+
+
+def release_rows(query: ReportQuery) -> tuple[list[ReleaseRow], list[JobFacts]]:
+    """The releases of `query`, newest discovered first, with their figures, and the jobs
+    counted (four queries: the releases, their jobs' stored columns newest first, their
+    first Day 0 aggregated per release, their open limitations counted per release)."""
+    releases = (
+        _releases(query)
+        .order_by("-discovered_at", "-id")
+        .values_list("id", "repo_id", "revision", "published_at", "discovered_at")
+    )
+    in_period = _jobs(query).filter(
+        release__discovered_at__gte=query.start, release__discovered_at__lt=query.end
+    )
+    jobs = [
+        JobFacts(*values)
+        for values in in_period.order_by("-created_at", "-id").values_list(
+            "release_id", "pool__name", "status", "readiness", "blocking_stage"
+        )
+    ]
+    ready = dict(
+        in_period.filter(ready_at__isnull=False)
+        .order_by()
+        .values("release_id")
+        .annotate(first=Min("ready_at"))
+        .values_list("release_id", "first")
+    )
+    limitations = KnownLimitation.objects.filter(
+        status=LimitationStatus.OPEN,
+        release__discovered_at__gte=query.start,
+        release__discovered_at__lt=query.end,
+    )
+    if query.pools:
+        limitations = limitations.filter(Q(pool__isnull=True) | Q(pool__name__in=query.pools))
+    open_counts = dict(
+        limitations.order_by().values("release").annotate(n=Count("id")).values_list("release", "n")
+    )
+    newest: dict[int, JobFacts] = {}
+    for job in jobs:  # newest first
+        newest.setdefault(job.release_id, job)
+    rows = []
+    for pk, repo_id, revision, published, discovered in releases:
+        job = newest.get(pk)
+        rows.append(
+            ReleaseRow(
+                release_id=pk,
+                repo_id=repo_id,
+                revision=revision,
+                published_at=published,
+                discovered_at=discovered,
+                status=job.status if job else "",
+                readiness=job.readiness if job else "",
+                blocking_stage=job.blocking_stage if job else "",
+                ready_at=ready.get(pk),
+                open_limitations=open_counts.get(pk, 0),
+            )
+        )
+    return rows, jobs
+
+
+@dataclass(frozen=True)
+class FailedAttempt:
+    release_id: int
+    stage: str
+    pool: str
+    error: str
+
+
+def failed_attempts(query: ReportQuery) -> list[FailedAttempt]:
+    """Every failed stage attempt of the report's releases on its pools, newest first (one
+    query; only the start and end of each error are read)."""
+    runs = StageRun.objects.filter(
+        status=StageStatus.FAILED,
+        job__release__discovered_at__gte=query.start,
+        job__release__discovered_at__lt=query.end,
+    )
+    if query.pools:
+        runs = runs.filter(job__pool__name__in=query.pools)
+    rows = runs.order_by("-finished_at", "-id").values_list(
+        "job__release_id",
+        "stage",
+        "job__pool__name",
+        Left("error", ERROR_READ_CHARS),
+        Right("error", ERROR_READ_CHARS),
+    )
+    return [
+        FailedAttempt(
+            release_id=release_id, stage=stage, pool=pool, error=error_excerpt(head, tail)
+        )
+        for release_id, stage, pool, head, tail in rows
+    ]
+
+
+def _failed_stages(attempts: Iterable[FailedAttempt]) -> list[FailedStage]:
+    """One release's failed attempts (newest first) grouped by stage, newest failure first."""
+    grouped: dict[str, list[FailedAttempt]] = {}
+    for attempt in attempts:
+        grouped.setdefault(attempt.stage, []).append(attempt)
+    return [
+        FailedStage(
+            stage=stage,
+            attempts=len(items),
+            pools=tuple(sorted({item.pool for item in items})),
+            error=items[0].error,
+        )
+        for stage, items in grouped.items()
+    ]
+
+
+# --- per pool ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolRate:
+    """A pool's jobs in the report and the share of its finished ones that succeeded."""
+
+    pool: str
+    jobs: int
+    succeeded: int
+    failed: int
+
+    @property
+    def finished(self) -> int:
+        return self.succeeded + self.failed
+
+    @property
+    def success_rate_percent(self) -> float | None:
+        return percent(self.succeeded, self.finished)
+
+
+def pool_rates(jobs: Iterable[JobFacts]) -> list[PoolRate]:
+    """Jobs per pool with their successes and failures, by pool name."""
+    counts: dict[str, Counter] = {}
+    for job in jobs:
+        counts.setdefault(job.pool, Counter())[job.status] += 1
+    return [
+        PoolRate(
+            pool=pool,
+            jobs=sum(count.values()),
+            succeeded=count[JobStatus.SUCCEEDED],
+            failed=count[JobStatus.FAILED],
+        )
+        for pool, count in sorted(counts.items())
+    ]
+
+
+# --- the report -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportSummary:
+    """The report's summary figures (see the module docstring for each definition)."""
+
+    releases_seen: int
+    ready: int
+    within_24h: int
+    within_24h_percent: float | None
+    median_time_to_day0_h: float | None
+    p90_time_to_day0_h: float | None
+    failures_by_stage: list[tuple[str, int]]
+    pools: list[PoolRate]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures as JSON-able data (the weekly summary's payload)."""
+        return {
+            "releases_seen": self.releases_seen,
+            "ready": self.ready,
+            "adapted_within_24h": self.within_24h,
+            "adapted_within_24h_percent": self.within_24h_percent,
+            "median_time_to_day0_h": self.median_time_to_day0_h,
+            "p90_time_to_day0_h": self.p90_time_to_day0_h,
+            "failures_by_stage": dict(self.failures_by_stage),
+            "success_by_pool": [
+                {
+                    "pool": rate.pool,
+                    "jobs": rate.jobs,
+                    "succeeded": rate.succeeded,
+                    "failed": rate.failed,
+                    "success_rate_percent": rate.success_rate_percent,
+                }
+                for rate in self.pools
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    query: ReportQuery
+    rows: list[ReleaseRow]
+    summary: ReportSummary
+
+
+def summarize(
+    rows: Sequence[ReleaseRow], attempts: Iterable[FailedAttempt], rates: list[PoolRate]
+) -> ReportSummary:
+    """The summary figures of a report's rows, failed attempts and pool rates."""
+    times = [row.time_to_day0_s for row in rows if row.time_to_day0_s is not None]
+    within = sum(1 for row in rows if row.within_24h)
+    causes = Counter(attempt.stage for attempt in attempts)
+    return ReportSummary(
+        releases_seen=len(rows),
+        ready=len(times),
+        within_24h=within,
+        within_24h_percent=percent(within, len(rows)),
+        median_time_to_day0_h=hours(percentile(times, 50)),
+        p90_time_to_day0_h=hours(percentile(times, 90)),
+        failures_by_stage=sorted(causes.items(), key=lambda item: (-item[1], item[0])),
+        pools=rates,
+    )
+
+
+def release_report(query: ReportQuery) -> Report:
+    """The report of `query`: its rows (newest discovered first, each with its failed
+    stages) and summary. Five queries, whatever the number of releases."""
+    rows, jobs = release_rows(query)
+    attempts = failed_attempts(query)
+    by_release: dict[int, list[FailedAttempt]] = {}
+    for attempt in attempts:
+        by_release.setdefault(attempt.release_id, []).append(attempt)
+    for row in rows:
+        row.failed_stages = _failed_stages(by_release.get(row.release_id, []))
+    return Report(query=query, rows=rows, summary=summarize(rows, attempts, pool_rates(jobs)))
+
+
+def chart_points(rows: Iterable[ReleaseRow]) -> list[dict[str, Any]]:
+    """The ready releases as points of the time-to-Day-0 chart, oldest first: when the clock
+    started (publication, else discovery), the hours, the release and the basis."""
+    points = [
+        {
+            "at": row.basis_at,
+            "hours": row.time_to_day0_h,
+            "repo_id": row.repo_id,
+            "basis": row.day0_basis,
+        }
+        for row in rows
+        if row.time_to_day0_h is not None
+    ]
+    return sorted(points, key=lambda point: point["at"])
+
+
+# --- CSV ---------------------------------------------------------------------------------------
+
+CSV_COLUMNS = (
+    "release_id",
+    "repo_id",
+    "revision",
+    "status",
+    "readiness",
+    "blocking_stage",
+    "published_at",
+    "discovered_at",
+    "ready_at",
+    "time_to_detect_h",
+    "time_to_day0_h",
+    "day0_basis",
+    "within_24h",
+    "failed_stages",
+    "failure_reasons",
+    "open_limitations",
+)
+
+
+def _iso(moment: datetime | None) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z") if moment else ""
+
+
+def _number(value: float | None) -> str:
+    """A figure as the page prints it ("5.0", "0.17"); "" for None."""
+    return "" if value is None else str(value)
+
+
+def csv_row(row: ReleaseRow) -> list[str]:
+    """A report row as CSV cells, in `CSV_COLUMNS` order: the numbers the page prints."""
+    return [
+        str(row.release_id),
+        row.repo_id,
+        row.revision,
+        row.status,
+        row.readiness,
+        row.blocking_stage,
+        _iso(row.published_at),
+        _iso(row.discovered_at),
+        _iso(row.ready_at),
+        _number(row.time_to_detect_h),
+        _number(row.time_to_day0_h),
+        row.day0_basis,
+        "yes" if row.within_24h else "no",
+        "; ".join(f"{failed.stage} x{failed.attempts}" for failed in row.failed_stages),
+        " | ".join(f"{failed.stage}: {failed.error}" for failed in row.failed_stages),
+        str(row.open_limitations),
+    ]
+
+
+# --- the managers' readiness board ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadinessCell:
+    """A release on a pool: its latest job there (`job_id` None when it has none), that job's
+    level and blocking stage, and the release's time to Day-0 on the pool (its first ready
+    job there)."""
+
+    pool: str
+    job_id: int | None = None
+    status: str = ""
+    readiness: str = ""
+    blocking_stage: str = ""
+    ready_at: datetime | None = None
+    time_to_day0_h: float | None = None
+
+    @property
+    def label(self) -> str:
+        return level_label(self.readiness)
+
+    @property
+    def blocking_title(self) -> str:
+        return stage_title(self.blocking_stage) if self.blocking_stage else ""
+
+
+@dataclass(frozen=True)
+class ReadinessRow:
+    release_id: int
+    repo_id: str
+    revision: str
+    day0_basis: str
+    cells: list[ReadinessCell]
+
+
+@dataclass(frozen=True)
+class ReadinessBoard:
+    pools: list[str]
+    rows: list[ReadinessRow]
+    page: Page
+
+
+READINESS_ROWS_PER_PAGE = 100
+
+
+def readiness_board(query: ReportQuery, *, page_number: Any = 1) -> ReadinessBoard:
+    """Rows of releases (newest discovered first, a page of `READINESS_ROWS_PER_PAGE`),
+    columns of pools (the chosen ones, else every pool by name), each cell the release's
+    readiness there. Four queries, whatever the number of releases."""
+    pools = list(query.pools) or list(
+        AcceleratorPool.objects.order_by("name").values_list("name", flat=True)
+    )
+    releases = _releases(query).order_by("-discovered_at", "-id")
+    fields = ("id", "repo_id", "revision", "published_at", "discovered_at")
+    page = Paginator(releases.values_list(*fields), READINESS_ROWS_PER_PAGE).get_page(page_number)
+    shown = list(page.object_list)
+    jobs = (
+        _jobs(query)
+        .filter(release_id__in=[row[0] for row in shown])
+        .order_by("-created_at", "-id")
+        .values_list(
+            "id", "release_id", "pool__name", "status", "readiness", "blocking_stage", "ready_at"
+        )
+    )
+    latest: dict[tuple[int, str], tuple] = {}
+    first_ready: dict[tuple[int, str], datetime] = {}
+    for job in jobs:
+        key = (job[1], job[2])
+        latest.setdefault(key, job)
+        if job[6] is not None and (key not in first_ready or job[6] < first_ready[key]):
+            first_ready[key] = job[6]
+    rows = []
+    for pk, repo_id, revision, published, discovered in shown:
+        start = published if published is not None else discovered
+        cells: list[ReadinessCell] = []
+        for pool in pools:
+            job = latest.get((pk, pool))
+            ready = first_ready.get((pk, pool))
+            cells.append(
+                ReadinessCell(pool=pool)
+                if job is None
+                else ReadinessCell(
+                    pool=pool,
+                    job_id=job[0],
+                    status=job[3],
+                    readiness=job[4],
+                    blocking_stage=job[5],
+                    ready_at=ready,
+                    time_to_day0_h=hours((ready - start).total_seconds()) if ready else None,
+                )
+            )
+        rows.append(
+            ReadinessRow(
+                release_id=pk,
+                repo_id=repo_id,
+                revision=revision,
+                day0_basis="publication" if published is not None else "discovery",
+                cells=cells,
+            )
+        )
+    return ReadinessBoard(pools=pools, rows=rows, page=page)

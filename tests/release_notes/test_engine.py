@@ -1,0 +1,298 @@
+"""The notes engine (`workers.stages.release_notes`) on gpt-oss-20b's real analysis and plan:
+the plan's launch commands and the measured knee are in the notes, each figure labelled
+measured on the twin or predicted at full size; precision per dtype; limitations by
+severity; what was not validated; a plan that fits nothing. No database."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.release_notes.results import (
+    KNEE_BATCH,
+    MEASURED_TOKENS_PER_S,
+    REPO_ID,
+    analysis,
+    failed_plan,
+    full_results,
+    performance,
+    plan,
+    precision,
+    stability,
+)
+from workers.stages.base import PoolSpec, ReleaseRef, StageContext
+from workers.stages.release_notes import (
+    MEASURED_TWIN,
+    PREDICTED_FULL,
+    build_release_notes,
+    code,
+    first_line,
+    run,
+    text,
+)
+
+RELEASE = ReleaseRef(
+    hub_kind="huggingface",
+    hub_endpoint="https://huggingface.co",
+    repo_id=REPO_ID,
+    revision="6cee5e81ee83917806bbde320786a8fb61efebee",
+)
+H200 = PoolSpec(
+    name="h200x8",
+    backend="cuda",
+    queue="pool.h200x8",
+    device="cuda:0",
+    accelerator="h200",
+    devices_per_node=8,
+)
+
+
+def notes_for(results=None, **kwargs):
+    notes = build_release_notes(
+        release=RELEASE, pool=H200, results=full_results() if results is None else results, **kwargs
+    )
+    json.dumps(notes, allow_nan=False)  # stored as JSON: no NaN, no Infinity
+    return notes
+
+
+def section(markdown: str, title: str) -> str:
+    """The text of the `## title` section (up to the next `## `)."""
+    start = markdown.index(f"\n## {title}\n")
+    end = markdown.find("\n## ", start + 1)
+    return markdown[start : end if end != -1 else None]
+
+
+def test_the_notes_carry_the_plans_launch_commands_and_the_measured_knee():
+    results = full_results()
+    notes = notes_for(results)
+    markdown = notes["markdown"]
+    artifacts = results["plan"]["artifacts"]
+    # The commands as the plan wrote them, each in its own code block.
+    assert f"```sh\n{artifacts['vllm']}\n```" in markdown
+    assert f"```sh\n{artifacts['sglang']}\n```" in markdown
+    assert "--max-num-seqs 148" in artifacts["vllm"]  # what the plan sized: 148 sequences
+    config = notes["sections"]["configuration"]
+    assert config["split"] == {"tp": 1, "pp": 1, "ep": 1, "dp": 1}
+    assert (config["devices"], config["context_tokens"], config["concurrency"]) == (1, 32768, 4)
+    assert config["max_concurrency"] == 148
+    assert config["dtype_label"] == "checkpoint (mxfp4)"
+    configuration = section(markdown, "Configuration")
+    assert "| Recommended pool | `h200x8`: NVIDIA H200 SXM 141GB" in configuration
+    assert "| Parallel split | TP 1 · PP 1 · EP 1 · DP 1 on 1 device(s)" in configuration
+    assert "| Context | 32,768 tokens per sequence |" in configuration
+    assert "| Max concurrency | 148 sequences at the full context (sized for 4) |" in configuration
+
+    # The knee the performance stage found on the twin: batch 4, where tokens/s stop growing.
+    perf = notes["sections"]["performance"]
+    knee_tpot = KNEE_BATCH / MEASURED_TOKENS_PER_S[KNEE_BATCH]
+    assert perf["knee_batch_size"] == KNEE_BATCH == results["performance"]["knee_batch_size"]
+    assert perf["measured"]["label"] == MEASURED_TWIN
+    assert perf["measured"]["tpot_s"] == knee_tpot
+    recommendations = section(markdown, "Performance recommendations")
+    assert f"Recommended batch size: **{KNEE_BATCH}** sequences, the knee" in recommendations
+    assert f"| **{MEASURED_TWIN}** | 4 | 12.1 ms | 330 |" in recommendations
+
+
+def test_measured_and_predicted_figures_are_labelled_and_come_from_their_stages():
+    results = full_results()
+    perf = notes_for(results)["sections"]["performance"]
+    predicted = perf["predicted"]
+    # The plan's roofline for the full model at the knee's batch (4 sequences).
+    [curve_point] = [
+        p
+        for p in results["plan"]["predicted"]["decode_curve"]
+        if p["concurrent_sequences"] == KNEE_BATCH
+    ]
+    assert predicted["label"] == PREDICTED_FULL
+    assert predicted["batch_size"] == KNEE_BATCH
+    assert predicted["tpot_s"] == curve_point["tpot_s"]
+    assert predicted["decode_tokens_per_s"] == curve_point["decode_tokens_per_s"]
+    assert predicted["accelerator"] == "h200" and predicted["context_tokens"] == 32768
+    markdown = notes_for(results)["markdown"]
+    row = next(line for line in markdown.splitlines() if line.startswith(f"| **{PREDICTED_FULL}"))
+    assert f"{curve_point['tpot_s'] * 1000:.3g} ms" in row and "roofline on h200" in row
+    largest = results["plan"]["predicted"]["largest_batch"]
+    assert perf["largest_batch"]["concurrent_sequences"] == largest["concurrent_sequences"] == 148
+    assert "Largest batch that fits, predicted (full-size): 148 sequences" in markdown
+
+
+def test_without_a_performance_run_the_prediction_comes_from_the_plan():
+    results = full_results()
+    results["performance"] = performance(None)  # a run that carried no predictions
+    perf = notes_for(results)["sections"]["performance"]
+    assert perf["predicted"]["tpot_s"] == results["plan"]["predicted"]["decode_curve"][2]["tpot_s"]
+
+
+def test_the_precision_summary_gives_each_dtypes_verdict_agreement_and_error():
+    results = full_results()
+    results["precision"] = precision(float16_passes=False)
+    notes = notes_for(results, states=_states(results, failed={"precision": results["precision"]}))
+    rows = {row["dtype"]: row for row in notes["sections"]["precision"]["dtypes"]}
+    assert rows["bfloat16"]["passed"] and rows["bfloat16"]["top1_agreement"] == 1.0
+    assert not rows["float16"]["passed"] and rows["float16"]["max_abs_error"] == 3.75
+    table = section(notes["markdown"], "Precision")
+    assert "| `bfloat16` | passed | 100.0 % | 0.0312 | 0.99991 | 2.5e-05 |" in table
+    assert "| `float16` | **failed** | 81.2 % | 3.75 | 0.97 | 0.03 |" in table
+    assert "first divergent layer 2 (mlp)" in table
+    not_validated = notes["sections"]["not_validated"]
+    assert "`precision`: failed: float16: top-1 agreement 0.8125 under 0.9." in not_validated[0]
+    assert any("Precision in `int8` was not checked" in item for item in not_validated)
+
+
+def _states(results, *, failed=None, skipped=(), missing=()):
+    """Every stage's state as `release_notes_regenerate` passes them."""
+    failed = failed or {}
+    states = {}
+    for name in results:
+        if name in missing:
+            continue
+        if name in failed:
+            states[name] = {"status": "failed", "error": failed[name].get("reason", "it failed")}
+            states[name]["result"] = failed[name]
+            if name == "precision":
+                states[name]["error"] = "float16: top-1 agreement 0.8125 under 0.9"
+        elif name in skipped:
+            states[name] = {"status": "skipped", "error": "", "result": None}
+        else:
+            states[name] = {"status": "succeeded", "error": "", "result": None}
+    return states
+
+
+def test_the_stability_verdict_and_a_failed_run_with_its_reason():
+    notes = notes_for()
+    assert notes["sections"]["stability"]["verdict"] == "passed"
+    assert "**Passed**: within every threshold." in notes["markdown"]
+    results = full_results()
+    leak = stability(passed=False)
+    notes = notes_for(
+        {k: v for k, v in results.items() if k != "stability"},
+        states=_states(results, failed={"stability": leak}),
+    )
+    assert notes["sections"]["stability"]["verdict"] == "failed"
+    assert "**Failed**: memory leak: slope 9,000 bytes/step over the threshold" in notes["markdown"]
+
+
+def test_limitations_are_listed_by_severity_with_their_scope_and_markdown_body():
+    limitations = [
+        {"title": "Sliding window", "body": "", "severity": "minor", "stage": "", "pool": None},
+        {
+            "title": "No MXFP4 <script>alert(1)</script> kernel",
+            "body": "Serve in **bf16**:\n\n```sh\nvllm serve --dtype bfloat16\n```",
+            "severity": "blocker",
+            "stage": "operators",
+            "pool": "h200x8",
+        },
+        {"title": "Long prompts", "body": "Cap at 32k.", "severity": "major", "stage": "plan"},
+    ]
+    notes = notes_for(limitations=limitations)
+    assert [item["severity"] for item in notes["sections"]["limitations"]] == [
+        "blocker",
+        "major",
+        "minor",
+    ]
+    known = section(notes["markdown"], "Known limitations")
+    assert known.index("### Blocker") < known.index("### Major") < known.index("### Minor")
+    escaped = "No MXFP4 \\<script\\>alert(1)\\</script\\> kernel"
+    assert f"- **{escaped}** (pool h200x8; raised by `operators`)" in known
+    assert "  ```sh\n  vllm serve --dtype bfloat16\n  ```" in known  # the body inside its item
+    assert "- **Sliding window** (every pool; added by a person)" in known
+    assert "No open known limitation." in notes_for()["markdown"]
+
+
+def test_what_was_not_validated_names_the_twin_one_device_and_short_prompts():
+    items = notes_for()["sections"]["not_validated"]
+    assert items[0].startswith("The full-size weights were never run: `operators`, `precision`")
+    assert "(2.3 M parameters, seeded weights)" in items[0]
+    assert "Serving on more than one device was not validated." in items
+    dtype = "serving dtype checkpoint (mxfp4) was not checked by `precision`"
+    assert any(dtype in i for i in items)
+    assert any("the planned context of 32,768 tokens was not exercised" in i for i in items)
+    assert any(i.startswith("Stability ran for 20.0 s on the twin") for i in items)
+
+
+def test_a_multi_device_plan_is_not_validated_on_many_devices():
+    name = "deepseek-ai__DeepSeek-V3"
+    results = full_results(plan(name))
+    results["analyze"] = analysis(name)
+    notes = notes_for(results)
+    assert notes["sections"]["configuration"]["split"] == {"tp": 1, "pp": 1, "ep": 8, "dp": 8}
+    assert any(
+        i.startswith("Multi-device serving was not run: the split TP 1 x PP 1 x EP 8 x DP 8 on 8")
+        for i in notes["sections"]["not_validated"]
+    )
+
+
+def test_a_plan_that_fits_nothing_says_why_and_what_would_fit():
+    """Notes written for a job that failed at `plan` (`release_notes_regenerate`)."""
+    name = "moonshotai__Kimi-K2-Instruct"
+    error, kept = failed_plan(name)
+    results = {"fetch": {}, "analyze": analysis(name)}
+    states = {
+        "fetch": {"status": "succeeded"},
+        "analyze": {"status": "succeeded"},
+        "operators": {"status": "succeeded"},
+        "precision": {"status": "succeeded"},
+        "plan": {"status": "failed", "error": error, "result": kept},
+        "performance": {"status": "skipped", "error": ""},
+        "stability": {"status": "skipped", "error": ""},
+    }
+    results |= {"operators": full_results()["operators"], "precision": precision()}
+    notes = notes_for(results, states=states)
+    config = notes["sections"]["configuration"]
+    assert config["available"] is False and config["suggestions"]["devices"] > 1
+    configuration = section(notes["markdown"], "Configuration")
+    assert "No serving configuration: the plan stage failed: " in configuration
+    assert f"- {kept['suggestions']['devices']:,} devices" in configuration
+    assert "No recommendation: the performance stage skipped." in notes["markdown"]
+    items = notes["sections"]["not_validated"]
+    assert items[:3] == [
+        f"`plan`: failed: {text(first_line(error))}.",
+        "`performance`: skipped.",
+        "`stability`: skipped.",
+    ]
+    assert notes["summary"].startswith("no fitting plan")
+
+
+def test_a_stage_the_job_does_not_run_is_listed_as_not_run():
+    results = full_results()
+    del results["operators"], results["stability"]
+    items = notes_for(results)["sections"]["not_validated"]
+    assert "`operators`: not run in this job." in items
+    assert "`stability`: not run in this job." in items
+
+
+def test_the_stage_reads_its_context():
+    lines = []
+    ctx = StageContext(
+        release=RELEASE,
+        pool=H200,
+        previous=full_results(),
+        limitations=({"title": "T", "body": "", "severity": "info", "stage": "", "pool": None},),
+        log=lines.append,
+    )
+    result = run(ctx)
+    assert result["sections"]["limitations"][0]["title"] == "T"
+    assert result["markdown"].startswith(f"# Release notes: {REPO_ID} on pool h200x8\n")
+    assert lines == [f"release notes: {result['summary']}"]
+    assert result["summary"] == (
+        "TP1/PP1/EP1/DP1 on 1 device(s), checkpoint (mxfp4); knee batch 4 (measured (twin)); "
+        "precision passed; stability passed; 1 open limitation(s)"
+    )
+
+
+def test_markdown_helpers_escape_what_would_become_markup():
+    assert text("a | b <img src=x> *c* [d](e) _f_ snake_case") == (
+        "a \\| b \\<img src=x\\> \\*c\\* \\[d\\](e) \\_f\\_ snake_case"
+    )
+    assert text("# not a heading") == "\\# not a heading"
+    assert code("a`b") == "``a`b``"
+
+
+def test_the_engine_imports_neither_django_nor_torch():
+    code_line = (
+        "import sys, workers.stages.release_notes; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('django', 'torch', 'transformers')]; "
+        "sys.exit(1 if bad else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code_line], check=False).returncode == 0
