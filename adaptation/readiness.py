@@ -8,9 +8,10 @@ level are `DAY0_READINESS` (settings, JSON in the environment):
     functional    + operators, precision                 (operators covered, precision passed)
     complete      + performance, stability, release_notes
 
-A stage the job does not run is not required of it (a job of `fetch` and `analyze` only is
-complete once both pass). The **blocking stage** is the first stage, in the job's run order,
-that the next level requires and that has not succeeded. **ready_at** is when every stage
+A stage the job does not run counts as not passed: a job of `fetch` and `analyze` only stays
+below `experimental`, as nothing validated the release further. The **blocking stage** is the
+first stage, in the job's run order (then the level's own order for stages the job does not
+run), that the next level requires and that has not succeeded. **ready_at** is when every stage
 `complete` requires had passed: per stage its first succeeded attempt, the latest of those.
 It is Day 0 on that pool, and it never moves: a later re-run (successful or not) leaves it,
 while the level says where the job stands now.
@@ -98,7 +99,7 @@ def readiness_thresholds_check(thresholds: Mapping[str, Sequence[str]]) -> dict[
 def readiness_thresholds() -> dict[str, list[str]]:
     """The stages each level requires of its own (`DAY0_READINESS`), lowest first. Its
     names were checked against the registry when day0 started (`readiness_thresholds_check`);
-    a name no job runs would simply never be required."""
+    a job that does not run one of them does not reach that level."""
     configured = settings.DAY0_READINESS
     return {level: list(configured.get(level) or []) for level in LEVELS}
 
@@ -124,7 +125,15 @@ def readiness_from_runs(
             if known is None or run.finished_at < known:
                 first_success[run.stage] = run.finished_at
     order = list(stages)
-    required = [(level, [s for s in order if s in (levels.get(level) or ())]) for level in LEVELS]
+    # The job's own stages first, in its order; a required stage it does not run is missing.
+    required = [
+        (
+            level,
+            [s for s in order if s in (levels.get(level) or ())]
+            + [s for s in (levels.get(level) or ()) if s not in order],
+        )
+        for level in LEVELS
+    ]
     if not any(names for _, names in required):
         return JobReadiness(readiness=Readiness.NONE, blocking_stage="", ready_at=None)
     reached, blocking = Readiness.NONE, ""
@@ -154,10 +163,10 @@ def job_readiness(*, job: AdaptationJob) -> JobReadiness:
 
 
 def level_label(level: str) -> str:
-    """A level's display name: the model's label, except "None" for a job below
-    `experimental` (which may well have started)."""
+    """A level's display name: the model's label, except "Below experimental" for a job
+    that has not reached the first level (it may well have started)."""
     if level == Readiness.NONE:
-        return "None"
+        return "Below experimental"
     return Readiness(level).label if level in Readiness.values else level
 
 

@@ -57,6 +57,8 @@ class ReportForm(forms.Form):
         )
         if date_from > date_to:
             raise forms.ValidationError("The period's start comes after its end.")
+        if date_to >= date.max - timedelta(days=1):  # the period ends at date_to + 1 day
+            raise forms.ValidationError(f"The period must end before {date.max.isoformat()}.")
         if (date_to - date_from).days >= MAX_PERIOD_DAYS:
             raise forms.ValidationError(f"A report covers {MAX_PERIOD_DAYS} days at most.")
         data["date_from"], data["date_to"] = date_from, date_to

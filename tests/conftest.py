@@ -62,3 +62,16 @@ def quick_measurements(monkeypatch: pytest.MonkeyPatch) -> dict:
 
     monkeypatch.setattr(services, "job_create", job_create)
     return QUICK_MEASUREMENTS
+
+
+@pytest.fixture
+def fetch_analyze_readiness(settings) -> dict[str, list[str]]:
+    """Readiness levels a two-stage job (fetch, analyze) can reach, for tests of the Day-0
+    clock and reports built on such jobs: under the default levels a job that does not run
+    plan, operators, precision... never gets past `none`."""
+    settings.DAY0_READINESS = {
+        "experimental": ["fetch", "analyze"],
+        "functional": [],
+        "complete": [],
+    }
+    return settings.DAY0_READINESS

@@ -109,6 +109,23 @@ class ResultSummaryField(serializers.Field):
 # --- stage runs -------------------------------------------------------------------------------
 
 
+# What every stage-run output shows of the attempt itself.
+_STAGE_RUN_FIELDS = [
+    "stage",
+    "position",
+    "attempt",
+    "status",
+    "queued_at",
+    "started_at",
+    "finished_at",
+    "heartbeat_at",
+    "worker_host",
+    "retries",
+    "error",
+    "result_summary",
+]
+
+
 class StageAttemptOutput(serializers.ModelSerializer):
     """The latest attempt of one stage of a job, as a job's detail lists them."""
 
@@ -116,21 +133,7 @@ class StageAttemptOutput(serializers.ModelSerializer):
 
     class Meta:
         model = StageRun
-        fields = [
-            "id",
-            "stage",
-            "position",
-            "attempt",
-            "status",
-            "queued_at",
-            "started_at",
-            "finished_at",
-            "heartbeat_at",
-            "worker_host",
-            "retries",
-            "error",
-            "result_summary",
-        ]
+        fields = ["id", *_STAGE_RUN_FIELDS]
         read_only_fields = fields
 
 
@@ -153,25 +156,7 @@ class StageRunOutput(serializers.ModelSerializer):
 
     class Meta:
         model = StageRun
-        fields = [
-            "id",
-            "job",
-            "release",
-            "repo_id",
-            "pool",
-            "stage",
-            "position",
-            "attempt",
-            "status",
-            "queued_at",
-            "started_at",
-            "finished_at",
-            "heartbeat_at",
-            "worker_host",
-            "retries",
-            "error",
-            "result_summary",
-        ]
+        fields = ["id", "job", "release", "repo_id", "pool", *_STAGE_RUN_FIELDS]
         read_only_fields = fields
 
 

@@ -35,7 +35,14 @@ def readiness_of(stages, runs, thresholds):
             known = first_success.get(run.stage)
             if known is None or run.finished_at < known:
                 first_success[run.stage] = run.finished_at
-    required = [(level, [s for s in stages if s in thresholds.get(level, [])]) for level in LEVELS]
+    required = [
+        (
+            level,
+            [s for s in stages if s in thresholds.get(level, [])]
+            + [s for s in thresholds.get(level, []) if s not in stages],
+        )
+        for level in LEVELS
+    ]
     if not any(names for _, names in required):
         return "none", "", None
     reached, blocking = "none", ""

@@ -95,6 +95,7 @@ def test_board_shows_the_clock_figures_and_readiness_per_pool(client, cast, rele
     assert "Fixed long ago" not in clock
 
 
+@pytest.mark.usefixtures("fetch_analyze_readiness")
 def test_board_counts_day0_from_discovery_without_a_publication_time(client, cast):
     client.force_login(cast.mona)
     found = timezone.now() - timedelta(hours=2)

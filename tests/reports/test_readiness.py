@@ -84,7 +84,7 @@ def test_levels_climb_stage_by_stage():
     ]
 
 
-def test_failed_stage_blocks_and_a_stage_the_job_does_not_run_is_not_required():
+def test_failed_stage_blocks_and_a_stage_the_job_does_not_run_blocks_too():
     release = make_release()
     failed = job_with_runs(
         release,
@@ -93,14 +93,19 @@ def test_failed_stage_blocks_and_a_stage_the_job_does_not_run_is_not_required():
     )
     failed.refresh_from_db()
     assert (failed.readiness, failed.blocking_stage) == ("experimental", "operators")
-    # No operators/precision/stability/release_notes in this job: not required of it.
+    # No operators or precision in this job: nothing validated them, so it stays below
+    # functional, blocked by the first stage of that level it does not run.
     short = job_with_runs(
         release,
         stages=["fetch", "analyze", "plan", "performance"],
         outcomes=passed("fetch", "analyze", "plan", "performance"),
     )
     short.refresh_from_db()
-    assert (short.readiness, short.blocking_stage) == ("complete", "")
+    assert (short.readiness, short.blocking_stage, short.ready_at) == (
+        "experimental",
+        "operators",
+        None,
+    )
 
 
 @override_settings(
@@ -140,6 +145,7 @@ def test_ready_at_keeps_day0_through_a_rerun_while_the_level_follows_it():
     assert job.ready_at == first_ready
 
 
+@pytest.mark.usefixtures("fetch_analyze_readiness")
 def test_a_later_success_of_a_failed_stage_counts_from_its_finish():
     at = timezone.now() - timedelta(hours=2)
     job = job_with_runs(
@@ -164,7 +170,7 @@ def test_job_without_a_required_stage_is_none():
     job = job_with_runs(make_release(), stages=["fetch"], outcomes=passed("fetch"))
     with override_settings(DAY0_READINESS={"experimental": ["plan"]}):
         level = job_readiness(job=job)
-    assert (level.readiness, level.blocking_stage, level.ready_at) == ("none", "", None)
+    assert (level.readiness, level.blocking_stage, level.ready_at) == ("none", "plan", None)
 
 
 def test_thresholds_naming_unknown_stages_are_refused_at_start():

@@ -51,7 +51,7 @@ def base() -> datetime:
 
 
 @pytest.fixture
-def sample(base, h200) -> dict:
+def sample(base, h200, fetch_analyze_readiness) -> dict:
     """Five releases of the period on two pools, and one older release."""
     cpu = cpu_pool()
     r1 = make_release(
@@ -279,6 +279,8 @@ def test_pools_and_period_filter(client, cast, sample, base):
         {"date_from": "2025-02-30"},
         {"date_from": "2025-03-02", "date_to": "2025-03-01"},
         {"pools": "no-such-pool"},
+        {"date_to": "9999-12-31"},  # the period's end (a day later) would overflow
+        {"date_from": "9999-12-30", "date_to": "9999-12-31"},
     ],
 )
 def test_bad_parameters_answer_400(client, cast, params):

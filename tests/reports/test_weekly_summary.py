@@ -114,6 +114,7 @@ def test_one_delivery_per_subscription_once_a_week(
     assert NotificationDelivery.objects.filter(dedupe_key="report.weekly:2025-W30").count() == 2
 
 
+@pytest.mark.usefixtures("fetch_analyze_readiness")
 def test_payload_has_the_week_figures_and_a_link(subscriptions, week_of_releases):
     generic, slack = subscriptions
     notification_services.report_weekly_send(now=MONDAY)

@@ -103,6 +103,7 @@ def clock_text(html: str, release_pk: int) -> str:
     return html_lib.unescape(" ".join(re.sub(r"<[^>]+>", " ", cell).split()))
 
 
+@pytest.mark.usefixtures("fetch_analyze_readiness")
 def test_day0_clock(logged_in_client):
     now = timezone.now()
     ready = make_release(published_at=now - timedelta(hours=3))
@@ -122,6 +123,7 @@ def test_day0_clock(logged_in_client):
     assert "ready after" not in unknown_row
 
 
+@pytest.mark.usefixtures("fetch_analyze_readiness")
 def test_day0_clock_keeps_the_first_readiness_through_a_later_successful_rerun(
     logged_in_client,
 ):
@@ -158,6 +160,7 @@ def test_day0_clock_keeps_the_first_readiness_through_a_later_successful_rerun(
     )
 
 
+@pytest.mark.usefixtures("fetch_analyze_readiness")
 @pytest.mark.parametrize(
     ("newest_statuses", "shown", "needed"),
     [
@@ -187,11 +190,12 @@ def test_day0_clock_stays_ready_while_a_rerun_runs_or_after_it_failed(
     # Day 0 stays; the pool's readiness is its newest job's, held back by the stage it needs.
     assert clock_text(html, release.pk) == (
         f"published 3 h 00 m ago detected after 3 h 00 m ready after 1 m 02 s from publication "
-        f"· {shown} cpu None · needs {needed}"
+        f"· {shown} cpu Below experimental · needs {needed}"
     )
     assert "not ready" not in clock_text(html, release.pk)
 
 
+@pytest.mark.usefixtures("fetch_analyze_readiness")
 def test_day0_clock_counts_a_stage_rerun_within_the_same_job(logged_in_client):
     """A stage that failed and succeeded on its second attempt: ready when that attempt
     finished; a third attempt that fails later does not undo it."""
@@ -224,7 +228,7 @@ def test_day0_clock_counts_a_stage_rerun_within_the_same_job(logged_in_client):
 
     assert clock_text(html, release.pk) == (
         "published 1 h 00 m ago detected after 1 h 00 m ready after 20 m 00 s from publication "
-        "· re-run failed cpu None · needs Architecture analysis"
+        "· re-run failed cpu Below experimental · needs Architecture analysis"
     )
 
 
@@ -234,7 +238,7 @@ def test_day0_clock_not_ready_when_no_job_ever_succeeded(logged_in_client):
     html = logged_in_client.get(BOARD).content.decode()
     assert clock_text(html, release.pk) == (
         "published 1 h 00 m ago detected after 1 h 00 m not ready: a stage failed "
-        "cpu None · needs Architecture analysis"
+        "cpu Below experimental · needs Architecture analysis"
     )
 
 
