@@ -163,10 +163,10 @@ def job_readiness(*, job: AdaptationJob) -> JobReadiness:
 
 
 def level_label(level: str) -> str:
-    """A level's display name: the model's label, except "Below experimental" for a job
+    """A level's display name: the model's label, except "None yet" for a job
     that has not reached the first level (it may well have started)."""
     if level == Readiness.NONE:
-        return "Below experimental"
+        return "None yet"
     return Readiness(level).label if level in Readiness.values else level
 
 

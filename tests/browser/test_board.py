@@ -80,6 +80,7 @@ def demo_releases() -> dict[str, object]:
     return {"ready": ready, "failed": failed, "running": running, "running_job": running_job}
 
 
+@pytest.mark.usefixtures("fetch_analyze_readiness")
 def test_board_live_refresh_and_release_page(live_server, page):
     from playwright.sync_api import expect
 

@@ -81,6 +81,7 @@ def expected_figures() -> dict[str, str]:
     }
 
 
+@pytest.mark.usefixtures("fetch_analyze_readiness")
 def test_report_page_figures_chart_and_pdf(live_server, page, django_user_model):
     from playwright.sync_api import expect
 

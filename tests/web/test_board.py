@@ -190,7 +190,7 @@ def test_day0_clock_stays_ready_while_a_rerun_runs_or_after_it_failed(
     # Day 0 stays; the pool's readiness is its newest job's, held back by the stage it needs.
     assert clock_text(html, release.pk) == (
         f"published 3 h 00 m ago detected after 3 h 00 m ready after 1 m 02 s from publication "
-        f"· {shown} cpu Below experimental · needs {needed}"
+        f"· {shown} cpu None yet · needs {needed}"
     )
     assert "not ready" not in clock_text(html, release.pk)
 
@@ -228,7 +228,7 @@ def test_day0_clock_counts_a_stage_rerun_within_the_same_job(logged_in_client):
 
     assert clock_text(html, release.pk) == (
         "published 1 h 00 m ago detected after 1 h 00 m ready after 20 m 00 s from publication "
-        "· re-run failed cpu Below experimental · needs Architecture analysis"
+        "· re-run failed cpu None yet · needs Architecture analysis"
     )
 
 
@@ -238,7 +238,7 @@ def test_day0_clock_not_ready_when_no_job_ever_succeeded(logged_in_client):
     html = logged_in_client.get(BOARD).content.decode()
     assert clock_text(html, release.pk) == (
         "published 1 h 00 m ago detected after 1 h 00 m not ready: a stage failed "
-        "cpu Below experimental · needs Architecture analysis"
+        "cpu None yet · needs Architecture analysis"
     )
 
 
