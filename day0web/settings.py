@@ -271,7 +271,7 @@ DAY0_READINESS = env_stage_levels(
     "DAY0_READINESS",
     {
         "experimental": ["fetch", "analyze", "plan"],
-        "functional": ["operators", "precision"],
+        "functional": ["operators", "precision", "distributed"],
         "complete": ["performance", "stability", "release_notes"],
     },
     levels=("experimental", "functional", "complete"),

@@ -10,9 +10,11 @@ limits live in `workers.stages.measure_options` for the same reason.
 from __future__ import annotations
 
 from workers.stages.base import StageDefinition
+from workers.stages.distributed.degree import distributed_time_limits
 from workers.stages.measure_options import stability_time_limits
 
 _STABILITY_DEFAULT_LIMITS_S = stability_time_limits({})
+_DISTRIBUTED_DEFAULT_LIMITS_S = distributed_time_limits({})
 
 STAGES: tuple[StageDefinition, ...] = (
     StageDefinition(
@@ -77,6 +79,23 @@ STAGES: tuple[StageDefinition, ...] = (
         # Calibrated predictions beside the raw roofline, and on a cpu pool the bandwidth and
         # FLOP/s its performance runs measured (the cpu kind has no datasheet).
         reads_pool_calibration=True,
+    ),
+    StageDefinition(
+        name="distributed",
+        title="Multi-device validation",
+        run="workers.stages.distributed:run",
+        check_options="workers.stages.distributed.degree:distributed_options",
+        limits_for_options="workers.stages.distributed.degree:distributed_time_limits",
+        description=(
+            "Runs the plan's split for real: the scaled twin across TP processes with "
+            "torch.distributed (torchrun; gloo on a cpu pool, NCCL on CUDA), sharded by "
+            "transformers' own tensor-parallel plan (and its expert-parallel plan for MoE). "
+            "Every rank's logits against the single-process float32 reference, the first "
+            "divergent module, step time, the share of time in collectives and the measured "
+            "scaling efficiency against TP=1."
+        ),
+        soft_time_limit_s=_DISTRIBUTED_DEFAULT_LIMITS_S[0],
+        time_limit_s=_DISTRIBUTED_DEFAULT_LIMITS_S[1],
     ),
     StageDefinition(
         name="performance",

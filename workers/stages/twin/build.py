@@ -114,6 +114,7 @@ def build_twin(
     allow_remote_code: bool = False,
     remote_code_dir: str | None = None,
     org: str | None = None,
+    parallel_degree: int = 1,
 ) -> Twin:
     """A scaled twin of the release whose `config.json` is `config`.
 
@@ -123,7 +124,9 @@ def build_twin(
     "original", "twin", "kept"}], "dropped": [{"key", "original", "why"}], "notes": [...],
     "prompt": {"batch", "tokens"}}.
 
-    Raises `StageFailed` when the config cannot be analysed, when transformers rejects the
+    `parallel_degree` > 1 shapes the twin for a TP/EP split of that degree (see
+    `shrink.shrink_config`). Raises `StageFailed` when the config cannot be analysed, when
+    transformers rejects the
     config or the twin (naming the error), or when transformers lacks the architecture and
     remote code is not allowed (naming the org).
     """
@@ -181,7 +184,9 @@ def build_twin(
             "cannot compute its rotary embedding; only the release's own modeling code can"
         )
 
-    plan = shrink_config(raw, original, keep_auto_map=code_source == "remote")
+    plan = shrink_config(
+        raw, original, keep_auto_map=code_source == "remote", parallel_degree=parallel_degree
+    )
     try:
         twin_config = config_cls(**_config_kwargs(plan.config))
         twin_config._attn_implementation = None

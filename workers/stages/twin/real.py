@@ -306,12 +306,16 @@ def load_real_twin(config: Mapping[str, Any], checkpoint: Checkpoint, *, seed: i
     )
 
 
-def twin_for_release(ctx: StageContext, config: dict, *, seed: int = 0) -> Twin:
+def twin_for_release(
+    ctx: StageContext, config: dict, *, seed: int = 0, parallel_degree: int = 1
+) -> Twin:
     """The model the operators and precision stages run for `ctx`'s release.
 
     The release's real weights at full size when `locate_checkpoint` finds them and they load;
     else the seeded twin (`build_twin`) with the reason appended to its `notes` and `weights`.
-    Raises what `build_twin` raises (`StageFailed` for a config transformers rejects).
+    `parallel_degree` shapes a seeded twin for a TP/EP split (real weights keep the release's
+    own counts). Raises what `build_twin` raises (`StageFailed` for a config transformers
+    rejects).
     """
     checkpoint, why_not = locate_checkpoint(ctx, config)
     if checkpoint is not None:
@@ -322,7 +326,7 @@ def twin_for_release(ctx: StageContext, config: dict, *, seed: int = 0) -> Twin:
         else:
             ctx.log(f"real weights: {checkpoint.summary()}")
             return twin
-    twin = build_twin(config, seed=seed)
+    twin = build_twin(config, seed=seed, parallel_degree=parallel_degree)
     twin.description["notes"].append(why_not)
     twin.description["weights"] = f"{twin.description['weights']} ({why_not})"
     ctx.log(f"seeded twin: {why_not}")

@@ -176,14 +176,33 @@ def _twin_experts(experts: int, top_k: int, n_group: int, topk_group: int) -> in
         candidate += 1
 
 
+def keep_divisibility(real: int, twin: int, degree: int) -> int:
+    """`twin`, raised to a multiple of `degree` when `real` is one (so a TP/EP degree that
+    divides the release's head or expert count divides the twin's too); else `twin` as is.
+
+    A count the degree does not divide (8 K/V heads at TP=16, one MQA head at TP=2) stays
+    indivisible in the twin as long as `twin` is below `degree`, which the small twin counts
+    are: the split then replicates or fails on the twin as it would on the release.
+    """
+    if degree > 1 and real % degree == 0 and twin % degree != 0:
+        return math.lcm(twin, degree)
+    return twin
+
+
 def shrink_config(
-    raw: Mapping[str, Any], analysis: Mapping[str, Any], *, keep_auto_map: bool = False
+    raw: Mapping[str, Any],
+    analysis: Mapping[str, Any],
+    *,
+    keep_auto_map: bool = False,
+    parallel_degree: int = 1,
 ) -> ShrinkPlan:
     """The twin config for `raw` (the text model's config dict) given its analysis dict.
 
     `analysis` is `analyze_config(raw).to_dict()`. Returns a `ShrinkPlan` whose `config` is a
     plain dict for the architecture's config class. Sizes in elements; counts in layers, heads,
-    experts, tokens.
+    experts, tokens. With `parallel_degree` N > 1 (the distributed stage's TP/EP degree), the
+    query heads, K/V heads and routed experts keep the release's divisibility by N
+    (`keep_divisibility`); widths that follow the head count grow with it.
     """
     plan = ShrinkPlan(config=dict(raw), original_keys=frozenset(raw))
     cfg = plan.config
@@ -206,22 +225,25 @@ def shrink_config(
     is_mla = attn["kind"] == "MLA"
 
     # -- attention heads and widths --------------------------------------------------------
+    degree = parallel_degree
     if is_mla:
-        twin_heads, twin_kv = 4, 4
+        twin_heads = twin_kv = keep_divisibility(heads, 4, degree)
         twin_hidden = TWIN_HIDDEN_SIZE
         why_heads = "MLA decompresses K/V per head: 4 heads exercise the same projections"
     elif kv_heads == heads:
-        twin_heads, twin_kv = 4, 4
+        twin_heads = twin_kv = keep_divisibility(heads, 4, degree)
         why_heads = "MHA kept (as many K/V heads as query heads)"
     elif kv_heads == 1:
-        twin_heads, twin_kv = min(heads, 4), 1
+        twin_heads, twin_kv = keep_divisibility(heads, min(heads, 4), degree), 1
         why_heads = "MQA kept (one K/V head)"
     else:
         ratio = heads // kv_heads
         # Two K/V heads keep "grouped" distinct from MQA (one K/V head).
-        twin_kv = 2
+        twin_kv = keep_divisibility(kv_heads, 2, degree)
         twin_heads = twin_kv * ratio
         why_heads = f"GQA group ratio {ratio} query heads per K/V head kept"
+    if degree > 1:
+        why_heads += f"; divisibility by TP={degree} kept"
     if not is_mla:
         q_width_ratio = heads * head_dim / hidden
         if raw.get("head_dim") is not None:
@@ -339,7 +361,11 @@ def shrink_config(
         top_k = moe["experts_per_token"]
         n_group = moe["n_group"] or 1
         topk_group = moe["topk_group"] or 1
-        twin_experts = _twin_experts(moe["num_experts"], top_k, n_group, topk_group)
+        twin_experts = keep_divisibility(
+            moe["num_experts"],
+            _twin_experts(moe["num_experts"], top_k, n_group, topk_group),
+            parallel_degree,
+        )
         why = (
             f">= 2 x top-{top_k}, divisible by n_group {n_group}, the top {topk_group} group(s) "
             f"holding >= {top_k} experts"

@@ -1,0 +1,192 @@
+"""Launch the ranks with torchrun and supervise them: time limit, cancel, crash, clean-up.
+
+`torchrun --standalone` (torch.distributed.run) starts the ranks with a c10d rendezvous on
+localhost whose port the OS chooses (`localhost:0`), so two jobs on one worker host never
+collide on a port. The launcher runs in its own session and dies with the stage's process
+(PR_SET_PDEATHSIG), each rank dies with the launcher (rank.py does the same) and writes its pid
+file on start; whatever the outcome, every process left is SIGKILLed before `launch_ranks`
+returns. Each rank's stdout and stderr are kept under WORKDIR/logs by torchrun (`--log-dir`,
+`--redirects 3`) for the failing rank's log excerpt.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workers.stages.base import raise_if_cancelled
+from workers.stages.distributed.lifetime import die_with_parent
+
+# Lines of a failing rank's log shown in the stage's failure reason.
+EXCERPT_LINES = 12
+POLL_S = 0.2
+
+
+@dataclass
+class LaunchOutcome:
+    """How the ranks ended.
+
+    `status` is "ok" (torchrun exited 0), "failed" (it exited non-zero: a rank crashed or was
+    killed, and torchrun stopped the others) or "timeout" (still running after `timeout_s`:
+    everything was killed). `exit_code` is torchrun's; `elapsed_s` wall-clock seconds;
+    `rank_logs` [{"rank", "exit_code" (None when unknown), "excerpt" (last lines of its
+    stderr and stdout)}] for every rank that left a log.
+    """
+
+    status: str
+    exit_code: int | None
+    elapsed_s: float
+    rank_logs: list[dict] = field(default_factory=list)
+    launcher_excerpt: str = ""
+
+
+def _tail(path: Path, lines: int = EXCERPT_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    kept = [
+        line
+        for line in text.splitlines()
+        if line.strip() and "Warning" not in line and "it/s]" not in line
+    ]
+    return "\n".join(kept[-lines:])
+
+
+def rank_logs(logs_dir: Path, world_size: int) -> list[dict]:
+    """Each rank's log excerpt from torchrun's log folder (<dir>/<run>/attempt_0/<rank>/)."""
+    out = []
+    for rank in range(world_size):
+        found = sorted(logs_dir.glob(f"*/attempt_*/{rank}"))
+        if not found:
+            continue
+        folder = found[-1]
+        excerpt = "\n".join(
+            part for part in (_tail(folder / "stdout.log"), _tail(folder / "stderr.log")) if part
+        )
+        out.append({"rank": rank, "exit_code": None, "excerpt": excerpt})
+    return out
+
+
+def kill_ranks(workdir: Path, world_size: int) -> list[int]:
+    """SIGKILL every rank whose pid file is still a live process; returns the pids killed."""
+    killed = []
+    for rank in range(world_size):
+        try:
+            pid = int((workdir / f"rank{rank}.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        except PermissionError:  # the pid was reused by someone else's process
+            continue
+        killed.append(pid)
+    return killed
+
+
+def launch_ranks(
+    workdir: Path,
+    *,
+    world_size: int,
+    threads_per_rank: int,
+    timeout_s: float,
+    cancelled: Callable[[], bool],
+    env: dict[str, str] | None = None,
+) -> LaunchOutcome:
+    """Run `world_size` ranks of `rank.py` on WORKDIR and wait for them (see the module doc).
+
+    Raises `StageCancelled` (after killing everything) when `cancelled()` turns true.
+    """
+    logs_dir = workdir / "logs"
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={world_size}",
+        f"--log-dir={logs_dir}",
+        "--redirects=3",
+        "-m",
+        "workers.stages.distributed.rank",
+        str(workdir),
+    ]
+    child_env = dict(os.environ)
+    child_env.update(
+        {
+            "OMP_NUM_THREADS": str(threads_per_rank),
+            "PYTHONUNBUFFERED": "1",
+            "TORCHELASTIC_ERROR_FILE": str(workdir / "error.json"),
+            "TOKENIZERS_PARALLELISM": "false",
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+            "TRANSFORMERS_VERBOSITY": "error",
+        }
+    )
+    child_env.update(env or {})
+    start = time.monotonic()
+    with open(workdir / "launcher.log", "wb") as launcher_log:
+        proc = subprocess.Popen(
+            command,
+            stdout=launcher_log,
+            stderr=subprocess.STDOUT,
+            env=child_env,
+            cwd=str(Path(__file__).resolve().parents[3]),
+            start_new_session=True,
+            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
+        )
+        status = "timeout"
+        try:
+            while time.monotonic() - start < timeout_s:
+                if proc.poll() is not None:
+                    status = "ok" if proc.returncode == 0 else "failed"
+                    break
+                raise_if_cancelled(cancelled)
+                time.sleep(POLL_S)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            kill_ranks(workdir, world_size)
+    outcome = LaunchOutcome(
+        status=status,
+        exit_code=proc.returncode if status != "timeout" else None,
+        elapsed_s=time.monotonic() - start,
+        rank_logs=rank_logs(logs_dir, world_size),
+        launcher_excerpt=_tail(workdir / "launcher.log"),
+    )
+    codes = exit_codes(_read(workdir / "launcher.log"))
+    for entry in outcome.rank_logs:
+        entry["exit_code"] = codes.get(entry["rank"])
+    return outcome
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def exit_codes(launcher_output: str) -> dict[int, int]:
+    """{rank: exit code} from torchrun's failure summary ("rank : 1 (local_rank: 1)" then
+    "exitcode : -9 (pid: ...)"); empty when it printed none."""
+    codes: dict[int, int] = {}
+    current: int | None = None
+    for line in launcher_output.splitlines():
+        key, _, value = line.strip().partition(":")
+        words = value.split()
+        if not words:
+            continue
+        if key.strip() == "rank":
+            current = int(words[0]) if words[0].lstrip("-").isdigit() else None
+        elif key.strip() == "exitcode" and current is not None and words[0].lstrip("-").isdigit():
+            codes[current] = int(words[0])
+    return codes
