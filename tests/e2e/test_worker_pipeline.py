@@ -67,7 +67,13 @@ def all_jobs_done() -> bool:
 
 
 def check_measured_stages(runs: dict, quick: dict) -> None:
-    """A job whose plan fits went on through performance and stability on the twin."""
+    """A job whose plan fits went on through the distributed validation, performance and
+    stability on the twin."""
+    distributed = runs["distributed"]
+    assert distributed.status == StageStatus.SUCCEEDED, distributed.error
+    # The plan serves on one device: the next point of its curve, TP=2, ran on 2 processes.
+    assert (distributed.result["tp"], distributed.result["world_size"]) == (2, 2)
+    assert distributed.result["passed"] is True and distributed.result["max_abs_error"] < 1e-5
     performance, stability = runs["performance"], runs["stability"]
     assert performance.status == StageStatus.SUCCEEDED, performance.error
     assert stability.status == StageStatus.SUCCEEDED, stability.error
@@ -109,7 +115,7 @@ def test_polled_releases_run_on_a_real_worker(
     assert fetch.status == StageStatus.FAILED
     assert "config.json is not valid JSON" in fetch.error
     assert "line 3 column 23" in fetch.error
-    assert [run.status for run in later] == [StageStatus.SKIPPED] * 7
+    assert [run.status for run in later] == [StageStatus.SKIPPED] * 8
 
     fits = {
         "acme/llama-8b": fits_this_machine("meta-llama__Llama-3.1-8B"),
@@ -132,9 +138,8 @@ def test_polled_releases_run_on_a_real_worker(
             assert plan.status == StageStatus.FAILED and job.status == JobStatus.FAILED
             assert "does not fit 1 x cpu" in plan.error and "would fit" in plan.error
             assert plan.result["fits"] is False and plan.result["suggestions"]["devices"] > 1
-            assert {runs[s].status for s in ("performance", "stability", "release_notes")} == {
-                "skipped"
-            }
+            later = ("distributed", "performance", "stability", "release_notes")
+            assert {runs[s].status for s in later} == {"skipped"}
         assert runs["analyze"].result["total_params"] == total
         assert runs["operators"].result["missing"] == []  # the cpu pool runs every operator
         assert OperatorCheck.objects.filter(stage_run=runs["operators"]).count() > 20
@@ -195,7 +200,7 @@ def test_adapt_waits_and_prints_the_finished_job(celery_worker_process, tmp_path
     }
     args = ["--context", "8192", "--concurrency", "1", "--options", json.dumps(quick)]
     try:
-        call_command("adapt", str(good), *args, "--wait", "--format", "json", "--timeout", "180",
+        call_command("adapt", str(good), *args, "--wait", "--format", "json", "--timeout", "240",
                      stdout=out)  # fmt: skip
     except SystemExit as exit_info:  # the plan failed: this machine is too small
         assert not fits and exit_info.code == 1
@@ -203,8 +208,8 @@ def test_adapt_waits_and_prints_the_finished_job(celery_worker_process, tmp_path
     assert finished["status"] == ("succeeded" if fits else "failed")
     stages = {s["name"]: s for s in finished["stages"]}
     assert list(stages) == [
-        "fetch", "analyze", "operators", "precision", "plan", "performance", "stability",
-        "release_notes",
+        "fetch", "analyze", "operators", "precision", "plan", "distributed", "performance",
+        "stability", "release_notes",
     ]  # fmt: skip
     if fits:
         performance = stages["performance"]["result"]
@@ -217,6 +222,14 @@ def test_adapt_waits_and_prints_the_finished_job(celery_worker_process, tmp_path
         assert performance["knee_batch_size"] in (1, 2, 4)
         # the plan on the cpu pool had no calibration before this job's performance run
         assert stages["plan"]["result"]["predicted"]["calibrated"]["available"] is False
+        distributed = stages["distributed"]["result"]
+        assert distributed["backend"] == "gloo" and distributed["passed"] is True
+        assert (distributed["world_size"], distributed["tp"], distributed["ep"]) == (2, 2, 1)
+        assert 0 <= distributed["max_abs_error"] < 1e-5 and distributed["top1_agreement"] == 1
+        assert distributed["step_time_s"] > 0 and 0 < distributed["comm_fraction"] <= 1
+        assert distributed["scaling_efficiency"] == pytest.approx(
+            distributed["step_time_tp1_s"] / (2 * distributed["step_time_s"])
+        )
         stability = stages["stability"]["result"]
         assert {"duration_s", "steps", "memory_slope_bytes_per_step", "nonfinite_outputs",
                 "errors", "step_time_drift", "passed"} <= stability.keys()  # fmt: skip
@@ -232,9 +245,8 @@ def test_adapt_waits_and_prints_the_finished_job(celery_worker_process, tmp_path
         measured = notes["result"]["sections"]["performance"]["measured"]
         assert measured["tpot_s"] == knee["tpot_s"] and measured["label"] == "measured (twin)"
     else:
-        assert [stages[s]["status"] for s in ("performance", "stability", "release_notes")] == [
-            "skipped"
-        ] * 3
+        later = ("distributed", "performance", "stability", "release_notes")
+        assert [stages[s]["status"] for s in later] == ["skipped"] * 4
     measured = [stages[name] for name in ("fetch", "analyze", "operators", "precision")]
     assert all(s["status"] == "succeeded" and s["attempt"] == 1 for s in measured)
     plan = stages["plan"]["result"]

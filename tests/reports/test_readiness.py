@@ -70,14 +70,16 @@ def test_levels_climb_stage_by_stage():
         job = job_with_runs(release, stages=ALL, outcomes=passed(*ALL[:upto]))
         job.refresh_from_db()
         seen.append((job.readiness, job.blocking_stage))
-    # fetch, analyze, operators, precision, plan, performance, stability, release_notes
+    # fetch, analyze, operators, precision, plan, distributed, performance, stability,
+    # release_notes
     assert seen == [
         ("none", "fetch"),
         ("none", "analyze"),
         ("none", "plan"),  # operators passed, but experimental still needs plan
         ("none", "plan"),
         ("none", "plan"),
-        ("functional", "performance"),  # plan made it experimental and functional at once
+        ("experimental", "distributed"),  # functional also needs the split validated
+        ("functional", "performance"),
         ("functional", "stability"),
         ("functional", "release_notes"),
         ("complete", ""),
@@ -218,7 +220,7 @@ def test_env_reader_reads_json_and_defaults(monkeypatch):
 def test_backfill_migration_agrees_with_the_live_rule():
     migration = importlib.import_module("adaptation.migrations.0007_backfill_readiness")
     release = make_release()
-    jobs = [job_with_runs(release, stages=ALL, outcomes=passed(*ALL[:n])) for n in (0, 2, 5, 8)]
+    jobs = [job_with_runs(release, stages=ALL, outcomes=passed(*ALL[:n])) for n in (0, 2, 6, 9)]
     expected = {
         job.pk: (job.readiness, job.blocking_stage, job.ready_at)
         for job in AdaptationJob.objects.filter(pk__in=[j.pk for j in jobs]).order_by("pk")

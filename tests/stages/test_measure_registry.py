@@ -19,8 +19,8 @@ from workers.stages.registry import get_stage, stage_names
 
 def test_performance_and_stability_run_after_the_plan():
     assert stage_names() == [
-        "fetch", "analyze", "operators", "precision", "plan", "performance", "stability",
-        "release_notes",
+        "fetch", "analyze", "operators", "precision", "plan", "distributed", "performance",
+        "stability", "release_notes",
     ]  # fmt: skip
     performance, stability = get_stage("performance"), get_stage("stability")
     assert (performance.title, stability.title) == ("Performance", "Stability run")
@@ -28,6 +28,11 @@ def test_performance_and_stability_run_after_the_plan():
     assert performance.time_limits_s({}) == (180, 240)
     assert performance.time_limits_s({"max_batch_size": 4}) == (180, 240)
     assert get_stage("plan").reads_pool_calibration is True
+    distributed = get_stage("distributed")
+    assert distributed.title == "Multi-device validation"
+    assert distributed.time_limits_s({}) == (240, 300)
+    assert distributed.time_limits_s({"timeout_s": 900}) == (960, 1020)
+    assert distributed.checked_options({"processes": 4})["processes"] == 4
     assert not performance.reads_pool_calibration
 
 

@@ -98,7 +98,10 @@ def test_a_hook_that_keeps_tensors_fails_the_stage_as_a_leak(seeded_twin):
         measure_stability(twin, CPU, options=options, hooks=[keep_outputs])
     result = failed.value.result
     assert failed.value.reason.startswith("memory leak: memory grew ")
-    assert result["passed"] is False and result["reasons"] == [failed.value.reason]
+    # The leak is the first reason; a machine loaded by other work may add step-time drift
+    # (a growing cache also slows steps), which is not this test's subject.
+    assert result["passed"] is False and result["reasons"][0].startswith("memory leak: ")
+    assert failed.value.reason == "; ".join(result["reasons"])
     # each step keeps every layer's hidden states: (4 x 64 + 4 x 4) tokens x hidden x 2 bytes
     layers, hidden = twin.config.num_hidden_layers, twin.config.hidden_size
     kept_per_step = layers * (4 * 64 + 4 * 4) * hidden * 2

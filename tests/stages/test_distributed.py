@@ -1,0 +1,269 @@
+"""The distributed stage on the cpu pool: gloo, 2 torchrun processes, transformers' TP plans.
+
+Each validation starts real processes (about 5-10 s on 2 cores), so the twins are built once
+per module and the stage-level test doubles as the Llama TP=2 proof.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.stages.realconfigs import load
+from workers.stages import distributed
+from workers.stages.architecture import analyze_config
+from workers.stages.base import PoolSpec, ReleaseRef, StageContext, StageFailed
+from workers.stages.distributed import launch, validate_split
+from workers.stages.distributed.degree import (
+    DistributedOptionsError,
+    distributed_options,
+    distributed_time_limits,
+    validated_tp,
+)
+from workers.stages.twin import build_twin
+from workers.stages.twin.shrink import keep_divisibility
+
+LLAMA = "meta-llama__Llama-3.1-8B"
+QWEN3_MOE = "Qwen__Qwen3-235B-A22B-Instruct-2507"
+CPU = PoolSpec(name="cpu", backend="cpu", queue="cpu")
+PLAN_TP2 = {"tp": 2, "pp": 1, "ep": 1, "dp": 1}
+
+
+@pytest.fixture(scope="module")
+def llama_twin():
+    return build_twin(load(LLAMA), parallel_degree=2)
+
+
+@pytest.fixture(scope="module")
+def moe_twin():
+    return build_twin(load(QWEN3_MOE), parallel_degree=2)
+
+
+def _context(name: str, plan: dict, options: dict | None = None, pool: PoolSpec = CPU):
+    config = load(name)
+    return StageContext(
+        release=ReleaseRef("mirror", "/nowhere", name.replace("__", "/"), "main"),
+        pool=pool,
+        previous={
+            "fetch": {"config": config},
+            "analyze": analyze_config(config).to_dict(),
+            "plan": plan,
+        },
+        options=options or {},
+    )
+
+
+def _live_processes_mentioning(text: str) -> list[int]:
+    """Pids of live (non-zombie) processes whose command line contains `text`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def test_llama_tp2_stage_matches_the_reference_within_float32_round_off():
+    result = distributed.run(_context(LLAMA, {"tp": 8, "pp": 1, "ep": 1, "dp": 1}))
+
+    assert result["validated"] is True and result["passed"] is True
+    assert (result["backend"], result["world_size"], result["tp"], result["ep"]) == (
+        "gloo",
+        2,
+        2,
+        1,
+    )
+    assert "largest divisor of 8" in result["degree_reason"]
+    # Reordered float32 sums only: the logits (max |x| ~ 1) agree to ~1e-6.
+    assert 0 <= result["max_abs_error"] < 1e-5
+    assert result["top1_agreement"] == 1.0
+    assert [row["rank"] for row in result["ranks"]] == [0, 1]
+    assert all(row["passed"] and row["first_divergent"] is None for row in result["ranks"])
+    assert result["step_time_s"] > 0 and result["step_time_tp1_s"] > 0
+    assert result["tokens_per_s"] == pytest.approx(2 / result["step_time_s"])
+    assert result["scaling_efficiency"] == pytest.approx(
+        result["step_time_tp1_s"] / (2 * result["step_time_s"])
+    )
+    assert 0 < result["comm_fraction"] <= 1
+    assert "c10d::allreduce_" in result["comm_ops"]  # row-parallel o_proj/down_proj sums
+    assert {row["name"]: row["kept"] for row in result["divisibility"]} == {
+        "query heads / TP": True,
+        "K/V heads / TP": True,
+    }
+
+
+def test_qwen3_moe_tp2_with_expert_parallel_matches(moe_twin):
+    result = validate_split(moe_twin, tp=2, ep=2)
+
+    assert result["passed"] is True and (result["tp"], result["ep"]) == (2, 2)
+    assert result["max_abs_error"] < 1e-5
+    assert result["top1_agreement"] == 1.0
+    assert moe_twin.analysis["moe"]["num_experts"] % 2 == 0
+
+
+def test_a_weight_split_on_the_wrong_dimension_fails_and_says_where(llama_twin):
+    weight = "model.layers.1.self_attn.o_proj.weight"
+    with pytest.raises(StageFailed) as caught:
+        validate_split(llama_twin, tp=2, inject={"wrong_shard": weight})
+
+    result = caught.value.result
+    assert result["passed"] is False
+    # Layer 0 is untouched; the first output off the reference is layer 1's attention block.
+    assert result["first_divergent"]["module"] == "model.layers.1.self_attn"
+    assert result["first_divergent"]["layer"] == 1
+    assert result["first_divergent"]["max_abs_error"] > 100 * result["first_divergent"]["tolerance"]
+    assert result["max_abs_error"] > result["tolerance"]["max_abs_error"]
+    assert "first divergent module model.layers.1.self_attn" in caught.value.reason
+    assert result["notes"] == [f"{weight}: shard split on dim 0 instead of dim 1"]
+
+
+def test_a_killed_rank_fails_the_stage_and_leaves_no_process(llama_twin):
+    with pytest.raises(StageFailed) as caught:
+        validate_split(llama_twin, tp=2, inject={"kill_rank": 1})
+
+    result = caught.value.result
+    assert result["failed_rank"] == 1
+    assert "rank 1 (killed by SIGKILL)" in caught.value.reason
+    assert "injected: killing this rank" in caught.value.reason  # the rank's own log lines
+    assert result["max_abs_error"] is None and result["passed"] is False
+    assert _live_processes_mentioning("workers.stages.distributed.rank") == []
+
+
+def test_a_hanging_rank_ends_within_the_time_limit(llama_twin):
+    with pytest.raises(StageFailed) as caught:
+        validate_split(llama_twin, tp=2, inject={"hang_rank": 1}, timeout_s=30)
+
+    result = caught.value.result
+    assert result["elapsed_s"] < 30
+    # Its peer times out in the collective the hung rank never joins; the hung rank's last
+    # line says where it stopped.
+    assert "rank 1: [rank 1] injected: hanging" in caught.value.reason
+    assert _live_processes_mentioning("workers.stages.distributed.rank") == []
+
+
+def test_ranks_past_the_time_limit_are_all_killed(llama_twin):
+    with pytest.raises(StageFailed, match="did not finish within 1 s and were killed"):
+        validate_split(llama_twin, tp=2, timeout_s=1)
+    assert _live_processes_mentioning("workers.stages.distributed.rank") == []
+    assert _live_processes_mentioning("torch.distributed.run") == []
+
+
+def test_two_validations_at_once_do_not_collide_on_ports(llama_twin, moe_twin):
+    results: dict[str, dict] = {}
+
+    def validate(name, twin, ep):
+        results[name] = validate_split(twin, tp=2, ep=ep, timeout_s=150)
+
+    threads = [
+        threading.Thread(target=validate, args=("dense", llama_twin, 1)),
+        threading.Thread(target=validate, args=("moe", moe_twin, 2)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert {name: r["passed"] for name, r in results.items()} == {"dense": True, "moe": True}
+
+
+def test_exit_codes_are_read_from_torchruns_summary():
+    summary = """
+    Failures:
+      <NO_OTHER_FAILURES>
+    Root Cause (first observed failure):
+    [0]:
+      time      : 2026-11-30_05:11:16
+      rank      : 1 (local_rank: 1)
+      exitcode  : -9 (pid: 5172)
+    """
+    assert launch.exit_codes(summary) == {1: -9}
+
+
+def test_a_pool_without_a_distributed_backend_is_not_validated():
+    manifest = PoolSpec(name="npu", backend="manifest", queue="npu")
+    result = distributed.run(_context(LLAMA, PLAN_TP2, pool=manifest))
+    assert result["validated"] is False and result["passed"] is None
+    assert "no torch.distributed backend" in result["reason"]
+    assert result["max_abs_error"] is None
+
+
+def test_the_stage_needs_a_plan():
+    ctx = _context(LLAMA, {})
+    with pytest.raises(StageFailed, match="no split to validate"):
+        distributed.run(ctx)
+
+
+def test_options_are_checked():
+    assert distributed_options(None) == {
+        "processes": 2,
+        "tp": None,
+        "timeout_s": 180,
+        "expert_parallel": "auto",
+        "inject": {},
+    }
+    for bad, message in (
+        ({"processes": 1}, "processes must be an integer from 2"),
+        ({"timeout_s": "soon"}, "timeout_s must be an integer"),
+        ({"expert_parallel": "yes"}, "expert_parallel must be"),
+        ({"inject": {"kill_rank": True}}, "inject.kill_rank must be a rank"),
+        ({"inject": {"explode": 1}}, "inject must be one of"),
+        ({"speed": 2}, "unknown distributed option"),
+        ([1], "must be an object"),
+    ):
+        with pytest.raises(DistributedOptionsError, match=message):
+            distributed_options(bad)
+    assert distributed_time_limits({}) == (240, 300)
+    assert distributed_time_limits({"timeout_s": 600}) == (660, 720)
+
+
+def test_bad_options_fail_the_stage_by_name():
+    with pytest.raises(StageFailed, match="distributed options are unusable: unknown"):
+        distributed.run(_context(LLAMA, PLAN_TP2, {"speed": 2}))
+
+
+@pytest.mark.parametrize(
+    ("plan_tp", "devices", "forced", "expected"),
+    [
+        (2, 2, None, 2),
+        (8, 2, None, 2),  # the largest divisor of 8 the worker holds
+        (8, 6, None, 4),
+        (1, 2, None, 2),  # a TP=1 plan: the next point of its scaling curve
+        (3, 2, None, 1),  # no divisor of 3 fits on 2 devices
+        (8, 1, None, 1),
+        (8, 4, 2, 2),
+        (8, 2, 4, 1),  # asked for more than the worker holds
+    ],
+)
+def test_validated_degree(plan_tp, devices, forced, expected):
+    tp, why = validated_tp(plan_tp, devices, forced)
+    assert tp == expected and why
+
+
+@pytest.mark.parametrize(
+    ("real", "twin", "degree", "expected"),
+    [
+        (8, 2, 4, 4),  # 8 K/V heads split by TP=4: the twin's 2 become 4
+        (8, 2, 2, 2),
+        (1, 1, 2, 1),  # MQA stays one (replicated) K/V head
+        (8, 2, 16, 2),  # TP=16 does not divide 8 on the release: nor on the twin
+        (128, 16, 32, 32),  # Qwen3's 128 experts over EP=32
+    ],
+)
+def test_twin_counts_keep_the_releases_divisibility(real, twin, degree, expected):
+    assert keep_divisibility(real, twin, degree) == expected
+
+
+def test_a_tp4_twin_has_divisible_heads_and_experts():
+    llama = build_twin(load(LLAMA), parallel_degree=4).analysis
+    assert (llama["num_attention_heads"] % 4, llama["num_kv_heads"] % 4) == (0, 0)
+    assert llama["num_attention_heads"] // llama["num_kv_heads"] == 4  # GQA ratio 32/8 kept
+    qwen = build_twin(load(QWEN3_MOE), parallel_degree=4).analysis
+    assert qwen["moe"]["num_experts"] % 4 == 0 and qwen["num_kv_heads"] % 4 == 0
