@@ -207,8 +207,10 @@ def test_options_are_checked():
         "tp": None,
         "timeout_s": 180,
         "expert_parallel": "auto",
+        "backend": None,
         "inject": {},
     }
+    assert distributed_options({"backend": "hccl"})["backend"] == "hccl"
     for bad, message in (
         ({"processes": 1}, "processes must be an integer from 2"),
         ({"timeout_s": "soon"}, "timeout_s must be an integer"),
@@ -216,6 +218,7 @@ def test_options_are_checked():
         ({"inject": {"kill_rank": True}}, "inject.kill_rank must be a rank"),
         ({"inject": {"explode": 1}}, "inject must be one of"),
         ({"speed": 2}, "unknown distributed option"),
+        ({"backend": "nc cl"}, "backend must be a torch.distributed backend"),
         ([1], "must be an object"),
     ):
         with pytest.raises(DistributedOptionsError, match=message):

@@ -339,7 +339,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     """Validate the plan's split of `ctx`'s release on the pool's devices (module docstring).
 
     Options (`ctx.options`, checked by `degree.distributed_options`): processes, tp,
-    expert_parallel, timeout_s, inject. Returns `validate_split`'s result plus "plan" (the
+    expert_parallel, backend, timeout_s, inject. Returns `validate_split`'s result plus "plan" (the
     plan's TP/PP/EP/DP), "degree_reason", "pool_devices", "divisibility" and "twin"; or
     `not_validated(...)` when this pool or architecture cannot run the split (no devices, a
     backend without torch.distributed support, no transformers tp_plan, the release's own
@@ -358,12 +358,13 @@ def run(ctx: StageContext) -> dict[str, Any]:
         raise StageFailed("the plan stage produced no split to validate")
     plan_split = {key: plan.get(key) for key in ("tp", "pp", "ep", "dp")}
     device_type = ctx.pool.backend
-    backend = BACKENDS.get(device_type)
+    backend = options["backend"] or BACKENDS.get(device_type)
     known: dict[str, Any] = {"plan": plan_split, "device_type": device_type}
     if backend is None:
         return not_validated(
             f"pool {ctx.pool.name}'s backend {device_type!r} has no torch.distributed "
-            "backend on this worker (gloo, NCCL, XCCL, HCCL are known)",
+            "backend on this worker (gloo, NCCL, XCCL, HCCL are known; a job's "
+            '"backend" option names another)',
             **known,
         )
     devices = options["processes"] if device_type == "cpu" else _device_count(device_type)

@@ -31,16 +31,19 @@ def distributed_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
 
     Keys: "processes" (ranks on a cpu pool, 2..16, default 2), "tp" (validate this degree
     instead of the plan's), "expert_parallel" ("auto": EP when the plan uses it and the
-    architecture has an EP plan; true; false), "timeout_s" (seconds the ranks may run, 5..3600,
-    default 180), "inject" ({"kill_rank": r} | {"hang_rank": r} | {"wrong_shard": weight
-    name}: breaks the run on purpose to prove the checks). Raises `DistributedOptionsError`.
+    architecture has an EP plan; true; false), "backend" (the torch.distributed backend the
+    pool's accelerator uses, e.g. "hccl"; default `BACKENDS` by device type), "timeout_s"
+    (seconds the ranks may run, 5..3600, default 180), "inject" ({"kill_rank": r} |
+    {"hang_rank": r} | {"wrong_shard": weight name}: breaks the run on purpose to prove the
+    checks). Raises `DistributedOptionsError`.
     """
     if options is not None and not isinstance(options, Mapping):
         raise DistributedOptionsError(
             f"distributed options must be an object, got {type(options).__name__}"
         )
     options = dict(options or {})
-    unknown = sorted(set(options) - {"processes", "tp", "expert_parallel", "timeout_s", "inject"})
+    known = {"processes", "tp", "expert_parallel", "timeout_s", "inject", "backend"}
+    unknown = sorted(set(options) - known)
     if unknown:
         raise DistributedOptionsError(f"unknown distributed option(s): {', '.join(unknown)}")
 
@@ -57,6 +60,12 @@ def distributed_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
         "tp": integer("tp", None, 1, 1024),
         "timeout_s": integer("timeout_s", DEFAULT_TIMEOUT_S, MIN_TIMEOUT_S, MAX_TIMEOUT_S),
     }
+    backend = options.get("backend")
+    if backend is not None and (
+        not isinstance(backend, str) or not backend.isidentifier() or len(backend) > 32
+    ):
+        raise DistributedOptionsError("backend must be a torch.distributed backend name")
+    out["backend"] = backend
     ep = options.get("expert_parallel", "auto")
     if ep not in ("auto", True, False):
         raise DistributedOptionsError('expert_parallel must be "auto", true or false')
