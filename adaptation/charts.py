@@ -90,6 +90,7 @@ def _local_error(drift: LayerDrift) -> float | None:
 
 
 # --- distributed plan: every figure below is the planner's prediction, never a measurement ---
+# (but for the scaling point the `distributed` stage measured on the twin, labelled so)
 
 # (key in the plan's memory_per_device_bytes, legend label, colour), bottom of the stack first.
 _PLAN_MEMORY_PARTS = (
@@ -251,16 +252,26 @@ def plan_prefill_curve(predicted: Mapping[str, Any]) -> dict[str, Any] | None:
     )
 
 
-def plan_scaling_curve(scaling: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def plan_scaling_curve(
+    scaling: Sequence[Mapping[str, Any]], measured: Mapping[str, Any] | None = None
+) -> dict[str, Any] | None:
     """Predicted decode throughput and per-device efficiency as the device count grows (the
     best fitting split at each count); counts past the pool's size are drawn hollow.
 
     `scaling` is a plan result's `scaling`; None when no point has a predicted speed (a
-    pool without a roofline prediction: the panel says why instead)."""
+    pool without a roofline prediction: the panel says why instead).
+
+    `measured` (`plan_presenters.measured_scaling`: "devices", "efficiency", "split",
+    "passed") is the scaling efficiency the `distributed` stage measured on the scaled twin,
+    drawn as its own marker on the efficiency axis. It is not the same ratio as the curve's:
+    the measured one is the twin's TP=N step against its TP=1 step on the worker, the predicted
+    one the full model's tokens/s per device against the curve's first device count; the
+    legend and the hover say so."""
     points = [p for p in scaling if isinstance(p, Mapping) and p.get("devices")]
     if not any(_number(p.get("decode_tokens_per_s")) is not None for p in points):
         return None
     x = [p["devices"] for p in points]
+    ticks = list(x)
     splits = [
         f"TP{p.get('tp')} PP{p.get('pp')} EP{p.get('ep')} DP{p.get('dp')}"
         + ("" if p.get("within_pool", True) else ", past the pool's size")
@@ -289,16 +300,21 @@ def plan_scaling_curve(scaling: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
             marker={"symbol": symbols, "size": 9},
             line={"dash": "dot"},
             yaxis="y2",
-            name="efficiency per device (predicted)",
+            name=f"efficiency per device vs {x[0]} {'device' if x[0] == 1 else 'devices'} "
+            "(predicted)",
             hovertemplate="%{x} devices, %{customdata}<br>%{y:.2f} x the first count's"
             "<extra>%{fullData.name}</extra>",
         )
     )
+    title = "Multi-device scaling (predicted)"
+    if measured is not None and _measured_scaling_trace(fig, measured, first_devices=x[0]):
+        ticks = sorted({*ticks, measured["devices"]})
+        title = "Multi-device scaling (predicted; one point measured on the twin)"
     return _plan_layout(
         fig,
-        title="Multi-device scaling (predicted)",
+        title=title,
         height=360,
-        xaxis={"title": "devices", "type": "log", "tickvals": x, **_COUNT_TICKS},
+        xaxis={"title": "devices", "type": "log", "tickvals": ticks, **_COUNT_TICKS},
         yaxis={"title": "tokens/s", "rangemode": "tozero", **_SI_TICKS},
         yaxis2={
             "title": "efficiency per device (1 = linear)",
@@ -309,6 +325,44 @@ def plan_scaling_curve(scaling: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
             "tickformat": ".2~f",
         },
     )
+
+
+def _measured_scaling_trace(
+    fig: go.Figure, measured: Mapping[str, Any], *, first_devices: Any
+) -> bool:
+    """Add the scaling efficiency measured on the twin to `fig`'s efficiency axis (y2) as a
+    single marker; False (nothing drawn) without a device count and an efficiency."""
+    devices, efficiency = measured.get("devices"), _number(measured.get("efficiency"))
+    if efficiency is None or not isinstance(devices, int) or isinstance(devices, bool):
+        return False
+    split = str(measured.get("split") or f"TP={devices}")
+    caveat = (
+        "" if measured.get("passed") is not False else "<br>its outputs did not match the reference"
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[devices],
+            y=[efficiency],
+            mode="markers",
+            marker={
+                "symbol": "diamond",
+                "size": 14,
+                "color": "#c23b5a",
+                "line": {"width": 1, "color": "#5e1212"},
+            },
+            yaxis="y2",
+            name=f"scaling efficiency measured on the twin ({split} vs TP=1)",
+            hovertemplate=(
+                f"{devices} processes, {split}, on the scaled twin<br>"
+                "%{y:.2f} x linear: its TP=1 step time / "
+                f"({devices} x its {split.split()[0]} step time) (measured)<br>"
+                "the predicted efficiencies are the full model's per device against "
+                f"{first_devices} devices, the curve's first count{caveat}"
+                "<extra>measured on the twin</extra>"
+            ),
+        )
+    )
+    return True
 
 
 def compare_pools_throughput(

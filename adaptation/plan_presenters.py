@@ -3,7 +3,9 @@ and catalog kind for the compare-pools page.
 
 A plan is the planner's prediction from the architecture analysis (`workers/stages/plan/`):
 memory per device, decode and prefill speeds and the scaling curve are computed, never
-measured, and every figure and table here says so.
+measured, and every figure and table here says so. The one measured figure beside them is
+the scaling efficiency the job's `distributed` stage measured on the scaled twin, drawn on the
+scaling chart and written under its table, labelled measured on the twin.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from workers.catalog import Accelerator, Catalog, CatalogError
 from workers.stages.plan import NoFittingPlan, PlanInputError, PoolLayout, plan_release
 
 PLAN_STAGE = "plan"
+DISTRIBUTED_STAGE = "distributed"
 # Why the predicted efficiency per device can exceed 1 (said where it does).
 EFFICIENCY_ABOVE_ONE = (
     "above 1: more devices leave more memory for the KV cache, so a larger batch fits per device"
@@ -66,6 +69,63 @@ def ms_text(seconds: Any) -> str:
 def split_text(item: Mapping[str, Any]) -> str:
     """A split as the planner writes it: "TP1 PP1 EP8 DP8"."""
     return " ".join(f"{k.upper()}{item.get(k, MISSING)}" for k in ("tp", "pp", "ep", "dp"))
+
+
+def validated_split_label(result: Mapping[str, Any]) -> str:
+    """The split a `distributed` run validated, as its reason writes it: "TP=2 EP=2" (EP only
+    when above 1)."""
+    ep = result.get("ep")
+    return f"TP={result.get('tp', MISSING)}" + (
+        f" EP={ep}" if isinstance(ep, int) and ep > 1 else ""
+    )
+
+
+def measured_scaling(run: StageRun | None) -> dict[str, Any] | None:
+    """The scaling point a job's `distributed` run measured on the scaled twin, for the plan's
+    scaling chart and table: {"devices" (processes), "efficiency" (the twin's TP=1 step time
+    over N x its TP=N step time; 1 = linear), "split" ("TP=2 EP=2"), "backend", "passed"}.
+
+    None unless the run finished (succeeded, or failed with its figures: a wrong shard still
+    times its steps) and validated the split on at least 2 processes with an efficiency."""
+    if run is None or run.status not in (StageStatus.SUCCEEDED, StageStatus.FAILED):
+        return None
+    result = _dict(run.result)
+    devices = result.get("world_size")
+    efficiency = _number(result.get("scaling_efficiency"))
+    if (
+        result.get("validated") is not True
+        or efficiency is None
+        or not isinstance(devices, int)
+        or isinstance(devices, bool)
+        or devices < 2
+    ):
+        return None
+    return {
+        "devices": devices,
+        "efficiency": efficiency,
+        "split": validated_split_label(result),
+        "backend": str(result.get("backend") or ""),
+        "passed": result.get("passed") is True and run.status == StageStatus.SUCCEEDED,
+    }
+
+
+def measured_scaling_text(measured: Mapping[str, Any], *, first_devices: Any = None) -> str:
+    """The measured scaling point in words, beside the plan's predicted scaling table."""
+    devices, split, efficiency = measured["devices"], measured["split"], measured["efficiency"]
+    processes = " ".join(filter(None, (str(devices), measured.get("backend"), "processes")))
+    text = (
+        f"Measured on the scaled twin (Multi-device validation): {split} on {processes}, "
+        f"scaling efficiency {efficiency:.2f} x linear ({efficiency * 100:.1f} %: the twin's "
+        f"TP=1 decode step time over {devices} x its TP={devices} step time)"
+    )
+    if not measured.get("passed"):
+        text += "; its outputs did not match the float32 reference"
+    if first_devices is not None:
+        text += (
+            f". The predicted efficiencies are the full model's per device against "
+            f"{devices_text(first_devices)}, the first count, so the two are not the same ratio"
+        )
+    return text + "."
 
 
 def short_dtype_label(dtype: Any, label: Any) -> str:
@@ -217,6 +277,9 @@ class PlanPanel:
     scaling: list[ScalingRow] = field(default_factory=list)
     scaling_reason: str = ""  # why there is no scaling curve (no prediction), "" when there is
     scaling_note: str = ""  # `EFFICIENCY_ABOVE_ONE` when a row's efficiency exceeds 1
+    # The scaling efficiency the job's `distributed` run measured on the twin, in words ("" when
+    # none): `measured_scaling`, drawn on the scaling chart too.
+    measured_scaling: str = ""
     runners_up: list[RunnerUp] = field(default_factory=list)
     communication: list[CommRow] = field(default_factory=list)
     communication_facts: list[Fact] = field(default_factory=list)
@@ -455,8 +518,11 @@ def _failure(run: StageRun, result: Mapping[str, Any]) -> PlanFailure:
     )
 
 
-def _planned(panel: PlanPanel, result: Mapping[str, Any]) -> None:
-    """Fill `panel` from a succeeded plan's result."""
+def _planned(
+    panel: PlanPanel, result: Mapping[str, Any], measured: Mapping[str, Any] | None = None
+) -> None:
+    """Fill `panel` from a succeeded plan's result, with the scaling point the job's
+    `distributed` run measured on the twin (`measured_scaling`) when there is one."""
     stem = panel.dom_id
     memory = _dict(result.get("memory_per_device_bytes"))
     predicted = _dict(result.get("predicted"))
@@ -497,8 +563,9 @@ def _planned(panel: PlanPanel, result: Mapping[str, Any]) -> None:
         ),
         (
             "scaling",
-            charts.plan_scaling_curve(_list(result.get("scaling"))),
-            "Predicted decode tokens/s and efficiency per device against device count",
+            charts.plan_scaling_curve(_list(result.get("scaling")), measured),
+            "Predicted decode tokens/s and efficiency per device against device count"
+            + (", with the scaling efficiency measured on the twin" if measured else ""),
             "",
         ),
     )
@@ -508,6 +575,9 @@ def _planned(panel: PlanPanel, result: Mapping[str, Any]) -> None:
         if figure is not None
     ]
     scaling = [_dict(p) for p in _list(result.get("scaling"))]
+    if measured:
+        first = next((p["devices"] for p in scaling if p.get("devices")), None)
+        panel.measured_scaling = measured_scaling_text(measured, first_devices=first)
     if any(_number(p.get("decode_tokens_per_s")) is not None for p in scaling):
         panel.scaling = _scaling(scaling, per_node)
         if any(row.above_one for row in panel.scaling):
@@ -569,7 +639,8 @@ def plan_panel(
     """The plan panel of `job` (stage runs prefetched), or None when it has no `plan` run.
     `pools_without_worker` (by id, `inventory.pools_without_live_worker`) marks a pending or
     queued plan whose pool no live worker serves as waiting for one."""
-    run = latest_runs_by_stage(job).get(PLAN_STAGE)
+    latest = latest_runs_by_stage(job)
+    run = latest.get(PLAN_STAGE)
     if run is None:
         return None
     result = _dict(run.result)
@@ -581,7 +652,7 @@ def plan_panel(
         compare_query=plan_query(_dict(result.get("inputs")) or _dict(job.options).get("plan")),
     )
     if run.status == StageStatus.SUCCEEDED and result:
-        _planned(panel, result)
+        _planned(panel, result, measured_scaling(latest.get(DISTRIBUTED_STAGE)))
         devices = result.get("devices")
         # "When can it run" only while the job is active: a finished job has run.
         if (

@@ -30,6 +30,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from adaptation import (
+    distributed_presenters,
     inventory,
     limitation_presenters,
     performance_presenters,
@@ -159,6 +160,9 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "analysis": presenters.analysis(release),
         "validation": validation_presenters.validation(release),
         "plans": plan_presenters.plan_panels(release, pools_without_worker=idle_pools),
+        "distributed_panels": distributed_presenters.distributed_panels(
+            release, pools_without_worker=idle_pools
+        ),
         "performance": performance_presenters.performance_section(
             release, params=_page_params(request)
         ),

@@ -152,6 +152,16 @@ def sig(value: Any) -> str:
 
 
 @register.filter
+def scientific(value: Any) -> str:
+    """An error or tolerance in scientific notation with three significant digits, so values
+    of very different sizes line up: 7.4505e-07 → "7.45e-07", 0.90307 → "9.03e-01"."""
+    number = _number(value)
+    if number is None:
+        return MISSING
+    return f"{number:.2e}"
+
+
+@register.filter
 def percent(value: Any) -> str:
     """A fraction as a percentage with one decimal: 0.9734 → "97.3 %"."""
     number = _number(value)

@@ -94,3 +94,18 @@ def test_count_and_dash_and_revision():
 )
 def test_plain_config_values(value, shown):
     assert fmt.plain(value) == shown
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (7.450580596923828e-07, "7.45e-07"),
+        (0.9030786752700806, "9.03e-01"),
+        (0.0001277678942680359, "1.28e-04"),
+        (0, "0.00e+00"),
+        (None, "—"),
+        (True, "—"),
+    ],
+)
+def test_scientific_errors(value, shown):
+    assert fmt.scientific(value) == shown

@@ -1,0 +1,474 @@
+"""The release page's "Multi-device validation" panel, and the measured scaling point on the
+plan's scaling chart, fed the results the `distributed` stage stored (tests/data/distributed:
+a Qwen3-MoE twin passing at TP=2 EP=2, a wrong shard caught at a module, a rank killed
+mid-run, an architecture without a tensor-parallel plan)."""
+
+from __future__ import annotations
+
+import copy
+import html as html_lib
+import json
+import re
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils.html import escape
+
+from adaptation import charts
+from adaptation.distributed_presenters import distributed_panel, exit_status_text
+from adaptation.models import AcceleratorPool
+from adaptation.plan_presenters import measured_scaling, plan_panel
+from tests.factories import make_job, make_release
+from tests.web.test_plan_panel import figure, page, section, table_row, text
+from workers.stages.architecture import analyze_config
+from workers.stages.plan import PoolLayout, plan_release
+
+pytestmark = pytest.mark.django_db
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "distributed"
+REPO = "deepseek-ai/DeepSeek-V3"
+STAGES = ("fetch", "analyze", "plan", "distributed")
+
+
+def stored(name: str) -> dict:
+    return json.loads((DATA / f"{name}.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def deepseek_analysis() -> dict:
+    from tests.conftest import load_realconfig
+
+    return analyze_config(load_realconfig("deepseek-ai__DeepSeek-V3")).to_dict()
+
+
+@pytest.fixture(scope="module")
+def h200_plan(deepseek_analysis) -> dict:
+    return plan_release(deepseek_analysis, PoolLayout("h200", 8), release=REPO).to_dict()
+
+
+def h200_pool() -> AcceleratorPool:
+    return AcceleratorPool.objects.create(
+        name="h200x8",
+        backend="cuda",
+        device="cuda:0",
+        accelerator="h200",
+        devices_per_node=8,
+    )
+
+
+def validated_job(
+    analysis: dict,
+    plan: dict,
+    distributed: dict | None,
+    *,
+    status: str = "succeeded",
+    error: str = "",
+    release=None,
+    pool=None,
+):
+    """A job planned on one node of eight H200s whose `distributed` run ended in `status`
+    with the stored `distributed` result (None: the stage only planned)."""
+    stages = STAGES if distributed is not None or status != "succeeded" else STAGES[:3]
+    return make_job(
+        release=release or make_release(repo_id=REPO),
+        pool=pool or h200_pool(),
+        stages=stages,
+        statuses={"fetch": "succeeded", "analyze": "succeeded", "plan": "succeeded"}
+        | ({"distributed": status} if "distributed" in stages else {}),
+        results={"analyze": analysis, "plan": plan, "distributed": distributed},
+        errors={"distributed": error} if error else None,
+    )
+
+
+def failed(name: str) -> tuple[dict, str]:
+    """A failed run's stored result and the reason stored as its error."""
+    data = stored(name)
+    return data["result"], data["reason"]
+
+
+def rank_rows(html: str) -> list[list[str]]:
+    table = re.search(r'<table class="data-table distributed-ranks".*?</table>', html, re.S)
+    assert table, "no rank table"
+    rows = re.findall(r"<tbody>(.*)</tbody>", table[0], re.S)[0]
+    return [
+        [text(cell) for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, re.S)]
+        for row in re.findall(r"<tr[^>]*>(.*?)</tr>", rows, re.S)
+    ]
+
+
+def distributed_article(html: str, job) -> str:
+    match = re.search(
+        rf'<article class="plan distributed-panel[^"]*" id="distributed-job-{job.pk}".*?</article>',
+        html,
+        re.S,
+    )
+    assert match, "no distributed panel"
+    return match[0]
+
+
+def verdict(panel: str) -> str:
+    """The panel's verdict line as read (tags dropped without a space: "Passed: ...")."""
+    match = re.search(r'id="distributed-job-\d+-verdict"[^>]*>(.*?)</p>', panel, re.S)
+    assert match, "no verdict"
+    return " ".join(html_lib.unescape(re.sub(r"<[^>]+>", "", match[1])).split())
+
+
+def fact(html: str, label: str) -> str:
+    match = re.search(rf"<dt>{re.escape(escape(label))}</dt><dd>(.*?)</dd>", html, re.S)
+    assert match, f"no fact {label!r}"
+    return text(match[1])
+
+
+# --- the presenter ---------------------------------------------------------------------------
+
+
+def test_presenter_of_a_passed_run(deepseek_analysis, h200_plan):
+    job = validated_job(deepseek_analysis, h200_plan, stored("pass"))
+    panel = distributed_panel(job)
+
+    assert panel.state == "passed"
+    assert panel.reason.startswith("TP=2 EP=2 on 2 gloo processes matches the float32 reference")
+    assert panel.split_label == "TP=2 EP=2"
+    assert [(f.label, f.value) for f in panel.split] == [
+        ("Tensor parallel (TP)", "2"),
+        ("Expert parallel (EP)", "2"),
+        ("World size", "2 processes"),
+        ("Backend", "gloo on cpu"),
+        ("Threads per rank", "1"),
+    ]
+    assert [(f.label, f.value) for f in panel.plan_split] == [
+        ("The plan's split", "TP8 PP1 EP8 DP1"),
+        ("Devices on the worker", "2"),
+    ]
+    assert panel.degree_reason.startswith("the plan's TP=8 needs more than the worker's 2 devices")
+    headline = {f.label: f.value for f in panel.headline}
+    assert headline == {
+        "Decode step at TP=2 (measured, twin)": "16.4 ms",
+        "Decode step at TP=1 (measured, twin)": "5.49 ms",
+        "Decode at TP=2 (measured, twin)": "122 tokens/s",
+        "Decode at TP=1 (measured, twin)": "364 tokens/s",
+        "Time in collectives (measured, twin)": "11.1 %",
+        "Scaling efficiency (measured, twin)": "16.7 % (0.17 x linear)",
+    }
+    assert [
+        (r.rank, r.max_abs_error, r.tolerance, r.top1_agreement, r.first_divergent)
+        for r in panel.ranks
+    ] == [
+        ("0", "7.45e-07", "1.28e-04", "100.0 %", "none"),
+        ("1", "7.45e-07", "1.28e-04", "100.0 %", "none"),
+    ]
+    assert [(r.step_time, r.comm_fraction) for r in panel.ranks] == [
+        ("16.4 ms", "12.5 %"),
+        ("16.3 ms", "9.7 %"),
+    ]
+    assert [(d.name, d.release, d.twin, d.degree, d.kept) for d in panel.divisibility] == [
+        ("query heads / TP", "64", "32", "2", True)
+    ]
+    assert panel.failed_log is None and panel.failed_rank == ""
+    assert [log.rank for log in panel.rank_logs] == ["0", "1"]
+
+
+def test_presenter_of_a_wrong_shard_names_the_rank_and_module(deepseek_analysis, h200_plan):
+    result, reason = failed("mismatch")
+    job = validated_job(deepseek_analysis, h200_plan, result, status="failed", error=reason)
+    panel = distributed_panel(job)
+
+    assert panel.state == "failed"
+    assert panel.reason == reason
+    assert panel.failed_rank == "0"  # the first rank off the reference
+    assert panel.failed_log.excerpt.startswith("[rank 0] joined gloo group of 2")
+    assert panel.ranks[0].max_abs_error == "9.03e-01"
+    assert panel.ranks[0].tolerance == "9.89e-05"
+    assert panel.ranks[0].top1_agreement == "5.0 %"
+    assert panel.ranks[0].first_divergent == (
+        "model.layers.1.self_attn (layer 1, attention; error 2.32e-01 > 2.97e-05)"
+    )
+    assert panel.ranks[0].passed is False
+    # The timings are still measured: a wrong shard is as fast as a right one.
+    assert {f.label: f.value for f in panel.headline}["Scaling efficiency (measured, twin)"] == (
+        "6.8 % (0.07 x linear)"
+    )
+    assert panel.notes == [
+        "model.layers.1.self_attn.o_proj.weight: shard split on dim 0 instead of dim 1"
+    ]
+
+
+def test_presenter_of_a_killed_rank_shows_its_log(deepseek_analysis, h200_plan):
+    result, reason = failed("crash")
+    job = validated_job(deepseek_analysis, h200_plan, result, status="failed", error=reason)
+    panel = distributed_panel(job)
+
+    assert panel.state == "failed"
+    assert panel.failed_rank == "1"
+    assert panel.failed_log.exit_status == "killed by SIGKILL"
+    assert panel.failed_log.excerpt == (
+        "[rank 1] joined gloo group of 2 (pid 7168)\n"
+        "[rank 1] loaded LlamaForCausalLM with tp=2 ep=1\n"
+        "[rank 1] injected: killing this rank with SIGKILL"
+    )
+    assert panel.ranks == [] and panel.headline == []  # nothing measured
+    assert [(log.rank, log.exit_status, log.failing) for log in panel.rank_logs] == [
+        ("0", "killed by SIGTERM", False),
+        ("1", "killed by SIGKILL", True),
+    ]
+    assert measured_scaling(job.stage_runs.get(stage="distributed")) is None
+
+
+def test_presenter_of_a_split_that_could_not_be_validated(deepseek_analysis, h200_plan):
+    job = validated_job(deepseek_analysis, h200_plan, stored("not_validated"))
+    panel = distributed_panel(job)
+
+    assert panel.state == "not-validated"
+    assert panel.reason.startswith("transformers' FooForCausalLM has no tensor-parallel plan")
+    assert panel.split == [] and panel.ranks == [] and panel.headline == []
+    assert [(f.label, f.value) for f in panel.plan_split] == [
+        ("The plan's split", "TP1 PP1 EP1 DP1"),
+        ("Devices on the worker", "2"),
+    ]
+    assert measured_scaling(job.stage_runs.get(stage="distributed")) is None
+
+
+def test_presenter_of_a_run_that_failed_before_launching(deepseek_analysis, h200_plan):
+    error = "the plan stage produced no split to validate"
+    job = validated_job(deepseek_analysis, h200_plan, None, status="failed", error=error)
+    panel = distributed_panel(job)
+
+    assert (panel.state, panel.reason) == ("failed", error)
+    assert panel.split == [] and panel.plan_split == [] and panel.failed_log is None
+
+
+def test_a_degree_below_two_is_said_once(deepseek_analysis, h200_plan):
+    why = "the pool's worker holds 1 device: a split needs at least 2"
+    result = stored("not_validated") | {"reason": why, "degree_reason": why}
+    panel = distributed_panel(validated_job(deepseek_analysis, h200_plan, result))
+
+    assert (panel.state, panel.reason, panel.degree_reason) == ("not-validated", why, "")
+
+
+@pytest.mark.parametrize(
+    ("code", "shown"),
+    [(-9, "killed by SIGKILL"), (-15, "killed by SIGTERM"), (1, "exit code 1"), (None, "")],
+)
+def test_exit_status_text(code, shown):
+    assert exit_status_text(code) == shown
+
+
+# --- the release page ------------------------------------------------------------------------
+
+
+def test_page_shows_a_passed_validation_beside_the_plans_split(
+    logged_in_client, deepseek_analysis, h200_plan
+):
+    job = validated_job(deepseek_analysis, h200_plan, stored("pass"))
+    html = page(logged_in_client, job.release)
+    panel = distributed_article(html, job)
+
+    assert '<h2 id="distributed-title">Multi-device validation</h2>' in html
+    assert "Measured on the scaled twin, not the full-size model" in text(html)
+    assert f"Job {job.pk} on pool h200x8 Succeeded" in text(panel)
+    assert verdict(panel) == "Passed: " + stored("pass")["reason"]
+    assert fact(panel, "Tensor parallel (TP)") == "2"
+    assert fact(panel, "Expert parallel (EP)") == "2"
+    assert fact(panel, "World size") == "2 processes"
+    assert fact(panel, "Backend") == "gloo on cpu"
+    assert fact(panel, "Threads per rank") == "1"
+    assert fact(panel, "The plan's split") == "TP8 PP1 EP8 DP1"
+    assert "validated TP=2, the largest divisor of 8 the worker holds" in panel
+    assert table_row(panel, "Decode step at TP=2 (measured, twin)").startswith("16.4 ms")
+    assert table_row(panel, "Decode step at TP=1 (measured, twin)").startswith("5.49 ms")
+    assert table_row(panel, "Decode at TP=2 (measured, twin)").startswith("122 tokens/s")
+    assert table_row(panel, "Decode at TP=1 (measured, twin)").startswith("364 tokens/s")
+    assert table_row(panel, "Time in collectives (measured, twin)").startswith("11.1 %")
+    assert table_row(panel, "Scaling efficiency (measured, twin)").startswith("16.7 %")
+    assert rank_rows(panel) == [
+        ["0", "7.45e-07", "1.28e-04", "100.0 %", "none", "16.4 ms", "12.5 %"],
+        ["1", "7.45e-07", "1.28e-04", "100.0 %", "none", "16.3 ms", "9.7 %"],
+    ]
+    assert table_row(panel, "query heads / TP") == "64 (divisible) 32 (divisible) 2 yes"
+    assert "Qwen3MoeForCausalLM, 6.1 M parameters" in text(panel)
+    assert 'class="plan-failure"' not in panel
+
+
+def test_page_shows_the_wrong_shard_and_the_failing_ranks_log(
+    logged_in_client, deepseek_analysis, h200_plan
+):
+    result, reason = failed("mismatch")
+    job = validated_job(deepseek_analysis, h200_plan, result, status="failed", error=reason)
+    panel = distributed_article(page(logged_in_client, job.release), job)
+
+    failure = re.search(r'<div class="plan-failure".*?</div>', panel, re.S)[0]
+    assert text(failure).startswith("Failed on rank 0 (TP=2) " + reason)
+    assert "[rank 0] injected: model.layers.1.self_attn.o_proj.weight" in failure
+    rows = rank_rows(panel)
+    assert rows[0][:5] == [
+        "0",
+        "9.03e-01",
+        "9.89e-05",
+        "5.0 %",
+        "model.layers.1.self_attn (layer 1, attention; error 2.32e-01 > 2.97e-05)",
+    ]
+    assert '<tr class="crossed">' in panel
+
+
+def test_page_shows_a_killed_ranks_log_escaped(logged_in_client, deepseek_analysis, h200_plan):
+    result, reason = failed("crash")
+    result = copy.deepcopy(result)
+    result["rank_logs"][1]["excerpt"] += "\n<script>alert(1)</script>"
+    job = validated_job(deepseek_analysis, h200_plan, result, status="failed", error=reason)
+    panel = distributed_article(page(logged_in_client, job.release), job)
+
+    log = re.search(
+        r'<pre class="log rank-log" id="distributed-job-\d+-failed-log">(.*?)</pre>', panel, re.S
+    )
+    assert log, "no failing rank's log"
+    assert log[1].startswith("[rank 1] joined gloo group of 2 (pid 7168)\n")
+    assert log[1].endswith("&lt;script&gt;alert(1)&lt;/script&gt;")
+    assert "<script>alert(1)" not in panel
+    assert "Rank 1's log (killed by SIGKILL):" in panel
+    assert "distributed-ranks" not in panel  # no rank compared
+
+
+def test_page_says_why_a_split_was_not_validated(logged_in_client, deepseek_analysis, h200_plan):
+    job = validated_job(deepseek_analysis, h200_plan, stored("not_validated"))
+    panel = distributed_article(page(logged_in_client, job.release), job)
+
+    assert "distributed-not-validated" in panel
+    assert verdict(panel) == "Not validated: " + stored("not_validated")["reason"]
+    assert "Validated split" not in panel and "distributed-ranks" not in panel
+
+
+@pytest.mark.parametrize("status", ["pending", "queued", "running"])
+def test_page_shows_a_waiting_run(logged_in_client, deepseek_analysis, h200_plan, status):
+    job = validated_job(deepseek_analysis, h200_plan, None, status=status)
+    panel = distributed_article(page(logged_in_client, job.release), job)
+    assert "distributed-waiting" in panel
+    if status == "running":
+        assert "The distributed stage is running." in text(panel)
+
+
+def test_page_shows_the_ep_note(logged_in_client, deepseek_analysis, h200_plan):
+    result = stored("pass") | {"ep_note": "expert parallelism could not be validated: no ep_plan"}
+    job = validated_job(deepseek_analysis, h200_plan, result)
+    panel = distributed_article(page(logged_in_client, job.release), job)
+    assert "expert parallelism could not be validated: no ep_plan" in panel
+
+
+def test_release_without_distributed_run_says_so(logged_in_client, deepseek_analysis, h200_plan):
+    job = validated_job(deepseek_analysis, h200_plan, None)
+    html = page(logged_in_client, job.release)
+    assert "Not run yet: the distributed stage" in text(html)
+
+
+def test_live_refresh_swaps_the_distributed_panel_too(
+    logged_in_client, deepseek_analysis, h200_plan
+):
+    from django.urls import reverse
+
+    job = validated_job(deepseek_analysis, h200_plan, None, status="running")
+    response = logged_in_client.get(
+        reverse("adaptation:release_detail", args=[job.release.pk]), HTTP_HX_REQUEST="true"
+    )
+    html = response.content.decode()
+    section_tag = re.search(r'<section id="distributed"[^>]*>', html)
+    assert section_tag and 'hx-swap-oob="true"' in section_tag[0]
+    assert f'id="distributed-job-{job.pk}"' in html
+
+
+def test_the_panel_costs_no_queries(logged_in_client, deepseek_analysis, h200_plan):
+    """Distributed runs come with the plan runs the page prefetches: a release whose jobs
+    validated their splits costs as many queries as one whose jobs only planned."""
+    planned = make_release(repo_id=REPO)
+    validated = make_release(repo_id="Qwen/Qwen3-235B-A22B")
+    pool = h200_pool()
+    for _ in range(3):
+        validated_job(deepseek_analysis, h200_plan, None, release=planned, pool=pool)
+        validated_job(deepseek_analysis, h200_plan, stored("pass"), release=validated, pool=pool)
+    page(logged_in_client, planned)  # warm per-process caches
+    with CaptureQueriesContext(connection) as only_planned:
+        page(logged_in_client, planned)
+    with CaptureQueriesContext(connection) as with_validation:
+        html = page(logged_in_client, validated)
+    assert html.count('class="plan distributed-panel distributed-passed"') == 3
+    assert len(with_validation) == len(only_planned), [
+        q["sql"] for q in with_validation.captured_queries
+    ]
+
+
+# --- the measured point on the plan's scaling chart ------------------------------------------
+
+
+def test_scaling_chart_draws_the_measured_efficiency_on_its_own_axis(
+    logged_in_client, deepseek_analysis, h200_plan
+):
+    job = validated_job(deepseek_analysis, h200_plan, stored("pass"))
+    html = page(logged_in_client, job.release)
+    chart = figure(html, f"plan-job-{job.pk}-scaling-figure")
+
+    measured = [t for t in chart["data"] if "measured" in t["name"]]
+    assert len(measured) == 1
+    trace = measured[0]
+    assert trace["name"] == "scaling efficiency measured on the twin (TP=2 EP=2 vs TP=1)"
+    assert trace["x"] == [2]
+    assert trace["y"] == [stored("pass")["scaling_efficiency"]]
+    assert trace["yaxis"] == "y2" and trace["mode"] == "markers"
+    first = h200_plan["scaling"][0]["devices"]
+    assert f"against {first} devices, the curve's first count" in trace["hovertemplate"]
+    predicted = [t for t in chart["data"] if t.get("yaxis") == "y2" and t is not trace]
+    assert predicted[0]["name"] == f"efficiency per device vs {first} devices (predicted)"
+    assert 2 in chart["layout"]["xaxis"]["tickvals"]  # the measured count has its tick
+
+    plan = section(html, f"plan-job-{job.pk}")
+    line = text(re.search(r'<p class="note measured-scaling".*?</p>', plan, re.S)[0])
+    assert line.startswith(
+        "Measured on the scaled twin (Multi-device validation): TP=2 EP=2 on 2 gloo processes, "
+        "scaling efficiency 0.17 x linear (16.7 %"
+    )
+    assert f"against {first} devices, the first count" in line
+
+
+def test_a_failed_comparison_still_draws_its_measured_timing(deepseek_analysis, h200_plan):
+    result, reason = failed("mismatch")
+    job = validated_job(deepseek_analysis, h200_plan, result, status="failed", error=reason)
+    job = type(job).objects.prefetch_related("stage_runs").select_related("pool").get(pk=job.pk)
+    panel = plan_panel(job)
+    chart = next(slot.figure for slot in panel.charts if slot.stem.endswith("-scaling"))
+    trace = next(t for t in chart["data"] if "measured" in t["name"])
+    assert trace["y"] == [result["scaling_efficiency"]]
+    assert trace["name"] == "scaling efficiency measured on the twin (TP=2 vs TP=1)"
+    assert "did not match the reference" in trace["hovertemplate"]
+    assert "its outputs did not match the float32 reference" in panel.measured_scaling
+
+
+@pytest.mark.parametrize("name", ["crash", "not_validated"])
+def test_no_measured_point_without_a_measured_efficiency(
+    logged_in_client, deepseek_analysis, h200_plan, name
+):
+    result = stored(name)
+    status, error = "succeeded", ""
+    if "result" in result:
+        result, error = result["result"], result["reason"]
+        status = "failed"
+    job = validated_job(deepseek_analysis, h200_plan, result, status=status, error=error)
+    html = page(logged_in_client, job.release)
+    chart = figure(html, f"plan-job-{job.pk}-scaling-figure")
+    assert not [t for t in chart["data"] if "measured" in t["name"]]
+    assert chart["layout"]["title"]["text"] == "Multi-device scaling (predicted)"
+    assert "measured-scaling" not in section(html, f"plan-job-{job.pk}")
+
+
+def test_plan_scaling_curve_keeps_the_two_ratios_apart(h200_plan):
+    measured = {"devices": 4, "efficiency": 0.61, "split": "TP=4", "passed": True}
+    chart = charts.plan_scaling_curve(h200_plan["scaling"], measured)
+    trace = chart["data"][-1]
+    assert (trace["x"], trace["y"], trace["yaxis"]) == ([4], [0.61], "y2")
+    assert trace["marker"]["symbol"] == "diamond"
+    assert "did not match" not in trace["hovertemplate"]
+    assert chart["layout"]["xaxis"]["tickvals"][0] == 4
+    # Without a measured point the chart is the planner's alone.
+    plain = charts.plan_scaling_curve(h200_plan["scaling"])
+    assert [t["name"] for t in plain["data"]] == [
+        "decode tokens/s (predicted)",
+        f"efficiency per device vs {h200_plan['scaling'][0]['devices']} devices (predicted)",
+    ]
