@@ -5,10 +5,11 @@ distributed stage's engine (`workers.stages.distributed.validate_split`: torchru
 transformers' tp_plan/ep_plan) with 1 and with 2 processes, and prints per run the median
 decode step (seconds, batch 2, measured), decode tokens/s, the profiled share of the run
 spent in collectives, the worst max |logit error| against the float32 reference, and the
-measured scaling efficiency (TP=1 step / (2 x TP=2 step)). Each process gets its share of
-the host's cores (2 cores: 1 thread per rank at TP=2, 2 threads at TP=1). Checks that every
-run matches the reference and that one validation, launch to verdict, takes under 60 s (the
-stage's default limit is 180 s for the ranks); prints PASS/FAIL and exits 0/1.
+measured scaling efficiency (TP=1 step / (2 x TP=2 step)). Every process gets the same share
+of the host's cores, half of them (1 thread on 2 cores), at TP=1 as at TP=2: one "device".
+Checks that every run matches the reference and that one validation, launch to verdict,
+takes under 60 s (the stage's default limit is 180 s for the ranks); prints PASS/FAIL and
+exits 0/1.
 
     .venv/bin/python benchmarks/distributed.py
 """
@@ -16,6 +17,7 @@ stage's default limit is 180 s for the ranks); prints PASS/FAIL and exits 0/1.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import warnings
@@ -33,6 +35,7 @@ TWINS = (
     ("MoE", "Qwen__Qwen3-235B-A22B-Instruct-2507", True),
 )
 LIMIT_S = 60.0
+THREADS = max(1, len(os.sched_getaffinity(0)) // 2)
 
 
 def main() -> int:
@@ -50,7 +53,7 @@ def main() -> int:
         for tp in (1, 2):
             ep = tp if moe else 1
             start = time.perf_counter()
-            result = validate_split(twin, tp=tp, ep=ep)
+            result = validate_split(twin, tp=tp, ep=ep, threads_per_rank=THREADS)
             wall = time.perf_counter() - start
             comm = result["comm_fraction"]
             efficiency = result["scaling_efficiency"] if tp > 1 else None

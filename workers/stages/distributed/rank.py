@@ -100,10 +100,17 @@ def main(workdir: str) -> None:
 
     inputs = torch.load(work / "inputs.pt", weights_only=True)
     inject = spec.get("inject") or {}
-    config = DistributedConfig(tp_size=int(spec["tp"]), ep_size=int(spec["ep"]))
+    # One process: the plain model (a DistributedConfig of size 1 still changes MoE paths).
+    split = {}
+    if world > 1:
+        split["distributed_config"] = DistributedConfig(
+            tp_size=int(spec["tp"]), ep_size=int(spec["ep"])
+        )
     model = AutoModelForCausalLM.from_pretrained(
-        spec["model_dir"], dtype=torch.float32, distributed_config=config
+        spec["model_dir"], dtype=torch.float32, **split
     ).eval()
+    if world == 1 and device_id is not None:
+        model = model.to(device_id)
     log(f"loaded {type(model).__name__} with tp={spec['tp']} ep={spec['ep']}")
     notes = []
     if inject.get("wrong_shard"):
