@@ -3,11 +3,13 @@
 Two kinds of `KnownLimitation` rows live side by side:
 
 - notes a stage raised from its findings, with a stable `key` ("operators:missing:aten::foo",
-  "precision:float16", "plan:no-fit", "analyze:mtp", ...). `limitations_sync_for_stage` runs
-  after each stage attempt that produced a result: it raises or updates the note of every
-  current finding (reopening a resolved one whose problem is back) and resolves the stage's
-  open or mitigated notes whose problem is no longer found. Their title, body and severity
-  come from the stage; people may only change their status (mitigated, resolved).
+  "precision:float16", "plan:no-fit", "distributed:mismatch", "analyze:mtp", ...).
+  `limitations_sync_for_stage` runs after each stage attempt that produced a result: it
+  raises or updates the note of every current finding (reopening a resolved one whose problem
+  is back) and resolves the stage's open or mitigated notes whose problem is no longer found
+  (a note the attempt could not judge, `unjudged_keys`, is left as it is). Their title, body
+  and severity come from the stage; people may only change their status (mitigated,
+  resolved).
 - notes people write (`key` blank, `author` set): never touched by a stage.
 
 `findings_for_stage` is the pure part: from a stage's stored result (the shapes of
@@ -15,17 +17,17 @@ Two kinds of `KnownLimitation` rows live side by side:
 and names taken from a result are put in code spans or escaped, so a config's strings cannot
 inject links or markup (`adaptation.safe_markdown` renders without raw HTML anyway).
 
-Severities: blocker (the release cannot run on the pool as planned), major (it runs, with a
-problem that matters: a dtype fails its precision thresholds, the full context does not
-fit), minor (a known shortcoming: MTP modules not validated, out of memory on the twin
-before the end of a sweep), info (worth knowing: the plan's context is capped below the
-model's).
+Severities: blocker (the release cannot run on the pool as planned: an operator is missing,
+nothing fits, its split gives other outputs than one device or a rank crashes), major (it
+runs, with a problem that matters: a dtype fails its precision thresholds, the full context
+does not fit), minor (a known shortcoming: MTP modules not validated, a multi-device split
+or its expert parallelism not validated here, out of memory on the twin before the end of a
+sweep), info (worth knowing: the plan's context is capped below the model's).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +47,9 @@ from adaptation.models import (
     StageRun,
     StageStatus,
 )
+from workers.stages import formatting as fmt
 from workers.stages.architecture.rope import TRANSFORMERS_ROPE_TYPES
+from workers.stages.distributed.degree import EP_NOT_VALIDATED
 from workers.stages.precision_checks import CHECKS as PRECISION_CHECKS
 
 logger = logging.getLogger(__name__)
@@ -115,29 +119,6 @@ def _key(text: str) -> str:
     return text[:_KEY_MAX]
 
 
-def _num(value: Any) -> float | None:
-    """A finite number from a stored result, or None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def gib(value: Any) -> str:
-    """Bytes as binary gibibytes ("12.3 GiB"; "—" when missing), as the pages write them."""
-    size = _num(value)
-    return "—" if size is None else f"{size / 2**30:,.1f} GiB"
-
-
-def _sig(value: Any) -> str:
-    number = _num(value)
-    return "—" if number is None else f"{number:.5g}"
-
-
-def _count(value: Any) -> str:
-    number = _num(value)
-    return "—" if number is None else f"{number:,.0f}"
-
-
 # --- operators ---------------------------------------------------------------------------------
 
 
@@ -185,7 +166,7 @@ def _missing_operator(row: Mapping[str, Any], result: Mapping[str, Any], pool: s
     ]
     if lacking:
         lines.append(f"- dtypes missing: {', '.join(md_code(d) for d in lacking)}")
-    lines.append(f"- calls: {_count(row.get('calls'))}")
+    lines.append(f"- calls: {fmt.count(row.get('calls'))}")
     lines += [
         "",
         (
@@ -247,7 +228,7 @@ def _crossed(entry: Mapping[str, Any]) -> list[tuple[str, float, str, float]]:
     thresholds = entry.get("thresholds") or {}
     crossed = []
     for metric, key, side, label in PRECISION_CHECKS:
-        value, limit = _num(entry.get(metric)), _num(thresholds.get(key))
+        value, limit = fmt.finite(entry.get(metric)), fmt.finite(thresholds.get(key))
         if value is None or limit is None:
             continue
         if side == "max" and value > limit:
@@ -264,7 +245,7 @@ def _precision_failure(dtype: str, entry: Mapping[str, Any], pool: str) -> Findi
     name = entry.get("first_divergent_name")
     nonfinite = entry.get("non_finite_values")
     if nonfinite:
-        what = f"NaN/Inf logits ({_count(nonfinite)} values)"
+        what = f"NaN/Inf logits ({fmt.count(nonfinite)} values)"
     elif crossed:
         what = ", ".join(label for label, *_ in crossed)
     elif layer is not None:
@@ -282,7 +263,7 @@ def _precision_failure(dtype: str, entry: Mapping[str, Any], pool: str) -> Findi
     rows = [
         (label, entry.get(metric), side, thresholds.get(key))
         for metric, key, side, label in PRECISION_CHECKS
-        if _num(thresholds.get(key)) is not None
+        if fmt.finite(thresholds.get(key)) is not None
     ]
     if rows:
         lines += ["| check | measured | limit | verdict |", "|---|---|---|---|"]
@@ -290,14 +271,14 @@ def _precision_failure(dtype: str, entry: Mapping[str, Any], pool: str) -> Findi
             failed = any(label == c[0] for c in crossed)
             bound = "≤" if side == "max" else "≥"
             lines.append(
-                f"| {label} | {_sig(value)} | {bound} {_sig(limit)} | "
+                f"| {label} | {fmt.sig(value, 5)} | {bound} {fmt.sig(limit, 5)} | "
                 f"{'**failed**' if failed else 'ok'} |"
             )
         lines.append("")
     if layer is not None:
-        local = _num(entry.get("first_divergent_local_error"))
-        unit = _num(entry.get("unit_roundoff"))
-        limit = _num(thresholds.get("max_local_relative_error"))
+        local = fmt.finite(entry.get("first_divergent_local_error"))
+        unit = fmt.finite(entry.get("unit_roundoff"))
+        limit = fmt.finite(thresholds.get("max_local_relative_error"))
         size = ""
         if local is not None:
             size = f": local relative error {local:.4g}"
@@ -372,8 +353,8 @@ def _plan_no_fit(result: Mapping[str, Any], pool: str) -> Finding:
         fits.append(f"{devices} x {md_code(kind)} (the pool has {have})")
     if suggestions.get("context_tokens"):
         fits.append(
-            f"a context of {_count(suggestions['context_tokens'])} tokens on this pool "
-            f"(planned: {_count(inputs.get('context_tokens'))})"
+            f"a context of {fmt.count(suggestions['context_tokens'])} tokens on this pool "
+            f"(planned: {fmt.count(inputs.get('context_tokens'))})"
         )
     if suggestions.get("dtype"):
         fits.append(
@@ -383,9 +364,9 @@ def _plan_no_fit(result: Mapping[str, Any], pool: str) -> Finding:
     accelerator = md_text(result.get("accelerator_name") or kind)
     lines = [
         f"The plan for pool {md_code(pool)} ({have} x {accelerator}, "
-        f"{gib(result.get('accelerator_memory_bytes'))} each) found no split that fits, at "
-        f"context {_count(inputs.get('context_tokens'))} tokens x "
-        f"{_count(inputs.get('concurrency'))} sequences, dtype "
+        f"{fmt.gib(result.get('accelerator_memory_bytes'))} each) found no split that fits, at "
+        f"context {fmt.count(inputs.get('context_tokens'))} tokens x "
+        f"{fmt.count(inputs.get('concurrency'))} sequences, dtype "
         f"{md_code(inputs.get('dtype') or 'checkpoint')}.",
         "",
         f"The planner says: {md_text(result.get('reason') or '')}",
@@ -405,8 +386,8 @@ def kv_bytes_per_sequence(analysis: Mapping[str, Any], tokens: int) -> float | N
     layer keeps at most its window, a chunked one its chunk). None when the analysis lacks
     the figures."""
     attention = analysis.get("attention") or {}
-    per_token = _num(analysis.get("kv_cache_bytes_per_token"))
-    layers = _num(attention.get("kv_cache_layers"))
+    per_token = fmt.finite(analysis.get("kv_cache_bytes_per_token"))
+    layers = fmt.finite(attention.get("kv_cache_layers"))
     if not per_token or not layers:
         return None
     per_layer = per_token / layers
@@ -427,7 +408,7 @@ def _plan_context_capped(
     concurrency = inputs.get("concurrency") or 1
     max_context = analysis.get("max_position_embeddings")
     memory = result.get("memory_per_device_bytes") or {}
-    per_sequence = _num(result.get("kv_bytes_per_sequence_per_device"))
+    per_sequence = fmt.finite(result.get("kv_bytes_per_sequence_per_device"))
     if not isinstance(planned, int) or not isinstance(max_context, int) or planned >= max_context:
         return None
     at_planned = kv_bytes_per_sequence(analysis, planned)
@@ -462,11 +443,12 @@ def _plan_context_capped(
         f"max_position_embeddings is {max_context:,} tokens. Its launch commands cap the "
         f"context at {planned:,}.",
         "",
-        f"- KV cache room per device: {gib(room)} (budget {gib(memory['budget'])} minus "
-        f"weights {gib(memory['weights'])}, activations {gib(memory['activations_workspace'])} "
-        f"and runtime overhead {gib(memory.get('runtime_overhead', 0))})",
-        f"- KV cache of one sequence per device: {gib(per_sequence)} at {planned:,} tokens, "
-        f"{gib(full_per_device)} at {max_context:,} tokens",
+        f"- KV cache room per device: {fmt.gib(room)} (budget {fmt.gib(memory['budget'])} minus "
+        f"weights {fmt.gib(memory['weights'])}, activations "
+        f"{fmt.gib(memory['activations_workspace'])} and runtime overhead "
+        f"{fmt.gib(memory.get('runtime_overhead', 0))})",
+        f"- KV cache of one sequence per device: {fmt.gib(per_sequence)} at {planned:,} tokens, "
+        f"{fmt.gib(full_per_device)} at {max_context:,} tokens",
         f"- sequences at the full context: {sequences:,}"
         + (f" ({sequences // dp:,} per DP replica)" if dp > 1 else ""),
         f"- longest context one sequence can hold: {low:,} tokens",
@@ -539,12 +521,12 @@ def analysis_findings(result: Mapping[str, Any]) -> list[Finding] | None:
                 ),
                 body=(
                     f"The checkpoint holds {mtp} multi-token-prediction (MTP) module(s) "
-                    f"({_count(result.get('extra_params'))} params in `extra_params`), which "
+                    f"({fmt.count(result.get('extra_params'))} params in `extra_params`), which "
                     "serving engines can use as a draft model for speculative decoding. "
                     "transformers' causal-LM class does not build them, so the scaled twin "
                     "runs without them, and the plan does not load them: speculative decoding "
                     "with MTP is neither validated nor sized here. Their bytes are in "
-                    f"`weight_bytes` ({gib(result.get('weight_bytes'))})."
+                    f"`weight_bytes` ({fmt.gib(result.get('weight_bytes'))})."
                 ),
                 severity=Severity.MINOR,
                 all_pools=True,
@@ -672,7 +654,7 @@ def stability_findings(result: Mapping[str, Any], *, pool: str) -> list[Finding]
     dtype = workload.get("dtype") or "?"
     run = (
         f"The scaled twin served back to back in {md_code(dtype)} on pool {md_code(pool)} for "
-        f"{_sig(result.get('duration_s'))} s ({_count(result.get('steps'))} steps)"
+        f"{fmt.sig(result.get('duration_s'), 5)} s ({fmt.count(result.get('steps'))} steps)"
     )
     reasons = [str(r) for r in result.get("reasons") or []]
 
@@ -681,10 +663,10 @@ def stability_findings(result: Mapping[str, Any], *, pool: str) -> list[Finding]
         return f"\n\nThe stage says: {md_text(found)}" if found else ""
 
     findings = []
-    slope = _num(result.get("memory_slope_bytes_per_step"))
-    growth = _num(result.get("memory_growth_bytes"))
-    leak_slope = _num(thresholds.get("leak_bytes_per_step"))
-    leak_growth = _num(thresholds.get("leak_min_growth_bytes"))
+    slope = fmt.finite(result.get("memory_slope_bytes_per_step"))
+    growth = fmt.finite(result.get("memory_growth_bytes"))
+    leak_slope = fmt.finite(thresholds.get("leak_bytes_per_step"))
+    leak_growth = fmt.finite(thresholds.get("leak_min_growth_bytes"))
     if (
         slope is not None
         and growth is not None
@@ -705,8 +687,8 @@ def stability_findings(result: Mapping[str, Any], *, pool: str) -> list[Finding]
                 severity=Severity.MAJOR,
             )
         )
-    nonfinite = int(_num(result.get("nonfinite_outputs")) or 0)
-    if nonfinite > (_num(thresholds.get("max_nonfinite_outputs")) or 0):
+    nonfinite = int(fmt.finite(result.get("nonfinite_outputs")) or 0)
+    if nonfinite > (fmt.finite(thresholds.get("max_nonfinite_outputs")) or 0):
         findings.append(
             Finding(
                 key="stability:nonfinite",
@@ -718,7 +700,7 @@ def stability_findings(result: Mapping[str, Any], *, pool: str) -> list[Finding]
                 severity=Severity.MAJOR,
             )
         )
-    errors = int(_num(result.get("errors")) or 0)
+    errors = int(fmt.finite(result.get("errors")) or 0)
     if errors:
         first = (result.get("error_messages") or [""])[0]
         findings.append(
@@ -729,8 +711,8 @@ def stability_findings(result: Mapping[str, Any], *, pool: str) -> list[Finding]
                 severity=Severity.MAJOR,
             )
         )
-    drift = _num(result.get("step_time_drift"))
-    max_drift = _num(thresholds.get("max_step_time_drift"))
+    drift = fmt.finite(result.get("step_time_drift"))
+    max_drift = fmt.finite(thresholds.get("max_step_time_drift"))
     if drift is not None and max_drift is not None and drift > max_drift:
         findings.append(
             Finding(
@@ -746,8 +728,301 @@ def stability_findings(result: Mapping[str, Any], *, pool: str) -> list[Finding]
     return findings
 
 
+# --- distributed -------------------------------------------------------------------------------
+
+DISTRIBUTED_NOT_VALIDATED = "distributed:not-validated"
+DISTRIBUTED_MISMATCH = "distributed:mismatch"
+DISTRIBUTED_RANK_FAILED = "distributed:rank-failed"
+DISTRIBUTED_EP_NOT_VALIDATED = "distributed:ep-not-validated"
+# Lines of a failed run's reason quoted in its note, and the longest line kept.
+_REASON_LINES = 8
+_REASON_LINE_CHARS = 300
+
+
+def _gist(reason: Any) -> str:
+    """The first clause of a stage's reason, for a title: its first line up to ": " or "; "."""
+    line = next((ln.strip() for ln in str(reason or "").splitlines() if ln.strip()), "")
+    return re.split(r"[:;]\s", line, maxsplit=1)[0].rstrip(".")
+
+
+def _sentence(value: Any) -> str:
+    """`value` as Markdown text ending with one full stop."""
+    return md_text(value).rstrip(".") + "."
+
+
+def _md_block(lines: Sequence[str]) -> str:
+    """`lines` as a fenced code block, the fence longer than any backtick run inside."""
+    body = "\n".join(lines)
+    longest = max((len(run) for run in re.findall(r"`+", body)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{body}\n{fence}"
+
+
+def _validated_split(result: Mapping[str, Any]) -> str:
+    """The split the stage ran, as its reasons write it: "TP=2", "TP=2 EP=2"."""
+    ep = result.get("ep")
+    more = f" EP={ep}" if isinstance(ep, int) and not isinstance(ep, bool) and ep > 1 else ""
+    return f"TP={result.get('tp')}{more}"
+
+
+def _planned_split(result: Mapping[str, Any]) -> str:
+    """The plan's split the stage was asked to validate, as the plan notes write it."""
+    plan = result.get("plan")
+    if not isinstance(plan, Mapping) or not plan.get("tp"):
+        return "?"
+    return " ".join(f"{key.upper()}{plan.get(key)}" for key in ("tp", "pp", "ep", "dp"))
+
+
+def _where(result: Mapping[str, Any], pool: str) -> str:
+    """Where the ranks ran: "2 `gloo` processes on pool `cpu` (device `cpu`)"."""
+    return (
+        f"{fmt.count(result.get('world_size'))} {md_code(result.get('backend') or '?')} "
+        f"processes on pool {md_code(pool)} (device {md_code(result.get('device_type') or '?')})"
+    )
+
+
+def _degree_line(result: Mapping[str, Any]) -> str:
+    planned = _planned_split(result)
+    line = f"- validated: {_validated_split(result)}"
+    if planned != "?":
+        line = f"- the plan's split: {planned}; validated: {_validated_split(result)}"
+    if result.get("degree_reason"):
+        line += f" ({md_text(result['degree_reason'])})"
+    return line
+
+
+def _injected(result: Mapping[str, Any]) -> list[str]:
+    """A line saying the run was broken on purpose, when the job's options did."""
+    inject = result.get("inject")
+    if not isinstance(inject, Mapping) or not inject:
+        return []
+    what = ", ".join(f"{md_code(key)} {md_code(value)}" for key, value in inject.items())
+    return [f"- broken on purpose by the job's `inject` option ({what}): the check works"]
+
+
+def _distributed_not_validated(result: Mapping[str, Any], pool: str) -> Finding:
+    reason = str(result.get("reason") or "no reason given")
+    devices = result.get("pool_devices")
+    host = [f"device {md_code(result.get('device_type') or '?')}"]
+    if result.get("backend"):
+        host.append(f"backend {md_code(result['backend'])}")
+    if fmt.finite(devices) is not None:
+        host.append(f"{fmt.count(devices)} device(s) on the worker")
+    lines = [
+        f"The `distributed` stage could not run the plan's split ({_planned_split(result)}) "
+        f"across processes on pool {md_code(pool)} ({', '.join(host)}): {_sentence(reason)}",
+        "",
+        "Not validated here: sharding the model by the split (transformers' tensor-parallel "
+        "plan), its collectives, and its outputs against the single-device float32 reference. "
+        "The plan's communication and scaling figures for this split are predicted only.",
+    ]
+    return Finding(
+        key=DISTRIBUTED_NOT_VALIDATED,
+        title=_title(f"Multi-device split not validated on pool {pool}: {_gist(reason)}"),
+        body="\n".join(lines),
+        severity=Severity.MINOR,
+    )
+
+
+def _distributed_mismatch(result: Mapping[str, Any], pool: str) -> Finding:
+    split = _validated_split(result)
+    ranks = [row for row in result.get("ranks") or [] if isinstance(row, Mapping)]
+    failing = [row for row in ranks if row.get("passed") is False]
+    first: Mapping[str, Any] = failing[0] if failing else {}
+    tolerance = result.get("tolerance") if isinstance(result.get("tolerance"), Mapping) else {}
+    error = first.get("max_abs_error", result.get("max_abs_error"))
+    limit = first.get("tolerance", tolerance.get("max_abs_error"))
+    divergent = first.get("first_divergent") or result.get("first_divergent") or {}
+    title = [f"{split} on pool {pool} does not match the single-device reference"]
+    title.append(f"rank {first['rank']}" if "rank" in first else "")
+    if first.get("error"):
+        title.append(_gist(first["error"]))
+    if fmt.finite(error) is not None:
+        title.append(f"max |logit error| {fmt.sig(error)} > {fmt.scientific(limit)}")
+    if divergent.get("module"):
+        title.append(f"first divergent module {divergent['module']}")
+    lines = [
+        f"The `distributed` stage ran the scaled twin split {split} across "
+        f"{_where(result, pool)} through transformers' tensor-parallel plan, and compared every "
+        "rank's logits and hidden states with the single-process float32 reference (the same "
+        f"twin): {len(failing)} of {len(ranks)} rank(s) are off.",
+        "",
+        "| rank | max \\|logit error\\| | tolerance | top-1 agreement | first divergent module "
+        "| verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in ranks:
+        div = row.get("first_divergent") or {}
+        lines.append(
+            f"| {row.get('rank')} | {fmt.sig(row.get('max_abs_error'))} | "
+            f"{fmt.scientific(row.get('tolerance'))} | {fmt.percent(row.get('top1_agreement'))} | "
+            + (f"{md_code(div['module'])} (layer {div.get('layer')})" if div.get("module") else "—")
+            + f" | {'ok' if row.get('passed') else '**failed**'} |"
+        )
+    lines.append("")
+    if first.get("error"):
+        lines += [f"Rank {first.get('rank')}: {_sentence(first['error'])}", ""]
+    if divergent.get("module"):
+        size = (
+            f"max abs error {fmt.sig(divergent['max_abs_error'])} over its tolerance "
+            f"{fmt.scientific(divergent.get('tolerance'))}"
+            if fmt.finite(divergent.get("max_abs_error")) is not None
+            else f"shape {md_code(divergent.get('shape'))}"
+        )
+        kind = f", {md_text(divergent['kind'])}" if divergent.get("kind") else ""
+        lines += [
+            f"First divergent module: {md_code(divergent['module'])} (layer "
+            f"{divergent.get('layer')}{kind}): {size}.",
+            "",
+        ]
+    if tolerance.get("rule"):
+        lines += [f"Tolerance: {_sentence(tolerance['rule'])}", ""]
+    lines += [_degree_line(result), *_injected(result), ""]
+    lines.append(
+        "Split this way the model's outputs differ from the unsplit model's: served as planned "
+        "it would produce wrong tokens. Check how the first divergent module is sharded (its "
+        "entry in the class's tensor-parallel plan) before serving with tensor parallelism."
+    )
+    return Finding(
+        key=DISTRIBUTED_MISMATCH,
+        title=_title(": ".join([title[0], ", ".join(t for t in title[1:] if t)])),
+        body="\n".join(lines),
+        severity=Severity.BLOCKER,
+    )
+
+
+def _distributed_rank_failed(result: Mapping[str, Any], pool: str) -> Finding:
+    split = _validated_split(result)
+    reason = str(result.get("reason") or "")
+    logs = [entry for entry in result.get("rank_logs") or [] if isinstance(entry, Mapping)]
+    failed_rank = result.get("failed_rank")
+    failed = next((entry for entry in logs if entry.get("rank") == failed_rank), None)
+    hung = re.search(r"did not finish within ([0-9.,]+ s)", reason)
+    if hung:
+        what = f"the ranks did not finish within {hung.group(1)} and were killed"
+        title = f"{split} run hung on pool {pool}: {what}"
+    elif failed_rank is not None:
+        what = f"rank {failed_rank} {fmt.exit_status((failed or {}).get('exit_code'))}"
+        title = f"{split} run failed on pool {pool}: {what}"
+    else:
+        what = _gist(reason) or "it failed"
+        title = f"{split} run failed on pool {pool}: {what}"
+    quoted = [
+        line if len(line) <= _REASON_LINE_CHARS else line[: _REASON_LINE_CHARS - 1] + "…"
+        for line in (ln.rstrip() for ln in reason.splitlines())
+        if line.strip()
+    ]
+    more = len(quoted) - _REASON_LINES
+    lines = [
+        f"The `distributed` stage ran the scaled twin split {split} across "
+        f"{_where(result, pool)}: {what} after {fmt.sig(result.get('elapsed_s'))} s, before "
+        "every rank reported, so no rank's outputs were compared with the reference.",
+        "",
+        "The stage says" + (f" (first {_REASON_LINES} lines):" if more > 0 else ":"),
+        "",
+        _md_block(quoted[:_REASON_LINES] or ["(no reason)"]),
+        "",
+    ]
+    lines += [
+        f"- rank {entry.get('rank')} {fmt.exit_status(entry.get('exit_code'))}" for entry in logs
+    ]
+    if any(entry.get("exit_code") == -15 for entry in logs):
+        lines.append("- (torchrun stops the other ranks with SIGTERM once one fails)")
+    lines += [_degree_line(result), *_injected(result), ""]
+    lines.append(
+        "A rank that crashes or hangs at this split takes the whole serving group down: find "
+        "the failing rank's cause (its log above) before serving with tensor parallelism."
+    )
+    return Finding(
+        key=DISTRIBUTED_RANK_FAILED,
+        title=_title(title),
+        body="\n".join(lines),
+        severity=Severity.BLOCKER,
+    )
+
+
+def _distributed_ep_not_validated(result: Mapping[str, Any], pool: str) -> Finding:
+    note = str(result["ep_note"])
+    why = note[len(EP_NOT_VALIDATED) :] if note.lower().startswith(EP_NOT_VALIDATED) else note
+    plan = result.get("plan") if isinstance(result.get("plan"), Mapping) else {}
+    verdict = {
+        True: "it matched the single-device reference",
+        False: "it did not pass (see its own note)",
+    }.get(result.get("passed"), "")
+    planned_ep = fmt.finite(plan.get("ep"))
+    asked = (
+        f"The plan serves the routed experts with EP{plan.get('ep')} ({_planned_split(result)})"
+        if planned_ep is not None and planned_ep > 1
+        else "The job's options asked for expert parallelism"
+    )
+    lines = [
+        f"{asked}; the `distributed` stage ran {_validated_split(result)} "
+        f"across {_where(result, pool)}"
+        + (f", and {verdict}" if verdict else "")
+        + f", without expert parallelism (EP=1): {_sentence(why)}",
+        "",
+        "Not validated here: sharding the experts by expert parallelism (transformers' "
+        "expert-parallel plan), the routing of tokens to other ranks' experts, and its "
+        "collectives.",
+    ]
+    return Finding(
+        key=DISTRIBUTED_EP_NOT_VALIDATED,
+        title=_title(f"Expert parallelism not validated on pool {pool}: {_gist(why)}"),
+        body="\n".join(lines),
+        severity=Severity.MINOR,
+    )
+
+
+def distributed_findings(result: Mapping[str, Any], *, pool: str) -> list[Finding] | None:
+    """The multi-device validation's notes: a minor note when the split could not be
+    validated here (why: no tensor-parallel plan in transformers, the release's own modeling
+    code, one device, a backend without torch.distributed); a blocker when a rank's outputs
+    are off the single-device reference (the split, the rank, its logit error against the
+    tolerance, the first divergent module) or when a rank crashed or the ranks hung (the
+    rank, its exit status, the first lines of the reason); a minor note when expert
+    parallelism was not validated beside the TP split (`ep_note`). None for a result that is
+    not a distributed run."""
+    validated = result.get("validated")
+    if validated is False:
+        return [_distributed_not_validated(result, pool)]
+    if validated is not True or result.get("passed") not in (True, False):
+        return None
+    findings = []
+    if result["passed"] is False:
+        ranks = [row for row in result.get("ranks") or [] if isinstance(row, Mapping)]
+        if ranks:
+            findings.append(_distributed_mismatch(result, pool))
+        else:
+            findings.append(_distributed_rank_failed(result, pool))
+    if result.get("ep_note"):
+        findings.append(_distributed_ep_not_validated(result, pool))
+    return findings
+
+
+def _distributed_unjudged(result: Mapping[str, Any]) -> frozenset[str]:
+    """The distributed notes a run could not judge: a run that validated nothing says nothing
+    about a mismatch, a crash or expert parallelism found before; a run whose ranks crashed
+    compared no outputs, so it says nothing about a mismatch."""
+    if result.get("validated") is False:
+        return frozenset(
+            {DISTRIBUTED_MISMATCH, DISTRIBUTED_RANK_FAILED, DISTRIBUTED_EP_NOT_VALIDATED}
+        )
+    ranks = [row for row in result.get("ranks") or [] if isinstance(row, Mapping)]
+    if result.get("validated") is True and result.get("passed") is False and not ranks:
+        return frozenset({DISTRIBUTED_MISMATCH})
+    return frozenset()
+
+
 # The stages whose results raise notes (`findings_for_stage`).
-STAGES_WITH_FINDINGS = ("analyze", "operators", "precision", "plan", "performance", "stability")
+STAGES_WITH_FINDINGS = (
+    "analyze",
+    "operators",
+    "precision",
+    "plan",
+    "distributed",
+    "performance",
+    "stability",
+)
 
 
 def findings_for_stage(
@@ -773,6 +1048,8 @@ def findings_for_stage(
         found = analysis_findings(result)
     elif stage == "performance":
         found = performance_findings(result, pool=pool)
+    elif stage == "distributed":
+        found = distributed_findings(result, pool=pool)
     elif stage == "stability":
         found = stability_findings(result, pool=pool)
     else:
@@ -783,6 +1060,14 @@ def findings_for_stage(
     for finding in found:
         unique.setdefault(finding.key, finding)
     return list(unique.values())
+
+
+def unjudged_keys(stage: str, result: Mapping[str, Any] | None) -> frozenset[str]:
+    """Keys of the stage's notes that `result` neither finds nor rules out (a run that could
+    not check them): a sync leaves those notes as they are instead of resolving them."""
+    if stage == "distributed" and isinstance(result, Mapping):
+        return _distributed_unjudged(result)
+    return frozenset()
 
 
 # --- syncing a stage's notes -------------------------------------------------------------------
@@ -816,9 +1101,10 @@ def limitations_sync_for_stage(*, stage_run: StageRun) -> SyncOutcome | None:
     Each current finding's note is created, or updated (title, body, severity, `stage_run`;
     a resolved one is reopened as the problem is back; a mitigated one stays mitigated). The
     stage's open or mitigated notes whose key is no longer found are resolved (`resolved_at`
-    now). People's notes (blank `key`) are never touched. Nothing happens (None) for a run
-    that is not finished or whose result holds nothing to judge: a stage that failed before
-    checking resolves nothing.
+    now), except those the attempt could not judge (`unjudged_keys`: a distributed run that
+    validated nothing leaves an earlier mismatch open). People's notes (blank `key`) are
+    never touched. Nothing happens (None) for a run that is not finished or whose result
+    holds nothing to judge: a stage that failed before checking resolves nothing.
     """
     if stage_run.stage not in STAGES_WITH_FINDINGS:
         return None
@@ -892,8 +1178,11 @@ def limitations_sync_for_stage(*, stage_run: StageRun) -> SyncOutcome | None:
                     "updated_at",
                 ]
             )
+        unjudged = unjudged_keys(run.stage, run.result)
         for identity, note in existing.items():
             if identity in seen or note.status == LimitationStatus.RESOLVED:
+                continue
+            if note.key in unjudged:
                 continue
             note.status, note.resolved_at, note.updated_at = LimitationStatus.RESOLVED, now, now
             note.stage_run = run

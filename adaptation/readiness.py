@@ -5,7 +5,8 @@ every stage the lower levels require, has succeeded in its latest attempt. The s
 level are `DAY0_READINESS` (settings, JSON in the environment):
 
     experimental  fetch, analyze, plan                   (runs on the twin, a plan exists)
-    functional    + operators, precision                 (operators covered, precision passed)
+    functional    + operators, precision, distributed    (operators covered, precision passed,
+                                                          the split validated on the twin)
     complete      + performance, stability, release_notes
 
 A stage the job does not run counts as not passed: a job of `fetch` and `analyze` only stays

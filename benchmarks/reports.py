@@ -1,10 +1,10 @@
-"""The managers' reports under a year's load: 1,000 releases and 10,000 stage runs.
+"""The managers' reports under a year's load: 1,000 releases and 11,250 stage runs.
 
 Seeds a fresh database (SQLite in a temporary DAY0_VAR_DIR by default; `--database-url` for
 PostgreSQL, where a fresh database `day0_bench_reports` is created next to the one the URL
 names) with bulk inserts: three pools, 1,000 releases discovered over the last 30 days (so the
 default report period covers every one; one in ten without a publication time), a cpu job of
-all eight stages for each and an h200 job for one in four (10,000 stage runs): 70% of jobs
+all nine stages for each and an h200 job for one in four (11,250 stage runs): 70% of jobs
 complete, 20% failed at a random stage (with an error, the later stages skipped), 10% still
 running; readiness, blocking stage and Day-0 time set as `services.job_refresh_status` would
 (`adaptation.readiness.readiness_from_runs`), and 500 open known limitations.
@@ -32,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASES = 1000
-SECOND_POOL_EVERY = 4  # 1,000 cpu jobs + 250 h200 jobs, 8 stages each: 10,000 runs
+SECOND_POOL_EVERY = 4  # 1,000 cpu jobs + 250 h200 jobs, 9 stages each: 11,250 runs
 DATABASE = "day0_bench_reports"
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from django import template
 
 from adaptation.catalog import GIB
+from workers.stages import formatting
 
 register = template.Library()
 
@@ -153,12 +154,9 @@ def sig(value: Any) -> str:
 
 @register.filter
 def scientific(value: Any) -> str:
-    """An error or tolerance in scientific notation with three significant digits, so values
-    of very different sizes line up: 7.4505e-07 → "7.45e-07", 0.90307 → "9.03e-01"."""
-    number = _number(value)
-    if number is None:
-        return MISSING
-    return f"{number:.2e}"
+    """An error or tolerance in scientific notation (`workers.stages.formatting.scientific`,
+    as the notes write it): 7.4505e-07 → "7.45e-07"."""
+    return formatting.scientific(value)
 
 
 @register.filter

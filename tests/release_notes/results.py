@@ -1,16 +1,19 @@
 """Stage results for the release-notes tests: the real `analyze` and `plan` engines on
-gpt-oss-20b's published config (one H200 node), and operators, precision, performance and
-stability results in the shapes those stages return (`workers/stages/*.py`; the keys the
-end-to-end tests and `tests/web/sample_results.py` read), with the performance stage's own
-knee finder and full-size predictions from the plan."""
+gpt-oss-20b's published config (one H200 node), and operators, precision, distributed,
+performance and stability results in the shapes those stages return (`workers/stages/*.py`;
+the keys the end-to-end tests and `tests/web/sample_results.py` read), with the performance
+stage's own knee finder and full-size predictions from the plan. The distributed stage's
+results are recorded runs (`tests/data/distributed/`)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from tests.conftest import load_realconfig
 from workers.stages.architecture import analyze_config
+from workers.stages.distributed.degree import validated_tp
 from workers.stages.performance import KNEE_RULE, find_knee, predicted_points
 from workers.stages.plan import NoFittingPlan, PoolLayout, no_fit_result, plan_release
 
@@ -27,6 +30,7 @@ TWIN = {
 # The twin's measured decode sweep (bfloat16, prompt 32): tokens/s grows 90%, 74%, then 6%.
 MEASURED_TOKENS_PER_S = {1: 100.0, 2: 190.0, 4: 330.0, 8: 350.0}
 KNEE_BATCH = 4
+DISTRIBUTED_RECORDS = Path(__file__).resolve().parents[1] / "data" / "distributed"
 
 
 def _json(value: Any) -> Any:
@@ -191,6 +195,51 @@ def performance(plan_result: dict[str, Any] | None) -> dict[str, Any]:
     )
 
 
+def recorded_distributed(name: str) -> tuple[str, dict[str, Any]]:
+    """(the stage's error, its stored result) of a distributed run recorded on 2 gloo
+    processes: "pass" (a Qwen3-MoE twin, TP=2 EP=2 against a TP8 EP8 plan), "not_validated"
+    (no tensor-parallel plan), "mismatch" (a wrong shard injected) and "crash" (a rank
+    killed): the failed runs' error is their reason; theirs were recorded from
+    `validate_split` on Llama-3.1-8B's twin, so the stage's plan fields are added."""
+    data = json.loads((DISTRIBUTED_RECORDS / f"{name}.json").read_text())
+    if "result" not in data:
+        return "", data
+    plan = {"tp": 2, "pp": 1, "ep": 1, "dp": 1}
+    known = {"plan": plan, "pool_devices": 2, "degree_reason": validated_tp(2, 2)[1]}
+    return data["reason"], data["result"] | known | {"ep_note": None}
+
+
+def distributed(plan_result: dict[str, Any]) -> dict[str, Any]:
+    """The distributed stage's result for `plan_result` on the H200 node: the recorded
+    passing run's figures at the degree `validated_tp` picks for the plan (TP=2 for a plan on
+    one device), on CUDA with NCCL, the experts unsplit as the plan's EP is 1."""
+    _, recorded = recorded_distributed("pass")
+    split = {key: plan_result[key] for key in ("tp", "pp", "ep", "dp")}
+    tp, why = validated_tp(split["tp"], 8)
+    return _json(
+        recorded
+        | {
+            "tp": tp,
+            "ep": 1,
+            "world_size": tp,
+            "backend": "nccl",
+            "device_type": "cuda",
+            "plan": split,
+            "pool_devices": 8,
+            "degree_reason": why,
+            "twin": {
+                "class": TWIN["architecture"],
+                "parameters": TWIN["parameters"],
+                "weights_source": "seeded",
+            },
+            "reason": (
+                f"TP={tp} on {tp} nccl processes matches the float32 reference: max |logit "
+                "error| 7.45e-07 (tolerance 1.28e-04), top-1 agreement 1.000 on every rank"
+            ),
+        }
+    )
+
+
 def stability(*, passed: bool = True) -> dict[str, Any]:
     reason = (
         "within every threshold"
@@ -222,6 +271,7 @@ def full_results(plan_result: dict[str, Any] | None = None) -> dict[str, dict[st
         "operators": operators(),
         "precision": precision(),
         "plan": plan_result,
+        "distributed": distributed(plan_result),
         "performance": performance(plan_result),
         "stability": stability(),
     }

@@ -202,9 +202,16 @@ def test_limitations_are_listed_by_severity_with_their_scope_and_markdown_body()
 
 def test_what_was_not_validated_names_the_twin_one_device_and_short_prompts():
     items = notes_for()["sections"]["not_validated"]
-    assert items[0].startswith("The full-size weights were never run: `operators`, `precision`")
+    assert items[0].startswith(
+        "The full-size weights were never run: `operators`, `precision`, `distributed`, "
+        "`performance`, `stability` ran a scaled twin"
+    )
     assert "(2.3 M parameters, seeded weights)" in items[0]
-    assert "Serving on more than one device was not validated." in items
+    # the plan serves on one device; the distributed stage ran its next point, TP=2
+    assert (
+        "Serving on more than one device was validated on the twin only (TP 2 across 2 "
+        "`nccl` processes)." in items
+    )
     dtype = "serving dtype checkpoint (mxfp4) was not checked by `precision`"
     assert any(dtype in i for i in items)
     assert any("the planned context of 32,768 tokens was not exercised" in i for i in items)
@@ -217,9 +224,16 @@ def test_a_multi_device_plan_is_not_validated_on_many_devices():
     results["analyze"] = analysis(name)
     notes = notes_for(results)
     assert notes["sections"]["configuration"]["split"] == {"tp": 1, "pp": 1, "ep": 8, "dp": 8}
+    assert (
+        "Multi-device serving was validated on the twin only (TP 2 across 2 `nccl` "
+        "processes); the plan's split TP 1 x PP 1 x EP 8 x DP 8 on 8 devices was not run at "
+        "full size, its communication and scaling are predicted only."
+    ) in notes["sections"]["not_validated"]
+
+    del results["distributed"]  # a job without the distributed stage
     assert any(
         i.startswith("Multi-device serving was not run: the split TP 1 x PP 1 x EP 8 x DP 8 on 8")
-        for i in notes["sections"]["not_validated"]
+        for i in notes_for(results)["sections"]["not_validated"]
     )
 
 
@@ -234,6 +248,7 @@ def test_a_plan_that_fits_nothing_says_why_and_what_would_fit():
         "operators": {"status": "succeeded"},
         "precision": {"status": "succeeded"},
         "plan": {"status": "failed", "error": error, "result": kept},
+        "distributed": {"status": "skipped", "error": ""},
         "performance": {"status": "skipped", "error": ""},
         "stability": {"status": "skipped", "error": ""},
     }
@@ -245,9 +260,11 @@ def test_a_plan_that_fits_nothing_says_why_and_what_would_fit():
     assert "No serving configuration: the plan stage failed: " in configuration
     assert f"- {kept['suggestions']['devices']:,} devices" in configuration
     assert "No recommendation: the performance stage skipped." in notes["markdown"]
+    assert "Not run: the distributed stage skipped.\n" in notes["markdown"]
     items = notes["sections"]["not_validated"]
-    assert items[:3] == [
+    assert items[:4] == [
         f"`plan`: failed: {text(first_line(error))}.",
+        "`distributed`: skipped.",
         "`performance`: skipped.",
         "`stability`: skipped.",
     ]
@@ -256,9 +273,10 @@ def test_a_plan_that_fits_nothing_says_why_and_what_would_fit():
 
 def test_a_stage_the_job_does_not_run_is_listed_as_not_run():
     results = full_results()
-    del results["operators"], results["stability"]
+    del results["operators"], results["stability"], results["distributed"]
     items = notes_for(results)["sections"]["not_validated"]
     assert "`operators`: not run in this job." in items
+    assert "`distributed`: not run in this job." in items
     assert "`stability`: not run in this job." in items
 
 
@@ -277,7 +295,7 @@ def test_the_stage_reads_its_context():
     assert lines == [f"release notes: {result['summary']}"]
     assert result["summary"] == (
         "TP1/PP1/EP1/DP1 on 1 device(s), checkpoint (mxfp4); knee batch 4 (measured (twin)); "
-        "precision passed; stability passed; 1 open limitation(s)"
+        "precision passed; multi-device TP=2 passed; stability passed; 1 open limitation(s)"
     )
 
 

@@ -37,6 +37,7 @@ STAGES = (
     "operators",
     "precision",
     "plan",
+    "distributed",
     "performance",
     "stability",
     "release_notes",

@@ -136,7 +136,9 @@ STAGES: tuple[StageDefinition, ...] = (
         reads_limitations=True,
         description=(
             "Writes the release notes from the earlier stages: configuration (pool, split, "
-            "dtype, context, concurrency, the plan's launch commands), performance "
+            "dtype, context, concurrency, the plan's launch commands), the multi-device "
+            "validation (the split run on the twin against the plan's: logit error, step time "
+            "at TP=N and TP=1, share in collectives, scaling efficiency), performance "
             "recommendations (the knee measured on the twin beside the full-size prediction), "
             "precision per dtype, the stability verdict, the open known limitations, and what "
             "was not validated. Stored as a new version of the release's notes on the pool."

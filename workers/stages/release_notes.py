@@ -7,6 +7,11 @@ The notes are one Markdown document (`markdown`) and the same content as data (`
   dtype, context, concurrency (sized for, and the largest batch that fits), memory per
   device, and the plan's vLLM and SGLang launch commands copied as the plan wrote them; a
   plan that fits nothing says why and what would fit.
+- **distributed** ("Multi-device validation"): the split the `distributed` stage ran on the
+  twin (TP/EP, processes, backend) against the plan's, the worst max |logit error| against
+  its tolerance and the top-1 agreement, decode step time at TP=N and TP=1, the share of
+  time in collectives and the scaling efficiency, all `MEASURED_TWIN`; or why the split was
+  not validated.
 - **performance**: the knee batch size with its TPOT and decode tokens/s, measured on the
   scaled twin (labelled `MEASURED_TWIN`), beside the plan's full-size roofline at that batch
   (`PREDICTED_FULL`, and `CALIBRATED_FULL` where the pool had a calibration); the knee of
@@ -17,7 +22,8 @@ The notes are one Markdown document (`markdown`) and the same content as data (`
   most severe first (`StageContext.limitations`, filled by the runner for a definition
   with `reads_limitations`).
 - **not_validated**: stages that failed, were skipped or did not run, and what a twin,
-  one device, short prompts and a short stability run leave unproven.
+  the split run only on the twin (or not at all), short prompts and a short stability run
+  leave unproven.
 
 Plain Python: nothing here imports Django or torch. `build_release_notes` is the engine;
 `run` is the stage (its predecessors all succeeded, or the stage would have been skipped);
@@ -32,13 +38,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from workers.stages import formatting as fmt
 from workers.stages.base import StageContext
+from workers.stages.distributed.degree import EP_NOT_VALIDATED
 
 NOTES_FORMAT = 1
 # The stages whose results the notes read, in job order.
-READS = ("fetch", "analyze", "operators", "precision", "plan", "performance", "stability")
+READS = (
+    "fetch",
+    "analyze",
+    "operators",
+    "precision",
+    "plan",
+    "distributed",
+    "performance",
+    "stability",
+)
 # The stages whose figures come from a scaled twin (unless run on the release's real weights).
-TWIN_STAGES = ("operators", "precision", "performance", "stability")
+TWIN_STAGES = ("operators", "precision", "distributed", "performance", "stability")
 SEVERITY_ORDER = ("blocker", "major", "minor", "info")
 SEVERITY_TITLES = {"blocker": "Blocker", "major": "Major", "minor": "Minor", "info": "Info"}
 
@@ -48,74 +65,11 @@ MEASURED_FULL = "measured (full-size, real weights)"
 PREDICTED_FULL = "predicted (full-size)"
 CALIBRATED_FULL = "calibrated prediction (full-size)"
 
-GIB = 2**30
 _NOT_RUN = "not run"
+# How the distributed stage's `ep_note` starts when transformers' class has no EP plan.
 
 
-# --- formatting -------------------------------------------------------------------------------
-
-
-def _number(value: Any) -> float | None:
-    """`value` as a float when it is a finite int or float (not a bool), else None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    return number if number == number and abs(number) != float("inf") else None
-
-
-def _count(value: Any) -> str:
-    number = _number(value)
-    return "—" if number is None else f"{round(number):,}"
-
-
-def _gib(value: Any) -> str:
-    number = _number(value)
-    if number is None:
-        return "—"
-    size = number / GIB
-    return f"{size:.3f} GiB" if 0 < abs(size) < 1 else f"{size:,.1f} GiB"
-
-
-def _params(value: Any) -> str:
-    number = _number(value)
-    if number is None:
-        return "—"
-    if abs(number) >= 1e9:
-        return f"{number / 1e9:,.2f} B" if abs(number) < 1e10 else f"{number / 1e9:,.1f} B"
-    if abs(number) >= 1e6:
-        return f"{number / 1e6:,.1f} M"
-    return f"{number:,.0f}"
-
-
-def _ms(seconds: Any) -> str:
-    number = _number(seconds)
-    if number is None:
-        return "—"
-    millis = number * 1000
-    return f"{millis:,.3g} ms" if millis < 100 else f"{millis:,.0f} ms"
-
-
-def _rate(value: Any) -> str:
-    number = _number(value)
-    if number is None:
-        return "—"
-    return f"{number:,.3g}" if number < 100 else f"{number:,.0f}"
-
-
-def _sig(value: Any, digits: int = 3) -> str:
-    number = _number(value)
-    return "—" if number is None else f"{number:.{digits}g}"
-
-
-def _percent(value: Any) -> str:
-    number = _number(value)
-    return "—" if number is None else f"{number * 100:.1f} %"
-
-
-def _seconds(value: Any) -> str:
-    number = _number(value)
-    return "—" if number is None else f"{number:,.1f} s"
-
+# --- Markdown (figures: `workers.stages.formatting`) -----------------------------------------
 
 _SPECIAL = re.compile(r"([\\`*\[\]<>|])")
 # An underscore opens or closes emphasis only next to a non-word character.
@@ -218,13 +172,21 @@ def stage_states(
     return out
 
 
+def _ran_twin(state: StageState) -> bool:
+    """Whether the stage ran a twin: it kept a result, and for `distributed`, one of a split
+    it tried (a split that could not be validated here ran nothing)."""
+    if state.result is None:
+        return False
+    return state.name != "distributed" or state.result.get("validated") is True
+
+
 def _twin_description(states: Mapping[str, StageState]) -> tuple[Mapping[str, Any] | None, bool]:
     """(the twin description of the first twin stage that kept one, whether every twin stage
     that ran did so on the release's real weights at full size)."""
     described = [
         s.result["twin"]
         for name in TWIN_STAGES
-        if (s := states[name]).result and isinstance(s.result.get("twin"), Mapping)
+        if _ran_twin(s := states[name]) and isinstance(s.result.get("twin"), Mapping)
     ]
     if not described:
         return None, False
@@ -329,7 +291,7 @@ def _predicted_at(
             isinstance(point, Mapping)
             and point.get("kind") == "predicted"
             and point.get("prompt_len") is None
-            and _number(point.get("tpot_s")) is not None
+            and fmt.finite(point.get("tpot_s")) is not None
         ):
             candidates.append(
                 {
@@ -415,7 +377,7 @@ def _performance(
                 "context_tokens": at.get("context_tokens"),
                 "dtype": at.get("dtype"),
             }
-            if _number(at.get("calibrated_tpot_s")) is not None:
+            if fmt.finite(at.get("calibrated_tpot_s")) is not None:
                 predicted["calibrated"] = {
                     "label": CALIBRATED_FULL,
                     "tpot_s": at.get("calibrated_tpot_s"),
@@ -546,6 +508,97 @@ def _stability(state: StageState) -> dict[str, Any]:
     }
 
 
+def _split_text(split: Mapping[str, Any] | None) -> str:
+    """A plan's split as the configuration writes it: "TP 8 · PP 1 · EP 8 · DP 1"."""
+    if not split:
+        return "—"
+    return " · ".join(f"{key.upper()} {split.get(key)}" for key in ("tp", "pp", "ep", "dp"))
+
+
+def _validated_text(split: Mapping[str, Any]) -> str:
+    """The split the distributed stage ran: "TP 2", "TP 2 · EP 2"."""
+    ep = split.get("ep")
+    return f"TP {split.get('tp')}" + (f" · EP {ep}" if isinstance(ep, int) and ep > 1 else "")
+
+
+def _ep_why(distributed: Mapping[str, Any]) -> str:
+    """Why expert parallelism was not validated (the stage's `ep_note`), as Markdown text."""
+    note = str(distributed.get("ep_note") or "")
+    if note.lower().startswith(EP_NOT_VALIDATED):
+        note = note[len(EP_NOT_VALIDATED) :]
+    return text(note).rstrip(".")
+
+
+def _distributed(state: StageState, configuration: Mapping[str, Any]) -> dict[str, Any]:
+    """The multi-device validation: the split the stage ran on the twin (TP/EP, processes,
+    backend) against the plan's, its worst logit error and top-1 agreement against the
+    single-process reference, decode step time at TP=N and TP=1, the share of time in
+    collectives and the measured scaling efficiency."""
+    result = state.result or {}
+    plan_split = result.get("plan") if isinstance(result.get("plan"), Mapping) else None
+    if plan_split is None and configuration.get("available"):
+        plan_split = configuration.get("split")
+    base: dict[str, Any] = {
+        "status": state.status,
+        "plan_split": dict(plan_split) if plan_split else None,
+    }
+    if state.status not in ("succeeded", "failed") or "validated" not in result:
+        return base | {"available": False, "validated": False, "reason": state.reason}
+    reason = first_line(result.get("reason") or state.reason, 400)
+    if result.get("validated") is not True:
+        return base | {
+            "available": True,
+            "validated": False,
+            "passed": None,
+            "reason": reason,
+            "device_type": result.get("device_type"),
+            "backend": result.get("backend"),
+        }
+    twin = result.get("twin") if isinstance(result.get("twin"), Mapping) else {}
+    tolerance = result.get("tolerance") if isinstance(result.get("tolerance"), Mapping) else {}
+    divergent = result.get("first_divergent")
+    return base | {
+        "available": True,
+        "validated": True,
+        "passed": result.get("passed") is True,
+        "verdict": "passed" if result.get("passed") is True else "failed",
+        "reason": reason,
+        "label": MEASURED_FULL if twin.get("weights_source") == "real" else MEASURED_TWIN,
+        "split": {
+            "tp": result.get("tp"),
+            "ep": result.get("ep"),
+            "processes": result.get("world_size"),
+            "backend": result.get("backend"),
+            "device_type": result.get("device_type"),
+        },
+        "degree_reason": result.get("degree_reason") or "",
+        "max_abs_error": result.get("max_abs_error"),
+        "tolerance": tolerance.get("max_abs_error"),
+        "top1_agreement": result.get("top1_agreement"),
+        "first_divergent": (
+            {key: divergent.get(key) for key in ("module", "layer", "kind")}
+            if isinstance(divergent, Mapping)
+            else None
+        ),
+        "failed_rank": result.get("failed_rank"),
+        "failed_rank_status": next(
+            (
+                fmt.exit_status(entry.get("exit_code"))
+                for entry in result.get("rank_logs") or []
+                if isinstance(entry, Mapping) and entry.get("rank") == result.get("failed_rank")
+            ),
+            None,
+        ),
+        "step_time_s": result.get("step_time_s"),
+        "step_time_tp1_s": result.get("step_time_tp1_s"),
+        "tokens_per_s": result.get("tokens_per_s"),
+        "tokens_per_s_tp1": result.get("tokens_per_s_tp1"),
+        "comm_fraction": result.get("comm_fraction"),
+        "scaling_efficiency": result.get("scaling_efficiency"),
+        "ep_note": result.get("ep_note") or "",
+    }
+
+
 def _limitations(limitations: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The open limitations, most severe first (then as given: newest first)."""
     rows = [
@@ -564,9 +617,56 @@ def _limitations(limitations: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
     return sorted(rows, key=lambda r: rank.get(r["severity"], len(rank)))
 
 
+def _multi_device(configuration: Mapping[str, Any], distributed: Mapping[str, Any]) -> str:
+    """What was not validated of serving on several devices: the plan's split at full size
+    always; on the twin, what the distributed stage did not run, pass or validate."""
+    devices = configuration.get("devices") or 1
+    split = configuration.get("split") or {}
+    planned = (
+        f"TP {split.get('tp')} x PP {split.get('pp')} x EP {split.get('ep')} x DP "
+        f"{split.get('dp')} on {devices} devices"
+    )
+    if distributed.get("validated") and distributed.get("passed"):
+        ran = distributed["split"]
+        where = (
+            f"{_validated_text(ran)} across {fmt.count(ran.get('processes'))} "
+            f"{code(ran.get('backend') or '?')} processes"
+        )
+        if devices > 1:
+            return (
+                f"Multi-device serving was validated on the twin only ({where}); the plan's "
+                f"split {planned} was not run at full size, its communication and scaling are "
+                "predicted only."
+            )
+        return f"Serving on more than one device was validated on the twin only ({where})."
+    if distributed.get("available") and not distributed.get("validated"):
+        why = text(distributed.get("reason") or "no reason given").rstrip(".")
+        if devices > 1:
+            return (
+                f"Multi-device serving was not validated: {why}; the split {planned}, its "
+                "communication and scaling are predicted only."
+            )
+        return f"Serving on more than one device was not validated: {why}."
+    if distributed.get("validated"):  # it ran and failed: the stage's line above says why
+        ran = _validated_text(distributed["split"])
+        if devices > 1:
+            return (
+                f"Multi-device serving did not pass on the twin ({ran}, see `distributed`): "
+                f"the split {planned} is not validated."
+            )
+        return f"Serving on more than one device did not pass on the twin ({ran})."
+    if devices > 1:
+        return (
+            f"Multi-device serving was not run: the split {planned}, its communication and "
+            "scaling are predicted only."
+        )
+    return "Serving on more than one device was not validated."
+
+
 def _not_validated(
     states: Mapping[str, StageState],
     configuration: Mapping[str, Any],
+    distributed: Mapping[str, Any],
     performance: Mapping[str, Any],
     precision: Mapping[str, Any],
     stability: Mapping[str, Any],
@@ -580,11 +680,11 @@ def _not_validated(
         if state.status == _NOT_RUN:
             items.append(f"`{name}`: not run in this job.")
         else:
-            why = f": {text(state.reason)}" if state.reason else ""
+            why = f": {text(state.reason).rstrip(':; ')}" if state.reason else ""
             items.append(f"`{name}`: {text(state.status)}{why}.")
-    ran_twin = [n for n in TWIN_STAGES if states[n].result is not None]
+    ran_twin = [n for n in TWIN_STAGES if _ran_twin(states[n])]
     if ran_twin and not real_weights:
-        size = f" ({_params(twin.get('parameters'))} parameters" if twin else " ("
+        size = f" ({fmt.params(twin.get('parameters'))} parameters" if twin else " ("
         weights = "seeded weights)" if (twin or {}).get("weights_source") != "real" else "real)"
         items.append(
             "The full-size weights were never run: "
@@ -593,16 +693,11 @@ def _not_validated(
             "memory and errors are the twin's, not the full model's."
         )
     if configuration.get("available"):
-        devices = configuration.get("devices") or 1
-        if devices > 1:
-            split = configuration.get("split") or {}
+        items.append(_multi_device(configuration, distributed))
+        if distributed.get("ep_note"):
             items.append(
-                f"Multi-device serving was not run: the split TP {split.get('tp')} x PP "
-                f"{split.get('pp')} x EP {split.get('ep')} x DP {split.get('dp')} on "
-                f"{devices} devices, its communication and scaling are predicted only."
+                f"Expert parallelism was not validated on the twin: {_ep_why(distributed)}."
             )
-        else:
-            items.append("Serving on more than one device was not validated.")
         validated = {row["dtype"] for row in precision.get("dtypes") or []}
         dtype = configuration.get("dtype")
         serving = _serving_dtype(str(dtype or ""), str(configuration.get("dtype_label") or ""))
@@ -632,9 +727,9 @@ def _not_validated(
     for dtype, why in (performance.get("skipped_dtypes") or {}).items():
         why_text = text(first_line(why, 200))
         items.append(f"Performance in {code(dtype)} was not measured: {why_text}.")
-    if stability.get("available") and _number(stability.get("duration_s")) is not None:
+    if stability.get("available") and fmt.finite(stability.get("duration_s")) is not None:
         items.append(
-            f"Stability ran for {_seconds(stability['duration_s'])} on the twin, not for hours "
+            f"Stability ran for {fmt.seconds(stability['duration_s'])} on the twin, not for hours "
             "at full size under production traffic."
         )
     return items
@@ -662,22 +757,22 @@ def _md_release(section: Mapping[str, Any]) -> list[str]:
     if section.get("architecture"):
         facts = [
             f"{code(section['architecture'])} ({text(section.get('family') or '?')})",
-            f"{_params(section.get('total_params'))} parameters "
-            f"({_params(section.get('active_params'))} active per token)",
+            f"{fmt.params(section.get('total_params'))} parameters "
+            f"({fmt.params(section.get('active_params'))} active per token)",
         ]
         if section.get("attention"):
             facts.append(f"{text(section['attention'])} attention")
         if section.get("experts"):
             experts = section["experts"]
             facts.append(
-                f"MoE, {_count(experts.get('routed'))} routed experts, "
-                f"{_count(experts.get('per_token'))} per token"
+                f"MoE, {fmt.count(experts.get('routed'))} routed experts, "
+                f"{fmt.count(experts.get('per_token'))} per token"
             )
         if section.get("max_context_tokens"):
-            facts.append(f"max context {_count(section['max_context_tokens'])} tokens")
+            facts.append(f"max context {fmt.count(section['max_context_tokens'])} tokens")
         if section.get("quantization"):
             facts.append(f"checkpoint quantized as {text(section['quantization'])}")
-        facts.append(f"weights {_gib(section.get('weight_bytes'))}")
+        facts.append(f"weights {fmt.gib(section.get('weight_bytes'))}")
         if section.get("mtp_layers"):
             facts.append(f"{section['mtp_layers']} MTP module(s)")
         out += ["", "; ".join(facts) + "."]
@@ -706,9 +801,9 @@ def _md_configuration(config: Mapping[str, Any]) -> list[str]:
         if suggestions:
             out += ["", "What would fit:", ""]
             if suggestions.get("devices"):
-                out.append(f"- {_count(suggestions['devices'])} devices")
+                out.append(f"- {fmt.count(suggestions['devices'])} devices")
             if suggestions.get("context_tokens"):
-                out.append(f"- a context of {_count(suggestions['context_tokens'])} tokens")
+                out.append(f"- a context of {fmt.count(suggestions['context_tokens'])} tokens")
             if suggestions.get("dtype"):
                 out.append(f"- serving dtype {code(suggestions['dtype'])}")
         return out
@@ -721,8 +816,8 @@ def _md_configuration(config: Mapping[str, Any]) -> list[str]:
             "Recommended pool",
             f"{code(config['pool'])}: {text(accelerator)}"
             + (
-                f", {_count(layout.get('devices_per_node'))} per node x "
-                f"{_count(layout.get('nodes'))} node(s)"
+                f", {fmt.count(layout.get('devices_per_node'))} per node x "
+                f"{fmt.count(layout.get('nodes'))} node(s)"
                 if layout
                 else ""
             ),
@@ -730,22 +825,22 @@ def _md_configuration(config: Mapping[str, Any]) -> list[str]:
         [
             "Parallel split",
             f"TP {split.get('tp')} · PP {split.get('pp')} · EP {split.get('ep')} · "
-            f"DP {split.get('dp')} on {_count(config.get('devices'))} device(s), "
-            f"{_count(config.get('nodes'))} node(s)",
+            f"DP {split.get('dp')} on {fmt.count(config.get('devices'))} device(s), "
+            f"{fmt.count(config.get('nodes'))} node(s)",
         ],
         ["Serving dtype", text(config.get("dtype_label") or config.get("dtype"))],
-        ["Context", f"{_count(config.get('context_tokens'))} tokens per sequence"],
+        ["Context", f"{fmt.count(config.get('context_tokens'))} tokens per sequence"],
         [
             "Max concurrency",
-            f"{_count(config.get('max_concurrency'))} sequences at the full context "
-            f"(sized for {_count(config.get('concurrency'))})",
+            f"{fmt.count(config.get('max_concurrency'))} sequences at the full context "
+            f"(sized for {fmt.count(config.get('concurrency'))})",
         ],
         [
             "Memory per device",
-            f"{_gib(memory.get('total_used'))} of {_gib(memory.get('capacity'))}: weights "
-            f"{_gib(memory.get('weights'))}, KV cache {_gib(memory.get('kv_cache'))}, "
-            f"activations {_gib(memory.get('activations_workspace'))}, runtime "
-            f"{_gib(memory.get('runtime_overhead'))}",
+            f"{fmt.gib(memory.get('total_used'))} of {fmt.gib(memory.get('capacity'))}: weights "
+            f"{fmt.gib(memory.get('weights'))}, KV cache {fmt.gib(memory.get('kv_cache'))}, "
+            f"activations {fmt.gib(memory.get('activations_workspace'))}, runtime "
+            f"{fmt.gib(memory.get('runtime_overhead'))}",
         ],
     ]
     out.append(_table(["Setting", "Value"], rows))
@@ -764,6 +859,104 @@ def _md_configuration(config: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _md_distributed(dist: Mapping[str, Any]) -> list[str]:
+    out = ["", "## Multi-device validation", ""]
+    planned = _split_text(dist.get("plan_split"))
+    not_run = (
+        f" The plan's split ({planned}) was not run across processes."
+        if dist.get("plan_split")
+        else ""
+    )
+    if not dist.get("available"):
+        status = dist.get("status")
+        out.append(
+            (
+                "Not run: this job has no distributed stage"
+                if status == _NOT_RUN
+                else f"Not run: the distributed stage {text(status)}"
+                + (f": {text(dist['reason']).rstrip(':; ')}" if dist.get("reason") else "")
+            )
+            + f".{not_run}"
+        )
+        return out
+    if not dist.get("validated"):
+        out.append(
+            f"**Not validated** here: {text(dist.get('reason') or 'no reason given').rstrip('.')}."
+            f"{not_run}"
+        )
+        return out
+    split = dist["split"]
+    ran = _validated_text(split)
+    label = dist["label"]
+    where = (
+        f"{ran} across {fmt.count(split.get('processes'))} processes "
+        f"({code(split.get('backend') or '?')} on {code(split.get('device_type') or '?')})"
+    )
+    if dist["passed"]:
+        out.append(
+            f"**Passed**: the twin split {where} matches the single-process float32 reference "
+            f"on every rank; {label}."
+        )
+    else:
+        reason = text(dist.get("reason") or "the run failed").rstrip(".:; ")
+        out.append(f"**Failed**: {reason}.")
+    if dist.get("degree_reason"):
+        degree = text(dist["degree_reason"]).rstrip(".")
+        out += ["", f"Against the plan's split {planned}: {degree}."]
+    rows = [
+        ["Validated split", where],
+        ["Plan's split", planned],
+    ]
+    if dist.get("failed_rank") is not None:
+        status = dist.get("failed_rank_status") or fmt.exit_status(None)
+        rows.append(["Failed rank", f"rank {dist['failed_rank']} {status}"])
+    tp = split.get("tp")
+    if fmt.finite(dist.get("max_abs_error")) is not None:
+        rows.append(
+            [
+                "Max \\|logit error\\| (worst rank)",
+                f"{fmt.scientific(dist['max_abs_error'])} "
+                f"(tolerance {fmt.scientific(dist.get('tolerance'))})",
+            ]
+        )
+    if fmt.finite(dist.get("top1_agreement")) is not None:
+        rows.append(["Top-1 agreement (worst rank)", fmt.percent(dist["top1_agreement"])])
+    for key, rate, name in (
+        ("step_time_s", "tokens_per_s", f"TP={tp}"),
+        ("step_time_tp1_s", "tokens_per_s_tp1", "TP=1"),
+    ):
+        if fmt.finite(dist.get(key)) is not None:
+            rows.append(
+                [
+                    f"Decode step, {name}",
+                    f"{fmt.ms(dist[key])} ({fmt.rate(dist.get(rate))} tokens/s), {label}",
+                ]
+            )
+    if fmt.finite(dist.get("comm_fraction")) is not None:
+        rows.append(["Time in collectives", f"{fmt.percent(dist['comm_fraction'])}, {label}"])
+    if fmt.finite(dist.get("scaling_efficiency")) is not None:
+        rows.append(
+            [
+                "Scaling efficiency",
+                f"{fmt.sig(dist['scaling_efficiency'])} (TP=1 step / ({tp} x TP={tp} step); "
+                f"1 = linear), {label}",
+            ]
+        )
+    out += ["", _table(["Figure", "Value"], rows)]
+    step, step_tp1 = fmt.finite(dist.get("step_time_s")), fmt.finite(dist.get("step_time_tp1_s"))
+    if split.get("device_type") == "cpu" and step and step_tp1 and step > step_tp1:
+        out += [
+            "",
+            f"On a CPU host the twin's TP={tp} step is slower than its TP=1 step: a model this "
+            "small spends its step in per-step framework and gloo overhead, not in the work "
+            "the split divides. That is the honest reading of these figures, not the full "
+            "model's scaling on the pool's accelerators.",
+        ]
+    if dist.get("ep_note"):
+        out += ["", f"Expert parallelism was not validated: {_ep_why(dist)}."]
+    return out
+
+
 def _md_performance(perf: Mapping[str, Any]) -> list[str]:
     out = ["", "## Performance recommendations", ""]
     if not perf.get("available"):
@@ -776,18 +969,18 @@ def _md_performance(perf: Mapping[str, Any]) -> list[str]:
     measured = perf["measured"]
     knee_word = "knee" if measured.get("found") else "largest measured batch (no knee found)"
     out.append(
-        f"Recommended batch size: **{_count(perf['knee_batch_size'])}** sequences, the "
+        f"Recommended batch size: **{fmt.count(perf['knee_batch_size'])}** sequences, the "
         f"{knee_word} of the {code(measured.get('dtype'))} curve at prompt length "
-        f"{_count(measured.get('prompt_len'))}."
+        f"{fmt.count(measured.get('prompt_len'))}."
     )
     if perf.get("knee_rule"):
         out += ["", text(perf["knee_rule"]) + ("" if perf["knee_rule"].endswith(".") else ".")]
     rows = [
         [
             f"**{measured['label']}**",
-            _count(measured.get("batch_size")),
-            _ms(measured.get("tpot_s")),
-            _rate(measured.get("decode_tokens_per_s")),
+            fmt.count(measured.get("batch_size")),
+            fmt.ms(measured.get("tpot_s")),
+            fmt.rate(measured.get("decode_tokens_per_s")),
             f"{text(measured.get('model'))} on {code(measured.get('device') or '?')}, "
             f"{code(measured.get('dtype'))}",
         ]
@@ -797,12 +990,12 @@ def _md_performance(perf: Mapping[str, Any]) -> list[str]:
         rows.append(
             [
                 f"**{predicted['label']}**",
-                _count(predicted.get("batch_size")),
-                _ms(predicted.get("tpot_s")),
-                _rate(predicted.get("decode_tokens_per_s")),
+                fmt.count(predicted.get("batch_size")),
+                fmt.ms(predicted.get("tpot_s")),
+                fmt.rate(predicted.get("decode_tokens_per_s")),
                 f"roofline on {text(predicted.get('accelerator') or '?')}, "
                 f"{text(predicted.get('dtype'))}, "
-                f"context {_count(predicted.get('context_tokens'))}",
+                f"context {fmt.count(predicted.get('context_tokens'))}",
             ]
         )
         calibrated = predicted.get("calibrated")
@@ -810,15 +1003,15 @@ def _md_performance(perf: Mapping[str, Any]) -> list[str]:
             rows.append(
                 [
                     f"**{calibrated['label']}**",
-                    _count(predicted.get("batch_size")),
-                    _ms(calibrated.get("tpot_s")),
-                    _rate(calibrated.get("decode_tokens_per_s")),
+                    fmt.count(predicted.get("batch_size")),
+                    fmt.ms(calibrated.get("tpot_s")),
+                    fmt.rate(calibrated.get("decode_tokens_per_s")),
                     "the roofline x the pool's measured efficiency",
                 ]
             )
     out += [
         "",
-        f"At batch {_count(perf['knee_batch_size'])}:",
+        f"At batch {fmt.count(perf['knee_batch_size'])}:",
         "",
         _table(["Figure", "Batch", "TPOT", "Decode tokens/s", "Basis"], rows),
     ]
@@ -829,9 +1022,9 @@ def _md_performance(perf: Mapping[str, Any]) -> list[str]:
         out += [
             "",
             f"Largest batch that fits, {largest['label']}: "
-            f"{_count(largest.get('concurrent_sequences'))} sequences, TPOT "
-            f"{_ms(largest.get('tpot_s'))}, {_rate(largest.get('decode_tokens_per_s'))} decode "
-            "tokens/s.",
+            f"{fmt.count(largest.get('concurrent_sequences'))} sequences, TPOT "
+            f"{fmt.ms(largest.get('tpot_s'))}, "
+            f"{fmt.rate(largest.get('decode_tokens_per_s'))} decode tokens/s.",
         ]
     if len(perf.get("by_dtype") or []) > 1:
         out += ["", f"Knee per dtype, {measured['label']}:", ""]
@@ -841,10 +1034,10 @@ def _md_performance(perf: Mapping[str, Any]) -> list[str]:
                 [
                     [
                         code(row.get("dtype")),
-                        _count(row.get("prompt_len")),
-                        _count(row.get("batch_size")) + ("" if row.get("found") else " (end)"),
-                        _ms(row.get("tpot_s")),
-                        _rate(row.get("decode_tokens_per_s")),
+                        fmt.count(row.get("prompt_len")),
+                        fmt.count(row.get("batch_size")) + ("" if row.get("found") else " (end)"),
+                        fmt.ms(row.get("tpot_s")),
+                        fmt.rate(row.get("decode_tokens_per_s")),
                     ]
                     for row in perf["by_dtype"]
                 ],
@@ -879,10 +1072,10 @@ def _md_precision(precision: Mapping[str, Any]) -> list[str]:
                 [
                     code(row["dtype"]),
                     "passed" if row["passed"] else "**failed**",
-                    _percent(row.get("top1_agreement")),
-                    _sig(row.get("max_abs_error")),
-                    _sig(row.get("cosine_similarity"), 6),
-                    _sig(row.get("kl_divergence")),
+                    fmt.percent(row.get("top1_agreement")),
+                    fmt.sig(row.get("max_abs_error")),
+                    fmt.sig(row.get("cosine_similarity"), 6),
+                    fmt.sig(row.get("kl_divergence")),
                 ]
                 for row in precision["dtypes"]
             ],
@@ -905,8 +1098,8 @@ def _md_operators(operators: Mapping[str, Any]) -> list[str]:
         return out
     counts = operators["counts"]
     out.append(
-        f"{_count(counts.get('covered'))} covered, {_count(counts.get('missing'))} missing, "
-        f"{_count(counts.get('fallback'))} through a fallback, checked against "
+        f"{fmt.count(counts.get('covered'))} covered, {fmt.count(counts.get('missing'))} missing, "
+        f"{fmt.count(counts.get('fallback'))} through a fallback, checked against "
         f"{text(operators.get('checked_against') or '?')} on "
         f"{code(operators.get('device') or '?')}; {MEASURED_TWIN}."
     )
@@ -929,22 +1122,23 @@ def _md_stability(stability: Mapping[str, Any]) -> list[str]:
         )
         return out
     verdict = "Passed" if stability["passed"] else "Failed"
-    slope = _number(stability.get("memory_slope_bytes_per_step"))
-    drift = _number(stability.get("step_time_drift"))
+    slope = fmt.finite(stability.get("memory_slope_bytes_per_step"))
+    drift = fmt.finite(stability.get("step_time_drift"))
     out.append(
         f"**{verdict}**: {text(stability.get('reason') or '')}"
         + ("" if str(stability.get("reason") or "").endswith(".") else ".")
     )
     out += [
         "",
-        f"{_count(stability.get('steps'))} steps in {_seconds(stability.get('duration_s'))} on "
+        f"{fmt.count(stability.get('steps'))} steps in "
+        f"{fmt.seconds(stability.get('duration_s'))} on "
         f"{code(stability.get('device') or '?')} in {code(stability.get('dtype') or '?')}, "
         f"{MEASURED_TWIN}: memory slope "
         + ("—" if slope is None else f"{slope:,.0f} bytes/step")
         + ", step-time drift "
         + ("—" if drift is None else f"{drift:+.1%}")
-        + f", {_count(stability.get('nonfinite_outputs'))} NaN/Inf outputs, "
-        f"{_count(stability.get('errors'))} exceptions.",
+        + f", {fmt.count(stability.get('nonfinite_outputs'))} NaN/Inf outputs, "
+        f"{fmt.count(stability.get('errors'))} exceptions.",
     ]
     return out
 
@@ -998,25 +1192,34 @@ def build_release_notes(
     for every pool) and, where known, every stage's `states` (see `stage_states`).
 
     Returns {"format": `NOTES_FORMAT`, "markdown": the document, "sections": {"summary",
-    "release",
-    "configuration", "performance", "precision", "operators", "stability", "limitations",
-    "not_validated", "stages" ([{"name", "status", "reason"}])}, "summary": one line}."""
+    "release", "configuration", "distributed", "performance", "precision", "operators",
+    "stability", "limitations", "not_validated", "stages" ([{"name", "status", "reason"}])},
+    "summary": one line}."""
     by_stage = stage_states(results, states)
     twin, real_weights = _twin_description(by_stage)
     analysis = by_stage["analyze"].result if by_stage["analyze"].succeeded else None
     release_section = _release_section(release, pool, analysis)
     configuration = _configuration(pool, by_stage["plan"])
+    distributed = _distributed(by_stage["distributed"], configuration)
     performance = _performance(by_stage["performance"], by_stage["plan"], twin)
     precision = _precision(by_stage["precision"])
     operators = _operators(by_stage["operators"])
     stability = _stability(by_stage["stability"])
     open_limitations = _limitations(limitations)
     not_validated = _not_validated(
-        by_stage, configuration, performance, precision, stability, twin, real_weights
+        by_stage,
+        configuration,
+        distributed,
+        performance,
+        precision,
+        stability,
+        twin,
+        real_weights,
     )
     lines = [
         *_md_release(release_section),
         *_md_configuration(configuration),
+        *_md_distributed(distributed),
         *_md_performance(performance),
         *_md_precision(precision),
         *_md_operators(operators),
@@ -1024,11 +1227,14 @@ def build_release_notes(
         *_md_limitations(open_limitations),
         *_md_not_validated(not_validated),
     ]
-    summary = _summary(configuration, performance, precision, stability, open_limitations)
+    summary = _summary(
+        configuration, distributed, performance, precision, stability, open_limitations
+    )
     sections = {
         "summary": summary,
         "release": release_section,
         "configuration": configuration,
+        "distributed": distributed,
         "performance": performance,
         "precision": precision,
         "operators": operators,
@@ -1049,13 +1255,14 @@ def build_release_notes(
 
 def _summary(
     configuration: Mapping[str, Any],
+    distributed: Mapping[str, Any],
     performance: Mapping[str, Any],
     precision: Mapping[str, Any],
     stability: Mapping[str, Any],
     limitations: Sequence[Mapping[str, Any]],
 ) -> str:
-    """One line: split and dtype (or why none), knee, precision and stability verdicts, and
-    the count of open limitations."""
+    """One line: split and dtype (or why none), knee, precision, multi-device and stability
+    verdicts, and the count of open limitations."""
     parts = []
     if configuration.get("available"):
         split = configuration["split"]
@@ -1069,6 +1276,14 @@ def _summary(
         parts.append(f"knee batch {performance['knee_batch_size']} ({MEASURED_TWIN})")
     if precision.get("available"):
         parts.append("precision " + ("passed" if precision["passed"] else "failed"))
+    if distributed.get("validated"):
+        split = distributed["split"]
+        ran = f"TP={split.get('tp')}" + (
+            f" EP={split['ep']}" if isinstance(split.get("ep"), int) and split["ep"] > 1 else ""
+        )
+        parts.append(f"multi-device {ran} {distributed['verdict']}")
+    elif distributed.get("available"):
+        parts.append("multi-device not validated")
     if stability.get("available"):
         parts.append("stability " + stability["verdict"])
     parts.append(f"{len(limitations)} open limitation(s)")

@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from workers.stages.base import StageContext, StageFailed, never_cancelled
+from workers.stages.formatting import exit_status
 
 from .degree import (
     BACKENDS,
+    EP_NOT_VALIDATED,
     DistributedOptionsError,
     distributed_options,
     divisibility,
@@ -81,17 +83,6 @@ def not_validated(reason: str, **known: Any) -> dict[str, Any]:
 
 def _median(values: list[float]) -> float:
     return float(statistics.median(values))
-
-
-def _signal_name(code: int | None) -> str:
-    if code is None:
-        return "exit code unknown"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
 
 
 def _failed_rank(outcome: Any) -> dict[str, Any] | None:
@@ -209,10 +200,10 @@ def validate_split(
             if outcome.status == "timeout":
                 reason = f"the {tp} ranks did not finish within {timeout_s:g} s and were killed"
             else:
-                reason = f"the distributed run failed (torchrun {_signal_name(outcome.exit_code)})"
+                reason = f"the distributed run failed (torchrun {exit_status(outcome.exit_code)})"
             if failed is not None:
                 reason += (
-                    f"; rank {failed['rank']} ({_signal_name(failed['exit_code'])}) logged:\n"
+                    f"; rank {failed['rank']} {exit_status(failed['exit_code'])} and logged:\n"
                     f"{failed['excerpt'] or '(nothing)'}"
                 )
                 others = [
@@ -327,8 +318,8 @@ def _expert_parallel(
         return 1, "expert parallelism asked for, but the release has no routed experts"
     if not getattr(twin.model, "ep_plan", None):
         return 1, (
-            f"expert parallelism could not be validated: transformers' {type(twin.model).__name__}"
-            " has no expert-parallel plan (ep_plan)"
+            f"{EP_NOT_VALIDATED}transformers' {type(twin.model).__name__} has no "
+            "expert-parallel plan (ep_plan)"
         )
     if moe["num_experts"] % tp:
         return 1, f"{moe['num_experts']} routed experts do not split evenly over EP={tp}"

@@ -20,6 +20,9 @@ DEFAULT_TIMEOUT_S = 180
 MIN_TIMEOUT_S = 5
 MAX_TIMEOUT_S = 3600
 INJECT_KEYS = ("kill_rank", "hang_rank", "wrong_shard")
+# How a result's `ep_note` starts when the architecture has no expert-parallel plan; the notes
+# and limitations quote what follows it.
+EP_NOT_VALIDATED = "expert parallelism could not be validated: "
 
 
 class DistributedOptionsError(ValueError):
