@@ -335,6 +335,9 @@ def _validated(panel: DistributedPanel, result: Mapping[str, Any]) -> None:
     if failing is not None:
         panel.failed_rank = str(failing)
         panel.failed_log = next((log for log in panel.rank_logs if log.failing), None)
+        if panel.failed_log is not None:
+            # The stage's reason quotes the same log after its first line: shown once, below.
+            panel.reason = panel.reason.split("\n", 1)[0]
 
 
 def distributed_panel(

@@ -20,6 +20,7 @@ USERNAME, PASSWORD = "noter", "print-the-notes"
 # The generated document's major sections: each one after the first starts a printed page.
 SECTIONS = (
     "Configuration",
+    "Multi-device validation",
     "Performance recommendations",
     "Precision",
     "Operator coverage",

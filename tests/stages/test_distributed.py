@@ -132,7 +132,7 @@ def test_a_killed_rank_fails_the_stage_and_leaves_no_process(llama_twin):
 
     result = caught.value.result
     assert result["failed_rank"] == 1
-    assert "rank 1 was killed by SIGKILL and logged" in caught.value.reason
+    assert "; rank 1 was killed by SIGKILL\nits log:\n" in caught.value.reason
     assert "injected: killing this rank" in caught.value.reason  # the rank's own log lines
     assert result["max_abs_error"] is None and result["passed"] is False
     assert _live_processes_mentioning("workers.stages.distributed.rank") == []

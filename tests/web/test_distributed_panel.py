@@ -328,6 +328,13 @@ def test_page_shows_a_killed_ranks_log_escaped(logged_in_client, deepseek_analys
     assert "<script>alert(1)" not in panel
     assert "Rank 1's log (killed by SIGKILL):" in panel
     assert "distributed-ranks" not in panel  # no rank compared
+    # The reason's first line above the log; the log itself once there (and once in the
+    # folded "every rank's log"), not again inside the reason.
+    assert (
+        "the distributed run failed (torchrun exited with code 1); rank 1 was killed by "
+        "SIGKILL</p>" in panel
+    )
+    assert panel.count("[rank 1] injected: killing this rank with SIGKILL") == 2
 
 
 def test_page_says_why_a_split_was_not_validated(logged_in_client, deepseek_analysis, h200_plan):

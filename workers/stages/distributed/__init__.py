@@ -203,8 +203,8 @@ def validate_split(
                 reason = f"the distributed run failed (torchrun {exit_status(outcome.exit_code)})"
             if failed is not None:
                 reason += (
-                    f"; rank {failed['rank']} {exit_status(failed['exit_code'])} and logged:\n"
-                    f"{failed['excerpt'] or '(nothing)'}"
+                    f"; rank {failed['rank']} {exit_status(failed['exit_code'])}\n"
+                    f"its log:\n{failed['excerpt'] or '(nothing)'}"
                 )
                 others = [
                     f"rank {entry['rank']}: {entry['excerpt'].splitlines()[-1]}"
