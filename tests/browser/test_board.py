@@ -226,8 +226,8 @@ def test_idle_board_shows_a_new_release_without_a_reload(live_server, browser, m
         context.close()
 
 
-def test_board_fits_seven_stages_at_1400_px(live_server, browser):
-    """All seven stage columns on screen at 1400 px: the board table does not overflow its
+def test_board_fits_every_stage_at_1400_px(live_server, browser):
+    """Every stage column on screen at 1400 px: the board table does not overflow its
     scroll box, and each short header keeps the stage's full title on hover."""
     from playwright.sync_api import expect
 

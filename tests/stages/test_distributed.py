@@ -6,8 +6,9 @@ per module and the stage-level test doubles as the Llama TP=2 proof.
 
 from __future__ import annotations
 
-import os
+import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -56,20 +57,31 @@ def _context(name: str, plan: dict, options: dict | None = None, pool: PoolSpec 
     )
 
 
-def _live_processes_mentioning(text: str) -> list[int]:
-    """Pids of live (non-zombie) processes whose command line contains `text`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
+def _live_cmdline(pid: int) -> str | None:
+    """The command line of process `pid` when it is alive (not a zombie), else None."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+    return None if state == "Z" else cmdline
+
+
+def _alive(pids: dict) -> list[int]:
+    """The launcher and rank pids of a result (`pids`) still running as torchrun or a rank."""
+    candidates = [pids["launcher"], *pids["ranks"].values()]
+    return [
+        pid
+        for pid in candidates
+        if (cmd := _live_cmdline(pid)) and ("torch.distributed.run" in cmd or ".rank " in cmd)
+    ]
+
+
+def _running_with(text: str) -> list[int]:
+    """Pids of live processes whose command line contains `text`."""
+    pids = [int(proc.name) for proc in Path("/proc").iterdir() if proc.name.isdigit()]
+    return [pid for pid in pids if text in (_live_cmdline(pid) or "")]
 
 
 def test_llama_tp2_stage_matches_the_reference_within_float32_round_off():
@@ -135,7 +147,8 @@ def test_a_killed_rank_fails_the_stage_and_leaves_no_process(llama_twin):
     assert "; rank 1 was killed by SIGKILL\nits log:\n" in caught.value.reason
     assert "injected: killing this rank" in caught.value.reason  # the rank's own log lines
     assert result["max_abs_error"] is None and result["passed"] is False
-    assert _live_processes_mentioning("workers.stages.distributed.rank") == []
+    assert sorted(result["pids"]["ranks"]) == [0, 1]
+    assert _alive(result["pids"]) == []
 
 
 def test_a_hanging_rank_ends_within_the_time_limit(llama_twin):
@@ -147,14 +160,22 @@ def test_a_hanging_rank_ends_within_the_time_limit(llama_twin):
     # Its peer times out in the collective the hung rank never joins; the hung rank's last
     # line says where it stopped.
     assert "rank 1: [rank 1] injected: hanging" in caught.value.reason
-    assert _live_processes_mentioning("workers.stages.distributed.rank") == []
+    assert sorted(result["pids"]["ranks"]) == [0, 1]
+    assert _alive(result["pids"]) == []
 
 
-def test_ranks_past_the_time_limit_are_all_killed(llama_twin):
-    with pytest.raises(StageFailed, match="did not finish within 1 s and were killed"):
+def test_ranks_past_the_time_limit_are_all_killed(llama_twin, tmp_path, monkeypatch):
+    work = tmp_path / "ranks-work"
+    work.mkdir()
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda **_kwargs: str(work))
+    with pytest.raises(StageFailed, match="did not finish within 1 s and were killed") as caught:
         validate_split(llama_twin, tp=2, timeout_s=1)
-    assert _live_processes_mentioning("workers.stages.distributed.rank") == []
-    assert _live_processes_mentioning("torch.distributed.run") == []
+    assert _alive(caught.value.result["pids"]) == []
+    # Ranks killed before writing their pid files die with the launcher (PR_SET_PDEATHSIG).
+    deadline = time.monotonic() + 10
+    while _running_with(str(work)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _running_with(str(work)) == []
 
 
 def test_two_validations_at_once_do_not_collide_on_ports(llama_twin, moe_twin):

@@ -194,6 +194,7 @@ def validate_split(
             "elapsed_s": outcome.elapsed_s,
             "inject": dict(inject or {}),
             "rank_logs": outcome.rank_logs,
+            "pids": outcome.pids,
         }
         if outcome.status != "ok":
             failed = _failed_rank(outcome)

@@ -36,7 +36,8 @@ class LaunchOutcome:
     killed, and torchrun stopped the others) or "timeout" (still running after `timeout_s`:
     everything was killed). `exit_code` is torchrun's; `elapsed_s` wall-clock seconds;
     `rank_logs` [{"rank", "exit_code" (None when unknown), "excerpt" (last lines of its
-    stderr and stdout)}] for every rank that left a log.
+    stderr and stdout)}] for every rank that left a log; `pids` {"launcher": torchrun's pid,
+    "ranks": {rank: pid}} of the processes it ran (all dead when it returns).
     """
 
     status: str
@@ -44,6 +45,7 @@ class LaunchOutcome:
     elapsed_s: float
     rank_logs: list[dict] = field(default_factory=list)
     launcher_excerpt: str = ""
+    pids: dict = field(default_factory=dict)
 
 
 def _tail(path: Path, lines: int = EXCERPT_LINES) -> str:
@@ -74,19 +76,24 @@ def rank_logs(logs_dir: Path, world_size: int) -> list[dict]:
     return out
 
 
-def kill_ranks(workdir: Path, world_size: int) -> list[int]:
-    """SIGKILL every rank whose pid file is still a live process; returns the pids killed."""
-    killed = []
+def rank_pids(workdir: Path, world_size: int) -> dict[int, int]:
+    """{rank: pid} from the pid files the ranks wrote on joining the group."""
+    pids = {}
     for rank in range(world_size):
         try:
-            pid = int((workdir / f"rank{rank}.pid").read_text())
+            pids[rank] = int((workdir / f"rank{rank}.pid").read_text())
         except (OSError, ValueError):
             continue
+    return pids
+
+
+def kill_ranks(pids: dict[int, int]) -> list[int]:
+    """SIGKILL every rank pid still alive; returns the pids killed."""
+    killed = []
+    for pid in pids.values():
         try:
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            continue
-        except PermissionError:  # the pid was reused by someone else's process
+        except (ProcessLookupError, PermissionError):  # gone, or the pid was reused
             continue
         killed.append(pid)
     return killed
@@ -154,12 +161,14 @@ def launch_ranks(
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            kill_ranks(workdir, world_size)
+            pids = rank_pids(workdir, world_size)
+            kill_ranks(pids)
     outcome = LaunchOutcome(
         status=status,
         exit_code=proc.returncode if status != "timeout" else None,
         elapsed_s=time.monotonic() - start,
         rank_logs=rank_logs(logs_dir, world_size),
+        pids={"launcher": proc.pid, "ranks": pids},
         launcher_excerpt=_tail(workdir / "launcher.log"),
     )
     codes = exit_codes(_read(workdir / "launcher.log"))
