@@ -314,3 +314,17 @@ def test_the_engine_imports_neither_django_nor_torch():
         "sys.exit(1 if bad else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code_line], check=False).returncode == 0
+
+
+def test_what_is_new_against_known_families_is_said_once_per_aspect():
+    results = full_results()
+    results["analyze"] = results["analyze"] | {
+        "new_against_known": [
+            {"aspect": "attention", "detail": "attention not seen before: MLA"},
+            {"aspect": "config keys", "detail": "keys no known family uses: q_lora_rank"},
+        ]
+    }
+    markdown = notes_for(results)["markdown"]
+    assert "- attention not seen before: MLA\n" in markdown
+    assert "- keys no known family uses: q_lora_rank" in markdown
+    assert "attention: attention" not in markdown

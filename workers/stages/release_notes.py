@@ -223,8 +223,9 @@ def _release_section(release: Any, pool: Any, analysis: Mapping[str, Any] | None
                     else None
                 ),
                 "mtp_layers": analysis.get("mtp_layers") or 0,
+                # Each detail names its aspect already ("attention not seen before: ...").
                 "new_against_known": [
-                    f"{item.get('aspect')}: {item.get('detail')}"
+                    str(item.get("detail") or item.get("aspect"))
                     for item in analysis.get("new_against_known") or []
                     if isinstance(item, Mapping)
                 ],
