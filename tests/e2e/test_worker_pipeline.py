@@ -66,6 +66,11 @@ def all_jobs_done() -> bool:
     )
 
 
+def plan_fit(plan: dict) -> int:
+    """The sequences a fitting plan holds at its context (the notes cap the knee there)."""
+    return plan["predicted"].get("largest_batch_sequences") or plan["max_sequences_at_context"]
+
+
 def check_measured_stages(runs: dict, quick: dict) -> None:
     """A job whose plan fits went on through the distributed validation, performance and
     stability on the twin."""
@@ -91,8 +96,9 @@ def check_measured_stages(runs: dict, quick: dict) -> None:
     stored = ReleaseNotes.objects.get(stage_run=notes)
     assert stored.version == 1 and stored.markdown == notes.result["markdown"]
     assert runs["plan"].result["artifacts"]["vllm"] in stored.markdown
-    knee = performance.result["knee_batch_size"]
-    assert f"Recommended batch size: **{knee}** sequences" in stored.markdown
+    # The twin's knee, capped at the sequences the plan fits at its context.
+    recommended = min(performance.result["knee_batch_size"], plan_fit(runs["plan"].result))
+    assert f"Recommended batch size: **{recommended}** sequences" in stored.markdown
 
 
 def test_polled_releases_run_on_a_real_worker(
@@ -240,7 +246,8 @@ def test_adapt_waits_and_prints_the_finished_job(celery_worker_process, tmp_path
         markdown = notes["result"]["markdown"]
         assert stages["plan"]["result"]["artifacts"]["vllm"] in markdown
         knee = performance["knee"]
-        assert f"Recommended batch size: **{knee['batch_size']}** sequences" in markdown
+        recommended = min(knee["batch_size"], plan_fit(stages["plan"]["result"]))
+        assert f"Recommended batch size: **{recommended}** sequences" in markdown
         assert f"| **measured (twin)** | {knee['batch_size']} | " in markdown
         measured = notes["result"]["sections"]["performance"]["measured"]
         assert measured["tpot_s"] == knee["tpot_s"] and measured["label"] == "measured (twin)"

@@ -328,3 +328,24 @@ def test_what_is_new_against_known_families_is_said_once_per_aspect():
     assert "- attention not seen before: MLA\n" in markdown
     assert "- keys no known family uses: q_lora_rank" in markdown
     assert "attention: attention" not in markdown
+
+
+def test_the_recommended_batch_never_exceeds_what_the_plan_fits():
+    results = full_results()
+    results["plan"]["predicted"]["largest_batch_sequences"] = KNEE_BATCH - 1
+    notes = notes_for(results)
+    perf = notes["sections"]["performance"]
+    assert (perf["knee_batch_size"], perf["recommended_batch_size"]) == (KNEE_BATCH, 3)
+    assert perf["capped_by_plan"] == {"sequences": 3, "context_tokens": 32768}
+    assert (
+        "Recommended batch size: **3** sequences, the most the plan fits at its context of "
+        "32,768 tokens; on the twin, the knee of the `bfloat16` curve at prompt length"
+    ) in notes["markdown"]
+
+
+def test_max_concurrency_comes_from_memory_when_the_plan_predicts_no_speed():
+    results = full_results()
+    fits = results["plan"]["max_sequences_at_context"]
+    results["plan"]["predicted"] = {"kind": "predicted", "available": False, "reason": "cpu"}
+    configuration = notes_for(results)["sections"]["configuration"]
+    assert fits >= 1 and configuration["max_concurrency"] == fits

@@ -267,7 +267,8 @@ def _configuration(pool: Any, plan: StageState) -> dict[str, Any]:
         "dtype_label": result.get("dtype_label") or result.get("dtype"),
         "context_tokens": inputs.get("context_tokens"),
         "concurrency": inputs.get("concurrency"),
-        "max_concurrency": predicted.get("largest_batch_sequences"),
+        "max_concurrency": predicted.get("largest_batch_sequences")
+        or result.get("max_sequences_at_context"),
         "memory_per_device_bytes": dict(result.get("memory_per_device_bytes") or {}),
         "launch": {
             engine: artifacts[engine]
@@ -408,9 +409,23 @@ def _performance(
             }
     info = result.get("predicted")
     prediction_info = info if isinstance(info, Mapping) else {}
+    # The twin's knee is measured on the twin's memory: never recommend more sequences than
+    # the plan fits at its full context on the pool.
+    cap = None
+    if plan_result and plan_result.get("fits") is True:
+        fits = (plan_result.get("predicted") or {}).get("largest_batch_sequences") or (
+            plan_result.get("max_sequences_at_context")
+        )
+        if isinstance(batch, int) and isinstance(fits, int) and 1 <= fits < batch:
+            cap = {
+                "sequences": fits,
+                "context_tokens": (plan_result.get("inputs") or {}).get("context_tokens"),
+            }
     return {
         "available": True,
         "knee_batch_size": batch,
+        "recommended_batch_size": cap["sequences"] if cap else batch,
+        "capped_by_plan": cap,
         "measured": measured,
         "predicted": predicted,
         "predicted_reason": (
@@ -969,11 +984,22 @@ def _md_performance(perf: Mapping[str, Any]) -> list[str]:
         return out
     measured = perf["measured"]
     knee_word = "knee" if measured.get("found") else "largest measured batch (no knee found)"
-    out.append(
-        f"Recommended batch size: **{fmt.count(perf['knee_batch_size'])}** sequences, the "
-        f"{knee_word} of the {code(measured.get('dtype'))} curve at prompt length "
-        f"{fmt.count(measured.get('prompt_len'))}."
+    cap = perf.get("capped_by_plan")
+    curve = (
+        f"the {knee_word} of the {code(measured.get('dtype'))} curve at prompt length "
+        f"{fmt.count(measured.get('prompt_len'))}"
     )
+    if cap:
+        out.append(
+            f"Recommended batch size: **{fmt.count(cap['sequences'])}** sequences, the most the "
+            f"plan fits at its context of {fmt.count(cap.get('context_tokens'))} tokens; on the "
+            f"twin, {curve} is at {fmt.count(perf['knee_batch_size'])} (a twin's memory is "
+            "not the release's)."
+        )
+    else:
+        out.append(
+            f"Recommended batch size: **{fmt.count(perf['knee_batch_size'])}** sequences, {curve}."
+        )
     if perf.get("knee_rule"):
         out += ["", text(perf["knee_rule"]) + ("" if perf["knee_rule"].endswith(".") else ".")]
     rows = [
@@ -1275,6 +1301,8 @@ def _summary(
         parts.append("no fitting plan")
     if performance.get("available"):
         parts.append(f"knee batch {performance['knee_batch_size']} ({MEASURED_TWIN})")
+        if performance.get("capped_by_plan"):
+            parts.append(f"recommended batch {performance['recommended_batch_size']} (plan's fit)")
     if precision.get("available"):
         parts.append("precision " + ("passed" if precision["passed"] else "failed"))
     if distributed.get("validated"):

@@ -151,6 +151,10 @@ class Plan:
             "memory_per_device_bytes": mem.to_dict(),
             "memory_weights_by_dtype_bytes": dict(self.memory_by_dtype),
             "kv_bytes_per_sequence_per_device": round(mem.kv_bytes_per_sequence),
+            # Memory alone (no speed figures needed): the KV room of every DP replica.
+            "max_sequences_at_context": max(0, max_seqs) * split.dp
+            if self.chosen.roofline
+            else None,
             "validity_flags": list(self.chosen.validity.flags),
             "predicted": predicted,
             "runners_up": list(self.runners_up),
