@@ -228,14 +228,17 @@ def test_adapt_waits_and_prints_the_finished_job(celery_worker_process, tmp_path
         assert performance["knee_batch_size"] in (1, 2, 4)
         # the plan on the cpu pool had no calibration before this job's performance run
         assert stages["plan"]["result"]["predicted"]["calibrated"]["available"] is False
-        distributed = stages["distributed"]["result"]
-        assert distributed["backend"] == "gloo" and distributed["passed"] is True
-        assert (distributed["world_size"], distributed["tp"], distributed["ep"]) == (2, 2, 1)
-        assert 0 <= distributed["max_abs_error"] < 1e-5 and distributed["top1_agreement"] == 1
-        assert distributed["step_time_s"] > 0 and 0 < distributed["comm_fraction"] <= 1
-        assert distributed["scaling_efficiency"] == pytest.approx(
-            distributed["step_time_tp1_s"] / (2 * distributed["step_time_s"])
-        )
+        # transformers' gpt-oss plan splits only the embedding and the LM head: nothing of
+        # the decoder to validate, said so (the stage succeeds; a note is raised).
+        distributed = stages["distributed"]
+        assert distributed["status"] == "succeeded", distributed["error"]
+        distributed = distributed["result"]
+        assert {"backend", "world_size", "tp", "ep", "max_abs_error", "top1_agreement",
+                "passed", "step_time_s", "comm_fraction",
+                "scaling_efficiency"} <= distributed.keys()  # fmt: skip
+        assert distributed["validated"] is False and distributed["passed"] is None
+        assert distributed["backend"] == "gloo" and distributed["max_abs_error"] is None
+        assert "splits only lm_head, model.embed_tokens" in distributed["reason"]
         stability = stages["stability"]["result"]
         assert {"duration_s", "steps", "memory_slope_bytes_per_step", "nonfinite_outputs",
                 "errors", "step_time_drift", "passed"} <= stability.keys()  # fmt: skip

@@ -18,11 +18,18 @@ from workers.stages import distributed
 from workers.stages.architecture import analyze_config
 from workers.stages.base import PoolSpec, ReleaseRef, StageContext, StageFailed
 from workers.stages.distributed import launch, validate_split
-from workers.stages.distributed.degree import (
+from workers.stages.distributed.degree import validated_tp
+from workers.stages.distributed.failures import culprit, error_line, failure_reason
+from workers.stages.distributed.options import (
     DistributedOptionsError,
     distributed_options,
     distributed_time_limits,
-    validated_tp,
+)
+from workers.stages.distributed.sharding import (
+    decoder_prefix,
+    outside_decoder,
+    plan_touches_decoder,
+    split_blocks,
 )
 from workers.stages.twin import build_twin
 from workers.stages.twin.shrink import keep_divisibility
@@ -144,7 +151,7 @@ def test_a_killed_rank_fails_the_stage_and_leaves_no_process(llama_twin):
 
     result = caught.value.result
     assert result["failed_rank"] == 1
-    assert "; rank 1 was killed by SIGKILL\nits log:\n" in caught.value.reason
+    assert ": rank 1 was killed by SIGKILL\nits log:\n" in caught.value.reason
     assert "injected: killing this rank" in caught.value.reason  # the rank's own log lines
     assert result["max_abs_error"] is None and result["passed"] is False
     assert sorted(result["pids"]["ranks"]) == [0, 1]
@@ -157,9 +164,13 @@ def test_a_hanging_rank_ends_within_the_time_limit(llama_twin):
 
     result = caught.value.result
     assert result["elapsed_s"] < 30
-    # Its peer times out in the collective the hung rank never joins; the hung rank's last
-    # line says where it stopped.
-    assert "rank 1: [rank 1] injected: hanging" in caught.value.reason
+    # Its peer times out in the collective the hung rank never joins: the peer is the victim,
+    # the rank that fell behind is named, with where it stopped.
+    assert result["failed_rank"] == 1
+    first = caught.value.reason.splitlines()[0]
+    assert "rank 1 stopped after 'loaded'" in first
+    assert "[rank 1] injected: hanging instead of running" in first
+    assert "the other ranks timed out waiting for it in a collective" in first
     assert sorted(result["pids"]["ranks"]) == [0, 1]
     assert _alive(result["pids"]) == []
 
@@ -237,7 +248,11 @@ def test_options_are_checked():
         ({"timeout_s": "soon"}, "timeout_s must be an integer"),
         ({"expert_parallel": "yes"}, "expert_parallel must be"),
         ({"inject": {"kill_rank": True}}, "inject.kill_rank must be a rank"),
-        ({"inject": {"explode": 1}}, "inject must be one of"),
+        ({"inject": {"hang_rank": -1}}, "inject.hang_rank must be a rank"),
+        ({"inject": {"explode": 1}}, "inject must be an object with one of"),
+        ({"inject": []}, "inject must be an object"),
+        ({"inject": {"wrong_shard": " "}}, "inject.wrong_shard must be a weight's name"),
+        ({"tp": 1}, "tp must be an integer from 2"),
         ({"speed": 2}, "unknown distributed option"),
         ({"backend": "nc cl"}, "backend must be a torch.distributed backend"),
         ([1], "must be an object"),
@@ -291,3 +306,73 @@ def test_a_tp4_twin_has_divisible_heads_and_experts():
     assert llama["num_attention_heads"] // llama["num_kv_heads"] == 4  # GQA ratio 32/8 kept
     qwen = build_twin(load(QWEN3_MOE), parallel_degree=4).analysis
     assert qwen["moe"]["num_experts"] % 4 == 0 and qwen["num_kv_heads"] % 4 == 0
+
+
+def test_a_plan_that_splits_no_decoder_layer_is_not_validated():
+    # transformers 5.24's gpt-oss plan splits only the embedding and the LM head.
+    ctx = _context("openai__gpt-oss-20b", PLAN_TP2)
+    result = distributed.run(ctx)
+    assert result["validated"] is False and result["passed"] is None
+    assert result["reason"] == (
+        "transformers' tensor-parallel plan for GptOssForCausalLM splits only lm_head, "
+        "model.embed_tokens: every rank would run every decoder layer whole, so there is no "
+        "split of the decoder to validate"
+    )
+    assert result["max_abs_error"] is None and result["tp"] == 1
+
+
+def test_options_the_worker_cannot_honour_fail_the_stage():
+    with pytest.raises(StageFailed, match="tp=4, more than the worker's 2 processes"):
+        distributed.run(_context(LLAMA, PLAN_TP2, {"tp": 4}))
+    with pytest.raises(StageFailed, match=r"inject\.kill_rank is 2: ranks are 0 to 1"):
+        distributed.run(_context(LLAMA, PLAN_TP2, {"inject": {"kill_rank": 2}}))
+
+
+def test_a_tp_that_does_not_divide_the_heads_is_not_validated():
+    result = distributed.run(_context(LLAMA, PLAN_TP2, {"processes": 3, "tp": 3}))
+    assert result["validated"] is False
+    assert result["reason"] == "TP=3 does not divide the twin's 8 query heads"
+
+
+def test_which_blocks_a_plan_splits():
+    points = [
+        ["model.layers.0.self_attn", 0, "attention"],
+        ["model.layers.0.mlp", 0, "moe"],
+        ["model.layers.0", 0, "output"],
+        ["model.norm", 1, "norm"],
+    ]
+    # DeepSeek-V3's plan: experts split, MLA attention whole.
+    sharded = ["model.embed_tokens.weight", "model.layers.0.mlp.experts.gate_up_proj"]
+    assert split_blocks(sharded, points) == {"attention": False, "moe": True}
+    assert outside_decoder(sharded, decoder_prefix(points)) == ["model.embed_tokens.weight"]
+    assert plan_touches_decoder(["model.layers.*.mlp.experts"], "model.layers")
+    assert not plan_touches_decoder(["lm_head", "model.embed_tokens"], "model.layers")
+
+
+def test_the_rank_that_fell_behind_is_blamed_not_the_peer_that_timed_out():
+    timed_out = (
+        "[rank 0] loaded LlamaForCausalLM with tp=2 ep=1\n"
+        "[rank0]: RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
+        "15000ms for recv operation to complete"
+    )
+    logs = [
+        {"rank": 0, "exit_code": 1, "phase": "loaded", "excerpt": timed_out},
+        {"rank": 1, "exit_code": -15, "phase": "loaded", "excerpt": "[rank 1] injected: hang"},
+    ]
+    assert culprit(logs) == (logs[1], False)
+    crashed = [
+        {"rank": 0, "exit_code": -15, "phase": "recorded", "excerpt": "[rank 0] timed"},
+        {
+            "rank": 1,
+            "exit_code": 1,
+            "phase": "loaded",
+            "excerpt": "[rank1]: ValueError: shape '[2, 16, -1, 16]' is invalid",
+        },
+    ]
+    reason, rank = failure_reason("the distributed run failed", crashed)
+    assert rank == 1
+    assert reason.splitlines()[0] == (
+        "the distributed run failed: rank 1 exited with code 1 "
+        "(ValueError: shape '[2, 16, -1, 16]' is invalid)"
+    )
+    assert error_line("Traceback\n  File x\n[rank0]: RuntimeError: boom") == "RuntimeError: boom"

@@ -10,7 +10,7 @@ limits live in `workers.stages.measure_options` for the same reason.
 from __future__ import annotations
 
 from workers.stages.base import StageDefinition
-from workers.stages.distributed.degree import distributed_time_limits
+from workers.stages.distributed.options import distributed_time_limits
 from workers.stages.measure_options import stability_time_limits
 
 _STABILITY_DEFAULT_LIMITS_S = stability_time_limits({})
@@ -84,8 +84,8 @@ STAGES: tuple[StageDefinition, ...] = (
         name="distributed",
         title="Multi-device validation",
         run="workers.stages.distributed:run",
-        check_options="workers.stages.distributed.degree:distributed_options",
-        limits_for_options="workers.stages.distributed.degree:distributed_time_limits",
+        check_options="workers.stages.distributed.options:distributed_options",
+        limits_for_options="workers.stages.distributed.options:distributed_time_limits",
         description=(
             "Runs the plan's split for real: the scaled twin across TP processes with "
             "torch.distributed (torchrun; gloo on a cpu pool, NCCL on CUDA), sharded by "

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import statistics
 import tempfile
 from collections.abc import Callable, Mapping
@@ -28,14 +27,10 @@ from typing import Any
 from workers.stages.base import StageContext, StageFailed, never_cancelled
 from workers.stages.formatting import exit_status
 
-from .degree import (
-    BACKENDS,
-    EP_NOT_VALIDATED,
-    DistributedOptionsError,
-    distributed_options,
-    divisibility,
-    validated_tp,
-)
+from .degree import BACKENDS, EP_NOT_VALIDATED, divisibility, validated_tp
+from .failures import failure_reason
+from .options import DistributedOptionsError, distributed_options
+from .sharding import decoder_prefix, outside_decoder, plan_touches_decoder, split_blocks
 
 # Decode steps compared with the reference, and decode steps timed (after 2 warm-up steps).
 DECODE_STEPS = 4
@@ -83,19 +78,6 @@ def not_validated(reason: str, **known: Any) -> dict[str, Any]:
 
 def _median(values: list[float]) -> float:
     return float(statistics.median(values))
-
-
-def _failed_rank(outcome: Any) -> dict[str, Any] | None:
-    """The rank that failed first: a non-zero exit other than torchrun's own SIGTERM to the
-    survivors, else the first rank with a non-zero exit, else the first with a log."""
-    logs = outcome.rank_logs
-    for entry in logs:
-        if entry["exit_code"] not in (None, 0, -signal.SIGTERM):
-            return entry
-    for entry in logs:
-        if entry["exit_code"] not in (None, 0):
-            return entry
-    return logs[0] if logs else None
 
 
 def validate_split(
@@ -197,27 +179,15 @@ def validate_split(
             "pids": outcome.pids,
         }
         if outcome.status != "ok":
-            failed = _failed_rank(outcome)
             if outcome.status == "timeout":
-                reason = f"the {tp} ranks did not finish within {timeout_s:g} s and were killed"
+                headline = f"the {tp} ranks did not finish within {timeout_s:g} s and were killed"
             else:
-                reason = f"the distributed run failed (torchrun {exit_status(outcome.exit_code)})"
-            if failed is not None:
-                reason += (
-                    f"; rank {failed['rank']} {exit_status(failed['exit_code'])}\n"
-                    f"its log:\n{failed['excerpt'] or '(nothing)'}"
-                )
-                others = [
-                    f"rank {entry['rank']}: {entry['excerpt'].splitlines()[-1]}"
-                    for entry in outcome.rank_logs
-                    if entry is not failed and entry["excerpt"]
-                ]
-                if others:  # a rank that hangs shows here: its last line is where it stopped
-                    reason += "\nlast line of the other ranks: " + "; ".join(others)
-            elif outcome.launcher_excerpt:
-                reason += f"; torchrun logged:\n{outcome.launcher_excerpt}"
+                headline = f"the distributed run failed (torchrun {exit_status(outcome.exit_code)})"
+            reason, failed_rank = failure_reason(
+                headline, outcome.rank_logs, outcome.launcher_excerpt
+            )
             result = {**base, **dict.fromkeys(NULL_FIGURES), "passed": False, "ranks": []}
-            result["failed_rank"] = failed["rank"] if failed else None
+            result["failed_rank"] = failed_rank
             result["reason"] = reason
             raise StageFailed(reason, result=result)
 
@@ -225,6 +195,22 @@ def validate_split(
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
+    sharded = list(outputs[0]["sharded"])
+    prefix = decoder_prefix(points)
+    blocks = split_blocks(sharded, points)
+    sharding = {
+        "sharded_parameters": len(sharded),
+        "outside_decoder": outside_decoder(sharded, prefix),
+        "blocks": blocks,
+    }
+    if not any(blocks.values()):
+        return not_validated(
+            f"transformers' plan for {type(twin.model).__name__} splits only "
+            f"{', '.join(sharding['outside_decoder']) or 'nothing'} at TP={tp}: every rank runs "
+            "every decoder layer whole, so there is no split of the decoder to validate",
+            **{k: base[k] for k in ("backend", "device_type", "world_size", "tp", "ep")},
+            sharding=sharding,
+        )
     rows = []
     for out in outputs:
         row = compare_rank(out["rank"], reference, out["run"], points)
@@ -262,7 +248,21 @@ def validate_split(
         "scaling_efficiency": step_tp1 / (tp * step) if step_tp1 else None,
         "timing_kind": "measured",
         "notes": [note for out in outputs for note in out["notes"]][:1],
+        "sharding": sharding,
     }
+    whole = sorted(kind for kind, split in blocks.items() if not split)
+    if whole:
+        result["notes"].append(
+            f"transformers' plan for {type(twin.model).__name__} leaves the {', '.join(whole)} "
+            "blocks whole on every rank: this run validates the split of "
+            f"{', '.join(sorted(k for k, v in blocks.items() if v))} only"
+        )
+    if device_type == "cpu" and tp * threads > _usable_cpus():
+        result["notes"].append(
+            f"{tp} ranks x {threads} thread(s) exceed the host's {_usable_cpus()} usable CPUs: "
+            "the ranks share cores, so the TP step time and the scaling efficiency understate "
+            f"{tp} devices of their own"
+        )
     result["reason"] = _verdict(result, failing)
     if failing:
         raise StageFailed(result["reason"], result=result)
@@ -330,7 +330,7 @@ def _expert_parallel(
 def run(ctx: StageContext) -> dict[str, Any]:
     """Validate the plan's split of `ctx`'s release on the pool's devices (module docstring).
 
-    Options (`ctx.options`, checked by `degree.distributed_options`): processes, tp,
+    Options (`ctx.options`, checked by `options.distributed_options`): processes, tp,
     expert_parallel, backend, timeout_s, inject. Returns `validate_split`'s result plus "plan" (the
     plan's TP/PP/EP/DP), "degree_reason", "pool_devices", "divisibility" and "twin"; or
     `not_validated(...)` when this pool or architecture cannot run the split (no devices, a
@@ -339,6 +339,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     `validate_split` raises.
     """
     from workers.stages import remote_code
+    from workers.stages.precision.drift import hook_points
     from workers.stages.twin import twin_for_release
 
     try:
@@ -359,11 +360,25 @@ def run(ctx: StageContext) -> dict[str, Any]:
             '"backend" option names another)',
             **known,
         )
+    if not _backend_available(backend):
+        return not_validated(
+            f"this worker's torch has no {backend!r} torch.distributed backend "
+            "(torch.distributed.is_backend_available is false)",
+            **known,
+        )
     devices = options["processes"] if device_type == "cpu" else _device_count(device_type)
+    if options["tp"] is not None and options["tp"] > devices:
+        raise StageFailed(
+            f"the job asks for tp={options['tp']}, more than the worker's {devices} "
+            + ("processes (the processes option)" if device_type == "cpu" else "devices")
+        )
     tp, why = validated_tp(int(plan["tp"]), devices, options["tp"])
     known.update({"backend": backend, "pool_devices": devices, "degree_reason": why})
     if tp < 2:
         return not_validated(why, **known)
+    for key in ("kill_rank", "hang_rank"):
+        if key in options["inject"] and not 0 <= options["inject"][key] < tp:
+            raise StageFailed(f"inject.{key} is {options['inject'][key]}: ranks are 0 to {tp - 1}")
     config = remote_code.fetched_config(ctx)
     if remote_code.needs_remote_code(config):
         return not_validated(
@@ -379,6 +394,18 @@ def run(ctx: StageContext) -> dict[str, Any]:
             **known,
         )
     ep, ep_note = _expert_parallel(options["expert_parallel"], plan, twin, tp)
+    rules = [*twin.model.tp_plan, *((getattr(twin.model, "ep_plan", None) or {}) if ep > 1 else {})]
+    prefix = decoder_prefix(hook_points(twin.model))
+    if not plan_touches_decoder(rules, prefix):
+        return not_validated(
+            f"transformers' tensor-parallel plan for {type(twin.model).__name__} splits only "
+            f"{', '.join(sorted(twin.model.tp_plan))}: every rank would run every decoder layer "
+            "whole, so there is no split of the decoder to validate",
+            **known,
+        )
+    indivisible = _indivisible(twin.analysis or {}, tp)
+    if indivisible:
+        return not_validated(f"TP={tp} does not divide the twin's {indivisible}", **known)
     analysis = ctx.previous.get("analyze") or {}
     known["divisibility"] = divisibility(analysis, twin.analysis or {}, tp, ep)
     known["twin"] = {
@@ -407,5 +434,30 @@ def run(ctx: StageContext) -> dict[str, Any]:
             exc.result.update(known)
         raise
     result.update(known)
+    blocks = (result.get("sharding") or {}).get("blocks") or {}
+    if result.get("validated") and blocks:
+        # Divisibility matters only for what the plan split: heads when attention is split,
+        # experts when the MoE block is.
+        kept = {"query heads / TP": "attention", "K/V heads / TP": "attention"}
+        result["divisibility"] = [
+            row for row in result["divisibility"] if blocks.get(kept.get(row["name"], "moe"), False)
+        ]
     ctx.log(result["reason"])
     return result
+
+
+def _backend_available(backend: str) -> bool:
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_backend_available(backend))
+
+
+def _indivisible(analysis: Mapping[str, Any], tp: int) -> str:
+    """ "" when TP=`tp` divides the twin's query heads and K/V heads (fewer K/V heads than
+    `tp` are replicated, not split); else which count it does not divide."""
+    heads, kv = analysis.get("num_attention_heads"), analysis.get("num_kv_heads")
+    if isinstance(heads, int) and heads % tp:
+        return f"{heads} query heads"
+    if isinstance(kv, int) and kv >= tp and kv % tp:
+        return f"{kv} K/V heads"
+    return ""

@@ -2,11 +2,12 @@
 
 `torchrun --standalone` (torch.distributed.run) starts the ranks with a c10d rendezvous on
 localhost whose port the OS chooses (`localhost:0`), so two jobs on one worker host never
-collide on a port. The launcher runs in its own session and dies with the stage's process
-(PR_SET_PDEATHSIG), each rank dies with the launcher (rank.py does the same) and writes its pid
-file on start; whatever the outcome, every process left is SIGKILLed before `launch_ranks`
-returns. Each rank's stdout and stderr are kept under WORKDIR/logs by torchrun (`--log-dir`,
-`--redirects 3`) for the failing rank's log excerpt.
+collide on a port. torchrun runs in its own session through `torchrun_child` (which ties it
+to the stage's process with PR_SET_PDEATHSIG); each rank ties itself to torchrun the same way
+and writes its pid file as it starts. Whatever the outcome, torchrun's children and every rank
+pid still running this work folder are SIGKILLed, then torchrun's process group, before
+`launch_ranks` returns. Each rank's stdout and stderr are kept under WORKDIR/logs by torchrun
+(`--log-dir`, `--redirects 3`) for the failing rank's log excerpt.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workers.stages.base import raise_if_cancelled
-from workers.stages.distributed.lifetime import die_with_parent
 
 # Lines of a failing rank's log shown in the stage's failure reason.
 EXCERPT_LINES = 12
@@ -36,7 +36,8 @@ class LaunchOutcome:
     killed, and torchrun stopped the others) or "timeout" (still running after `timeout_s`:
     everything was killed). `exit_code` is torchrun's; `elapsed_s` wall-clock seconds;
     `rank_logs` [{"rank", "exit_code" (None when unknown), "excerpt" (last lines of its
-    stderr and stdout)}] for every rank that left a log; `pids` {"launcher": torchrun's pid,
+    stdout and stderr), "phase" (the last of `rank.PHASES` it reached)}] for every rank that
+    left a log; `pids` {"launcher": torchrun's pid,
     "ranks": {rank: pid}} of the processes it ran (all dead when it returns).
     """
 
@@ -53,16 +54,21 @@ def _tail(path: Path, lines: int = EXCERPT_LINES) -> str:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
+    # Progress bars and Python's warnings are noise in an excerpt; everything else is kept.
     kept = [
         line
         for line in text.splitlines()
-        if line.strip() and "Warning" not in line and "it/s]" not in line
+        if line.strip()
+        and "it/s]" not in line
+        and not line.lstrip().startswith("warnings.warn")
+        and "Warning:" not in line
     ]
     return "\n".join(kept[-lines:])
 
 
-def rank_logs(logs_dir: Path, world_size: int) -> list[dict]:
-    """Each rank's log excerpt from torchrun's log folder (<dir>/<run>/attempt_0/<rank>/)."""
+def rank_logs(logs_dir: Path, world_size: int, phases: dict[int, str]) -> list[dict]:
+    """Each rank's log excerpt from torchrun's log folder (<dir>/<run>/attempt_0/<rank>/), with
+    the step it reached (`phases`)."""
     out = []
     for rank in range(world_size):
         found = sorted(logs_dir.glob(f"*/attempt_*/{rank}"))
@@ -72,12 +78,12 @@ def rank_logs(logs_dir: Path, world_size: int) -> list[dict]:
         excerpt = "\n".join(
             part for part in (_tail(folder / "stdout.log"), _tail(folder / "stderr.log")) if part
         )
-        out.append({"rank": rank, "exit_code": None, "excerpt": excerpt})
+        out.append({"rank": rank, "exit_code": None, "excerpt": excerpt, "phase": phases.get(rank)})
     return out
 
 
 def rank_pids(workdir: Path, world_size: int) -> dict[int, int]:
-    """{rank: pid} from the pid files the ranks wrote on joining the group."""
+    """{rank: pid} from the pid files the ranks wrote as they started."""
     pids = {}
     for rank in range(world_size):
         try:
@@ -87,16 +93,50 @@ def rank_pids(workdir: Path, world_size: int) -> dict[int, int]:
     return pids
 
 
-def kill_ranks(pids: dict[int, int]) -> list[int]:
-    """SIGKILL every rank pid still alive; returns the pids killed."""
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def children(pid: int) -> list[int]:
+    """Pids of the live processes whose parent is `pid` (Linux /proc; [] elsewhere)."""
+    out = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and fields[1] == str(pid) and fields[0] != "Z":
+            out.append(int(entry.name))
+    return out
+
+
+def kill_ranks(pids: list[int], workdir: Path) -> list[int]:
+    """SIGKILL each pid still running a rank of `workdir` (its command line names the folder:
+    a pid reused by another process is left alone); returns the pids killed."""
     killed = []
-    for pid in pids.values():
+    for pid in pids:
+        if str(workdir) not in _cmdline(pid):
+            continue
         try:
             os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):  # gone, or the pid was reused
+        except (ProcessLookupError, PermissionError):
             continue
         killed.append(pid)
     return killed
+
+
+def rank_phases(workdir: Path, world_size: int) -> dict[int, str]:
+    """{rank: the last step it reached} (`rank.PHASES`), from its phase file."""
+    phases = {}
+    for rank in range(world_size):
+        try:
+            phases[rank] = (workdir / f"rank{rank}.phase").read_text().strip()
+        except OSError:
+            continue
+    return phases
 
 
 def launch_ranks(
@@ -108,8 +148,10 @@ def launch_ranks(
     cancelled: Callable[[], bool],
     env: dict[str, str] | None = None,
 ) -> LaunchOutcome:
-    """Run `world_size` ranks of `rank.py` on WORKDIR and wait for them (see the module doc).
+    """Run `world_size` ranks of `rank.py` on WORKDIR and wait for them (see the module doc):
+    `threads_per_rank` torch threads each, for at most `timeout_s` seconds (wall clock).
 
+    Returns a `LaunchOutcome`; a rank that fails or hangs is an outcome, not an exception.
     Raises `StageCancelled` (after killing everything) when `cancelled()` turns true.
     """
     logs_dir = workdir / "logs"
@@ -117,7 +159,7 @@ def launch_ranks(
     command = [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        "workers.stages.distributed.torchrun_child",
         "--standalone",
         f"--nproc-per-node={world_size}",
         f"--log-dir={logs_dir}",
@@ -147,7 +189,6 @@ def launch_ranks(
             env=child_env,
             cwd=str(Path(__file__).resolve().parents[3]),
             start_new_session=True,
-            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
         )
         status = "timeout"
         try:
@@ -158,16 +199,18 @@ def launch_ranks(
                 raise_if_cancelled(cancelled)
                 time.sleep(POLL_S)
         finally:
+            pids = rank_pids(workdir, world_size)
+            # Ranks run in sessions of their own: killed by pid (those torchrun started and
+            # those that wrote a pid file), before torchrun itself.
+            kill_ranks(sorted({*children(proc.pid), *pids.values()}), workdir)
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            pids = rank_pids(workdir, world_size)
-            kill_ranks(pids)
     outcome = LaunchOutcome(
         status=status,
         exit_code=proc.returncode if status != "timeout" else None,
         elapsed_s=time.monotonic() - start,
-        rank_logs=rank_logs(logs_dir, world_size),
+        rank_logs=rank_logs(logs_dir, world_size, rank_phases(workdir, world_size)),
         pids={"launcher": proc.pid, "ranks": pids},
         launcher_excerpt=_tail(workdir / "launcher.log"),
     )
