@@ -6,7 +6,9 @@ level are `DAY0_READINESS` (settings, JSON in the environment):
 
     experimental  fetch, analyze, plan                   (runs on the twin, a plan exists)
     functional    + operators, precision, distributed    (operators covered, precision passed,
-                                                          the split validated on the twin)
+                                                          the split validated on the twin, or
+                                                          shown impossible to validate there:
+                                                          a known-limitation note says why)
     complete      + performance, stability, release_notes
 
 A stage the job does not run counts as not passed: a job of `fetch` and `analyze` only stays
