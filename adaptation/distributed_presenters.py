@@ -382,6 +382,10 @@ def distributed_panel(
     panel.divisibility = _divisibility(result.get("divisibility"))
     panel.ep_note = str(result.get("ep_note") or "")
     panel.notes = [str(n) for n in _list(result.get("notes"))]
+    inject = _dict(result.get("inject"))
+    if inject:  # a failure the job asked for, to prove the checks: said first
+        asked = ", ".join(f"{key} {value}" for key, value in inject.items())
+        panel.notes.insert(0, f"Broken on purpose by the job's inject option ({asked}).")
     if result.get("validated") is True:
         _validated(panel, result)
     return panel
