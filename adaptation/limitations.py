@@ -898,15 +898,18 @@ def _distributed_rank_failed(result: Mapping[str, Any], pool: str) -> Finding:
     failed_rank = result.get("failed_rank")
     failed = next((entry for entry in logs if entry.get("rank") == failed_rank), None)
     hung = re.search(r"did not finish within ([0-9.,]+ s)", reason)
-    if hung:
+    # The reason's first line is "<headline>: <the culprit rank and how it ended>".
+    culprit = next(iter(reason.splitlines()), "").partition(": ")[2]
+    stopped = "stopped after" in culprit  # a rank that fell behind: its peers timed out
+    if culprit:
+        what = culprit
+    elif hung:
         what = f"the ranks did not finish within {hung.group(1)} and were killed"
-        title = f"{split} run hung on pool {pool}: {what}"
     elif failed_rank is not None:
         what = f"rank {failed_rank} {fmt.exit_status((failed or {}).get('exit_code'))}"
-        title = f"{split} run failed on pool {pool}: {what}"
     else:
         what = _gist(reason) or "it failed"
-        title = f"{split} run failed on pool {pool}: {what}"
+    title = f"{split} run {'hung' if hung or stopped else 'failed'} on pool {pool}: {what}"
     quoted = [
         line if len(line) <= _REASON_LINE_CHARS else line[: _REASON_LINE_CHARS - 1] + "…"
         for line in (ln.rstrip() for ln in reason.splitlines())

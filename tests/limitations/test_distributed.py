@@ -90,8 +90,8 @@ def test_a_killed_rank_is_a_blocker_with_its_exit_status_and_the_reasons_first_l
 def test_ranks_past_the_time_limit_are_a_blocker_saying_they_hung():
     result = result_of("crash")
     result["reason"] = (
-        "the 2 ranks did not finish within 180 s and were killed; rank 1 (exit code unknown) "
-        "logged:\n[rank 1] injected: hanging instead of running"
+        "the 2 ranks did not finish within 180 s and were killed: rank 1 stopped after "
+        "'loaded'\nits log:\n[rank 1] injected: hanging instead of running"
     )
     result["rank_logs"] = [dict(entry, exit_code=None) for entry in result["rank_logs"]]
     result["inject"] = {}
@@ -99,9 +99,7 @@ def test_ranks_past_the_time_limit_are_a_blocker_saying_they_hung():
     (note,) = findings_for_stage("distributed", result, pool="cpu")
 
     assert note.key == RANK_FAILED and note.severity == "blocker"
-    assert note.title == (
-        "TP=2 run hung on pool cpu: the ranks did not finish within 180 s and were killed"
-    )
+    assert note.title == "TP=2 run hung on pool cpu: rank 1 stopped after 'loaded'"
     assert "[rank 1] injected: hanging instead of running" in note.body
     assert "- rank 0 ended with no exit status recorded" in note.body
 
@@ -276,3 +274,16 @@ def test_expert_parallelism_not_validated_is_resolved_by_a_run_that_validates_it
 
     ends(job, "pass")  # TP=2 EP=2
     assert notes(job) == {EP_NOT_VALIDATED: ("minor", "resolved")}
+
+
+def test_a_rank_its_peers_timed_out_on_is_said_to_hang():
+    result = result_of("crash")
+    result["reason"] = (
+        "the distributed run failed (torchrun exited with code 1): rank 1 stopped after "
+        "'loaded'; the other ranks timed out waiting for it in a collective\nits log:\n..."
+    )
+    (note,) = findings_for_stage("distributed", result, pool="cpu")
+    assert note.title == (
+        "TP=2 run hung on pool cpu: rank 1 stopped after 'loaded'; the other ranks timed out "
+        "waiting for it in a collective"
+    )

@@ -126,13 +126,13 @@ def test_a_crashed_rank_is_named_with_its_exit_status():
 
     text = section(notes["markdown"], "Multi-device validation")
     assert (
-        "**Failed**: the distributed run failed (torchrun exited with code 1); rank 1 was killed "
+        "**Failed**: the distributed run failed (torchrun exited with code 1): rank 1 was killed "
         "by SIGKILL." in text
     )
     assert "| Failed rank | rank 1 was killed by SIGKILL |" in text
     assert "Decode step" not in text  # nothing was measured
     assert notes["sections"]["not_validated"][0] == (
-        "`distributed`: failed: the distributed run failed (torchrun exited with code 1); "
+        "`distributed`: failed: the distributed run failed (torchrun exited with code 1): "
         "rank 1 was killed by SIGKILL."
     )
 

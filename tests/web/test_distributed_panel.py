@@ -333,7 +333,7 @@ def test_page_shows_a_killed_ranks_log_escaped(logged_in_client, deepseek_analys
     # The reason's first line above the log; the log itself once there (and once in the
     # folded "every rank's log"), not again inside the reason.
     assert (
-        "the distributed run failed (torchrun exited with code 1); rank 1 was killed by "
+        "the distributed run failed (torchrun exited with code 1): rank 1 was killed by "
         "SIGKILL</p>" in panel
     )
     assert panel.count("[rank 1] injected: killing this rank with SIGKILL") == 2
