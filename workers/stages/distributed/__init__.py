@@ -143,6 +143,8 @@ def validate_split(
             "points": points,
             "decode_steps": DECODE_STEPS,
             "timing_steps": TIMING_STEPS,
+            # Half the stage's budget: a peer of a hung rank times out, and reports, while
+            # there is still time to collect every rank's log before the launcher is killed.
             "collective_timeout_s": min(COLLECTIVE_TIMEOUT_S, max(5.0, timeout_s / 2)),
             "baseline": True,
             "inject": dict(inject or {}),

@@ -48,7 +48,9 @@ def validated_tp(plan_tp: int, devices: int, forced: int | None = None) -> tuple
     )
 
 
-def divisibility(real: Mapping[str, Any], twin: Mapping[str, Any], tp: int, ep: int) -> list:
+def divisibility(
+    real: Mapping[str, Any], twin: Mapping[str, Any], tp: int, ep: int
+) -> list[dict[str, Any]]:
     """Rows {"name", "release", "twin", "degree", "release_divisible", "twin_divisible",
     "kept"} for query heads and K/V heads by TP and routed experts by EP, from two
     `analyze_config(...).to_dict()` results."""
