@@ -11,6 +11,10 @@ teacher-forced decode as the single-process float32 reference (`capture.py`). Ev
 logits and hidden states are compared with the reference (`compare.py`), step times and the
 share of time in collectives are measured, and the unsplit twin is timed on one rank's share
 of the host for the measured scaling efficiency (TP=1 vs TP=N).
+
+A plan that splits no decoder layer is not validated (`sharding.py`: the weights each rank
+holds only a shard of), a crashed or hung rank is named as the culprit, not the peers that
+timed out waiting for it (`failures.py`), and the job's options are checked in `options.py`.
 """
 
 from __future__ import annotations
