@@ -91,6 +91,16 @@ def release_open_limitations(
     )
 
 
+def release_open_limitations_all(*, release: ModelRelease) -> QuerySet[KnownLimitation]:
+    """The release's open known limitations on every pool, most severe first (then the most
+    recently updated), with their pool and author: what the API's release detail lists."""
+    return (
+        KnownLimitation.objects.filter(release=release, status=LimitationStatus.OPEN)
+        .select_related("pool", "author")
+        .order_by(severity_rank(), "-updated_at", "-id")
+    )
+
+
 def releases_for_board(*, limit: int = 100) -> QuerySet[ModelRelease]:
     """Releases, newest first, each with its jobs (newest first) and their stage runs, and
     its open limitations (`open_limitations_prefetch`), annotated with their count and most

@@ -16,11 +16,13 @@ from adaptation.models import (
     AcceleratorPool,
     AdaptationJob,
     JobStatus,
+    KnownLimitation,
     ModelRelease,
     StageRun,
     WebhookEndpoint,
     WebhookKind,
 )
+from adaptation.selectors import release_open_limitations_all
 from adaptation.webhooks.endpoints import webhook_url_path
 from workers.stages.registry import stage_names
 
@@ -206,6 +208,9 @@ class JobOutput(serializers.ModelSerializer):
             "created_at",
             "started_at",
             "finished_at",
+            "readiness",
+            "blocking_stage",
+            "ready_at",
             "stages",
         ]
         read_only_fields = fields
@@ -346,6 +351,9 @@ class JobBriefOutput(serializers.ModelSerializer):
             "created_at",
             "started_at",
             "finished_at",
+            "readiness",
+            "blocking_stage",
+            "ready_at",
             "stages",
         ]
         read_only_fields = fields
@@ -382,16 +390,49 @@ class AnalysisOutput(serializers.Serializer):
     result = serializers.JSONField(help_text="The analyze stage's result, as stored.")
 
 
+class LimitationOutput(serializers.ModelSerializer):
+    """A known limitation of a release: raised by a stage from what it found (`stage`, `key`
+    set) or written by a person (`author`); `pool` null means every pool; `body` is Markdown."""
+
+    pool = serializers.CharField(source="pool.name", read_only=True, allow_null=True, default=None)
+    author = serializers.CharField(
+        source="author.get_username", read_only=True, allow_null=True, default=None
+    )
+
+    class Meta:
+        model = KnownLimitation
+        fields = [
+            "id",
+            "title",
+            "severity",
+            "status",
+            "pool",
+            "stage",
+            "key",
+            "author",
+            "body",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
 class ReleaseDetailOutput(ReleaseOutput):
-    """A release with its analysis, config summary and jobs."""
+    """A release with its analysis, config summary, jobs (each with its readiness) and open
+    known limitations (most severe first)."""
 
     analysis = serializers.SerializerMethodField()
     config_summary = serializers.SerializerMethodField()
     jobs = JobBriefOutput(many=True, read_only=True)
+    limitations = serializers.SerializerMethodField()
 
     class Meta(ReleaseOutput.Meta):
-        fields = [*ReleaseOutput.Meta.fields, "analysis", "config_summary", "jobs"]
+        fields = [*ReleaseOutput.Meta.fields, "analysis", "config_summary", "jobs", "limitations"]
         read_only_fields = fields
+
+    @extend_schema_field(LimitationOutput(many=True))
+    def get_limitations(self, release: ModelRelease) -> list[dict[str, Any]]:
+        return LimitationOutput(release_open_limitations_all(release=release), many=True).data
 
     def _analysis_run(self, release: ModelRelease) -> StageRun | None:
         cache = self.context.setdefault("_analysis_runs", {})

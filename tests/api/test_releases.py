@@ -172,3 +172,36 @@ def test_an_allowed_ordering_still_orders_and_blank_terms_are_ignored(cast, seed
         "deepseek-ai/DeepSeek-V3",
         "Qwen/Qwen2.5-72B-Instruct",
     ]
+
+
+def test_detail_lists_open_limitations_most_severe_first_and_each_jobs_readiness(cast, seeded):
+    from adaptation.models import KnownLimitation
+
+    deepseek, h200 = seeded.deepseek, seeded.deepseek_queued.pool
+    KnownLimitation.objects.create(
+        release=deepseek, title="MTP modules not validated", severity="minor", stage="analyze",
+        key="analyze:mtp",
+    )  # fmt: skip
+    KnownLimitation.objects.create(
+        release=deepseek, pool=h200, title="FP8 kernels missing", severity="blocker",
+        author=cast.eli, body="Use **bf16**.",
+    )  # fmt: skip
+    KnownLimitation.objects.create(
+        release=deepseek, title="Old note", severity="blocker", status="resolved"
+    )
+
+    body = cast.api("mona").get(f"{URL}{deepseek.pk}/").json()
+
+    assert [(n["title"], n["severity"], n["pool"]) for n in body["limitations"]] == [
+        ("FP8 kernels missing", "blocker", "h200"),
+        ("MTP modules not validated", "minor", None),
+    ]  # the resolved one is left out
+    assert body["limitations"][0]["author"] == "eli" and body["limitations"][0]["stage"] == ""
+    assert body["limitations"][1]["key"] == "analyze:mtp"
+    assert body["limitations"][0]["body"] == "Use **bf16**."
+    job = body["jobs"][0]
+    assert (job["readiness"], job["blocking_stage"], job["ready_at"]) == (
+        seeded.deepseek_queued.readiness,
+        seeded.deepseek_queued.blocking_stage,
+        None,
+    )
