@@ -102,3 +102,31 @@ def test_the_exit_status_is_1(job, capsys):
         execute_from_command_line(["manage.py", "release_report", "999"])
     assert exited.value.code == 1
     assert "No release 999." in capsys.readouterr().err
+
+
+def test_regenerate_writes_from_the_job_named(db):
+    release = make_release(repo_id="acme/two-jobs")
+    pool = h200_pool()
+    older = make_job(
+        release=release,
+        pool=pool,
+        stages=("fetch", "analyze", "release_notes"),
+        statuses={"fetch": "failed", "analyze": "skipped", "release_notes": "skipped"},
+        errors={"fetch": "config.json is not valid JSON"},
+    )
+    make_job(
+        release=release,
+        pool=pool,
+        stages=("fetch",),
+        statuses={"fetch": "failed"},
+        errors={"fetch": "the hub answered 404"},
+    )
+    newest = report("acme/two-jobs", "--regenerate")
+    assert "the hub answered 404" in newest  # the newest finished job by default
+    chosen = report("acme/two-jobs", "--regenerate", "--job", str(older.pk))
+    assert "`fetch`: failed: config.json is not valid JSON." in chosen
+    assert "*Version 2, generated" in chosen
+    with pytest.raises(CommandError, match="add --regenerate"):
+        report("acme/two-jobs", "--job", str(older.pk))
+    with pytest.raises(CommandError, match="acme/two-jobs has no job 999999"):
+        report("acme/two-jobs", "--regenerate", "--job", "999999")

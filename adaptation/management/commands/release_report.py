@@ -1,13 +1,14 @@
 """`python manage.py release_report RELEASE [--format md|html] [--pool NAME]
-[--notes-version N] [--output FILE] [--regenerate]`: print a release's notes with people's
-additions.
+[--notes-version N] [--output FILE] [--regenerate [--job ID]]`: print a release's notes with
+people's additions.
 
 RELEASE is a release id or "org/name[@revision]" (a revision or its first 7+ characters;
 without one, the repo's newest release). The pool defaults to the one with the release's
 newest notes; the version to the latest. `md` is the Markdown document, `html` the printable
 page (it prints cleanly to PDF from a browser). `--regenerate` first writes a new version
-from the release's newest finished job on the pool, from whatever its stages found: a job
-that stopped before its `release_notes` stage still gets notes.
+from the release's newest finished job on the pool (`--job ID`: that finished job, on its
+pool), from whatever its stages found: a job that stopped before its `release_notes` stage
+still gets notes.
 
 Exit status: 0 with the notes; 1 with a one-line reason when the release, the pool or the
 notes do not exist (it says how to get them).
@@ -48,15 +49,27 @@ class Command(BaseCommand):
             action="store_true",
             help="First write a new version from the newest finished job on the pool.",
         )
+        parser.add_argument(
+            "--job",
+            type=int,
+            help="With --regenerate: write from this finished job of the release instead "
+            "(its pool is the notes' pool).",
+        )
 
     def handle(self, *args, **options) -> None:
         try:
             release = release_resolve(options["release"])
         except NotesError as exc:
             raise CommandError(str(exc)) from exc
-        pool = self._pool(release, options["pool"], regenerate=options["regenerate"])
+        if options["job"] is not None and not options["regenerate"]:
+            raise CommandError("--job chooses the job --regenerate writes from: add --regenerate.")
+        job = self._job(release, options["job"]) if options["job"] is not None else None
+        if job is not None:
+            pool = job.pool
+        else:
+            pool = self._pool(release, options["pool"], regenerate=options["regenerate"])
         if options["regenerate"]:
-            self._regenerate(release, pool)
+            self._regenerate(release, pool, job)
         notes = release_notes_get(release=release, pool=pool, version=options["notes_version"])
         if notes is None:
             if options["notes_version"] is not None:
@@ -101,8 +114,19 @@ class Command(BaseCommand):
             return newest.pool
         raise CommandError(self._no_notes(release, newest.pool if newest else None))
 
-    def _regenerate(self, release, pool: AcceleratorPool) -> None:
-        job = (
+    @staticmethod
+    def _job(release, job_id: int) -> AdaptationJob:
+        """The release's finished job `job_id`. Raises `CommandError` saying why not."""
+        job = AdaptationJob.objects.filter(pk=job_id, release=release).select_related("pool")
+        found = job.first()
+        if found is None:
+            raise CommandError(f"{release.repo_id} has no job {job_id}.")
+        if found.status in (JobStatus.PENDING, JobStatus.RUNNING):
+            raise CommandError(f"Job {job_id} has not finished ({found.status}).")
+        return found
+
+    def _regenerate(self, release, pool: AcceleratorPool, job: AdaptationJob | None) -> None:
+        job = job or (
             AdaptationJob.objects.filter(release=release, pool=pool)
             .exclude(status__in=(JobStatus.PENDING, JobStatus.RUNNING))
             .order_by("-created_at", "-id")
@@ -114,7 +138,10 @@ class Command(BaseCommand):
                 f"from: run one (manage.py adapt {release.repo_id} --pool {pool.name} --wait)."
             )
         notes = release_notes_regenerate(job=job)
-        self.stderr.write(f"Wrote version {notes.version} from job {job.pk}'s stages.")
+        self.stderr.write(
+            f"Wrote version {notes.version} from job {job.pk}'s stages "
+            f"({', '.join(job.stages)}; --job ID writes from another)."
+        )
 
     @staticmethod
     def _no_notes(release, pool: AcceleratorPool | None) -> str:
