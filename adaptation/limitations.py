@@ -525,8 +525,9 @@ def analysis_findings(result: Mapping[str, Any]) -> list[Finding] | None:
                     "serving engines can use as a draft model for speculative decoding. "
                     "transformers' causal-LM class does not build them, so the scaled twin "
                     "runs without them, and the plan does not load them: speculative decoding "
-                    "with MTP is neither validated nor sized here. Their bytes are in "
-                    f"`weight_bytes` ({fmt.gib(result.get('weight_bytes'))})."
+                    "with MTP is neither validated nor sized here. Their bytes are counted in "
+                    "the checkpoint's `weight_bytes` (the whole checkpoint, MTP included: "
+                    f"{fmt.gib(result.get('weight_bytes'))})."
                 ),
                 severity=Severity.MINOR,
                 all_pools=True,
