@@ -63,8 +63,18 @@ _ENGINEER_ACTIONS = (
     "change_releasenotesadditions",
 )
 # Apps whose every permission the admin role holds besides day0's own: the `auth` users and
-# groups, and API tokens (rest_framework.authtoken's Token and its admin proxy).
+# groups, and API tokens (rest_framework.authtoken's Token and its admin proxy)...
 _ADMIN_APPS = ("auth", "authtoken")
+# ...but for editing groups and permissions: the roles' groups are defined here, in code, so an
+# admin puts users in them and sees them, and only a superuser can change what a group may do.
+_ADMIN_EXCLUDED = (
+    "add_group",
+    "change_group",
+    "delete_group",
+    "add_permission",
+    "change_permission",
+    "delete_permission",
+)
 
 
 def role_permissions(role: str) -> Q:
@@ -79,7 +89,9 @@ def role_permissions(role: str) -> Q:
     if role == ENGINEER:
         return readers | (ours & Q(codename__in=_ENGINEER_ACTIONS))
     if role == ADMIN:
-        return ours | Q(content_type__app_label__in=_ADMIN_APPS)
+        return ours | (
+            Q(content_type__app_label__in=_ADMIN_APPS) & ~Q(codename__in=_ADMIN_EXCLUDED)
+        )
     raise ValueError(f"Unknown role {role!r}; roles: {', '.join(ROLES)}.")
 
 

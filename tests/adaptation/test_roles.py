@@ -68,7 +68,7 @@ def test_an_engineer_reads_everything_and_triggers_cancels_reruns_and_edits_watc
     assert perms("engineer") == perms("manager") | actions
 
 
-def test_an_admin_holds_every_day0_permission_users_groups_and_tokens():
+def test_an_admin_holds_every_day0_permission_users_and_tokens_but_not_group_edits():
     admin = perms("admin")
     ours = {
         f"adaptation.{codename}"
@@ -85,10 +85,15 @@ def test_an_admin_holds_every_day0_permission_users_groups_and_tokens():
         "adaptation.change_team",
         "adaptation.add_notificationsubscription",
         "auth.add_user",
-        "auth.change_group",
+        "auth.change_user",
+        "auth.view_group",
         "authtoken.delete_token",
     ):
         assert perm in admin, perm
+    # What a role may do is code (roles_sync): only a superuser edits groups and permissions.
+    for perm in ("auth.add_group", "auth.change_group", "auth.delete_group",
+                 "auth.change_permission"):  # fmt: skip
+        assert perm not in admin, perm
     assert "adaptation.add_webhookendpoint" not in perms("engineer")
     assert "adaptation.change_acceleratorpool" not in perms("engineer")
     assert not any(p.startswith("django_celery_beat.") for p in admin)
