@@ -7,6 +7,7 @@ each embedded figure to `Plotly.newPlot`); no chart is drawn by hand-written JS.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import plotly.graph_objects as go
@@ -1184,7 +1185,7 @@ def report_time_to_day0(
         layout={
             "title": {"text": "Time to Day-0 of each ready release"},
             "height": 360,
-            "xaxis": {"title": {"text": "published (or discovered) at, UTC"}},
+            "xaxis": _clock_axis([p["at"] for p in points]),
             "yaxis": {"title": {"text": "time to Day-0 (h)"}, "rangemode": "tozero"},
             "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
             "legend": {"orientation": "h", "y": -0.25, "x": 0},
@@ -1215,6 +1216,25 @@ def report_time_to_day0(
     figure = fig.to_plotly_json()
     figure["layout"]["template"] = _plotly_white()
     return figure
+
+
+# A report's time axis spans at least this much: releases found within seconds of each other
+# (a demo, a burst of webhooks) would otherwise get sub-second ticks.
+_MIN_CLOCK_SPAN = timedelta(hours=2)
+
+
+def _clock_axis(times: Sequence[datetime]) -> dict[str, Any]:
+    """A date axis over `times` (UTC), ticks to the minute, padded to `_MIN_CLOCK_SPAN`."""
+    axis: dict[str, Any] = {
+        "title": {"text": "published (or discovered) at, UTC"},
+        "type": "date",
+        "tickformat": "%b %d, %H:%M",
+    }
+    low, high = min(times), max(times)
+    if high - low < _MIN_CLOCK_SPAN:
+        pad = (_MIN_CLOCK_SPAN - (high - low)) / 2
+        axis["range"] = [(low - pad).isoformat(), (high + pad).isoformat()]
+    return axis
 
 
 def _plotly_white() -> dict[str, Any]:

@@ -61,3 +61,22 @@ def test_drift_figure_plots_local_errors_against_each_dtypes_limit():
 
 def test_no_figure_without_measured_layers():
     assert charts.precision_layer_drift([]) is None
+
+
+def test_the_time_to_day0_chart_never_ticks_in_seconds():
+    from datetime import UTC, datetime, timedelta
+
+    from adaptation.charts import report_time_to_day0
+
+    at = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
+    points = [
+        {"at": at, "hours": 0.5, "repo_id": "acme/a", "basis": "publication"},
+        {"at": at + timedelta(seconds=4), "hours": 1.5, "repo_id": "acme/b", "basis": "discovery"},
+    ]
+    axis = report_time_to_day0(points)["layout"]["xaxis"]
+    assert axis["type"] == "date" and axis["tickformat"] == "%b %d, %H:%M"
+    low, high = (datetime.fromisoformat(x) for x in axis["range"])
+    assert high - low == timedelta(hours=2)  # padded around the 4 s the releases span
+    assert low < at and high > at + timedelta(seconds=4)
+    wide = [dict(points[0]), dict(points[1], at=at + timedelta(days=3))]
+    assert "range" not in report_time_to_day0(wide)["layout"]["xaxis"]  # plotly's own
