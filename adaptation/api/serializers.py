@@ -177,12 +177,40 @@ class StageRunDetailOutput(StageRunOutput):
 # --- jobs -------------------------------------------------------------------------------------
 
 
-class JobOutput(serializers.ModelSerializer):
-    """A job in a list: its release, pool, status and each stage's latest attempt."""
+class JobBriefOutput(serializers.ModelSerializer):
+    """A job in a release's detail: its pool, status, readiness and each stage's latest
+    attempt."""
+
+    pool = serializers.CharField(source="pool.name", read_only=True)
+    stages = serializers.SerializerMethodField()
+
+    class Meta:
+        model = AdaptationJob
+        fields = [
+            "id",
+            "pool",
+            "status",
+            "trigger",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "readiness",
+            "blocking_stage",
+            "ready_at",
+            "stages",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(StageBriefOutput(many=True))
+    def get_stages(self, job: AdaptationJob) -> list[dict[str, Any]]:
+        return StageBriefOutput(latest_stage_runs(job), many=True).data
+
+
+class JobOutput(JobBriefOutput):
+    """A job in a list: a brief job with its release, who asked for it and its options."""
 
     repo_id = serializers.CharField(source="release.repo_id", read_only=True)
     revision = serializers.CharField(source="release.revision", read_only=True)
-    pool = serializers.CharField(source="pool.name", read_only=True)
     requested_by = serializers.CharField(
         source="requested_by.get_username", read_only=True, allow_null=True, default=None
     )
@@ -190,10 +218,8 @@ class JobOutput(serializers.ModelSerializer):
         source="stages", child=serializers.CharField(), read_only=True
     )
     options = serializers.JSONField(read_only=True, help_text="Per-stage options.")
-    stages = serializers.SerializerMethodField()
 
-    class Meta:
-        model = AdaptationJob
+    class Meta(JobBriefOutput.Meta):
         fields = [
             "id",
             "release",
@@ -214,10 +240,6 @@ class JobOutput(serializers.ModelSerializer):
             "stages",
         ]
         read_only_fields = fields
-
-    @extend_schema_field(StageBriefOutput(many=True))
-    def get_stages(self, job: AdaptationJob) -> list[dict[str, Any]]:
-        return StageBriefOutput(latest_stage_runs(job), many=True).data
 
 
 class JobDetailOutput(JobOutput):
@@ -333,34 +355,6 @@ class ReleaseOutput(serializers.ModelSerializer):
             "status",
         ]
         read_only_fields = fields
-
-
-class JobBriefOutput(serializers.ModelSerializer):
-    """A job in a release's detail."""
-
-    pool = serializers.CharField(source="pool.name", read_only=True)
-    stages = serializers.SerializerMethodField()
-
-    class Meta:
-        model = AdaptationJob
-        fields = [
-            "id",
-            "pool",
-            "status",
-            "trigger",
-            "created_at",
-            "started_at",
-            "finished_at",
-            "readiness",
-            "blocking_stage",
-            "ready_at",
-            "stages",
-        ]
-        read_only_fields = fields
-
-    @extend_schema_field(StageBriefOutput(many=True))
-    def get_stages(self, job: AdaptationJob) -> list[dict[str, Any]]:
-        return StageBriefOutput(latest_stage_runs(job), many=True).data
 
 
 class ConfigSummaryOutput(serializers.Serializer):
