@@ -9,12 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from adaptation.models import AcceleratorPool
-from tests.browser.test_plan_panel import log_in
-from tests.conftest import load_realconfig
-from tests.factories import make_job, make_release
-from workers.stages.architecture import analyze_config
-from workers.stages.plan import PoolLayout, plan_release
+from tests.browser.test_plan_panel import log_in, planned_release
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -25,26 +20,8 @@ REPO = "deepseek-ai/DeepSeek-V3"
 def validated_release(distributed: dict, *, status: str = "succeeded", error: str = ""):
     """DeepSeek-V3 planned on one node of eight H200s, its split validated by the stored
     `distributed` result."""
-    AcceleratorPool.objects.get_or_create(
-        name="cpu", defaults={"backend": "cpu", "queue": "pool.cpu"}
-    )
-    pool = AcceleratorPool.objects.create(
-        name="h200x8", backend="cuda", device="cuda:0", accelerator="h200", devices_per_node=8
-    )
-    analysis = analyze_config(load_realconfig("deepseek-ai__DeepSeek-V3")).to_dict()
-    plan = plan_release(analysis, PoolLayout("h200", 8), release=REPO).to_dict()
-    release = make_release(repo_id=REPO)
-    job = make_job(
-        release=release,
-        pool=pool,
-        stages=("fetch", "analyze", "plan", "distributed"),
-        statuses={
-            "fetch": "succeeded",
-            "analyze": "succeeded",
-            "plan": "succeeded",
-            "distributed": status,
-        },
-        results={"analyze": analysis, "plan": plan, "distributed": distributed},
+    release, job, _plan = planned_release(
+        then={"distributed": (status, distributed)},
         errors={"distributed": error} if error else None,
     )
     return release, job

@@ -29,8 +29,9 @@ def log_in(page, live_server, django_user_model) -> None:
     page.wait_for_url(f"{live_server.url}/")
 
 
-def planned_release():
-    """DeepSeek-V3 analysed and planned by the engine on one node of eight H200s."""
+def planned_release(*, then: dict | None = None, errors: dict | None = None):
+    """DeepSeek-V3 analysed and planned by the engine on one node of eight H200s; `then`
+    ({stage: (status, result)}) adds later stages to its job, `errors` their errors."""
     AcceleratorPool.objects.get_or_create(
         name="cpu", defaults={"backend": "cpu", "queue": "pool.cpu"}
     )
@@ -39,13 +40,17 @@ def planned_release():
     )
     analysis = analyze_config(load_realconfig("deepseek-ai__DeepSeek-V3")).to_dict()
     plan = plan_release(analysis, PoolLayout("h200", 8), release=REPO).to_dict()
+    then = then or {}
     release = make_release(repo_id=REPO)
     job = make_job(
         release=release,
         pool=pool,
-        stages=("fetch", "analyze", "plan"),
-        statuses={"fetch": "succeeded", "analyze": "succeeded", "plan": "succeeded"},
-        results={"analyze": analysis, "plan": plan},
+        stages=("fetch", "analyze", "plan", *then),
+        statuses={"fetch": "succeeded", "analyze": "succeeded", "plan": "succeeded"}
+        | {stage: status for stage, (status, _result) in then.items()},
+        results={"analyze": analysis, "plan": plan}
+        | {stage: result for stage, (_status, result) in then.items()},
+        errors=errors,
     )
     return release, job, plan
 
