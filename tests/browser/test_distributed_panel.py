@@ -14,7 +14,6 @@ from tests.browser.test_plan_panel import log_in, planned_release
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "distributed"
-REPO = "deepseek-ai/DeepSeek-V3"
 
 
 def validated_release(distributed: dict, *, status: str = "succeeded", error: str = ""):
