@@ -792,15 +792,6 @@ def _degree_line(result: Mapping[str, Any]) -> str:
     return line
 
 
-def _injected(result: Mapping[str, Any]) -> list[str]:
-    """A line saying the run was broken on purpose, when the job's options did."""
-    inject = result.get("inject")
-    if not isinstance(inject, Mapping) or not inject:
-        return []
-    what = ", ".join(f"{md_code(key)} {md_code(value)}" for key, value in inject.items())
-    return [f"- broken on purpose by the job's `inject` option ({what}): the check works"]
-
-
 def _distributed_not_validated(result: Mapping[str, Any], pool: str) -> Finding:
     reason = str(result.get("reason") or "no reason given")
     devices = result.get("pool_devices")
@@ -878,7 +869,7 @@ def _distributed_mismatch(result: Mapping[str, Any], pool: str) -> Finding:
         ]
     if tolerance.get("rule"):
         lines += [f"Tolerance: {_sentence(tolerance['rule'])}", ""]
-    lines += [_degree_line(result), *_injected(result), ""]
+    lines += [_degree_line(result), ""]
     lines.append(
         "Split this way the model's outputs differ from the unsplit model's: served as planned "
         "it would produce wrong tokens. Check how the first divergent module is sharded (its "
@@ -932,7 +923,7 @@ def _distributed_rank_failed(result: Mapping[str, Any], pool: str) -> Finding:
     ]
     if any(entry.get("exit_code") == -15 for entry in logs):
         lines.append("- (torchrun stops the other ranks with SIGTERM once one fails)")
-    lines += [_degree_line(result), *_injected(result), ""]
+    lines += [_degree_line(result), ""]
     lines.append(
         "A rank that crashes or hangs at this split takes the whole serving group down: find "
         "the failing rank's cause (its log above) before serving with tensor parallelism."
@@ -985,7 +976,10 @@ def distributed_findings(result: Mapping[str, Any], *, pool: str) -> list[Findin
     tolerance, the first divergent module) or when a rank crashed or the ranks hung (the
     rank, its exit status, the first lines of the reason); a minor note when expert
     parallelism was not validated beside the TP split (`ep_note`). None for a result that is
-    not a distributed run."""
+    not a distributed run. A run the job broke on purpose (its `inject` option) raises
+    nothing: it proves the check, not a fault of the release."""
+    if result.get("inject"):
+        return []
     validated = result.get("validated")
     if validated is False:
         return [_distributed_not_validated(result, pool)]
@@ -1006,7 +1000,17 @@ def distributed_findings(result: Mapping[str, Any], *, pool: str) -> list[Findin
 def _distributed_unjudged(result: Mapping[str, Any]) -> frozenset[str]:
     """The distributed notes a run could not judge: a run that validated nothing says nothing
     about a mismatch, a crash or expert parallelism found before; a run whose ranks crashed
-    compared no outputs, so it says nothing about a mismatch."""
+    compared no outputs, so it says nothing about a mismatch; a run broken on purpose (its
+    `inject` option) says nothing at all."""
+    if result.get("inject"):
+        return frozenset(
+            {
+                DISTRIBUTED_NOT_VALIDATED,
+                DISTRIBUTED_MISMATCH,
+                DISTRIBUTED_RANK_FAILED,
+                DISTRIBUTED_EP_NOT_VALIDATED,
+            }
+        )
     if result.get("validated") is False:
         return frozenset(
             {DISTRIBUTED_MISMATCH, DISTRIBUTED_RANK_FAILED, DISTRIBUTED_EP_NOT_VALIDATED}
