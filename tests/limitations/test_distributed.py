@@ -281,11 +281,11 @@ def test_a_rank_its_peers_timed_out_on_is_said_to_hang():
     result = result_of("crash")
     result["reason"] = (
         "the distributed run failed (torchrun exited with code 1): rank 1 stopped after "
-        "'loaded'; the other ranks timed out waiting for it in a collective\nits log:\n..."
+        "'loaded'; the other ranks were waiting for it in a collective\nits log:\n..."
     )
     (note,) = findings_for_stage("distributed", result, pool="cpu")
     assert note.title == (
-        "TP=2 run hung on pool cpu: rank 1 stopped after 'loaded'; the other ranks timed out "
+        "TP=2 run hung on pool cpu: rank 1 stopped after 'loaded'; the other ranks were "
         "waiting for it in a collective"
     )
 

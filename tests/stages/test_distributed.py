@@ -170,7 +170,7 @@ def test_a_hanging_rank_ends_within_the_time_limit(llama_twin):
     first = caught.value.reason.splitlines()[0]
     assert "rank 1 stopped after 'loaded'" in first
     assert "[rank 1] injected: hanging instead of running" in first
-    assert "the other ranks timed out waiting for it in a collective" in first
+    assert "the other ranks were waiting for it in a collective" in first
     assert sorted(result["pids"]["ranks"]) == [0, 1]
     assert _alive(result["pids"]) == []
 
@@ -376,3 +376,28 @@ def test_the_rank_that_fell_behind_is_blamed_not_the_peer_that_timed_out():
         "(ValueError: shape '[2, 16, -1, 16]' is invalid)"
     )
     assert error_line("Traceback\n  File x\n[rank0]: RuntimeError: boom") == "RuntimeError: boom"
+
+
+def test_at_the_time_limit_the_rank_outside_the_collective_is_the_one_that_hung():
+    dump = (
+        "Current thread 0x00007f (most recent call first):\n"
+        '  File "/venv/torch/distributed/tensor/_redistribute.py", line 9 in redistribute\n'
+        '  File "/app/workers/stages/distributed/rank.py", line 170 in main\n'
+    )
+    assert launch.last_stack(dump) == [
+        'File "/app/workers/stages/distributed/rank.py", line 170 in main',
+        'File "/venv/torch/distributed/tensor/_redistribute.py", line 9 in redistribute',
+    ]
+    waiting = {"rank": 0, "exit_code": None, "phase": "loaded", "excerpt": "[rank 0] loaded"}
+    hung = {"rank": 1, "exit_code": None, "phase": "loaded", "excerpt": "[rank 1] injected"}
+    assert culprit([waiting | {"in_collective": True}, hung | {"in_collective": False}]) == (
+        hung | {"in_collective": False},
+        False,
+    )
+    # Nothing tells two ranks at the same step apart: no rank is blamed.
+    reason, rank = failure_reason("the 2 ranks did not finish within 10 s", [waiting, hung])
+    assert rank is None
+    assert reason.splitlines()[0] == (
+        "the 2 ranks did not finish within 10 s: could not tell which rank hung (every rank "
+        "stopped after 'loaded')"
+    )

@@ -14,7 +14,8 @@ of the host for the measured scaling efficiency (TP=1 vs TP=N).
 
 A plan that splits no decoder layer is not validated (`sharding.py`: the weights each rank
 holds only a shard of), a crashed or hung rank is named as the culprit, not the peers that
-timed out waiting for it (`failures.py`), and the job's options are checked in `options.py`.
+wait for it in a collective (`failures.py`), and the job's options are checked in
+`options.py`.
 """
 
 from __future__ import annotations

@@ -29,9 +29,10 @@ _ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(?:Error|Excepti
 
 
 def is_victim(entry: Mapping[str, Any]) -> bool:
-    """Whether a rank's log shows it failed waiting for a peer in a collective."""
+    """Whether a rank failed, or was found when the time limit hit, waiting for a peer inside
+    a collective (its log's timeout error, or its stack inside torch.distributed)."""
     excerpt = entry.get("excerpt") or ""
-    return any(mark in excerpt for mark in VICTIM_MARKS)
+    return bool(entry.get("in_collective")) or any(mark in excerpt for mark in VICTIM_MARKS)
 
 
 def error_line(excerpt: str, limit: int = 200) -> str:
@@ -45,6 +46,11 @@ def error_line(excerpt: str, limit: int = 200) -> str:
     return ""
 
 
+def _last_line(entry: Mapping[str, Any]) -> str:
+    lines = (entry.get("excerpt") or "").splitlines()
+    return lines[-1].strip() if lines else "(nothing logged)"
+
+
 def _phase_index(entry: Mapping[str, Any]) -> int:
     phase = entry.get("phase")
     return PHASES.index(phase) if phase in PHASES else -1
@@ -54,14 +60,21 @@ def culprit(rank_logs: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any] |
     """(the rank that broke the run, whether it crashed) from `launch.LaunchOutcome.rank_logs`.
 
     A rank that exited non-zero (other than torchrun's SIGTERM to the survivors) and is not a
-    victim crashed; else the rank at the earliest phase hung (a non-victim first, then the
-    lowest rank); None when no rank left a log."""
+    victim crashed; else the rank at the earliest phase hung, a non-victim before a victim (a
+    rank found inside a collective when the time limit hit waits for it); None when no rank
+    left a log or nothing tells the rank behind from another."""
     for entry in rank_logs:
         if entry.get("exit_code") not in (None, 0, -signal.SIGTERM) and not is_victim(entry):
             return entry, True
     if not rank_logs:
         return None, False
-    behind = min(rank_logs, key=lambda e: (_phase_index(e), is_victim(e), e["rank"]))
+    order = sorted(rank_logs, key=lambda e: (_phase_index(e), is_victim(e), e["rank"]))
+    behind = order[0]
+    if len(order) > 1 and (_phase_index(order[1]), is_victim(order[1])) == (
+        _phase_index(behind),
+        is_victim(behind),
+    ):
+        return None, False  # nothing tells them apart: no rank is blamed
     return behind, False
 
 
@@ -74,8 +87,17 @@ def failure_reason(
     its log excerpt and the other ranks' last lines follow."""
     entry, crashed = culprit(rank_logs)
     if entry is None:
-        tail = f"\ntorchrun logged:\n{launcher_excerpt}" if launcher_excerpt else ""
-        return headline + tail, None
+        reason = headline
+        if rank_logs:
+            phases = sorted({str(e.get("phase") or "starting") for e in rank_logs})
+            reason += (
+                ": could not tell which rank hung (every rank stopped after "
+                f"'{', '.join(phases)}')\nlast line of each rank: "
+                + "; ".join(f"rank {e['rank']}: {_last_line(e)}" for e in rank_logs)
+            )
+        elif launcher_excerpt:
+            reason += f"\ntorchrun logged:\n{launcher_excerpt}"
+        return reason, None
     rank = entry["rank"]
     if crashed:
         how = f"rank {rank} {exit_status(entry.get('exit_code'))}"
@@ -83,18 +105,13 @@ def failure_reason(
         if error:
             how += f" ({error})"
     else:
-        last = (entry.get("excerpt") or "").splitlines()
         how = f"rank {rank} stopped after '{entry.get('phase') or 'starting'}'"
-        if last:
-            how += f" (its last line: {last[-1].strip()[:160]})"
+        if entry.get("excerpt"):
+            how += f" (its last line: {_last_line(entry)[:160]})"
         if any(is_victim(e) for e in rank_logs if e is not entry):
-            how += "; the other ranks timed out waiting for it in a collective"
+            how += "; the other ranks were waiting for it in a collective"
     reason = f"{headline}: {how}\nits log:\n{entry.get('excerpt') or '(nothing)'}"
-    others = [
-        f"rank {e['rank']}: {e['excerpt'].splitlines()[-1]}"
-        for e in rank_logs
-        if e is not entry and e.get("excerpt")
-    ]
+    others = [f"rank {e['rank']}: {_last_line(e)}" for e in rank_logs if e is not entry]
     if others:
         reason += "\nlast line of the other ranks: " + "; ".join(others)
     return reason, rank

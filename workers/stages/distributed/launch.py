@@ -36,8 +36,9 @@ class LaunchOutcome:
     killed, and torchrun stopped the others) or "timeout" (still running after `timeout_s`:
     everything was killed). `exit_code` is torchrun's; `elapsed_s` wall-clock seconds;
     `rank_logs` [{"rank", "exit_code" (None when unknown), "excerpt" (last lines of its
-    stdout and stderr), "phase" (the last of `rank.PHASES` it reached)}] for every rank that
-    left a log; `pids` {"launcher": torchrun's pid,
+    stdout and stderr), "phase" (the last of `rank.PHASES` it reached), "stack" and
+    "in_collective" (its Python stack when the time limit hit, `last_stack`, and whether it was
+    inside torch.distributed)}] for every rank that left a log; `pids` {"launcher": torchrun's pid,
     "ranks": {rank: pid}} of the processes it ran (all dead when it returns).
     """
 
@@ -54,14 +55,16 @@ def _tail(path: Path, lines: int = EXCERPT_LINES) -> str:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
-    # Progress bars and Python's warnings are noise in an excerpt; everything else is kept.
+    # Progress bars, Python's warnings and faulthandler's stack dump (kept apart as "stack")
+    # are noise in an excerpt; everything else is kept.
+    noise = ("warnings.warn", "File ", "Current thread", "Thread 0x")
     kept = [
         line
         for line in text.splitlines()
         if line.strip()
         and "it/s]" not in line
-        and not line.lstrip().startswith("warnings.warn")
         and "Warning:" not in line
+        and not line.lstrip().startswith(noise)
     ]
     return "\n".join(kept[-lines:])
 
@@ -78,8 +81,47 @@ def rank_logs(logs_dir: Path, world_size: int, phases: dict[int, str]) -> list[d
         excerpt = "\n".join(
             part for part in (_tail(folder / "stdout.log"), _tail(folder / "stderr.log")) if part
         )
-        out.append({"rank": rank, "exit_code": None, "excerpt": excerpt, "phase": phases.get(rank)})
+        stack = last_stack(_read(folder / "stderr.log"))
+        out.append(
+            {
+                "rank": rank,
+                "exit_code": None,
+                "excerpt": excerpt,
+                "phase": phases.get(rank),
+                # Where it was when the launcher asked (SIGUSR1, faulthandler), innermost last.
+                "stack": stack,
+                "in_collective": any("torch/distributed/" in frame for frame in stack),
+            }
+        )
     return out
+
+
+def last_stack(stderr: str) -> list[str]:
+    """The frames of the last faulthandler dump in a rank's stderr ("File ..., line N in f"),
+    outermost first; [] when it holds none."""
+    lines = stderr.splitlines()
+    starts = [i for i, line in enumerate(lines) if "(most recent call first):" in line]
+    if not starts:
+        return []
+    frames = []
+    for line in lines[starts[-1] + 1 :]:
+        if not line.strip().startswith("File "):
+            break
+        frames.append(line.strip())
+    return frames[::-1]
+
+
+def dump_stacks(pids: list[int], workdir: Path, wait_s: float = 1.0) -> None:
+    """Ask each rank still running `workdir` to write its Python stack to its stderr (SIGUSR1:
+    `faulthandler`, registered by rank.py), then give them `wait_s` seconds to do it."""
+    asked = [pid for pid in pids if str(workdir) in _cmdline(pid)]
+    for pid in asked:
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except (ProcessLookupError, PermissionError):
+            continue
+    if asked:
+        time.sleep(wait_s)
 
 
 def rank_pids(workdir: Path, world_size: int) -> dict[int, int]:
@@ -200,9 +242,13 @@ def launch_ranks(
                 time.sleep(POLL_S)
         finally:
             pids = rank_pids(workdir, world_size)
+            running = sorted({*children(proc.pid), *pids.values()})
+            if status == "timeout" and proc.poll() is None:
+                # Which rank waits in a collective and which does not tells the hung one.
+                dump_stacks(running, workdir)
             # Ranks run in sessions of their own: killed by pid (those torchrun started and
             # those that wrote a pid file), before torchrun itself.
-            kill_ranks(sorted({*children(proc.pid), *pids.values()}), workdir)
+            kill_ranks(running, workdir)
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()

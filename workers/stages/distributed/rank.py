@@ -10,8 +10,9 @@ the same logits and hidden states as the float32 reference, times decode steps, 
 collectives, and writes WORKDIR/rank<r>.pt. Rank 0 then times the unsplit model on its own
 share of the host (the TP=1 point of the scaling efficiency) while the other ranks wait at a
 barrier. Progress lines go to stdout, which torchrun keeps per rank; the step reached goes to
-WORKDIR/rank<r>.phase (`PHASES`), so the stage can tell a rank that fell behind from its peers
-that timed out waiting for it.
+WORKDIR/rank<r>.phase (`PHASES`), and on SIGUSR1 (the stage's time limit) faulthandler writes
+its Python stack to stderr, so the stage can tell a rank that fell behind from its peers that
+wait for it inside a collective.
 
 `spec["inject"]` exercises the checks on purpose: {"kill_rank": r} (rank r SIGKILLs itself
 after loading), {"hang_rank": r} (rank r sleeps instead of running), {"wrong_shard":
@@ -21,6 +22,7 @@ dimension, see `wrong_dimension_shard`).
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import signal
@@ -116,6 +118,8 @@ def main(workdir: str) -> None:
     die_with_parent()
     if os.getppid() == 1:  # the launcher died before the death signal was armed
         sys.exit(1)
+    # On the launcher's SIGUSR1 (time limit), write where this rank is to stderr.
+    faulthandler.register(signal.SIGUSR1, all_threads=False)
     work = Path(workdir)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     (work / f"rank{rank}.pid").write_text(str(os.getpid()))
