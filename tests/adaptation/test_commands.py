@@ -251,3 +251,24 @@ def test_adapt_wait_warns_only_about_a_stage_queued_for_over_15_s(status, queued
     command = Command(stdout=out)
     command._follow(job, timeout=0.01, echo=True)
     assert ("still queued after" in out.getvalue()) is warned, out.getvalue()
+
+
+@pytest.mark.django_db
+def test_adapt_wait_stops_when_the_job_is_cancelled(tmp_path, monkeypatch, capsys):
+    from adaptation import services
+    from adaptation.management.commands import adapt
+
+    folder = tmp_path / "meta-llama" / "Llama-3.1-8B"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_bytes(
+        (REALCONFIGS_DIR / "meta-llama__Llama-3.1-8B.json").read_bytes()
+    )
+
+    def cancel_while_waiting(_seconds):  # someone cancels the job from the board
+        services.job_cancel(job=AdaptationJob.objects.get())
+
+    monkeypatch.setattr(adapt.time, "sleep", cancel_while_waiting)
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("adapt", str(folder), "--wait", "--timeout", "600", stdout=io.StringIO())
+    assert exit_info.value.code == 3
+    assert f"Job {AdaptationJob.objects.get().pk} was cancelled." in capsys.readouterr().err

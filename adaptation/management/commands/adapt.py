@@ -8,7 +8,8 @@ gives any stage's options as one JSON object keyed by stage name, e.g.
 merged with --context/--concurrency/--dtype (an option given both ways is refused). Every
 stage's options are checked by the stage's `check_options` before anything is fetched; bad
 input exits non-zero with a one-line reason. With --wait, follows the stages in the terminal
-and exits 0 when every stage succeeds, 1 when one fails (2 on timeout).
+and exits 0 when every stage succeeds, 1 when one fails, 2 on timeout, 3 when the job is
+cancelled.
 """
 
 from __future__ import annotations
@@ -155,6 +156,9 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(job_summary(job), indent=2))
         if job.status == JobStatus.FAILED:
             sys.exit(1)
+        if job.status == JobStatus.CANCELLED:
+            self.stderr.write(f"Job {job.pk} was cancelled.")
+            sys.exit(3)
         if job.status != JobStatus.SUCCEEDED:
             states = ", ".join(f"{r.stage} {r.status}" for r in job_current_stage_runs(job))
             hint = ""
@@ -183,7 +187,7 @@ class Command(BaseCommand):
                         f"  {run.stage} still queued after {waited:.0f} s: is a worker listening "
                         f"on {job.pool.queue}? (`make run` starts one)"
                     )
-            if job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+            if job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED):
                 if echo:
                     self.stdout.write(f"Job {job.pk} {job.status}.")
                 return job
@@ -202,4 +206,7 @@ class Command(BaseCommand):
             line += f" on {run.worker_host}"
         if run.error:
             line += f": {run.error.splitlines()[0]}"
+        elif isinstance(run.result, dict) and run.result.get("validated") is False:
+            # A stage that succeeded without validating anything says why (`distributed`).
+            line += f": not validated: {str(run.result.get('reason') or '').splitlines()[0]}"
         return line
