@@ -65,7 +65,8 @@ def test_a_passing_split_is_shown_against_the_plans_with_its_measured_figures():
     )
     assert (
         "Against the plan's split TP 8 · PP 1 · EP 8 · DP 1: the plan's TP=8 needs more than "
-        "the worker's 2 devices; validated TP=2, the largest divisor of 8 the worker holds."
+        "the worker's 2 devices; TP=2, the largest divisor of 8 the worker holds, is the split "
+        "to validate."
     ) in text
     for row in (
         "| Validated split | TP 2 · EP 2 across 2 processes (`gloo` on `cpu`) |",

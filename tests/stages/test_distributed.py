@@ -328,10 +328,22 @@ def test_options_the_worker_cannot_honour_fail_the_stage():
         distributed.run(_context(LLAMA, PLAN_TP2, {"inject": {"kill_rank": 2}}))
 
 
-def test_a_tp_that_does_not_divide_the_heads_is_not_validated():
-    result = distributed.run(_context(LLAMA, PLAN_TP2, {"processes": 3, "tp": 3}))
+def test_a_tp_that_does_not_divide_the_heads_fails_or_is_not_validated():
+    # Asked for by the job: a split that cannot exist on the release either.
+    with pytest.raises(StageFailed, match="tp=3 does not divide the release's 32 query heads"):
+        distributed.run(_context(LLAMA, PLAN_TP2, {"processes": 3, "tp": 3}))
+    # A plan's TP=3 the twin cannot split (the planner never makes one for 32 heads, but an
+    # edited plan might): not validated, and why.
+    result = distributed.run(
+        _context(LLAMA, {"tp": 3, "pp": 1, "ep": 1, "dp": 1}, {"processes": 3})
+    )
     assert result["validated"] is False
     assert result["reason"] == "TP=3 does not divide the twin's 8 query heads"
+
+
+def test_a_wrong_shard_naming_no_weight_fails_before_any_process_starts():
+    with pytest.raises(StageFailed, match=r"inject\.wrong_shard names no 2-D weight of the twin"):
+        distributed.run(_context(LLAMA, PLAN_TP2, {"inject": {"wrong_shard": "model.norm"}}))
 
 
 def test_which_blocks_a_plan_splits():

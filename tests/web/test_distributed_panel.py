@@ -277,7 +277,7 @@ def test_page_shows_a_passed_validation_beside_the_plans_split(
     assert fact(panel, "Backend") == "gloo on cpu"
     assert fact(panel, "Threads per rank") == "1"
     assert fact(panel, "The plan's split") == "TP8 PP1 EP8 DP1"
-    assert "validated TP=2, the largest divisor of 8 the worker holds" in panel
+    assert "TP=2, the largest divisor of 8 the worker holds, is the split to validate" in panel
     assert table_row(panel, "Decode step at TP=2 (measured, twin)").startswith("16.4 ms")
     assert table_row(panel, "Decode step at TP=1 (measured, twin)").startswith("5.49 ms")
     assert table_row(panel, "Decode at TP=2 (measured, twin)").startswith("122 tokens/s")

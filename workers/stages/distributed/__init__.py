@@ -412,7 +412,16 @@ def run(ctx: StageContext) -> dict[str, Any]:
         )
     indivisible = _indivisible(twin.analysis or {}, tp)
     if indivisible:
+        release_counts = _indivisible(ctx.previous.get("analyze") or {}, tp)
+        if options["tp"] is not None and release_counts:  # the job asked for a split that
+            raise StageFailed(  # cannot exist, on the release as on its twin
+                f"tp={tp} does not divide the release's {release_counts} (nor the twin's "
+                f"{indivisible}): choose a divisor"
+            )
         return not_validated(f"TP={tp} does not divide the twin's {indivisible}", **known)
+    wrong = options["inject"].get("wrong_shard")
+    if wrong is not None:
+        _check_weight(twin.model, wrong)
     analysis = ctx.previous.get("analyze") or {}
     known["divisibility"] = divisibility(analysis, twin.analysis or {}, tp, ep)
     known["twin"] = {
@@ -451,6 +460,16 @@ def run(ctx: StageContext) -> dict[str, Any]:
         ]
     ctx.log(result["reason"])
     return result
+
+
+def _check_weight(model: Any, name: str) -> None:
+    """Raise `StageFailed` unless `name` is a 2-D weight of the twin (inject.wrong_shard)."""
+    weights = {n: p for n, p in model.named_parameters() if p.dim() == 2}
+    if name not in weights:
+        examples = ", ".join(n for n in weights if ".layers.0." in n)
+        raise StageFailed(
+            f"inject.wrong_shard names no 2-D weight of the twin: {name!r} (layer 0 has {examples})"
+        )
 
 
 def _backend_available(backend: str) -> bool:

@@ -34,8 +34,8 @@ def validated_tp(plan_tp: int, devices: int, forced: int | None = None) -> tuple
         return forced, f"TP={forced} as the job's options ask"
     if plan_tp == 1:
         return 2, (
-            "the plan serves on one device (TP=1); validated TP=2, the next point of its "
-            "scaling curve"
+            "the plan serves on one device (TP=1); TP=2, the next point of its scaling curve, "
+            "is the split to validate"
         )
     if plan_tp <= devices:
         return plan_tp, f"the plan's TP={plan_tp}"
@@ -43,8 +43,9 @@ def validated_tp(plan_tp: int, devices: int, forced: int | None = None) -> tuple
     if divisor < 2:
         return 1, f"no divisor of the plan's TP={plan_tp} from 2 to {devices} devices"
     return divisor, (
-        f"the plan's TP={plan_tp} needs more than the worker's {devices} devices; validated "
-        f"TP={divisor}, the largest divisor of {plan_tp} the worker holds"
+        f"the plan's TP={plan_tp} needs more than the worker's {devices} devices; "
+        f"TP={divisor}, the largest divisor of {plan_tp} the worker holds, is the split to "
+        "validate"
     )
 
 
