@@ -83,6 +83,7 @@ class DistributedPanel:
     waiting: str = ""  # pending or queued on a pool no live worker serves: it says so
     skipped: str = ""  # why the attempt was skipped ("" unless it was)
     reason: str = ""
+    injected: str = ""  # the job broke the run on purpose (its inject option): said so
     split_label: str = ""  # the split validated, "TP=2 EP=2"
     split: list[Fact] = field(default_factory=list)  # the split validated
     plan_split: list[Fact] = field(default_factory=list)  # the plan's, beside it
@@ -383,9 +384,9 @@ def distributed_panel(
     panel.ep_note = str(result.get("ep_note") or "")
     panel.notes = [str(n) for n in _list(result.get("notes"))]
     inject = _dict(result.get("inject"))
-    if inject:  # a failure the job asked for, to prove the checks: said first
+    if inject:  # a failure the job asked for, to prove the checks: said under the verdict
         asked = ", ".join(f"{key} {value}" for key, value in inject.items())
-        panel.notes.insert(0, f"Broken on purpose by the job's inject option ({asked}).")
+        panel.injected = f"Broken on purpose by the job's inject option ({asked})."
     if result.get("validated") is True:
         _validated(panel, result)
     return panel

@@ -190,9 +190,11 @@ def test_presenter_of_a_wrong_shard_names_the_rank_and_module(deepseek_analysis,
     assert {f.label: f.value for f in panel.headline}["Scaling efficiency (measured, twin)"] == (
         "6.8 % (0.07 x linear)"
     )
-    assert panel.notes == [
+    assert panel.injected == (
         "Broken on purpose by the job's inject option "
-        "(wrong_shard model.layers.1.self_attn.o_proj.weight).",
+        "(wrong_shard model.layers.1.self_attn.o_proj.weight)."
+    )
+    assert panel.notes == [
         "model.layers.1.self_attn.o_proj.weight: shard split on dim 0 instead of dim 1",
     ]
 
@@ -337,7 +339,14 @@ def test_page_shows_a_killed_ranks_log_escaped(logged_in_client, deepseek_analys
         "SIGKILL</p>" in panel
     )
     assert panel.count("[rank 1] injected: killing this rank with SIGKILL") == 2
-    assert "Broken on purpose by the job&#x27;s inject option (kill_rank 1)." in panel
+    injected = re.search(
+        r'<p class="note injected" id="distributed-job-\d+-injected">(.*?)</p>', panel
+    )
+    assert (
+        injected
+        and injected[1] == "Broken on purpose by the job&#x27;s inject option (kill_rank 1)."
+    )
+    assert panel.index("-injected") < panel.index("distributed-split")  # under the verdict
 
 
 def test_page_says_why_a_split_was_not_validated(logged_in_client, deepseek_analysis, h200_plan):
