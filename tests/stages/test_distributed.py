@@ -6,6 +6,7 @@ per module and the stage-level test doubles as the Llama TP=2 proof.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
 import time
@@ -413,3 +414,15 @@ def test_at_the_time_limit_the_rank_outside_the_collective_is_the_one_that_hung(
         "the 2 ranks did not finish within 10 s: could not tell which rank hung (every rank "
         "stopped after 'loaded')"
     )
+
+
+def test_work_folders_live_under_the_var_dir_and_stale_ones_are_swept(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAY0_VAR_DIR", str(tmp_path))
+    stale = tmp_path / "distributed" / "day0-distributed-old"
+    stale.mkdir(parents=True)
+    fresh = tmp_path / "distributed" / "day0-distributed-running"
+    fresh.mkdir()
+    old = time.time() - distributed.STALE_WORK_S - 60
+    os.utime(stale, (old, old))
+    assert distributed.work_root() == tmp_path / "distributed"
+    assert not stale.exists() and fresh.exists()  # a run still going keeps its folder

@@ -25,6 +25,7 @@ import os
 import shutil
 import statistics
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,28 @@ def _usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+# A run's work folder older than this is left over from a worker killed mid-run (a stage's
+# ranks run at most MAX_TIMEOUT_S, an hour): swept by the next run.
+STALE_WORK_S = 6 * 3600
+
+
+def work_root() -> Path:
+    """Where runs keep their work folders (the saved twin, inputs, rank outputs and logs):
+    `distributed/` under DAY0_VAR_DIR when the worker has one, else under the system's
+    temporary folder. Folders older than `STALE_WORK_S` there are removed first."""
+    root = Path(os.environ.get("DAY0_VAR_DIR") or tempfile.gettempdir()) / "distributed"
+    root.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    for entry in root.glob("day0-distributed-*"):
+        try:
+            stale = now - entry.stat().st_mtime > STALE_WORK_S
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(entry, ignore_errors=True)
+    return root
 
 
 def not_validated(reason: str, **known: Any) -> dict[str, Any]:
@@ -128,7 +151,7 @@ def validate_split(
     backend = backend or BACKENDS.get(device_type, "gloo")
     threads = threads_per_rank or max(1, _usable_cpus() // tp)
     points = [[name, layer, kind] for name, layer, kind in hook_points(twin.model)]
-    work = Path(tempfile.mkdtemp(prefix="day0-distributed-"))
+    work = Path(tempfile.mkdtemp(prefix="day0-distributed-", dir=work_root()))
     try:
         twin.model.save_pretrained(str(work / "model"))
         reference = record_run(
