@@ -801,9 +801,15 @@ def _distributed_not_validated(result: Mapping[str, Any], pool: str) -> Finding:
     if fmt.finite(devices) is not None:
         host.append(f"{fmt.count(devices)} device(s) on the worker")
     lines = [
-        f"The `distributed` stage could not run the plan's split ({_planned_split(result)}) "
-        f"across processes on pool {md_code(pool)} ({', '.join(host)}): {_sentence(reason)}",
+        f"The `distributed` stage validated no part of the plan's split "
+        f"({_planned_split(result)}) across processes on pool {md_code(pool)} "
+        f"({', '.join(host)}): {_sentence(reason)}",
         "",
+    ]
+    degree = str(result.get("degree_reason") or "")
+    if degree and degree != reason:
+        lines += [f"The split it would have run: {_sentence(degree)}", ""]
+    lines += [
         "Not validated here: sharding the model by the split (transformers' tensor-parallel "
         "plan), its collectives, and its outputs against the single-device float32 reference. "
         "The plan's communication and scaling figures for this split are predicted only.",

@@ -143,7 +143,7 @@ def test_a_split_that_cannot_run_here_is_a_minor_note_saying_what_and_why(reason
 
     assert (note.key, note.severity) == (NOT_VALIDATED, "minor")
     assert note.title == f"Multi-device split not validated on pool cpu: {why}"
-    assert "could not run the plan's split (TP8 PP1 EP8 DP1) across processes" in note.body
+    assert "validated no part of the plan's split (TP8 PP1 EP8 DP1) across processes" in note.body
     assert "its outputs against the single-device float32 reference" in note.body
 
 
@@ -304,3 +304,17 @@ def test_a_run_broken_on_purpose_leaves_the_notes_as_they_were():
     error, injected = stored("crash")  # kill_rank 1, as the job asked
     assert services.stage_run_fail(stage_run=rerun(job), error=error, result=injected)
     assert notes(job) == {MISMATCH: ("blocker", "open")}
+
+
+def test_a_split_not_validated_says_which_split_it_would_have_run():
+    result = not_validated(
+        "transformers' tensor-parallel plan for GptOssForCausalLM splits only lm_head",
+        plan={"tp": 1, "pp": 1, "ep": 1, "dp": 1},
+        degree_reason="the plan serves on one device (TP=1); TP=2, the next point of its "
+        "scaling curve, is the split to validate",
+    )
+    (note,) = findings_for_stage("distributed", result, pool="cpu")
+    assert (
+        "The split it would have run: the plan serves on one device (TP=1); TP=2, the next "
+        "point of its scaling curve, is the split to validate." in note.body
+    )
