@@ -133,7 +133,10 @@ def validate_split(
     tokens/s = batch / step time), "comm_fraction" (mean over ranks of the profiled share of
     time in collectives), "comm_ops" (rank 0's collective events), "scaling_efficiency"
     (step_time_tp1_s / (tp x step_time_s): 1 = linear), "threads_per_rank", "decode_steps",
-    "timing_steps", "prompt", "launcher", "elapsed_s", "notes", "reason"}.
+    "timing_steps", "prompt", "launcher", "elapsed_s", "notes", "sharding" ({"blocks": {block
+    kind: split?}, "outside_decoder", "sharded_parameters"}), "reason"}; or `not_validated(...)`
+    when the ranks ran but no decoder-layer weight was split (nothing of the decoder to
+    validate).
 
     Raises `StageFailed` (with `.result`) when a rank's outputs are off the reference (naming
     the rank, the logit error and the first divergent module), when a rank crashes (its exit
