@@ -380,6 +380,8 @@ def distributed_panel(
     degree_reason = str(result.get("degree_reason") or "")
     # A degree below 2 is the not-validated reason itself: said once.
     panel.degree_reason = "" if degree_reason == panel.reason else degree_reason
+    if panel.degree_reason and panel.state == "not-validated":  # not run: what it would have
+        panel.degree_reason = f"The split it would have run: {panel.degree_reason}"
     panel.divisibility = _divisibility(result.get("divisibility"))
     panel.ep_note = str(result.get("ep_note") or "")
     panel.notes = [str(n) for n in _list(result.get("notes"))]

@@ -358,6 +358,18 @@ def test_page_says_why_a_split_was_not_validated(logged_in_client, deepseek_anal
     assert "Validated split" not in panel and "distributed-ranks" not in panel
 
 
+def test_a_split_not_validated_says_which_it_would_have_run(
+    logged_in_client, deepseek_analysis, h200_plan
+):
+    result = stored("not_validated") | {
+        "degree_reason": "the plan serves on one device (TP=1); TP=2, the next point of its "
+        "scaling curve, is the split to validate"
+    }
+    job = validated_job(deepseek_analysis, h200_plan, result)
+    panel = distributed_article(page(logged_in_client, job.release), job)
+    assert "The split it would have run: the plan serves on one device (TP=1); TP=2" in panel
+
+
 @pytest.mark.parametrize("status", ["pending", "queued", "running"])
 def test_page_shows_a_waiting_run(logged_in_client, deepseek_analysis, h200_plan, status):
     job = validated_job(deepseek_analysis, h200_plan, None, status=status)

@@ -55,9 +55,9 @@ def _tail(path: Path, lines: int = EXCERPT_LINES) -> str:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
-    # Progress bars, Python's warnings and faulthandler's stack dump (kept apart as "stack")
-    # are noise in an excerpt; everything else is kept.
-    noise = ("warnings.warn", "File ", "Current thread", "Thread 0x")
+    # Progress bars, Python's warnings, the profiler's trace points and faulthandler's stack
+    # dump (kept apart as "stack") are noise in an excerpt; everything else is kept.
+    noise = ("warnings.warn", "File ", "Current thread", "Thread 0x", "USDT:")
     kept = [
         line
         for line in text.splitlines()
