@@ -805,14 +805,17 @@ def _md_release(section: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _unavailable(lead: str, stage: str, section: Mapping[str, Any]) -> str:
+    """The sentence of a section whose stage gave nothing to write from: "Not checked: the
+    precision stage failed: <reason>."."""
+    reason = f": {text(section['reason'])}" if section.get("reason") else ""
+    return f"{lead}: the {stage} stage {text(section.get('status'))}{reason}."
+
+
 def _md_configuration(config: Mapping[str, Any]) -> list[str]:
     out = ["", "## Configuration", ""]
     if not config.get("available"):
-        out.append(
-            f"No serving configuration: the plan stage {text(config.get('status'))}"
-            + (f": {text(config['reason'])}" if config.get("reason") else "")
-            + "."
-        )
+        out.append(_unavailable("No serving configuration", "plan", config))
         suggestions = config.get("suggestions") or {}
         if suggestions:
             out += ["", "What would fit:", ""]
@@ -976,11 +979,7 @@ def _md_distributed(dist: Mapping[str, Any]) -> list[str]:
 def _md_performance(perf: Mapping[str, Any]) -> list[str]:
     out = ["", "## Performance recommendations", ""]
     if not perf.get("available"):
-        out.append(
-            f"No recommendation: the performance stage {text(perf.get('status'))}"
-            + (f": {text(perf['reason'])}" if perf.get("reason") else "")
-            + "."
-        )
+        out.append(_unavailable("No recommendation", "performance", perf))
         return out
     measured = perf["measured"]
     knee_word = "knee" if measured.get("found") else "largest measured batch (no knee found)"
@@ -1078,11 +1077,7 @@ def _md_performance(perf: Mapping[str, Any]) -> list[str]:
 def _md_precision(precision: Mapping[str, Any]) -> list[str]:
     out = ["", "## Precision", ""]
     if not precision.get("available"):
-        out.append(
-            f"Not checked: the precision stage {text(precision.get('status'))}"
-            + (f": {text(precision['reason'])}" if precision.get("reason") else "")
-            + "."
-        )
+        out.append(_unavailable("Not checked", "precision", precision))
         return out
     reference = precision.get("reference") or {}
     verdict = "Every dtype passed" if precision["passed"] else "**At least one dtype failed**"
@@ -1117,11 +1112,7 @@ def _md_precision(precision: Mapping[str, Any]) -> list[str]:
 def _md_operators(operators: Mapping[str, Any]) -> list[str]:
     out = ["", "## Operator coverage", ""]
     if not operators.get("available"):
-        out.append(
-            f"Not checked: the operators stage {text(operators.get('status'))}"
-            + (f": {text(operators['reason'])}" if operators.get("reason") else "")
-            + "."
-        )
+        out.append(_unavailable("Not checked", "operators", operators))
         return out
     counts = operators["counts"]
     out.append(
@@ -1142,11 +1133,7 @@ def _md_operators(operators: Mapping[str, Any]) -> list[str]:
 def _md_stability(stability: Mapping[str, Any]) -> list[str]:
     out = ["", "## Stability", ""]
     if not stability.get("available"):
-        out.append(
-            f"Not run: the stability stage {text(stability.get('status'))}"
-            + (f": {text(stability['reason'])}" if stability.get("reason") else "")
-            + "."
-        )
+        out.append(_unavailable("Not run", "stability", stability))
         return out
     verdict = "Passed" if stability["passed"] else "Failed"
     slope = fmt.finite(stability.get("memory_slope_bytes_per_step"))
