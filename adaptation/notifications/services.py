@@ -226,25 +226,18 @@ def notifications_emit(
     for subscription in subscriptions:
         if NotificationDelivery.objects.filter(subscription=subscription, dedupe_key=key).exists():
             continue
-        try:
-            with transaction.atomic():
-                delivery = NotificationDelivery.objects.create(
-                    subscription=subscription,
-                    event=event,
-                    dedupe_key=key,
-                    message_id=new_message_id(),
-                    job=job,
-                    stage_run=stage_run,
-                    payload=payload,
-                    next_attempt_at=now,
-                )
-        except IntegrityError:  # the same event recorded meanwhile by another process
-            continue
-        created.append(delivery)
-    if created:
-        ids = [delivery.pk for delivery in created]
-        # robust: a broker outage must not undo committed work; the sweep sends them later.
-        transaction.on_commit(lambda: _send_delivery_messages(ids), robust=True)
+        delivery = _record_once(
+            subscription=subscription,
+            event=event,
+            dedupe_key=key,
+            job=job,
+            stage_run=stage_run,
+            payload=payload,
+            next_attempt_at=now,
+        )
+        if delivery is not None:
+            created.append(delivery)
+    _send_after_commit(created)
     return created
 
 
@@ -295,23 +288,36 @@ def report_weekly_send(*, now: datetime | None = None) -> list[NotificationDeliv
             payloads[pools] = weekly_summary_payload(
                 summary=release_report(query).summary.as_dict(), query=query, now=now
             )
-        try:
-            with transaction.atomic():
-                delivery = NotificationDelivery.objects.create(
-                    subscription=subscription,
-                    event=event,
-                    dedupe_key=week,
-                    message_id=new_message_id(),
-                    payload=payloads[pools],
-                    next_attempt_at=now,
-                )
-        except IntegrityError:  # the same week's summary recorded meanwhile by another run
-            continue
-        created.append(delivery)
+        delivery = _record_once(
+            subscription=subscription,
+            event=event,
+            dedupe_key=week,
+            payload=payloads[pools],
+            next_attempt_at=now,
+        )
+        if delivery is not None:
+            created.append(delivery)
+    _send_after_commit(created)
+    return created
+
+
+def _record_once(**fields: Any) -> NotificationDelivery | None:
+    """A new pending delivery with `fields` and a fresh message id, or None when the same
+    (subscription, dedupe_key) was recorded meanwhile by another process (the unique
+    constraint)."""
+    try:
+        with transaction.atomic():
+            return NotificationDelivery.objects.create(message_id=new_message_id(), **fields)
+    except IntegrityError:
+        return None
+
+
+def _send_after_commit(created: list[NotificationDelivery]) -> None:
+    """Send the deliveries' messages once the transaction commits. robust: a broker outage
+    must not undo committed work; the resend sweep sends them later."""
     if created:
         ids = [delivery.pk for delivery in created]
         transaction.on_commit(lambda: _send_delivery_messages(ids), robust=True)
-    return created
 
 
 def _send_delivery_messages(delivery_ids: list[int]) -> None:
