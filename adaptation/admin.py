@@ -29,7 +29,7 @@ from adaptation.models import (
 )
 from adaptation.notifications import admin as notifications_admin  # noqa: F401  (registers)
 from adaptation.webhooks import admin as webhooks_admin  # noqa: F401  (registers)
-from workers.catalog import CatalogError, load_catalog
+from engine.catalog import CatalogError, load_catalog
 
 
 @admin.register(AcceleratorPool)

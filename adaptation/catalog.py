@@ -1,9 +1,9 @@
 """The accelerator catalog as the site sees it: the shipped file plus the admin's rows, and a
 pool's layout for the planner.
 
-The file (`workers/catalog/accelerators.json`) is versioned with the code; an
+The file (`engine/catalog/accelerators.json`) is versioned with the code; an
 `AcceleratorKind` row adds a kind or, with the same kind, replaces the file's entry. Both are
-parsed by the same checks (`workers.catalog.parse_catalog`), so a row without a source for a
+parsed by the same checks (`engine.catalog.parse_catalog`), so a row without a source for a
 figure is refused like a file entry would be.
 
 The "cpu" kind is the machine a cpu pool's worker runs on: `pool_catalog` describes it with
@@ -20,8 +20,8 @@ from typing import Any
 
 from adaptation.models import AcceleratorKind, AcceleratorPool
 from adaptation.selectors import pool_measured_figures
-from workers.catalog import Accelerator, Catalog, CatalogError, cpu_accelerator, load_catalog
-from workers.stages.plan import PoolLayout
+from engine.catalog import Accelerator, Catalog, CatalogError, cpu_accelerator, load_catalog
+from engine.stages.plan.layout import PoolLayout
 
 # Binary gibibyte (bytes): memory is shown and entered in GiB everywhere on the site.
 GIB = 1024**3

@@ -1,7 +1,7 @@
 """Shapes the `distributed` stage's results for the release page's "Multi-device validation"
 panel.
 
-The stage (`workers/stages/distributed/`) runs the plan's tensor-parallel split of the scaled
+The stage (`engine/stages/distributed/`) runs the plan's tensor-parallel split of the scaled
 twin, with expert parallelism for a MoE release whose plan uses it, across that many
 torch.distributed processes on the pool's worker, and compares every rank with the
 single-process float32 reference. Every figure here is measured on the twin, never the full

@@ -40,8 +40,8 @@ from adaptation.models import (
     StageStatus,
     Worker,
 )
-from workers.catalog import Catalog
-from workers.stages.plan import PoolLayout
+from engine.catalog import Catalog
+from engine.stages.plan.layout import PoolLayout
 
 # Stopped or stale workers are listed with their pool for this long after their last
 # heartbeat, then left out.

@@ -47,10 +47,10 @@ from adaptation.models import (
     StageRun,
     StageStatus,
 )
-from workers.stages import formatting as fmt
-from workers.stages.architecture.rope import TRANSFORMERS_ROPE_TYPES
-from workers.stages.distributed.degree import EP_NOT_VALIDATED
-from workers.stages.precision_checks import CHECKS as PRECISION_CHECKS
+from engine import formatting as fmt
+from engine.architecture.rope import TRANSFORMERS_ROPE_TYPES
+from engine.stages.distributed.degree import EP_NOT_VALIDATED
+from engine.stages.precision.checks import CHECKS as PRECISION_CHECKS
 
 logger = logging.getLogger(__name__)
 
@@ -382,7 +382,7 @@ def _plan_no_fit(result: Mapping[str, Any], pool: str) -> Finding:
 
 def kv_bytes_per_sequence(analysis: Mapping[str, Any], tokens: int) -> float | None:
     """KV-cache bytes of one sequence of `tokens` tokens over the whole model, from the
-    analysis (`workers.stages.architecture.kv_cache.kv_cache_bytes_at_context`: a sliding
+    analysis (`engine.architecture.kv_cache.kv_cache_bytes_at_context`: a sliding
     layer keeps at most its window, a chunked one its chunk). None when the analysis lacks
     the figures."""
     attention = analysis.get("attention") or {}

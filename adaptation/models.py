@@ -15,7 +15,8 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
-from workers.stages.base import DEFAULT_REAL_WEIGHTS_MAX_BYTES
+from engine.contract import DEFAULT_REAL_WEIGHTS_MAX_BYTES
+from engine.registry import job_options_check
 
 
 class HubKind(models.TextChoices):
@@ -37,7 +38,7 @@ def _threshold_problem(thresholds: Any) -> str:
     """Why `precision_thresholds` cannot be read by the precision stage ("" when it can):
     dtype keys are serving dtypes, limit names the stage's `THRESHOLD_KEYS`, values
     numbers."""
-    from workers.stages.precision.thresholds import RETIRED_KEYS, THRESHOLD_KEYS
+    from engine.stages.precision.thresholds import RETIRED_KEYS, THRESHOLD_KEYS
 
     if not isinstance(thresholds, dict):
         return 'Per dtype, limits: {"bfloat16": {"min_top1_agreement": 0.95}}.'
@@ -83,7 +84,7 @@ class AcceleratorPool(models.Model):
         null=True,
         blank=True,
         help_text="Supported operators and dtypes, for an accelerator whose worker is not here "
-        "(format: workers/manifests/README.md).",
+        "(format: engine/stages/operators/manifests/README.md).",
     )
     trust_remote_code_orgs = models.JSONField(
         default=list,
@@ -182,7 +183,7 @@ class AcceleratorPool(models.Model):
         shipped file or an admin row), else every job would fail at the plan stage.
         """
         from adaptation.catalog import catalog_current
-        from workers.catalog import CatalogError
+        from engine.catalog import CatalogError
 
         kind = (self.accelerator or "").strip()
         try:
@@ -218,7 +219,7 @@ class AcceleratorPool(models.Model):
 
 class AcceleratorKind(models.Model):
     """An accelerator catalog row edited in the admin: adds a kind to the shipped catalog
-    (`workers/catalog/accelerators.json`) or, with the same `kind`, replaces its entry.
+    (`engine/catalog/accelerators.json`) or, with the same `kind`, replaces its entry.
 
     Units as entered: GiB, TB/s, TFLOP/s and GB/s (decimal, per direction); every figure
     given needs its source in `sources` ({"memory_bytes": "datasheet URL", ...}, keys as in
@@ -283,13 +284,13 @@ class AcceleratorKind(models.Model):
     }
 
     def clean(self) -> None:
-        """Check the row as the catalog checks a file entry (`workers.catalog.parse_accelerator`):
+        """Check the row as the catalog checks a file entry (`engine.catalog.parse_accelerator`):
         every figure given is positive and has its source in `sources` (keyed as in the file:
         "memory_bytes", "memory_bandwidth_bytes_per_s", ...), `dtypes` is a list of dtype
         names. Raises `ValidationError` on the fields at fault: every figure without a source
         at once, not one per save."""
         from adaptation.catalog import accelerator_kind_entry
-        from workers.catalog import CatalogError, missing_sources, parse_accelerator
+        from engine.catalog import CatalogError, missing_sources, parse_accelerator
 
         if not isinstance(self.dtypes, list) or not all(
             isinstance(d, str) and d for d in self.dtypes
@@ -374,11 +375,9 @@ class HubWatch(models.Model):
         take; a typo is caught when saved, not at the next poll."""
         if self.kind == HubKind.MIRROR and not Path(self.endpoint).is_dir():
             raise ValidationError({"endpoint": f"{self.endpoint or '(blank)'} is not a folder."})
-        from adaptation.services import ServiceError, job_options_check
-
         try:
             self.job_options = job_options_check(options=self.job_options)
-        except ServiceError as exc:
+        except ValueError as exc:
             raise ValidationError({"job_options": str(exc)}) from exc
 
 
@@ -662,7 +661,7 @@ class PerformancePoint(models.Model):
     "prefill_tokens_per_s", "decode_tokens_per_s", "peak_process_rss_bytes",
     "peak_device_allocated_bytes"); `unit` its unit ("s", "tokens/s", "bytes").
 
-    Calibration rows (`workers/stages/plan/calibration.py`): the roofline's prediction of the
+    Calibration rows (`engine/stages/plan/calibration.py`): the roofline's prediction of the
     twin's own points on the device that measured them (kind "predicted", model "twin", the
     same metrics), the twin's efficiency per point (kind "measured", model "twin", metrics
     "decode_efficiency" and "prefill_efficiency", unit "ratio": measured / predicted), and a

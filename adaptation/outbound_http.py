@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import httpx
 from django.conf import settings
 
-from adaptation.hubs.http import USER_AGENT
+from engine.hubs.http import USER_AGENT
 
 ALLOWED_SCHEMES = ("http", "https")
 

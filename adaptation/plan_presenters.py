@@ -1,7 +1,7 @@
 """Shapes the `plan` stage's results for the release page, and plans a release on every pool
 and catalog kind for the compare-pools page.
 
-A plan is the planner's prediction from the architecture analysis (`workers/stages/plan/`):
+A plan is the planner's prediction from the architecture analysis (`engine/stages/plan/`):
 memory per device, decode and prefill speeds and the scaling curve are computed, never
 measured, and every figure and table here says so. The one measured figure beside them is
 the scaling efficiency the job's `distributed` stage measured on the scaled twin, drawn on the
@@ -32,8 +32,10 @@ from adaptation.presenters import latest_analysis_run, waiting_label
 from adaptation.selectors import latest_runs_by_stage
 from adaptation.templatetags.day0_format import MISSING, bytes_per_token, gib
 from adaptation.templatetags.day0_format import number_value as _number
-from workers.catalog import Accelerator, Catalog, CatalogError
-from workers.stages.plan import NoFittingPlan, PlanInputError, PoolLayout, plan_release
+from engine.catalog import Accelerator, Catalog, CatalogError
+from engine.stages.plan.errors import NoFittingPlan, PlanInputError
+from engine.stages.plan.layout import PoolLayout
+from engine.stages.plan.planner import plan_release
 
 PLAN_STAGE = "plan"
 DISTRIBUTED_STAGE = "distributed"

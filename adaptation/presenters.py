@@ -30,9 +30,9 @@ from adaptation.templatetags.day0_format import (
     gib,
     params,
 )
-from workers.stages.architecture.config_reader import KEY_ALIASES
-from workers.stages.architecture.moe import EXPERT_COUNT_KEYS, SHARED_COUNT_KEYS, TOP_K_KEYS
-from workers.stages.registry import get_stage, stage_names
+from engine.architecture.config_reader import KEY_ALIASES
+from engine.architecture.moe import EXPERT_COUNT_KEYS, SHARED_COUNT_KEYS, TOP_K_KEYS
+from engine.registry import get_stage, stage_names
 
 ANALYZE_STAGE = "analyze"
 FROM_CONFIG = "read from config"

@@ -79,7 +79,7 @@ def readiness_thresholds_check(thresholds: Mapping[str, Sequence[str]]) -> dict[
     lowest first, once every stage name is a registered stage. Raises
     `ImproperlyConfigured` naming the unknown names and the registered ones otherwise (day0
     checks its setting this way when it starts: `AdaptationConfig.ready`)."""
-    from workers.stages.registry import stage_names
+    from engine.registry import stage_names
 
     known = stage_names()
     if not isinstance(thresholds, Mapping):

@@ -1,6 +1,6 @@
 """Release notes: versioned documents per release and pool, people's additions, exports.
 
-The `release_notes` stage (`workers.stages.release_notes`) writes the notes at the end of a
+The `release_notes` stage (`engine.stages.release_notes.run`) writes the notes at the end of a
 job; its result is stored here as a new `ReleaseNotes` version (`release_notes_store`, called
 by the stage's result handler in `adaptation.stage_results`). Versions count up per (release,
 pool): a re-run of any stage re-runs every later one, the notes included, so each re-run
@@ -43,8 +43,8 @@ from adaptation.models import (
     StageRun,
     StageStatus,
 )
-from workers.stages.base import PoolSpec, ReleaseRef
-from workers.stages.release_notes import build_release_notes
+from engine.contract import PoolSpec, ReleaseRef
+from engine.stages.release_notes.run import build_release_notes
 
 STAGE = "release_notes"
 # Additions longer than this are refused (a notes page, not a wiki).

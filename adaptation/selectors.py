@@ -21,7 +21,7 @@ from adaptation.models import (
     StageRun,
     StageStatus,
 )
-from workers.stages.plan.calibration import (
+from engine.stages.plan.calibration import (
     DEFAULT_CALIBRATION_RUNS,
     EFFICIENCY_METRICS,
     running_calibration,
@@ -218,7 +218,7 @@ def precision_results(run: StageRun) -> QuerySet[PrecisionResult]:
 def pool_calibration(
     *, pool: AcceleratorPool, runs: int = DEFAULT_CALIBRATION_RUNS
 ) -> dict[str, Any]:
-    """The pool's running calibration (`workers.stages.plan.calibration.running_calibration`):
+    """The pool's running calibration (`engine.stages.plan.calibration.running_calibration`):
     the median over its last `runs` successful performance runs of each run's median
     efficiency of the scaled twin, measured / roofline-predicted (from the run's
     `PerformancePoint` rows "decode_efficiency" and "prefill_efficiency"), and the device
@@ -316,7 +316,7 @@ def median_device_figures(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
             f"median of {len(probed)} performance run(s) "
             f"(stage runs {', '.join(str(i) for i in ids)})"
             + (f" on {', '.join(hosts)}" if hosts else "")
-            + ": STREAM triad and matmul probes (workers/stages/device_probe.py)"
+            + ": STREAM triad and matmul probes (engine/device_probe.py)"
         ),
     }
 

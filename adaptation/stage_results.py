@@ -19,7 +19,7 @@ from adaptation.models import (
     StageRun,
 )
 from adaptation.release_notes import release_notes_store
-from workers.stages.measure_options import calibration_rows, performance_rows
+from engine.stages.performance.rows import calibration_rows, performance_rows
 
 Handler = Callable[[StageRun, dict[str, Any]], None]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from adaptation.hubs import HubSpec, canonical_endpoint, hub_source
-from adaptation.hubs.base import REPO_ID_RULES, HubError, ReleaseCandidate, is_valid_repo_id
+from engine.hubs import HubSpec, canonical_endpoint, hub_source
+from engine.hubs.base import REPO_ID_RULES, HubError, ReleaseCandidate, is_valid_repo_id
 
 
 class TargetError(Exception):

@@ -38,12 +38,13 @@ from adaptation import (
     presenters,
     release_notes,
     selectors,
-    services,
     validation_presenters,
 )
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease
 from adaptation.roles import CANCEL_JOB, CHANGE_NOTES_ADDITIONS, RERUN_STAGE
-from workers.stages.plan.planner import MAX_CONCURRENCY, MAX_CONTEXT_TOKENS
+from adaptation.services import jobs as job_services
+from adaptation.services.errors import ServiceError
+from engine.stages.plan.planner import MAX_CONCURRENCY, MAX_CONTEXT_TOKENS
 
 POLL_EVERY = "every 3s"
 # The board's refresh period (seconds) while stages run, and while nothing runs.
@@ -189,8 +190,8 @@ def stage_rerun(request: HttpRequest, job_id: int, stage: str) -> HttpResponse:
     Needs the `rerun_stage` permission (engineers, admins)."""
     job = get_object_or_404(AdaptationJob, pk=job_id)
     try:
-        run = services.job_rerun_stage(job=job, stage=stage)
-    except services.ServiceError as exc:
+        run = job_services.job_rerun_stage(job=job, stage=stage)
+    except ServiceError as exc:
         messages.error(request, str(exc))
     else:
         messages.success(
@@ -204,12 +205,12 @@ def stage_rerun(request: HttpRequest, job_id: int, stage: str) -> HttpResponse:
 @permission_required(CANCEL_JOB)
 @require_POST
 def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
-    """Cancel a job that has not finished (`services.job_cancel`), then go back to the
+    """Cancel a job that has not finished (`job_services.job_cancel`), then go back to the
     release. Needs the `cancel_job` permission (engineers, admins)."""
     job = get_object_or_404(AdaptationJob, pk=job_id)
     try:
-        services.job_cancel(job=job, by=request.user)
-    except services.ServiceError as exc:
+        job_services.job_cancel(job=job, by=request.user)
+    except ServiceError as exc:
         messages.error(request, str(exc))
     else:
         messages.success(

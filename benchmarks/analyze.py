@@ -20,9 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from timing import best_time_s  # noqa: E402
+from timing import best_time_s
 
-from workers.stages.architecture import analyze_config  # noqa: E402
+from engine.architecture import analyze_config
 
 CONFIGS = ROOT / "tests" / "data" / "realconfigs"
 RUNS = 5

@@ -1,7 +1,7 @@
 """Step time and share of time in collectives at TP 1 and 2, dense and MoE twins, local CPU.
 
 For the Llama-3.1-8B twin (dense) and the Qwen3-235B-A22B twin (MoE, EP=2 at TP=2) runs the
-distributed stage's engine (`workers.stages.distributed.validate_split`: torchrun, gloo,
+distributed stage's engine (`engine.stages.distributed.validate_split`: torchrun, gloo,
 transformers' tp_plan/ep_plan) with 1 and with 2 processes, and prints per run the median
 decode step (seconds, batch 2, measured), decode tokens/s, the profiled share of the run
 spent in collectives, the worst max |logit error| against the float32 reference, and the
@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workers.stages.distributed import validate_split  # noqa: E402
-from workers.stages.twin import build_twin  # noqa: E402
+from engine.stages.distributed.run import validate_split
+from engine.twin import build_twin
 
 CONFIGS = ROOT / "tests" / "data" / "realconfigs"
 TWINS = (

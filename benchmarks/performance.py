@@ -1,6 +1,6 @@
 """The `performance` stage on the local CPU: the measured curve of one twin, and the stage's time.
 
-Runs `workers.stages.performance.run` (twin build included) with default settings for one
+Runs `engine.stages.performance.run.run` (twin build included) with default settings for one
 real config of tests/data/realconfigs (default DeepSeek-V3's twin: MLA + MoE, the slowest of
 the real configs' twins) on a CPU pool declaring bfloat16 and float16, with
 DAY0_TORCH_THREADS torch threads (default 1, as a worker process runs; `--threads 2` for one
@@ -25,10 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
+import torch
 
-from workers.stages import performance  # noqa: E402
-from workers.stages.base import PoolSpec, ReleaseRef, StageContext  # noqa: E402
+from engine.contract import PoolSpec, ReleaseRef, StageContext
+from engine.stages.performance import run as performance
 
 CONFIGS = ROOT / "tests" / "data" / "realconfigs"
 DEFAULT_NAME = "deepseek-ai__DeepSeek-V3"

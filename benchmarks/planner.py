@@ -15,11 +15,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from timing import best_time_s  # noqa: E402
+from timing import best_time_s
 
-from workers.stages.architecture import analyze_config  # noqa: E402
-from workers.stages.plan import NoFittingPlan, PoolLayout, evaluate_split, plan_release  # noqa: E402
-from workers.stages.plan.validity import Split  # noqa: E402
+from engine.architecture import analyze_config
+from engine.stages.plan.errors import NoFittingPlan
+from engine.stages.plan.layout import PoolLayout
+from engine.stages.plan.planner import evaluate_split, plan_release
+from engine.stages.plan.validity import Split
 
 CONFIGS = ROOT / "tests" / "data" / "realconfigs"
 TARGET_TIME_S = 1.0

@@ -71,7 +71,7 @@ def seed(*, releases: int, seed_value: int) -> dict[str, int]:
         StageRun,
     )
     from adaptation.readiness import readiness_from_runs
-    from workers.stages.registry import stage_names
+    from engine.registry import stage_names
 
     rng = random.Random(seed_value)
     stages = stage_names()

@@ -23,10 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
+import torch
 
-from workers.stages import operators, precision  # noqa: E402
-from workers.stages.base import PoolSpec, ReleaseRef, StageContext  # noqa: E402
+from engine.contract import PoolSpec, ReleaseRef, StageContext
+from engine.stages.operators import run as operators
+from engine.stages.precision import run as precision
 
 CONFIGS = ROOT / "tests" / "data" / "realconfigs"
 NAMES = (
@@ -60,7 +61,7 @@ def main() -> int:
     pool = PoolSpec(name="cpu", backend="cpu", queue="cpu")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     start = time.perf_counter()
-    from workers.stages.twin import build_twin
+    from engine.twin import build_twin
 
     build_twin(json.loads((CONFIGS / f"{NAMES[0]}.json").read_text()))
     print(

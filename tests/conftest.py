@@ -52,15 +52,16 @@ QUICK_MEASUREMENTS = {
 def quick_measurements(monkeypatch: pytest.MonkeyPatch) -> dict:
     """Jobs created during the test, polled ones included, get `QUICK_MEASUREMENTS` as their
     performance and stability options (a job's own options for a stage win). Returns them."""
-    from adaptation import services
+    from adaptation.services import releases
+    from adaptation.services.jobs import job_create
 
-    create = services.job_create
+    create = job_create
 
     def job_create(*, options=None, stages=None, **kwargs):
         quick = {k: v for k, v in QUICK_MEASUREMENTS.items() if stages is None or k in stages}
         return create(options={**quick, **(options or {})}, stages=stages, **kwargs)
 
-    monkeypatch.setattr(services, "job_create", job_create)
+    monkeypatch.setattr(releases, "job_create", job_create)
     return QUICK_MEASUREMENTS
 
 

@@ -104,6 +104,6 @@ def make_job(
             result=(results or {}).get(name),
             error=(errors or {}).get(name, ""),
         )
-    from adaptation.services import job_refresh_status
+    from adaptation.services.jobs import job_refresh_status
 
     return job_refresh_status(job=job)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adaptation import services
-from adaptation.hubs import HubSpec, canonical_endpoint, hub_source
 from adaptation.models import AdaptationJob, ModelRelease, StageRun, StageStatus
+from adaptation.services.releases import release_get_or_create
+from engine.hubs import HubSpec, canonical_endpoint, hub_source
 from workers.runner import execute_stage_run
 
 
@@ -31,7 +31,7 @@ def mirror_release(root: Path, repo_id: str, config: bytes) -> ModelRelease:
     (folder / "config.json").write_bytes(config)
     spec = HubSpec(kind="mirror", endpoint=str(root))
     [candidate] = hub_source(spec).list_releases()
-    release, _ = services.release_get_or_create(
+    release, _ = release_get_or_create(
         hub_kind="mirror",
         hub_endpoint=canonical_endpoint(spec),
         repo_id=candidate.repo_id,

@@ -73,13 +73,14 @@ def engine_results() -> dict[str, dict[str, Any]]:
     the engine's results for the dense and the MoE twin (made once per session)."""
     import torch
 
-    from workers.stages.architecture import analyze_config
-    from workers.stages.base import PoolSpec, StageFailed
-    from workers.stages.performance import measure_performance
-    from workers.stages.plan import PoolLayout, plan_release
-    from workers.stages.plan.calibration import calibrated_predictions, running_calibration
-    from workers.stages.stability import measure_stability
-    from workers.stages.twin import build_twin
+    from engine.architecture import analyze_config
+    from engine.contract import PoolSpec, StageFailed
+    from engine.stages.performance.run import measure_performance
+    from engine.stages.plan.calibration import calibrated_predictions, running_calibration
+    from engine.stages.plan.layout import PoolLayout
+    from engine.stages.plan.planner import plan_release
+    from engine.stages.stability.run import measure_stability
+    from engine.twin import build_twin
 
     cpu = PoolSpec(name="cpu", backend="cpu", queue="pool.cpu")
     threads = torch.get_num_threads()

@@ -3,7 +3,7 @@ heartbeat while it runs.
 
 `connect_worker_signals()` is called from `day0web.celery` when a worker process starts
 (`worker_init`), so only workers register; the web process never imports torch through
-here. On `worker_ready` a daemon thread registers the worker (`services.worker_register`)
+here. On `worker_ready` a daemon thread registers the worker (`worker_register`)
 and then beats every `DAY0_WORKER_HEARTBEAT_S` seconds; on `worker_shutdown` the thread
 stops and the worker is marked stopped. A failure to register or beat is logged and tried
 again at the next beat: it never stops the worker.
@@ -25,7 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from workers.catalog import physical_memory_bytes
+from engine.catalog import physical_memory_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -182,12 +182,12 @@ class WorkerAnnouncer:
             self._thread.join(timeout=timeout_s)
 
     def _register(self) -> bool:
-        from adaptation import services
+        from adaptation.services.workers import worker_register, worker_stop
 
         try:
-            services.worker_register(name=self.name, description=describe_this_worker(self.queues))
+            worker_register(name=self.name, description=describe_this_worker(self.queues))
             if self._stop.is_set():  # shut down while registering: do not look live after it
-                services.worker_stop(name=self.name)
+                worker_stop(name=self.name)
         except Exception:
             logger.warning("Worker %s could not register; retrying", self.name, exc_info=True)
             connection.close()
@@ -196,10 +196,10 @@ class WorkerAnnouncer:
         return True
 
     def _beat(self) -> bool:
-        from adaptation import services
+        from adaptation.services.workers import worker_heartbeat
 
         try:
-            return services.worker_heartbeat(name=self.name)
+            return worker_heartbeat(name=self.name)
         except Exception:
             logger.warning("Heartbeat of worker %s failed", self.name, exc_info=True)
             connection.close()
@@ -237,7 +237,7 @@ def on_worker_ready(sender: Any = None, **_: object) -> None:
 
 def on_worker_shutdown(sender: Any = None, **_: object) -> None:
     """`worker_shutdown`: stop the heartbeat and mark the worker stopped. Never raises."""
-    from adaptation import services
+    from adaptation.services.workers import worker_stop
 
     name = str(getattr(sender, "hostname", "") or "")
     announcer = _announcers.pop(name, None)
@@ -246,7 +246,7 @@ def on_worker_shutdown(sender: Any = None, **_: object) -> None:
     if not name:
         return
     try:
-        services.worker_stop(name=name)
+        worker_stop(name=name)
     except Exception:
         logger.warning("Could not mark worker %s stopped", name, exc_info=True)
     finally:

@@ -17,11 +17,18 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from adaptation import selectors, services
+from adaptation import selectors
 from adaptation.catalog import accelerator_kind_row_entry, gb_per_s_to_bytes_per_s
 from adaptation.models import AcceleratorPool, StageRun
 from adaptation.release_notes import notes_limitations
-from workers.stages.base import (
+from adaptation.services.stage_runs import (
+    stage_run_claim,
+    stage_run_fail,
+    stage_run_heartbeat,
+    stage_run_requeue,
+    stage_run_succeed,
+)
+from engine.contract import (
     PoolSpec,
     ReleaseRef,
     StageCancelled,
@@ -31,7 +38,7 @@ from workers.stages.base import (
     StageTransientError,
     never_cancelled,
 )
-from workers.stages.registry import get_stage
+from engine.registry import get_stage
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +87,7 @@ class Heartbeat:
         try:
             while not self._stop.wait(self.every_s):
                 try:
-                    if not services.stage_run_heartbeat(stage_run_id=self.stage_run_id):
+                    if not stage_run_heartbeat(stage_run_id=self.stage_run_id):
                         self.cancelled.set()
                         return
                 except Exception:
@@ -186,7 +193,7 @@ def execute_stage_run(
     `worker_host` is recorded on the run: the Celery node name ("cpu@host") of the worker
     running it, so the pools page can say what each worker runs; default the host name."""
     # Celery's Django fix-up closes stale database connections around each task.
-    run = services.stage_run_claim(
+    run = stage_run_claim(
         stage_run_id=stage_run_id,
         worker_host=worker_host or socket.gethostname(),
         task_id=task_id,
@@ -203,7 +210,7 @@ def execute_stage_run(
         with Heartbeat(run.pk, settings.DAY0_HEARTBEAT_EVERY_S) as heartbeat:
             result = definition(stage_context(run, definition, log, heartbeat.cancelled.is_set))
         log(f"finished {run.stage}")
-        services.stage_run_succeed(stage_run=run, result=result, log=log.text(run.log))
+        stage_run_succeed(stage_run=run, result=result, log=log.text(run.log))
     except StageCancelled:
         # The row already says cancelled (or failed, by the reaper): nothing to store.
         logger.info("Stage run %s stopped: it is no longer running.", run.pk)
@@ -211,7 +218,7 @@ def execute_stage_run(
     except StageFailed as exc:
         # A stage may attach what it measured before failing (precision metrics).
         measured = getattr(exc, "result", None)
-        services.stage_run_fail(
+        stage_run_fail(
             stage_run=run,
             error=exc.reason,
             log=log.text(run.log),
@@ -221,18 +228,18 @@ def execute_stage_run(
     except StageTransientError as exc:
         if final_try:
             reason = f"{exc.reason} (gave up after {run.retries + 1} tries)"
-            services.stage_run_fail(stage_run=run, error=reason, log=log.text(run.log))
+            stage_run_fail(stage_run=run, error=reason, log=log.text(run.log))
             return StageOutcome(status="failed", reason=reason)
-        if not services.stage_run_requeue(stage_run=run, reason=exc.reason, log=log.text(run.log)):
+        if not stage_run_requeue(stage_run=run, reason=exc.reason, log=log.text(run.log)):
             return StageOutcome(status="not-claimed", reason="reaped while running")
         return StageOutcome(status="retry", retry_after_s=exc.retry_after_s, reason=exc.reason)
     except SoftTimeLimitExceeded:
         reason = f"{run.stage} ran past its time limit of {limit_s} s."
-        services.stage_run_fail(stage_run=run, error=reason, log=log.text(run.log))
+        stage_run_fail(stage_run=run, error=reason, log=log.text(run.log))
         return StageOutcome(status="failed", reason=reason)
     except Exception as exc:  # a bug, bad input or a result that cannot be stored
         logger.exception("Stage %s of job %s crashed", run.stage, run.job_id)
         reason = f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc(limit=20)}"
-        services.stage_run_fail(stage_run=run, error=reason, log=log.text(run.log))
+        stage_run_fail(stage_run=run, error=reason, log=log.text(run.log))
         return StageOutcome(status="failed", reason=str(exc))
     return StageOutcome(status="succeeded")

@@ -6,8 +6,9 @@ import socket
 
 from celery import shared_task
 
-from adaptation import services
 from adaptation.notifications import services as notification_services
+from adaptation.services.hub_polling import hub_watches_poll
+from adaptation.services.stage_runs import stage_runs_reap_stale, stage_runs_resend_queued
 from adaptation.webhooks import deliveries, uploads
 from workers.runner import execute_stage_run
 
@@ -39,7 +40,7 @@ def run_stage(self, stage_run_id: int) -> str:
 @shared_task(name="day0.poll_hubs", soft_time_limit=300, time_limit=360)
 def poll_hubs() -> dict[str, int]:
     """Periodic: poll every watch whose interval has run out."""
-    outcomes = services.hub_watches_poll(due_only=True)
+    outcomes = hub_watches_poll(due_only=True)
     return {
         "watches": len(outcomes),
         "new_releases": sum(len(o.new_releases) for o in outcomes),
@@ -52,8 +53,8 @@ def reap_stale_stage_runs() -> dict[str, int]:
     """Periodic: fail stages whose worker stopped sending heartbeats, and send again the
     messages of stages left queued too long."""
     return {
-        "failed": services.stage_runs_reap_stale(),
-        "resent": services.stage_runs_resend_queued(),
+        "failed": stage_runs_reap_stale(),
+        "resent": stage_runs_resend_queued(),
     }
 
 

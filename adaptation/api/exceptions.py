@@ -18,7 +18,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from adaptation.services import ServiceError
+from adaptation.services.errors import ServiceError
 
 
 class Conflict(exceptions.APIException):

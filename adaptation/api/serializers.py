@@ -9,7 +9,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from adaptation import presenters, services
+from adaptation import presenters
 from adaptation.api.filters import ID_MAX
 from adaptation.inventory import PoolInventory, WorkerState
 from adaptation.models import (
@@ -23,8 +23,10 @@ from adaptation.models import (
     WebhookKind,
 )
 from adaptation.selectors import release_open_limitations_all
+from adaptation.services.errors import ServiceError
+from adaptation.services.pools import pool_get
 from adaptation.webhooks.endpoints import webhook_url_path
-from workers.stages.registry import stage_names
+from engine.registry import job_options_check, stage_names
 
 # A result summary keeps a string up to this many characters.
 SUMMARY_TEXT_CHARS = 300
@@ -308,13 +310,13 @@ class JobCreateInput(serializers.Serializer):
         checked as `job_create` will check them (`job_options_check`). Each refusal is under
         its field."""
         try:
-            attrs["pool"] = services.pool_get(name=attrs.get("pool") or None)
-        except services.ServiceError as exc:
+            attrs["pool"] = pool_get(name=attrs.get("pool") or None)
+        except ServiceError as exc:
             raise serializers.ValidationError({"pool": [str(exc)]}) from exc
         if "options" in attrs:
             try:
-                services.job_options_check(options=attrs["options"], stages=attrs.get("stages"))
-            except services.ServiceError as exc:
+                job_options_check(options=attrs["options"], stages=attrs.get("stages"))
+            except ValueError as exc:
                 raise serializers.ValidationError({"options": [str(exc)]}) from exc
         return attrs
 

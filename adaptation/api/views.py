@@ -27,7 +27,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 
-from adaptation import inventory, selectors, services
+from adaptation import inventory, selectors
 from adaptation.api import filters, serializers
 from adaptation.api.exceptions import Conflict
 from adaptation.api.permissions import ActionPermission
@@ -42,6 +42,8 @@ from adaptation.models import (
     Worker,
 )
 from adaptation.roles import CANCEL_JOB, RERUN_STAGE, TRIGGER_JOB
+from adaptation.services.errors import ServiceError
+from adaptation.services.jobs import job_cancel, job_create, job_rerun_stage
 from adaptation.webhooks.endpoints import EndpointError, webhook_endpoint_create
 
 CONFLICT = OpenApiResponse(description="The job's state does not allow this now (see message).")
@@ -125,7 +127,7 @@ class JobViewSet(
         (absent: `DAY0_DEFAULT_POOL`), with every stage unless `stages` names some, and
         per-stage `options`. Its first stage is queued at once. Needs `trigger_job`."""
         data = self._validated(serializers.JobCreateInput, request)
-        job = services.job_create(
+        job = job_create(
             release=data["release"],
             pool=data["pool"],
             trigger=Trigger.API,
@@ -147,8 +149,8 @@ class JobViewSet(
         job already finished. Needs `cancel_job`."""
         job = self.get_object()
         try:
-            job = services.job_cancel(job=job, by=request.user)
-        except services.ServiceError as exc:
+            job = job_cancel(job=job, by=request.user)
+        except ServiceError as exc:
             raise Conflict(str(exc)) from exc
         return self._detail(job)
 
@@ -171,8 +173,8 @@ class JobViewSet(
         if stage not in job.stages:
             raise NotFound(f"Job {job.pk} has no stage {stage!r}; it has {', '.join(job.stages)}.")
         try:
-            services.job_rerun_stage(job=job, stage=stage)
-        except services.ServiceError as exc:
+            job_rerun_stage(job=job, stage=stage)
+        except ServiceError as exc:
             raise Conflict(str(exc)) from exc
         return self._detail(job, code=status.HTTP_202_ACCEPTED)
 
@@ -296,7 +298,7 @@ class WebhookEndpointViewSet(
                 created_by=request.user,
             )
         except EndpointError as exc:
-            raise services.ServiceError(str(exc)) from exc
+            raise ServiceError(str(exc)) from exc
         output = serializers.WebhookEndpointCreatedOutput(endpoint, context={"secret": secret})
         return Response(output.data, status=status.HTTP_201_CREATED)
 

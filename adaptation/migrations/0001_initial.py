@@ -26,7 +26,7 @@ class Migration(migrations.Migration):
                 ('queue', models.CharField(blank=True, help_text='Celery queue its workers listen on; blank: pool.<name>.', max_length=128, unique=True)),
                 ('device', models.CharField(default='cpu', help_text='Torch device its workers use: "cpu", "cuda:0".', max_length=32)),
                 ('dtypes', models.JSONField(blank=True, default=adaptation.models.default_pool_dtypes, help_text='Serving dtypes to validate, torch names: ["bfloat16", "float16", "int8"].')),
-                ('operator_manifest', models.JSONField(blank=True, help_text='Supported operators and dtypes, for an accelerator whose worker is not here (format: workers/manifests/README.md).', null=True)),
+                ('operator_manifest', models.JSONField(blank=True, help_text='Supported operators and dtypes, for an accelerator whose worker is not here (format: engine/stages/operators/manifests/README.md).', null=True)),
                 ('trust_remote_code_orgs', models.JSONField(blank=True, default=list, help_text='Orgs whose shipped modeling code may run (sandboxed) on this pool.')),
                 ('precision_thresholds', models.JSONField(blank=True, default=dict, help_text='Per-dtype overrides: {"bfloat16": {"min_top1_agreement": 0.95}}.')),
                 ('real_weights_max_bytes', models.PositiveBigIntegerField(default=1073741824, help_text='A mirror release with a checkpoint up to this size (bytes) is validated on its real weights at full size; larger ones on a scaled twin.')),

@@ -30,7 +30,6 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from adaptation import outbound_http
-from adaptation.hubs.http import retry_after_seconds
 from adaptation.models import (
     AcceleratorPool,
     AdaptationJob,
@@ -50,6 +49,7 @@ from adaptation.notifications.events import (
 )
 from adaptation.notifications.formats import render_message
 from adaptation.secrets import SecretUnreadable, new_signing_secret, secret_decrypt, secret_encrypt
+from engine.hubs.http import retry_after_seconds
 
 logger = logging.getLogger(__name__)
 

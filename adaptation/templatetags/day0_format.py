@@ -15,7 +15,7 @@ from typing import Any
 from django import template
 
 from adaptation.catalog import GIB
-from workers.stages import formatting
+from engine import formatting
 
 register = template.Library()
 
@@ -154,7 +154,7 @@ def sig(value: Any) -> str:
 
 @register.filter
 def scientific(value: Any) -> str:
-    """An error or tolerance in scientific notation (`workers.stages.formatting.scientific`,
+    """An error or tolerance in scientific notation (`engine.formatting.scientific`,
     as the notes write it): 7.4505e-07 → "7.45e-07"."""
     return formatting.scientific(value)
 

@@ -32,8 +32,6 @@ from urllib.parse import urlsplit
 from django.db import IntegrityError, transaction
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from adaptation.hubs import HubSpec, canonical_endpoint
-from adaptation.hubs.base import REPO_ID_RULES, is_valid_repo_id
 from adaptation.models import (
     AcceleratorPool,
     DeliveryVerdict,
@@ -44,14 +42,11 @@ from adaptation.models import (
     WebhookEndpoint,
 )
 from adaptation.secrets import SecretUnreadable, secret_decrypt
-from adaptation.services import (
-    ServiceError,
-    hub_spec_for_watch,
-    job_create,
-    job_options_check,
-    pool_get,
-    release_get_or_create,
-)
+from adaptation.services.errors import ServiceError
+from adaptation.services.hub_polling import hub_spec_for_watch
+from adaptation.services.jobs import job_create
+from adaptation.services.pools import pool_get
+from adaptation.services.releases import release_get_or_create
 from adaptation.webhooks.deliveries import (
     MAX_REVISION_CHARS,
     DeliveryRecorder,
@@ -59,7 +54,9 @@ from adaptation.webhooks.deliveries import (
     Outcome,
     rejected,
 )
-from workers.stages.registry import stage_names
+from engine.hubs import HubSpec, canonical_endpoint
+from engine.hubs.base import REPO_ID_RULES, is_valid_repo_id
+from engine.registry import job_options_check, stage_names
 
 EVENT = "adapt"
 MAX_REPO_ID_CHARS = 256
@@ -177,7 +174,7 @@ def adapt_request_parse(payload: Any, *, endpoint: WebhookEndpoint) -> AdaptRequ
             pool = endpoint.pool or (watch.pool if watch else None) or pool_get()
             if not pool.enabled:
                 raise ServiceError(f"pool {pool.name!r} is disabled; name an enabled pool")
-    except ServiceError as exc:
+    except (ServiceError, ValueError) as exc:
         raise RequestError(str(exc)) from exc
     return AdaptRequest(
         repo_id=repo_id,

@@ -28,8 +28,6 @@ from typing import Any
 
 from django.db import transaction
 
-from adaptation.hubs import canonical_endpoint
-from adaptation.hubs.base import REPO_ID_RULES, is_valid_repo_id, repo_matches
 from adaptation.models import (
     AcceleratorPool,
     DeliveryVerdict,
@@ -40,7 +38,7 @@ from adaptation.models import (
 )
 from adaptation.secrets import secret_matches
 from adaptation.selectors import release_newest_job
-from adaptation.services import hub_spec_for_watch
+from adaptation.services.hub_polling import hub_spec_for_watch
 from adaptation.webhooks import uploads
 from adaptation.webhooks.deliveries import (
     MAX_REVISION_CHARS,
@@ -49,6 +47,8 @@ from adaptation.webhooks.deliveries import (
     Outcome,
     rejected,
 )
+from engine.hubs import canonical_endpoint
+from engine.hubs.base import REPO_ID_RULES, is_valid_repo_id, repo_matches
 
 SECRET_HEADER = "x-webhook-secret"
 MAIN_REF = "refs/heads/main"

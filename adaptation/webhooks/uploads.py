@@ -35,8 +35,6 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from adaptation.hubs import HubSpec, hub_source
-from adaptation.hubs.base import HubError, HubRateLimited
 from adaptation.models import (
     AcceleratorPool,
     AdaptationJob,
@@ -50,12 +48,11 @@ from adaptation.models import (
     WebhookEndpoint,
 )
 from adaptation.selectors import release_newest_job
-from adaptation.services import (
-    ServiceError,
-    job_create,
-    job_options_check,
-    release_get_or_create,
-)
+from adaptation.services.jobs import job_create
+from adaptation.services.releases import release_get_or_create
+from engine.hubs import HubSpec, hub_source
+from engine.hubs.base import HubError, HubRateLimited
+from engine.registry import job_options_check
 
 logger = logging.getLogger(__name__)
 
@@ -237,7 +234,7 @@ def pending_upload_settle(*, pending_upload_id: int, now: datetime | None = None
         # outside the admin's check) wait here, so fixing the watch lets the upload through.
         try:
             options = job_options_check(options=upload.watch.job_options)
-        except ServiceError as exc:
+        except ValueError as exc:
             problem = f"watch {upload.watch.name!r} has job options the stages refuse: {exc}"
 
     if problem:

@@ -13,8 +13,8 @@ from django.test.utils import CaptureQueriesContext
 from adaptation import catalog as site_catalog
 from adaptation.catalog import catalog_current, gb_per_s_to_bytes_per_s, pool_catalog, pool_layout
 from adaptation.models import AcceleratorKind, AcceleratorPool, Worker
+from engine.catalog import SOURCED_FIGURES, load_catalog
 from tests.factories import cpu_pool
-from workers.catalog import SOURCED_FIGURES, load_catalog
 
 pytestmark = pytest.mark.django_db
 
@@ -244,7 +244,7 @@ def test_measured_figures_are_the_median_of_the_last_performance_runs():
 
 def test_pool_catalog_of_the_cpu_pool_predicts_on_the_measured_figures():
     from adaptation.selectors import pool_calibration, pool_measured_figures
-    from workers.stages.plan import pool_catalog_for_stage
+    from engine.stages.plan.run import pool_catalog_for_stage
 
     pool = cpu_pool()
     runs = [probed_run(pool, bw * 1e9, 2e11) for bw in (10, 30, 20)]

@@ -255,8 +255,8 @@ def test_adapt_wait_warns_only_about_a_stage_queued_for_over_15_s(status, queued
 
 @pytest.mark.django_db
 def test_adapt_wait_stops_when_the_job_is_cancelled(tmp_path, monkeypatch, capsys):
-    from adaptation import services
     from adaptation.management.commands import adapt
+    from adaptation.services.jobs import job_cancel
 
     folder = tmp_path / "meta-llama" / "Llama-3.1-8B"
     folder.mkdir(parents=True)
@@ -265,7 +265,7 @@ def test_adapt_wait_stops_when_the_job_is_cancelled(tmp_path, monkeypatch, capsy
     )
 
     def cancel_while_waiting(_seconds):  # someone cancels the job from the board
-        services.job_cancel(job=AdaptationJob.objects.get())
+        job_cancel(job=AdaptationJob.objects.get())
 
     monkeypatch.setattr(adapt.time, "sleep", cancel_while_waiting)
     with pytest.raises(SystemExit) as exit_info:

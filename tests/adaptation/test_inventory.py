@@ -7,8 +7,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from adaptation import inventory, services
+from adaptation import inventory
 from adaptation.models import AcceleratorPool, AdaptationJob, StageRun, Worker
+from adaptation.services.errors import ServiceError
+from adaptation.services.workers import worker_heartbeat, worker_register, worker_stop
 from tests.factories import cpu_pool, make_job
 from tests.worker_rows import GIB, cuda_devices, make_worker
 
@@ -40,7 +42,7 @@ DESCRIPTION = {
 
 
 def test_worker_register_records_what_the_worker_described():
-    worker = services.worker_register(name="h200@gpu-node-7", description=DESCRIPTION)
+    worker = worker_register(name="h200@gpu-node-7", description=DESCRIPTION)
     worker.refresh_from_db()
     assert worker.hostname == "gpu-node-7" and worker.pid == 4242
     assert worker.queues == ["pool.h200"]
@@ -52,12 +54,12 @@ def test_worker_register_records_what_the_worker_described():
 
 
 def test_worker_restarted_under_the_same_name_takes_over_its_row():
-    first = services.worker_register(name="cpu@a", description={"queues": ["pool.cpu"]})
-    assert services.worker_stop(name="cpu@a") is True
-    assert services.worker_stop(name="cpu@a") is False  # already stopped
-    assert services.worker_heartbeat(name="cpu@a") is False  # stopped: register again
+    first = worker_register(name="cpu@a", description={"queues": ["pool.cpu"]})
+    assert worker_stop(name="cpu@a") is True
+    assert worker_stop(name="cpu@a") is False  # already stopped
+    assert worker_heartbeat(name="cpu@a") is False  # stopped: register again
 
-    again = services.worker_register(name="cpu@a", description={"queues": ["day0", "pool.cpu"]})
+    again = worker_register(name="cpu@a", description={"queues": ["day0", "pool.cpu"]})
 
     assert again.pk == first.pk and Worker.objects.count() == 1
     again.refresh_from_db()
@@ -68,19 +70,19 @@ def test_worker_restarted_under_the_same_name_takes_over_its_row():
 
 
 def test_worker_heartbeat_moves_the_heartbeat_and_says_when_there_is_no_row():
-    worker = services.worker_register(name="cpu@a", description={"queues": ["pool.cpu"]})
+    worker = worker_register(name="cpu@a", description={"queues": ["pool.cpu"]})
     Worker.objects.filter(pk=worker.pk).update(
         last_heartbeat_at=timezone.now() - timedelta(minutes=5)
     )
-    assert services.worker_heartbeat(name="cpu@a") is True
+    assert worker_heartbeat(name="cpu@a") is True
     worker.refresh_from_db()
     assert timezone.now() - worker.last_heartbeat_at < timedelta(seconds=5)
-    assert services.worker_heartbeat(name="nobody@nowhere") is False
+    assert worker_heartbeat(name="nobody@nowhere") is False
 
 
 def test_worker_register_refuses_a_blank_name():
-    with pytest.raises(services.ServiceError):
-        services.worker_register(name=" ", description={})
+    with pytest.raises(ServiceError):
+        worker_register(name=" ", description={})
 
 
 # --- inventory ------------------------------------------------------------------------------

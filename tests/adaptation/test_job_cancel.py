@@ -6,11 +6,19 @@ from __future__ import annotations
 import pytest
 from celery import current_app
 
-from adaptation import services
 from adaptation.models import JobStatus, StageRun, StageStatus
+from adaptation.services.errors import ServiceError
+from adaptation.services.jobs import derive_job_status, job_cancel, job_rerun_stage
+from adaptation.services.stage_runs import (
+    stage_run_claim,
+    stage_run_fail,
+    stage_run_heartbeat,
+    stage_run_requeue,
+    stage_run_succeed,
+)
+from engine.contract import StageDefinition, StageFailed, StageTransientError
 from tests.factories import make_job
 from workers import runner
-from workers.stages.base import StageDefinition, StageFailed, StageTransientError
 
 pytestmark = pytest.mark.django_db
 
@@ -46,7 +54,7 @@ def revoked(monkeypatch) -> list[tuple]:
     ],
 )
 def test_a_cancelled_latest_attempt_makes_the_job_cancelled(statuses, expected):
-    assert services.derive_job_status(statuses) == expected
+    assert derive_job_status(statuses) == expected
 
 
 def test_cancel_cancels_every_unfinished_stage_and_the_job(django_user_model, revoked):
@@ -56,7 +64,7 @@ def test_cancel_cancels_every_unfinished_stage_and_the_job(django_user_model, re
     )
     StageRun.objects.filter(job=job, stage="analyze").update(celery_task_id="task-42")
 
-    cancelled = services.job_cancel(job=job, by=eli)
+    cancelled = job_cancel(job=job, by=eli)
 
     assert cancelled.status == JobStatus.CANCELLED and cancelled.finished_at is not None
     assert runs(job) == [
@@ -79,10 +87,10 @@ def test_cancel_sends_no_revoke_the_worker_stops_itself(
     job = make_job(statuses={"fetch": S.RUNNING})
     StageRun.objects.filter(job=job, stage="fetch").update(celery_task_id="task-7")
     with django_capture_on_commit_callbacks(execute=True):
-        services.job_cancel(job=job)
+        job_cancel(job=job)
     assert revoked == []
     assert StageRun.objects.get(job=job, stage="fetch").error == "Cancelled by an operator."
-    assert services.stage_run_heartbeat(stage_run_id=job.stage_runs.get(stage="fetch").pk) is False
+    assert stage_run_heartbeat(stage_run_id=job.stage_runs.get(stage="fetch").pk) is False
 
 
 @pytest.mark.django_db(
@@ -93,7 +101,7 @@ def test_a_running_stage_stops_at_its_next_step_once_cancelled(monkeypatch, sett
     StageCancelled: nothing is stored over the cancelled row."""
     import threading
 
-    from workers.stages.base import raise_if_cancelled
+    from engine.contract import raise_if_cancelled
 
     settings.DAY0_HEARTBEAT_EVERY_S = 0.05
     job = make_job(statuses={"fetch": S.QUEUED})
@@ -110,7 +118,7 @@ def test_a_running_stage_stops_at_its_next_step_once_cancelled(monkeypatch, sett
 
     definition = StageDefinition(name="fetch", title="Fetch", run=endless)
     monkeypatch.setattr(runner, "get_stage", lambda name: definition)
-    threading.Timer(0.2, lambda: services.job_cancel(job=job)).start()
+    threading.Timer(0.2, lambda: job_cancel(job=job)).start()
 
     outcome = runner.execute_stage_run(run.pk, worker_host="test")
 
@@ -123,27 +131,27 @@ def test_a_running_stage_stops_at_its_next_step_once_cancelled(monkeypatch, sett
 @pytest.mark.parametrize("status", [S.SUCCEEDED, S.FAILED])
 def test_a_finished_job_cannot_be_cancelled(status):
     job = make_job(statuses={"fetch": S.SUCCEEDED, "analyze": status})
-    with pytest.raises(services.ServiceError, match=f"has already {status}"):
-        services.job_cancel(job=job)
+    with pytest.raises(ServiceError, match=f"has already {status}"):
+        job_cancel(job=job)
     assert runs(job) == [("fetch", 1, "succeeded"), ("analyze", 1, status)]
 
 
 def test_a_cancelled_job_cannot_be_cancelled_again(revoked):
     job = make_job(statuses={"fetch": S.QUEUED})
-    services.job_cancel(job=job)
-    with pytest.raises(services.ServiceError, match="has already cancelled"):
-        services.job_cancel(job=job)
+    job_cancel(job=job)
+    with pytest.raises(ServiceError, match="has already cancelled"):
+        job_cancel(job=job)
 
 
 def test_a_worker_finishing_a_cancelled_stage_changes_nothing(revoked):
     job = make_job(statuses={"fetch": S.RUNNING})
     run = StageRun.objects.get(job=job, stage="fetch")
-    services.job_cancel(job=job)
+    job_cancel(job=job)
 
-    services.stage_run_succeed(stage_run=run, result={"files": 4})
-    assert not services.stage_run_fail(stage_run=run, error="late failure")
-    assert not services.stage_run_requeue(stage_run=run, reason="hub 429")
-    assert not services.stage_run_heartbeat(stage_run_id=run.pk)
+    stage_run_succeed(stage_run=run, result={"files": 4})
+    assert not stage_run_fail(stage_run=run, error="late failure")
+    assert not stage_run_requeue(stage_run=run, reason="hub 429")
+    assert not stage_run_heartbeat(stage_run_id=run.pk)
 
     run.refresh_from_db()
     assert (run.status, run.result, run.error) == (S.CANCELLED, None, "Cancelled by an operator.")
@@ -157,7 +165,7 @@ def _stage_cancelling_its_job(outcome):
 
     def run(ctx):
         run_row = StageRun.objects.get(status=S.RUNNING)
-        services.job_cancel(job=run_row.job)
+        job_cancel(job=run_row.job)
         return outcome(ctx)
 
     return StageDefinition(name="fetch", title="Fetch", run=run)
@@ -201,22 +209,22 @@ def test_a_stage_cancelled_while_a_worker_runs_it_keeps_cancelled(
 def test_a_cancelled_job_is_not_claimed_by_a_late_delivery(revoked):
     job = make_job(statuses={"fetch": S.QUEUED})
     run = StageRun.objects.get(job=job, stage="fetch")
-    services.job_cancel(job=job)
-    assert services.stage_run_claim(stage_run_id=run.pk, worker_host="w@h") is None
+    job_cancel(job=job)
+    assert stage_run_claim(stage_run_id=run.pk, worker_host="w@h") is None
 
 
 def test_a_stage_of_a_cancelled_job_can_be_rerun(revoked, django_capture_on_commit_callbacks):
     job = make_job(
         stages=("fetch", "analyze", "plan"), statuses={"fetch": S.SUCCEEDED, "analyze": S.RUNNING}
     )
-    services.job_cancel(job=job)
+    job_cancel(job=job)
 
     # A later stage needs the cancelled one to succeed first.
-    with pytest.raises(services.ServiceError, match="plan needs analyze to succeed first"):
-        services.job_rerun_stage(job=job, stage="plan")
+    with pytest.raises(ServiceError, match="plan needs analyze to succeed first"):
+        job_rerun_stage(job=job, stage="plan")
 
     with django_capture_on_commit_callbacks(execute=False) as sent:
-        run = services.job_rerun_stage(job=job, stage="analyze")
+        run = job_rerun_stage(job=job, stage="analyze")
     assert (run.stage, run.attempt, run.status) == ("analyze", 2, S.QUEUED)
     assert len(sent) == 1
     assert runs(job) == [
@@ -231,7 +239,7 @@ def test_a_stage_of_a_cancelled_job_can_be_rerun(revoked, django_capture_on_comm
 
     # The new attempts finish the job as usual.
     StageRun.objects.filter(pk=run.pk).update(status=S.RUNNING)
-    services.stage_run_succeed(stage_run=run, result={"family": "llama"})
+    stage_run_succeed(stage_run=run, result={"family": "llama"})
     plan = StageRun.objects.get(job=job, stage="plan", attempt=2)
     assert plan.status == S.QUEUED
     job.refresh_from_db()

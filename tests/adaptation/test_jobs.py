@@ -7,8 +7,18 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from adaptation import services
 from adaptation.models import AdaptationJob, JobStatus, StageRun, StageStatus
+from adaptation.services import queueing
+from adaptation.services.errors import ServiceError
+from adaptation.services.jobs import derive_job_status, job_create, job_rerun_stage
+from adaptation.services.releases import release_get_or_create
+from adaptation.services.stage_runs import (
+    stage_run_claim,
+    stage_run_fail,
+    stage_run_succeed,
+    stage_runs_reap_stale,
+    stage_runs_resend_queued,
+)
 from tests.factories import cpu_pool, make_job, make_release
 
 pytestmark = pytest.mark.django_db
@@ -23,9 +33,9 @@ def test_release_is_created_once_per_hub_repo_and_revision():
         "published_at": None,
         "found_by": "poll",
     }
-    first, created = services.release_get_or_create(**fields)
-    again, created_again = services.release_get_or_create(**{**fields, "found_by": "webhook"})
-    other_rev, created_other = services.release_get_or_create(**{**fields, "revision": "b" * 40})
+    first, created = release_get_or_create(**fields)
+    again, created_again = release_get_or_create(**{**fields, "found_by": "webhook"})
+    other_rev, created_other = release_get_or_create(**{**fields, "revision": "b" * 40})
     assert created and not created_again and created_other
     assert again.pk == first.pk and again.found_by == "poll"
     assert other_rev.pk != first.pk
@@ -34,7 +44,7 @@ def test_release_is_created_once_per_hub_repo_and_revision():
 def test_job_create_queues_only_the_first_stage_after_commit(django_capture_on_commit_callbacks):
     release = make_release()
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        job = services.job_create(release=release, pool=cpu_pool(), trigger="manual")
+        job = job_create(release=release, pool=cpu_pool(), trigger="manual")
     runs = list(job.stage_runs.order_by("position"))
     assert [r.stage for r in runs] == [
         "fetch", "analyze", "operators", "precision", "plan", "distributed", "performance",
@@ -46,14 +56,12 @@ def test_job_create_queues_only_the_first_stage_after_commit(django_capture_on_c
 
 
 def test_job_create_refuses_unknown_stage():
-    with pytest.raises(services.ServiceError, match="Unknown stage 'warp'"):
-        services.job_create(
-            release=make_release(), pool=cpu_pool(), trigger="manual", stages=["warp"]
-        )
+    with pytest.raises(ServiceError, match="Unknown stage 'warp'"):
+        job_create(release=make_release(), pool=cpu_pool(), trigger="manual", stages=["warp"])
 
 
 def test_job_create_stores_checked_plan_options():
-    job = services.job_create(
+    job = job_create(
         release=make_release(),
         pool=cpu_pool(),
         trigger="manual",
@@ -75,10 +83,8 @@ def test_job_create_stores_checked_plan_options():
     ],
 )
 def test_job_create_refuses_bad_options(options, words):
-    with pytest.raises(services.ServiceError) as err:
-        services.job_create(
-            release=make_release(), pool=cpu_pool(), trigger="manual", options=options
-        )
+    with pytest.raises(ServiceError) as err:
+        job_create(release=make_release(), pool=cpu_pool(), trigger="manual", options=options)
     assert words in str(err.value)
 
 
@@ -96,14 +102,14 @@ def test_job_create_refuses_bad_options(options, words):
     ],
 )
 def test_job_status_is_derived_from_its_stages(statuses, expected):
-    assert services.derive_job_status(statuses) == expected
+    assert derive_job_status(statuses) == expected
 
 
 def test_claim_is_won_by_exactly_one_delivery():
     job = make_job(statuses={"fetch": StageStatus.QUEUED})
     run = job.stage_runs.get(stage="fetch")
-    first = services.stage_run_claim(stage_run_id=run.pk, worker_host="w1")
-    second = services.stage_run_claim(stage_run_id=run.pk, worker_host="w2")
+    first = stage_run_claim(stage_run_id=run.pk, worker_host="w1")
+    second = stage_run_claim(stage_run_id=run.pk, worker_host="w2")
     assert first is not None and first.worker_host == "w1"
     assert first.status == StageStatus.RUNNING
     assert second is None
@@ -112,14 +118,14 @@ def test_claim_is_won_by_exactly_one_delivery():
 def test_success_queues_next_stage_and_failure_skips_the_rest():
     job = make_job(statuses={"fetch": StageStatus.RUNNING})
     fetch = job.stage_runs.get(stage="fetch")
-    services.stage_run_succeed(stage_run=fetch, result={"config": {"model_type": "llama"}})
+    stage_run_succeed(stage_run=fetch, result={"config": {"model_type": "llama"}})
     analyze = job.stage_runs.get(stage="analyze")
     assert analyze.status == StageStatus.QUEUED
     job.release.refresh_from_db()
     assert job.release.config == {"model_type": "llama"}
 
-    services.stage_run_claim(stage_run_id=analyze.pk, worker_host="w1")
-    services.stage_run_fail(stage_run=analyze, error="missing hidden_size")
+    stage_run_claim(stage_run_id=analyze.pk, worker_host="w1")
+    stage_run_fail(stage_run=analyze, error="missing hidden_size")
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED
     assert job.finished_at is not None
@@ -131,7 +137,7 @@ def test_rerun_keeps_earlier_attempts_and_reruns_the_following_stages():
         statuses={"fetch": StageStatus.SUCCEEDED, "analyze": StageStatus.FAILED},
         errors={"analyze": "boom"},
     )
-    run = services.job_rerun_stage(job=job, stage="fetch")
+    run = job_rerun_stage(job=job, stage="fetch")
     assert (run.stage, run.attempt, run.status) == ("fetch", 2, StageStatus.QUEUED)
     attempts = list(
         job.stage_runs.order_by("position", "attempt").values_list("stage", "attempt", "status")
@@ -148,10 +154,10 @@ def test_rerun_keeps_earlier_attempts_and_reruns_the_following_stages():
 
 def test_rerun_is_refused_while_the_job_runs_and_for_unknown_stages():
     job = make_job(statuses={"fetch": StageStatus.RUNNING})
-    with pytest.raises(services.ServiceError, match="still running"):
-        services.job_rerun_stage(job=job, stage="analyze")
-    with pytest.raises(services.ServiceError, match="has no stage 'plan'"):
-        services.job_rerun_stage(job=job, stage="plan")
+    with pytest.raises(ServiceError, match="still running"):
+        job_rerun_stage(job=job, stage="analyze")
+    with pytest.raises(ServiceError, match="has no stage 'plan'"):
+        job_rerun_stage(job=job, stage="plan")
 
 
 def test_reaper_fails_stages_whose_heartbeat_went_stale(settings):
@@ -161,7 +167,7 @@ def test_reaper_fails_stages_whose_heartbeat_went_stale(settings):
     StageRun.objects.filter(pk=run.pk).update(heartbeat_at=stale)
     fresh_job = make_job(statuses={"fetch": StageStatus.RUNNING})
 
-    assert services.stage_runs_reap_stale() == 1
+    assert stage_runs_reap_stale() == 1
     run.refresh_from_db()
     assert run.status == StageStatus.FAILED
     assert "stopped sending heartbeats" in run.error
@@ -172,8 +178,8 @@ def test_reaper_fails_stages_whose_heartbeat_went_stale(settings):
 
 def test_rerun_past_a_failed_stage_is_refused():
     job = make_job(statuses={"fetch": StageStatus.FAILED, "analyze": StageStatus.SKIPPED})
-    with pytest.raises(services.ServiceError, match="analyze needs fetch to succeed first"):
-        services.job_rerun_stage(job=job, stage="analyze")
+    with pytest.raises(ServiceError, match="analyze needs fetch to succeed first"):
+        job_rerun_stage(job=job, stage="analyze")
 
 
 def test_queued_stages_whose_message_was_lost_are_sent_again(settings, monkeypatch):
@@ -185,9 +191,9 @@ def test_queued_stages_whose_message_was_lost_are_sent_again(settings, monkeypat
     StageRun.objects.filter(pk=fresh.pk).update(queued_at=timezone.now())
 
     sent = []  # the broker is not under test here: record what would be sent
-    monkeypatch.setattr(services, "_send_stage_message", lambda **kw: sent.append(kw))
-    assert services.stage_runs_resend_queued() == 1
-    assert services.stage_runs_resend_queued() == 0  # queued_at was moved on
+    monkeypatch.setattr(queueing, "stage_message_send", lambda **kw: sent.append(kw))
+    assert stage_runs_resend_queued() == 1
+    assert stage_runs_resend_queued() == 0  # queued_at was moved on
     assert sent == [{"stage_run_id": run.pk, "stage": "fetch", "queue": "pool.cpu", "options": {}}]
 
 
@@ -261,7 +267,7 @@ def test_the_stability_message_carries_limits_that_follow_its_duration(
     sent = []
     monkeypatch.setattr(run_stage, "apply_async", lambda **kw: sent.append(kw))
     with django_capture_on_commit_callbacks(execute=True):
-        job = services.job_create(
+        job = job_create(
             release=make_release(),
             pool=cpu_pool(),
             trigger="manual",
@@ -274,22 +280,22 @@ def test_the_stability_message_carries_limits_that_follow_its_duration(
         {"args": [run.pk], "queue": "pool.cpu", "soft_time_limit": 8040, "time_limit": 8100}
     ]
     with django_capture_on_commit_callbacks(execute=True):
-        services.job_create(
+        job_create(
             release=make_release(), pool=cpu_pool(), trigger="manual", stages=["performance"]
         )
     assert (sent[-1]["soft_time_limit"], sent[-1]["time_limit"]) == (180, 240)
 
     # the reaper's re-send keeps them
     StageRun.objects.filter(pk=run.pk).update(queued_at=timezone.now() - timedelta(days=1))
-    assert services.stage_runs_resend_queued() == 1
+    assert stage_runs_resend_queued() == 1
     assert (sent[-1]["args"], sent[-1]["soft_time_limit"]) == ([run.pk], 8040)
 
 
 def test_a_run_past_its_time_limit_names_the_jobs_limit(monkeypatch):
     from celery.exceptions import SoftTimeLimitExceeded
 
+    from engine.contract import StageDefinition
     from workers import runner
-    from workers.stages.base import StageDefinition
 
     def too_slow(ctx):
         raise SoftTimeLimitExceeded()
@@ -298,7 +304,7 @@ def test_a_run_past_its_time_limit_names_the_jobs_limit(monkeypatch):
         name="stability",
         title="Stability run",
         run=too_slow,
-        limits_for_options="workers.stages.measure_options:stability_time_limits",
+        limits_for_options="engine.stages.stability.options:stability_time_limits",
     )
     monkeypatch.setattr(runner, "get_stage", lambda name: definition)
     job = make_job(

@@ -10,19 +10,17 @@ import torch
 
 from adaptation.models import AcceleratorPool, PerformancePoint, StageStatus
 from adaptation.selectors import job_summary, pool_calibration
+from engine.architecture import analyze_config
+from engine.contract import PoolSpec, StageDefinition, StageFailed
+from engine.stages.performance.rows import calibration_rows, performance_rows
+from engine.stages.performance.run import measure_performance
+from engine.stages.plan.calibration import calibrated_predictions, running_calibration
+from engine.stages.plan.layout import PoolLayout
+from engine.stages.plan.planner import plan_release
+from engine.twin import build_twin
 from tests.conftest import load_realconfig
 from tests.factories import make_job
 from workers import runner
-from workers.stages.architecture import analyze_config
-from workers.stages.base import PoolSpec, StageDefinition, StageFailed
-from workers.stages.performance import (
-    calibration_rows,
-    measure_performance,
-    performance_rows,
-)
-from workers.stages.plan import PoolLayout, plan_release
-from workers.stages.plan.calibration import calibrated_predictions, running_calibration
-from workers.stages.twin import build_twin
 
 pytestmark = pytest.mark.django_db
 

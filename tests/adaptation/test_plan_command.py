@@ -14,9 +14,9 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from adaptation.models import AcceleratorKind, AcceleratorPool, AdaptationJob, Worker
+from engine.catalog import load_catalog
 from tests.conftest import REALCONFIGS_DIR, load_realconfig
 from tests.factories import cpu_pool
-from workers.catalog import load_catalog
 
 pytestmark = pytest.mark.django_db
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from adaptation import services
 from adaptation.models import AdaptationJob, HubKind, JobStatus, ModelRelease, StageStatus
+from adaptation.services.hub_polling import hub_watch_poll, hub_watches_poll
 from tests.conftest import REALCONFIGS_DIR
 from tests.factories import make_watch
 from tests.helpers import run_queued_stages
@@ -40,7 +40,7 @@ def hf_watch(fake_hub):
 
 
 def test_hub_poll_creates_one_release_and_job_per_revision(hf_watch, fake_hub, quick_measurements):
-    [outcome] = services.hub_watches_poll(due_only=False)
+    [outcome] = hub_watches_poll(due_only=False)
     assert outcome.error == ""
     assert len(outcome.new_releases) == 1
     assert outcome.incomplete == [
@@ -72,13 +72,13 @@ def test_hub_poll_creates_one_release_and_job_per_revision(hf_watch, fake_hub, q
     release.refresh_from_db()
     assert release.family and release.config["rope_scaling"]["rope_type"] == "llama3"
 
-    services.hub_watches_poll(due_only=False)
+    hub_watches_poll(due_only=False)
     assert ModelRelease.objects.count() == 1  # seen again: nothing new
 
     new_config = json.loads(real("meta-llama__Llama-3.1-8B"))
     new_config["max_position_embeddings"] = 262144
     fake_hub.add_repo("meta-llama/Llama-3.1-8B", {"config.json": json.dumps(new_config).encode()})
-    services.hub_watches_poll(due_only=False)
+    hub_watches_poll(due_only=False)
     assert ModelRelease.objects.filter(repo_id="meta-llama/Llama-3.1-8B").count() == 2
     assert AdaptationJob.objects.count() == 2
 
@@ -86,7 +86,7 @@ def test_hub_poll_creates_one_release_and_job_per_revision(hf_watch, fake_hub, q
 def test_rate_limit_is_recorded_and_backed_off(hf_watch, fake_hub):
     fake_hub.fail_next("/api/models", 429, {"Retry-After": "900"})
     before = timezone.now()
-    [outcome] = services.hub_watches_poll(due_only=False)
+    [outcome] = hub_watches_poll(due_only=False)
     hf_watch.refresh_from_db()
     assert "429" in outcome.error or "rate" in outcome.error.lower()
     assert hf_watch.consecutive_failures == 1
@@ -95,10 +95,10 @@ def test_rate_limit_is_recorded_and_backed_off(hf_watch, fake_hub):
     assert 899 <= wait <= 905  # Retry-After beats the 600 s exponential backoff
     assert ModelRelease.objects.count() == 0
 
-    [skipped] = services.hub_watches_poll(due_only=False)
+    [skipped] = hub_watches_poll(due_only=False)
     assert skipped.skipped_until == hf_watch.next_poll_at  # a manual round waits too
 
-    [forced] = services.hub_watches_poll(due_only=False, force=True)
+    [forced] = hub_watches_poll(due_only=False, force=True)
     hf_watch.refresh_from_db()
     assert forced.error == "" and len(forced.new_releases) == 1
     assert hf_watch.consecutive_failures == 0 and hf_watch.last_error == ""
@@ -111,7 +111,7 @@ def test_repeated_errors_back_off_exponentially_up_to_the_ceiling(settings, hf_w
     for step in range(3):
         fake_hub.fail_next("/api/models", 500)
         at = now + timedelta(hours=step)
-        services.hub_watch_poll(watch=hf_watch, now=at)
+        hub_watch_poll(watch=hf_watch, now=at)
         waits.append((hf_watch.next_poll_at - at).total_seconds())
     assert waits == [600, 1000, 1000]  # 300 s interval times 2, then 4 (capped at 1000)
     assert hf_watch.consecutive_failures == 3
@@ -121,7 +121,7 @@ def test_gated_repo_is_reported_on_the_watch(fake_hub):
     fake_hub.add_repo("acme/secret", {"config.json": b"{}"}, gated=True)
     watch = make_watch(kind=HubKind.HUGGINGFACE, endpoint=fake_hub.url, repo_pattern="acme/*")
     fake_hub.fail_next("/api/models", 401, {"X-Error-Code": "GatedRepo"})
-    [outcome] = services.hub_watches_poll(due_only=False)
+    [outcome] = hub_watches_poll(due_only=False)
     watch.refresh_from_db()
     assert "HF_TOKEN" in watch.last_error
     assert outcome.error
@@ -142,18 +142,18 @@ def test_upload_in_progress_is_picked_up_once_complete(tmp_path):
     (folder / "model-00001-of-00002.safetensors").write_bytes(b"\0" * 8)
     make_watch(endpoint=str(tmp_path / "hub"))
 
-    [outcome] = services.hub_watches_poll(due_only=False)
+    [outcome] = hub_watches_poll(due_only=False)
     assert outcome.new_releases == []
     assert "model-00002-of-00002.safetensors" in outcome.incomplete[0]
 
     (folder / "model-00002-of-00002.safetensors").write_bytes(b"\0" * 8)
-    [outcome] = services.hub_watches_poll(due_only=False)
+    [outcome] = hub_watches_poll(due_only=False)
     assert len(outcome.new_releases) == 1
     assert ModelRelease.objects.get().repo_id == "acme/big-moe"
 
 
 def test_transient_hub_error_in_a_stage_is_retried_then_succeeds(hf_watch, fake_hub):
-    services.hub_watches_poll(due_only=False)
+    hub_watches_poll(due_only=False)
     job = AdaptationJob.objects.get()
     fetch = job.stage_runs.get(stage="fetch")
     fake_hub.fail_next("/api/models/meta-llama", 503)
@@ -179,7 +179,7 @@ def test_a_broken_watch_does_not_stop_the_round(tmp_path, fake_hub):
     (folder / "config.json").write_bytes(real("meta-llama__Llama-3.1-8B"))
     make_watch(name="c-good", endpoint=str(tmp_path / "good"))
 
-    outcomes = {o.watch: o for o in services.hub_watches_poll(due_only=False)}
+    outcomes = {o.watch: o for o in hub_watches_poll(due_only=False)}
     assert "pool 'off' is disabled" in outcomes["a-disabled-pool"].error
     assert outcomes["b-missing-root"].error
     assert outcomes["c-good"].new_releases and not outcomes["c-good"].error
@@ -193,7 +193,7 @@ def test_watch_job_options_reach_the_jobs_it_starts(tmp_path):
     watch = make_watch(endpoint=str(root), job_options={"plan": {"context_tokens": 8192}})
     watch.full_clean()
 
-    services.hub_watch_poll(watch=watch)
+    hub_watch_poll(watch=watch)
 
     job = AdaptationJob.objects.get()
     assert job.options["plan"]["context_tokens"] == 8192

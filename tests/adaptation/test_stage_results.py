@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from adaptation.models import LayerDrift, OperatorCheck, PrecisionResult, StageStatus
+from engine.contract import StageDefinition, StageFailed
 from tests.factories import make_job
 from workers import runner
-from workers.stages.base import StageDefinition, StageFailed
 
 pytestmark = pytest.mark.django_db
 

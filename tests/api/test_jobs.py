@@ -106,7 +106,7 @@ def test_create_defaults_to_every_stage_on_the_default_pool(cast, seeded, settin
     assert response.status_code == 201
     job = AdaptationJob.objects.get(pk=response.json()["id"])
     assert job.pool == seeded.h200
-    from workers.stages.registry import stage_names
+    from engine.registry import stage_names
 
     assert job.stages == stage_names()
 

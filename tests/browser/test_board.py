@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from adaptation.models import AcceleratorPool, StageRun
-from adaptation.services import job_refresh_status
+from adaptation.services.jobs import job_refresh_status
 from tests.factories import make_job, make_release, make_watch
 from tests.web.sample_results import DEEPSEEK_V3_ANALYSIS, FETCH_RESULT
 
@@ -23,7 +23,7 @@ FAILED_ERROR = (
     "Traceback (most recent call last):\n"
     '  File "/work/main/workers/runner.py", line 88, in execute_stage_run\n'
     "    result = definition.run(ctx)\n"
-    "workers.stages.base.StageFailed: config.json: num_experts_per_tok must be a positive "
+    "engine.contract.StageFailed: config.json: num_experts_per_tok must be a positive "
     "integer, got 0"
 )
 
@@ -231,7 +231,7 @@ def test_board_fits_every_stage_at_1400_px(live_server, browser):
     scroll box, and each short header keeps the stage's full title on hover."""
     from playwright.sync_api import expect
 
-    from workers.stages.registry import STAGES
+    from engine.registry import STAGES
 
     STAGE_ORDER = [stage.name for stage in STAGES]
 

@@ -21,9 +21,11 @@ from django.core.management import call_command
 
 from adaptation.models import AdaptationJob, JobStatus, ModelRelease, StageRun, StageStatus
 from day0web.celery import app
+from engine.architecture import analyze_config
+from engine.stages.plan.errors import NoFittingPlan
+from engine.stages.plan.layout import PoolLayout
+from engine.stages.plan.planner import plan_release
 from tests.factories import cpu_pool
-from workers.stages.architecture import analyze_config
-from workers.stages.plan import NoFittingPlan, PoolLayout, plan_release
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -7,11 +7,12 @@ import pytest
 
 from adaptation.models import AcceleratorPool
 from adaptation.roles import MANAGER, role_grant
+from engine.architecture import analyze_config
+from engine.catalog import load_catalog
+from engine.stages.plan.layout import PoolLayout
+from engine.stages.plan.planner import plan_release
 from tests.conftest import load_realconfig
 from tests.factories import make_job, make_release
-from workers.catalog import load_catalog
-from workers.stages.architecture import analyze_config
-from workers.stages.plan import PoolLayout, plan_release
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

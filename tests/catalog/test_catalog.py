@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from workers.catalog import (
+from engine.catalog import (
     CATALOG_PATH,
     CatalogError,
     cpu_accelerator,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from adaptation import services
 from adaptation.models import JobStatus, StageRun, StageStatus
+from adaptation.services.jobs import job_cancel, job_create
 from tests.conftest import REALCONFIGS_DIR
 from tests.e2e.conftest import celery_worker_process, wait_for  # noqa: F401  (fixture)
 from tests.factories import cpu_pool
@@ -25,7 +25,7 @@ def test_cancelling_a_running_stage_stops_it_and_the_worker_runs_the_next_job(
         "acme/long-runner",
         (REALCONFIGS_DIR / "openai__gpt-oss-20b.json").read_bytes(),
     )
-    long_job = services.job_create(
+    long_job = job_create(
         release=release,
         pool=cpu_pool(),
         trigger="manual",
@@ -41,10 +41,8 @@ def test_cancelling_a_running_stage_stops_it_and_the_worker_runs_the_next_job(
         what="the stability stage to start",
     )
 
-    services.job_cancel(job=long_job)
-    next_job = services.job_create(
-        release=release, pool=cpu_pool(), trigger="manual", stages=["fetch"]
-    )
+    job_cancel(job=long_job)
+    next_job = job_create(release=release, pool=cpu_pool(), trigger="manual", stages=["fetch"])
 
     # The 300 s stability run stops within a heartbeat (1 s here) and a step; the worker
     # (concurrency 1) can only take the next job once it has.

@@ -26,11 +26,13 @@ from adaptation.models import (
     ReleaseNotes,
     StageStatus,
 )
+from engine.architecture import analyze_config
+from engine.stages.plan.errors import NoFittingPlan
+from engine.stages.plan.layout import PoolLayout
+from engine.stages.plan.planner import plan_release
 from tests.conftest import REALCONFIGS_DIR
 from tests.e2e.conftest import wait_for
 from tests.factories import cpu_pool, make_watch
-from workers.stages.architecture import analyze_config
-from workers.stages.plan import NoFittingPlan, PoolLayout, plan_release
 
 pytestmark = [pytest.mark.e2e]
 

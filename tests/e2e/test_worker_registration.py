@@ -12,8 +12,9 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from adaptation import inventory, services
+from adaptation import inventory
 from adaptation.models import HubKind, StageRun, StageStatus, Worker
+from adaptation.services.jobs import job_create
 from tests.conftest import REALCONFIGS_DIR
 from tests.e2e.conftest import wait_for
 from tests.factories import cpu_pool, make_release
@@ -73,7 +74,7 @@ def test_worker_registers_beats_runs_and_stops(
     release = make_release(
         hub_kind=HubKind.MIRROR, hub_endpoint=str(root), repo_id="acme/llama-8b", revision="main"
     )
-    job = services.job_create(release=release, pool=pool, trigger="manual", stages=["fetch"])
+    job = job_create(release=release, pool=pool, trigger="manual", stages=["fetch"])
     run = StageRun.objects.get(job=job)
     wait_for(
         lambda: (

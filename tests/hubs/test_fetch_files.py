@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from adaptation.hubs.base import HubNotFound, HubSpec
-from adaptation.hubs.mirror import MirrorSource
+from engine.hubs.base import HubNotFound, HubSpec
+from engine.hubs.mirror import MirrorSource
 
 
 @pytest.fixture

@@ -12,16 +12,16 @@ import pytest
 import torch
 from safetensors.torch import save, save_file
 
-from adaptation.hubs import hub_source
-from adaptation.hubs.base import (
+from engine.hubs import hub_source
+from engine.hubs.base import (
     HubAuthError,
     HubNotFound,
     HubRateLimited,
     HubSpec,
     HubUnavailable,
 )
-from adaptation.hubs.http import retry_after_seconds
-from adaptation.hubs.huggingface import HuggingFaceSource
+from engine.hubs.http import retry_after_seconds
+from engine.hubs.huggingface import HuggingFaceSource
 from tests.fakehub import FakeHub
 
 REALCONFIGS = Path(__file__).resolve().parents[1] / "data" / "realconfigs"

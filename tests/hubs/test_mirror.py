@@ -12,10 +12,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from adaptation.hubs import hub_source
-from adaptation.hubs.base import HubError, HubNotFound, HubSpec
-from adaptation.hubs.huggingface import HuggingFaceSource
-from adaptation.hubs.mirror import MirrorSource
+from engine.hubs import hub_source
+from engine.hubs.base import HubError, HubNotFound, HubSpec
+from engine.hubs.huggingface import HuggingFaceSource
+from engine.hubs.mirror import MirrorSource
 
 REALCONFIGS = Path(__file__).resolve().parents[1] / "data" / "realconfigs"
 

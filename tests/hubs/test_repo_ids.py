@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-from adaptation.hubs.base import is_valid_repo_id
 from adaptation.targets import TargetError, resolve_target
+from engine.hubs.base import is_valid_repo_id
 
 VALID = [
     "acme-ai/Acme-LLM-7B",

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from engine.architecture import analyze_config
 from tests.cast import cast  # noqa: F401  (the fixture)
 from tests.conftest import load_realconfig
-from workers.stages.architecture import analyze_config
 
-MANIFEST = Path(__file__).resolve().parents[2] / "workers" / "manifests" / "example-npu.json"
+MANIFEST = (
+    Path(__file__).resolve().parents[2] / "engine/stages/operators/manifests/example-npu.json"
+)
 LLAMA = "meta-llama__Llama-3.1-8B"
 DEEPSEEK = "deepseek-ai__DeepSeek-V3"
 
@@ -27,7 +29,7 @@ def analysis_of(name: str) -> dict:
 @pytest.fixture(scope="session")
 def twins():
     """`twins(name)`: the seeded scaled twin of a real config, built once."""
-    from workers.stages.twin import build_twin
+    from engine.twin import build_twin
 
     cache: dict = {}
 
@@ -42,7 +44,7 @@ def twins():
 @pytest.fixture(scope="session")
 def npu_pool_spec():
     """The example accelerator manifest's pool: it lacks `aten::_grouped_mm` (MoE experts)."""
-    from workers.stages.base import PoolSpec
+    from engine.contract import PoolSpec
 
     return PoolSpec(
         name="npu-x1",
@@ -55,7 +57,7 @@ def npu_pool_spec():
 @pytest.fixture(scope="session")
 def operators_on_npu(twins, npu_pool_spec) -> dict:
     """The operators stage's result for DeepSeek-V3's twin against the example manifest."""
-    from workers.stages.operators import measure_operators
+    from engine.stages.operators.run import measure_operators
 
     return measure_operators(twins(DEEPSEEK), npu_pool_spec)
 
@@ -63,7 +65,7 @@ def operators_on_npu(twins, npu_pool_spec) -> dict:
 @pytest.fixture(scope="session")
 def operators_with_grouped_mm(twins, npu_pool_spec) -> dict:
     """The same run against the manifest once it lists `aten::_grouped_mm` (the fix)."""
-    from workers.stages.operators import measure_operators
+    from engine.stages.operators.run import measure_operators
 
     manifest = json.loads(MANIFEST.read_text())
     manifest["operators"]["aten::_grouped_mm"] = ["*"]
@@ -76,8 +78,8 @@ def precision_results(twins) -> dict:
     """The precision stage's results on Llama-3.1-8B's twin in float16 on the CPU: "failed"
     with a norm epsilon 1e-3 instead of 1e-5 in layer 1 (what the stage keeps on its failed
     run), and "passed" without it."""
-    from workers.stages.base import PoolSpec, StageFailed
-    from workers.stages.precision import measure_precision
+    from engine.contract import PoolSpec, StageFailed
+    from engine.stages.precision.run import measure_precision
 
     pool = PoolSpec(name="cpu", backend="cpu", queue="pool.cpu", dtypes=("float16",))
     try:

@@ -11,14 +11,15 @@ import copy
 
 import pytest
 
-from adaptation import services
 from adaptation.limitations import findings_for_stage
 from adaptation.models import KnownLimitation, StageRun
 from adaptation.safe_markdown import render_markdown
+from adaptation.services.jobs import job_rerun_stage
+from adaptation.services.stage_runs import stage_run_claim, stage_run_fail, stage_run_succeed
+from engine.stages.distributed.degree import validated_tp
+from engine.stages.distributed.run import not_validated
 from tests.factories import make_job
 from tests.release_notes.results import recorded_distributed as stored
-from workers.stages.distributed import not_validated
-from workers.stages.distributed.degree import validated_tp
 
 MISMATCH = "distributed:mismatch"
 RANK_FAILED = "distributed:rank-failed"
@@ -199,13 +200,13 @@ def distributed_job():
 
 def running(job) -> StageRun:
     run = StageRun.objects.filter(job=job, stage="distributed").order_by("-attempt").first()
-    claimed = services.stage_run_claim(stage_run_id=run.pk, worker_host="worker-1")
+    claimed = stage_run_claim(stage_run_id=run.pk, worker_host="worker-1")
     assert claimed is not None
     return claimed
 
 
 def rerun(job) -> StageRun:
-    services.job_rerun_stage(job=job, stage="distributed")
+    job_rerun_stage(job=job, stage="distributed")
     return running(job)
 
 
@@ -215,9 +216,9 @@ def ends(job, name: str, *, first: bool = False) -> None:
     error, _recorded = stored(name)
     result = result_of(name)
     if error:
-        assert services.stage_run_fail(stage_run=run, error=error, result=result)
+        assert stage_run_fail(stage_run=run, error=error, result=result)
     else:
-        services.stage_run_succeed(stage_run=run, result=result)
+        stage_run_succeed(stage_run=run, result=result)
 
 
 def notes(job) -> dict[str, tuple[str, str]]:
@@ -270,7 +271,7 @@ def test_runs_that_cannot_judge_a_mismatch_leave_it_open():
 @pytest.mark.django_db
 def test_expert_parallelism_not_validated_is_resolved_by_a_run_that_validates_it():
     job = distributed_job()
-    services.stage_run_succeed(stage_run=running(job), result=without_ep(result_of("pass")))
+    stage_run_succeed(stage_run=running(job), result=without_ep(result_of("pass")))
     assert notes(job) == {EP_NOT_VALIDATED: ("minor", "open")}
 
     ends(job, "pass")  # TP=2 EP=2
@@ -302,7 +303,7 @@ def test_a_run_broken_on_purpose_leaves_the_notes_as_they_were():
     job = distributed_job()
     ends(job, "mismatch", first=True)
     error, injected = stored("crash")  # kill_rank 1, as the job asked
-    assert services.stage_run_fail(stage_run=rerun(job), error=error, result=injected)
+    assert stage_run_fail(stage_run=rerun(job), error=error, result=injected)
     assert notes(job) == {MISMATCH: ("blocker", "open")}
 
 

@@ -13,11 +13,14 @@ from adaptation.limitations import (
     md_text,
 )
 from adaptation.safe_markdown import render_markdown
+from engine.architecture import analyze_config
+from engine.catalog import load_catalog
+from engine.stages.plan.errors import NoFittingPlan
+from engine.stages.plan.layout import PoolLayout
+from engine.stages.plan.planner import plan_release
+from engine.stages.plan.run import no_fit_result
 from tests.conftest import load_realconfig
 from tests.limitations.conftest import DEEPSEEK, LLAMA, analysis_of
-from workers.catalog import load_catalog
-from workers.stages.architecture import analyze_config
-from workers.stages.plan import NoFittingPlan, PoolLayout, no_fit_result, plan_release
 
 
 def by_key(findings) -> dict:
@@ -223,8 +226,8 @@ def test_an_unknown_rope_type_and_shipped_modeling_code_are_analysis_notes():
 def test_out_of_memory_before_the_end_of_the_sweep_is_minor(twins):
     import torch
 
-    from workers.stages.base import PoolSpec
-    from workers.stages.performance import measure_performance
+    from engine.contract import PoolSpec
+    from engine.stages.performance.run import measure_performance
 
     def out_of_memory_from_batch_4(model):
         def hook(_module, args, kwargs):
@@ -267,8 +270,8 @@ def test_out_of_memory_before_the_end_of_the_sweep_is_minor(twins):
 def test_nan_outputs_under_sustained_load_are_a_stability_note(twins):
     import torch
 
-    from workers.stages.base import PoolSpec, StageFailed
-    from workers.stages.stability import measure_stability
+    from engine.contract import PoolSpec, StageFailed
+    from engine.stages.stability.run import measure_stability
 
     calls = {"n": 0}
 

@@ -1,5 +1,5 @@
 """Stage notes kept in line with each finished attempt: raised from its findings through the
-stage flow (`services.stage_run_succeed` / `stage_run_fail`), updated, resolved by a re-run
+stage flow (`stage_run_succeed` / `stage_run_fail`), updated, resolved by a re-run
 that no longer finds the problem, reopened when it is back; people's notes never touched."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from adaptation import limitations, services
+from adaptation import limitations
 from adaptation.models import (
     AcceleratorPool,
     KnownLimitation,
@@ -15,6 +15,8 @@ from adaptation.models import (
     StageRun,
     StageStatus,
 )
+from adaptation.services.jobs import job_cancel, job_rerun_stage
+from adaptation.services.stage_runs import stage_run_claim, stage_run_fail, stage_run_succeed
 from tests.factories import make_job, make_release
 from tests.limitations.conftest import DEEPSEEK, analysis_of
 from tests.web.sample_results import DEEPSEEK_V3_ANALYSIS
@@ -34,14 +36,14 @@ def npu_pool() -> AcceleratorPool:
 def running(job, stage: str) -> StageRun:
     """The job's latest attempt of `stage`, claimed by a worker (running)."""
     run = StageRun.objects.filter(job=job, stage=stage).order_by("-attempt").first()
-    claimed = services.stage_run_claim(stage_run_id=run.pk, worker_host="worker-1")
+    claimed = stage_run_claim(stage_run_id=run.pk, worker_host="worker-1")
     assert claimed is not None
     return claimed
 
 
 def rerun(job, stage: str) -> StageRun:
-    """Run `stage` of `job` again (`services.job_rerun_stage`) and claim the new attempt."""
-    services.job_rerun_stage(job=job, stage=stage)
+    """Run `stage` of `job` again (`job_rerun_stage`) and claim the new attempt."""
+    job_rerun_stage(job=job, stage=stage)
     return running(job, stage)
 
 
@@ -61,7 +63,7 @@ def test_a_missing_operator_raises_a_blocker_that_a_fixed_rerun_resolves(
 ):
     job = operators_job(npu_pool)
 
-    services.stage_run_succeed(stage_run=running(job, "operators"), result=operators_on_npu)
+    stage_run_succeed(stage_run=running(job, "operators"), result=operators_on_npu)
 
     note = KnownLimitation.objects.get(release=job.release)
     assert (note.key, note.severity, note.status, note.stage) == (
@@ -74,9 +76,9 @@ def test_a_missing_operator_raises_a_blocker_that_a_fixed_rerun_resolves(
     first_run = note.stage_run
 
     # the manifest gains the operator; a re-run no longer finds the problem
-    services.job_cancel(job=job)  # the precision stage was queued next
+    job_cancel(job=job)  # the precision stage was queued next
     second = rerun(job, "operators")
-    services.stage_run_succeed(stage_run=second, result=operators_with_grouped_mm)
+    stage_run_succeed(stage_run=second, result=operators_with_grouped_mm)
 
     note.refresh_from_db()
     assert note.status == "resolved" and note.resolved_at is not None
@@ -84,9 +86,9 @@ def test_a_missing_operator_raises_a_blocker_that_a_fixed_rerun_resolves(
     assert KnownLimitation.objects.filter(release=job.release).count() == 1
 
     # and it comes back: the same note reopens
-    services.job_cancel(job=job)
+    job_cancel(job=job)
     third = rerun(job, "operators")
-    services.stage_run_succeed(stage_run=third, result=operators_on_npu)
+    stage_run_succeed(stage_run=third, result=operators_on_npu)
     note.refresh_from_db()
     assert (note.status, note.resolved_at, note.stage_run_id) == ("open", None, third.pk)
     assert KnownLimitation.objects.filter(release=job.release).count() == 1
@@ -102,26 +104,24 @@ def test_a_failed_precision_check_raises_a_per_dtype_note_resolved_by_a_passing_
     failed = precision_results["failed"]
     reason = failed["dtypes"]["float16"]["reason"]
 
-    assert services.stage_run_fail(stage_run=running(job, "precision"), error=reason, result=failed)
+    assert stage_run_fail(stage_run=running(job, "precision"), error=reason, result=failed)
 
     note = KnownLimitation.objects.get(release=job.release)
     assert (note.key, note.severity, note.status) == ("precision:float16", "major", "open")
     assert note.pool.name == "cpu"
     assert "first divergent layer 1 (norm)" in note.title
 
-    services.stage_run_succeed(
-        stage_run=rerun(job, "precision"), result=precision_results["passed"]
-    )
+    stage_run_succeed(stage_run=rerun(job, "precision"), result=precision_results["passed"])
     note.refresh_from_db()
     assert note.status == "resolved"
 
 
 def test_a_stage_that_fails_without_a_result_leaves_its_notes_alone(npu_pool, operators_on_npu):
     job = operators_job(npu_pool)
-    services.stage_run_succeed(stage_run=running(job, "operators"), result=operators_on_npu)
-    services.job_cancel(job=job)
+    stage_run_succeed(stage_run=running(job, "operators"), result=operators_on_npu)
+    job_cancel(job=job)
 
-    services.stage_run_fail(stage_run=rerun(job, "operators"), error="the worker crashed")
+    stage_run_fail(stage_run=rerun(job, "operators"), error="the worker crashed")
 
     note = KnownLimitation.objects.get(release=job.release, key=GROUPED_MM)
     assert note.status == "open"
@@ -136,7 +136,7 @@ def test_the_analysis_note_is_for_every_pool_and_kept_once_across_jobs(npu_pool)
             stages=("fetch", "analyze"),
             statuses={"fetch": "succeeded", "analyze": "queued"},
         )
-        services.stage_run_succeed(stage_run=running(job, "analyze"), result=DEEPSEEK_V3_ANALYSIS)
+        stage_run_succeed(stage_run=running(job, "analyze"), result=DEEPSEEK_V3_ANALYSIS)
 
     (note,) = KnownLimitation.objects.filter(release=release)
     assert (note.key, note.pool, note.severity, note.stage) == (
@@ -148,8 +148,11 @@ def test_the_analysis_note_is_for_every_pool_and_kept_once_across_jobs(npu_pool)
 
 
 def test_a_plan_that_does_not_fit_raises_what_would_fit_and_a_fitting_one_resolves_it():
-    from workers.catalog import load_catalog
-    from workers.stages.plan import NoFittingPlan, PoolLayout, no_fit_result, plan_release
+    from engine.catalog import load_catalog
+    from engine.stages.plan.errors import NoFittingPlan
+    from engine.stages.plan.layout import PoolLayout
+    from engine.stages.plan.planner import plan_release
+    from engine.stages.plan.run import no_fit_result
 
     analysis = analysis_of(DEEPSEEK)
     pool = AcceleratorPool.objects.create(
@@ -166,7 +169,7 @@ def test_a_plan_that_does_not_fit_raises_what_would_fit_and_a_fitting_one_resolv
     with pytest.raises(NoFittingPlan) as err:
         plan_release(analysis, half, catalog=catalog)
     result = no_fit_result(err.value, analysis, half, catalog, {}, release="DeepSeek-V3")
-    services.stage_run_fail(stage_run=running(job, "plan"), error=str(err.value), result=result)
+    stage_run_fail(stage_run=running(job, "plan"), error=str(err.value), result=result)
 
     note = KnownLimitation.objects.get(release=job.release, key="plan:no-fit")
     assert note.severity == "blocker" and "8 x h200 would fit" in note.title
@@ -174,7 +177,7 @@ def test_a_plan_that_does_not_fit_raises_what_would_fit_and_a_fitting_one_resolv
     # the pool grows to a node of 8: the plan fits, at a context below the model's 163,840
     whole = PoolLayout(accelerator="h200", devices_per_node=8, nodes=1)
     plan = plan_release(analysis, whole, catalog=catalog).to_dict()
-    services.stage_run_succeed(stage_run=rerun(job, "plan"), result=plan)
+    stage_run_succeed(stage_run=rerun(job, "plan"), result=plan)
 
     notes = {n.key: n for n in KnownLimitation.objects.filter(release=job.release)}
     assert notes["plan:no-fit"].status == "resolved"
@@ -189,13 +192,13 @@ def test_a_mitigated_note_stays_mitigated_while_found_and_updates_its_text(
     npu_pool, operators_on_npu
 ):
     job = operators_job(npu_pool)
-    services.stage_run_succeed(stage_run=running(job, "operators"), result=operators_on_npu)
+    stage_run_succeed(stage_run=running(job, "operators"), result=operators_on_npu)
     note = KnownLimitation.objects.get(key=GROUPED_MM)
     limitations.limitation_update(limitation=note, status=LimitationStatus.MITIGATED)
     KnownLimitation.objects.filter(pk=note.pk).update(title="stale title")
 
-    services.job_cancel(job=job)
-    services.stage_run_succeed(stage_run=rerun(job, "operators"), result=operators_on_npu)
+    job_cancel(job=job)
+    stage_run_succeed(stage_run=rerun(job, "operators"), result=operators_on_npu)
 
     note.refresh_from_db()
     assert note.status == "mitigated"
@@ -247,7 +250,7 @@ def test_a_sync_error_never_breaks_the_stage_flow(monkeypatch, npu_pool, operato
 
     monkeypatch.setattr(limitations, "findings_for_stage", broken)
     run = running(job, "operators")
-    services.stage_run_succeed(stage_run=run, result=operators_on_npu)
+    stage_run_succeed(stage_run=run, result=operators_on_npu)
 
     run.refresh_from_db()
     assert run.status == "succeeded"

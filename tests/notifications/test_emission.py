@@ -10,11 +10,13 @@ import pytest
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from adaptation import services
 from adaptation.models import AdaptationJob, JobStatus, NotificationDelivery, StageStatus
 from adaptation.notifications import services as notification_services
 from adaptation.notifications.services import SubscriptionError, subscription_create
 from adaptation.secrets import secret_decrypt
+from adaptation.services import jobs
+from adaptation.services.jobs import job_refresh_status, job_rerun_stage
+from adaptation.services.stage_runs import stage_run_fail
 from tests.factories import cpu_pool, make_job
 
 pytestmark = pytest.mark.django_db
@@ -52,7 +54,7 @@ def test_a_stage_failure_notifies_each_subscription_of_its_pool_once(
     run = job.stage_runs.get(stage="fetch")
 
     with django_capture_on_commit_callbacks(execute=True):
-        assert services.stage_run_fail(stage_run=run, error="config.json line 3: bad JSON")
+        assert stage_run_fail(stage_run=run, error="config.json line 3: bad JSON")
         assert sent_messages == []  # nothing goes out before the transaction commits
 
     assert deliveries("stage.failed") == [
@@ -98,7 +100,7 @@ def test_a_rolled_back_failure_records_and_sends_nothing(
         pytest.raises(RuntimeError),
         transaction.atomic(),
     ):
-        assert services.stage_run_fail(stage_run=run, error="boom")
+        assert stage_run_fail(stage_run=run, error="boom")
         assert len(deliveries()) == 2
         raise RuntimeError("the surrounding work fails")
     assert callbacks == [] and sent_messages == []
@@ -108,7 +110,7 @@ def test_a_rolled_back_failure_records_and_sends_nothing(
 def test_no_subscription_adds_no_commit_callback(django_capture_on_commit_callbacks) -> None:
     run = running_job().stage_runs.get(stage="fetch")
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        services.stage_run_fail(stage_run=run, error="boom")
+        stage_run_fail(stage_run=run, error="boom")
     assert callbacks == []
     assert NotificationDelivery.objects.count() == 0
 
@@ -116,8 +118,8 @@ def test_no_subscription_adds_no_commit_callback(django_capture_on_commit_callba
 def test_the_same_failure_reported_twice_notifies_once(team) -> None:
     subscribe(team, "ci")
     run = running_job().stage_runs.get(stage="fetch")
-    assert services.stage_run_fail(stage_run=run, error="boom")
-    assert not services.stage_run_fail(stage_run=run, error="boom again")
+    assert stage_run_fail(stage_run=run, error="boom")
+    assert not stage_run_fail(stage_run=run, error="boom again")
     notification_services.notifications_emit(event="stage.failed", job=run.job, stage_run=run)
     assert sorted(deliveries()) == [("ci", "job.failed"), ("ci", "stage.failed")]
 
@@ -125,13 +127,13 @@ def test_the_same_failure_reported_twice_notifies_once(team) -> None:
 def test_job_succeeded_is_emitted_once_on_the_transition(team, monkeypatch) -> None:
     subscribe(team, "ci", events=["job.succeeded", "job.failed"])
     emitted: list[str] = []
-    emit = services.notifications_emit_safely
+    emit = jobs.notifications_emit_safely
 
     def counting(**kwargs):
         emitted.append(kwargs["event"])
         return emit(**kwargs)
 
-    monkeypatch.setattr(services, "notifications_emit_safely", counting)
+    monkeypatch.setattr(jobs, "notifications_emit_safely", counting)
     started = timezone.now() - timedelta(seconds=90)
     job = make_job(
         statuses={"fetch": StageStatus.SUCCEEDED, "analyze": StageStatus.RUNNING},
@@ -140,9 +142,9 @@ def test_job_succeeded_is_emitted_once_on_the_transition(team, monkeypatch) -> N
     assert deliveries() == [] and emitted == []  # running: nothing to say yet
 
     job.stage_runs.filter(stage="analyze").update(status=StageStatus.SUCCEEDED)
-    services.job_refresh_status(job=job)
-    services.job_refresh_status(job=job)
-    services.job_refresh_status(job=AdaptationJob.objects.get(pk=job.pk))
+    job_refresh_status(job=job)
+    job_refresh_status(job=job)
+    job_refresh_status(job=AdaptationJob.objects.get(pk=job.pk))
 
     assert emitted == ["job.succeeded"]  # the transition, not every refresh
     assert deliveries() == [("ci", "job.succeeded")]
@@ -157,9 +159,9 @@ def test_job_succeeded_is_emitted_once_on_the_transition(team, monkeypatch) -> N
 def test_a_job_that_fails_again_after_a_rerun_notifies_again(team) -> None:
     subscribe(team, "ci", events=["job.failed"])
     job = running_job()
-    services.stage_run_fail(stage_run=job.stage_runs.get(stage="fetch"), error="first")
-    rerun = services.job_rerun_stage(job=job, stage="fetch")
-    services.stage_run_fail(stage_run=rerun, error="second")
+    stage_run_fail(stage_run=job.stage_runs.get(stage="fetch"), error="first")
+    rerun = job_rerun_stage(job=job, stage="fetch")
+    stage_run_fail(stage_run=rerun, error="second")
 
     rows = list(NotificationDelivery.objects.order_by("pk"))
     assert [d.event for d in rows] == ["job.failed", "job.failed"]
@@ -182,7 +184,7 @@ def test_a_notification_error_does_not_break_stage_run_fail(
     run = job.stage_runs.get(stage="fetch")
 
     with caplog.at_level(logging.ERROR, logger="adaptation.notifications.services"):
-        assert services.stage_run_fail(stage_run=run, error="boom") is True
+        assert stage_run_fail(stage_run=run, error="boom") is True
 
     run.refresh_from_db()
     job.refresh_from_db()

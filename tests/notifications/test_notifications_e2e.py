@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from standardwebhooks import Webhook
 
-from adaptation import services
 from adaptation.models import NotificationDelivery, Team
 from adaptation.notifications.services import subscription_create
+from adaptation.services.jobs import job_create
 from tests.conftest import REALCONFIGS_DIR
 from tests.e2e.conftest import celery_worker_process, wait_for  # noqa: F401  (fixture)
 from tests.factories import cpu_pool
@@ -25,7 +25,7 @@ def sent_messages() -> None:
 def mirror_job(root, config: bytes):
     """A two-stage job (fetch, analyze) for a release folder under `root`."""
     release = mirror_release(root, "acme/tiny", config)
-    return services.job_create(
+    return job_create(
         release=release, pool=cpu_pool(), trigger="manual", stages=["fetch", "analyze"]
     )
 

@@ -11,11 +11,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from engine.architecture import analyze_config
+from engine.stages.distributed.degree import validated_tp
+from engine.stages.performance.run import KNEE_RULE, find_knee, predicted_points
+from engine.stages.plan.errors import NoFittingPlan
+from engine.stages.plan.layout import PoolLayout
+from engine.stages.plan.planner import plan_release
+from engine.stages.plan.run import no_fit_result
 from tests.conftest import load_realconfig
-from workers.stages.architecture import analyze_config
-from workers.stages.distributed.degree import validated_tp
-from workers.stages.performance import KNEE_RULE, find_knee, predicted_points
-from workers.stages.plan import NoFittingPlan, PoolLayout, no_fit_result, plan_release
 
 GPT_OSS = "openai__gpt-oss-20b"
 REPO_ID = "openai/gpt-oss-20b"
@@ -54,7 +57,7 @@ def plan(name: str = GPT_OSS, *, accelerator: str = "h200", devices: int = 8) ->
 
 def failed_plan(name: str, *, accelerator: str = "h200", devices: int = 1) -> tuple[str, dict]:
     """(error, result) of a plan that fits nothing: what the plan stage keeps on its run."""
-    from workers.catalog import load_catalog
+    from engine.catalog import load_catalog
 
     layout = PoolLayout(accelerator, devices)
     shape = analysis(name)

@@ -11,12 +11,12 @@ import pytest
 
 from adaptation.models import StageStatus
 from adaptation.release_notes import release_notes_regenerate
+from engine.stages.release_notes.run import MEASURED_TWIN
 from tests.factories import make_job, make_release
 from tests.performance_rows import h200_pool
 from tests.release_notes.results import REPO_ID, full_results, recorded_distributed
 from tests.release_notes.test_engine import notes_for, section
 from tests.release_notes.test_store import STAGES
-from workers.stages.release_notes import MEASURED_TWIN
 
 NO_EP_PLAN = (
     "expert parallelism could not be validated: transformers' Qwen3MoeForCausalLM has no "

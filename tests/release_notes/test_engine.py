@@ -1,4 +1,4 @@
-"""The notes engine (`workers.stages.release_notes`) on gpt-oss-20b's real analysis and plan:
+"""The notes engine (`engine.stages.release_notes.run`) on gpt-oss-20b's real analysis and plan:
 the plan's launch commands and the measured knee are in the notes, each figure labelled
 measured on the twin or predicted at full size; precision per dtype; limitations by
 severity; what was not validated; a plan that fits nothing. No database."""
@@ -9,6 +9,16 @@ import json
 import subprocess
 import sys
 
+from engine.contract import PoolSpec, ReleaseRef, StageContext
+from engine.stages.release_notes.run import (
+    MEASURED_TWIN,
+    PREDICTED_FULL,
+    build_release_notes,
+    code,
+    first_line,
+    run,
+    text,
+)
 from tests.release_notes.results import (
     KNEE_BATCH,
     MEASURED_TOKENS_PER_S,
@@ -20,16 +30,6 @@ from tests.release_notes.results import (
     plan,
     precision,
     stability,
-)
-from workers.stages.base import PoolSpec, ReleaseRef, StageContext
-from workers.stages.release_notes import (
-    MEASURED_TWIN,
-    PREDICTED_FULL,
-    build_release_notes,
-    code,
-    first_line,
-    run,
-    text,
 )
 
 RELEASE = ReleaseRef(
@@ -309,7 +309,7 @@ def test_markdown_helpers_escape_what_would_become_markup():
 
 def test_the_engine_imports_neither_django_nor_torch():
     code_line = (
-        "import sys, workers.stages.release_notes; "
+        "import sys, engine.stages.release_notes.run; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('django', 'torch', 'transformers')]; "
         "sys.exit(1 if bad else 0)"
     )

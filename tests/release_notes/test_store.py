@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from adaptation import services
 from adaptation.models import (
     KnownLimitation,
     LimitationStatus,
@@ -24,6 +23,7 @@ from adaptation.release_notes import (
     release_notes_regenerate,
     release_notes_summaries,
 )
+from adaptation.services.jobs import job_rerun_stage
 from tests.factories import make_job, make_release
 from tests.helpers import run_queued_stages
 from tests.performance_rows import h200_pool
@@ -91,7 +91,7 @@ def test_a_rerun_writes_the_next_version_and_the_additions_stay():
         release=job.release, pool=job.pool, body="Use the **eager** mode on old drivers."
     )
     limitation(job.release, title="Found after the first notes")
-    services.job_rerun_stage(job=job, stage="release_notes")
+    job_rerun_stage(job=job, stage="release_notes")
     job = run_queued_stages(job)
     assert list(ReleaseNotes.objects.order_by("version").values_list("version", flat=True)) == [
         1,
@@ -124,7 +124,7 @@ def test_rerunning_an_earlier_stage_reruns_the_notes_too():
         results={name: results[name] for name in stages[:-1]},
     )
     job = run_queued_stages(job)
-    services.job_rerun_stage(job=job, stage="analyze")
+    job_rerun_stage(job=job, stage="analyze")
     job = run_queued_stages(job)
     assert job.status == "succeeded"
     notes = release_notes_get(release=job.release, pool=job.pool)

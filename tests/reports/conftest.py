@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun
-from adaptation.services import job_refresh_status
+from adaptation.services.jobs import job_refresh_status
 from tests.cast import cast  # noqa: F401  (the fixture)
 from tests.factories import cpu_pool
 

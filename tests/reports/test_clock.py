@@ -14,9 +14,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from adaptation.models import KnownLimitation
+from engine.registry import stage_names
 from tests.factories import cpu_pool, make_release
 from tests.reports.conftest import job_with_runs
-from workers.stages.registry import stage_names
 
 pytestmark = pytest.mark.django_db
 

@@ -15,17 +15,18 @@ from django.core.management import call_command
 from django.test import override_settings
 from django.utils import timezone
 
-from adaptation import services
 from adaptation.models import AdaptationJob, Readiness, StageRun
 from adaptation.readiness import (
     job_readiness,
     readiness_from_runs,
     readiness_thresholds_check,
 )
+from adaptation.services.jobs import job_refresh_status, job_rerun_stage
+from adaptation.services.stage_runs import stage_run_fail
 from day0web.env import env_stage_levels
+from engine.registry import stage_names
 from tests.factories import make_release
 from tests.reports.conftest import job_with_runs
-from workers.stages.registry import stage_names
 
 pytestmark = pytest.mark.django_db
 
@@ -130,14 +131,14 @@ def test_ready_at_keeps_day0_through_a_rerun_while_the_level_follows_it():
     outcomes = passed(*ALL)
     job = job_with_runs(make_release(), stages=ALL, outcomes=outcomes)
     first_ready = AdaptationJob.objects.get(pk=job.pk).ready_at
-    services.job_rerun_stage(job=job, stage="performance")
+    job_rerun_stage(job=job, stage="performance")
     job.refresh_from_db()
     assert (job.readiness, job.blocking_stage) == ("functional", "performance")
     assert job.ready_at == first_ready
     # The re-run's performance fails: the level stays, Day 0 still happened.
     run = StageRun.objects.get(job=job, stage="performance", attempt=2)
     StageRun.objects.filter(pk=run.pk).update(status="running", heartbeat_at=timezone.now())
-    services.stage_run_fail(stage_run=run, error="out of memory")
+    stage_run_fail(stage_run=run, error="out of memory")
     job.refresh_from_db()
     assert (job.status, job.readiness, job.blocking_stage) == (
         "failed",
@@ -163,7 +164,7 @@ def test_a_later_success_of_a_failed_stage_counts_from_its_finish():
         status="succeeded",
         finished_at=at + timedelta(minutes=30),
     )
-    services.job_refresh_status(job=job)
+    job_refresh_status(job=job)
     job.refresh_from_db()
     assert (job.readiness, job.ready_at) == ("complete", at + timedelta(minutes=30))
 

@@ -30,7 +30,7 @@ TRACEBACK = (
     "Traceback (most recent call last):\n"
     '  File "/work/main/workers/runner.py", line 88, in execute_stage_run\n'
     "    result = definition.run(ctx)\n"
-    "workers.stages.base.StageFailed: config.json: num_experts_per_tok must be a positive "
+    "engine.contract.StageFailed: config.json: num_experts_per_tok must be a positive "
     "integer, got 0"
 )
 # What each release of the sample is, in words the test computes its expectations from:
@@ -106,7 +106,7 @@ def sample(base, h200, fetch_analyze_readiness) -> dict:
         finished_at=base + 3 * D + 3 * H,
         error=TRACEBACK,
     )
-    from adaptation.services import job_refresh_status
+    from adaptation.services.jobs import job_refresh_status
 
     job_refresh_status(job=failed)
     KnownLimitation.objects.create(release=r4, pool=cpu, title="Missing operator", severity="major")
@@ -207,7 +207,7 @@ def test_rows_say_status_times_failures_and_limitations(client, cast, sample, ba
     assert rows[r4.pk]["time_to_day0_h"] == ""
     # The newest failure's reason: a traceback's last line.
     assert rows[r4.pk]["failed_stages"] == (
-        "analyze \u00d72 (cpu): workers.stages.base.StageFailed: config.json: num_experts_per_tok "
+        "analyze \u00d72 (cpu): engine.contract.StageFailed: config.json: num_experts_per_tok "
         "must be a positive integer, got 0"
     )
     assert rows[r4.pk]["open_limitations"] == "2"  # the resolved one is not counted
@@ -244,7 +244,7 @@ def test_csv_has_the_numbers_of_the_page(client, cast, sample):
     assert abs(float(figure(html, "median")) - numpy.percentile(hours, 50)) < 0.01
     r4 = next(row for row in table if row["repo_id"] == "org/failed-analyze")
     assert r4["failed_stages"] == "analyze x2"
-    assert r4["failure_reasons"].startswith("analyze: workers.stages.base.StageFailed")
+    assert r4["failure_reasons"].startswith("analyze: engine.contract.StageFailed")
     assert r4["day0_basis"] == "publication"
 
 

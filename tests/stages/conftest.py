@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from engine.twin import build_twin
 from tests.stages.realconfigs import load
-from workers.stages.twin import build_twin
 
 
 @pytest.fixture(scope="session")

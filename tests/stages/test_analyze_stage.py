@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workers.stages.analyze import run
-from workers.stages.base import PoolSpec, ReleaseRef, StageContext, StageFailed
+from engine.contract import PoolSpec, ReleaseRef, StageContext, StageFailed
+from engine.stages.analyze.run import run
 
 from .realconfigs import load
 

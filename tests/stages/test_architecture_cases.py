@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.stages.architecture import AnalysisError, analyze_config
+from engine.architecture import AnalysisError, analyze_config
 
 MIXTRAL_8X7B = {
     "architectures": ["MixtralForCausalLM"],

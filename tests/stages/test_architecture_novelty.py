@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.stages.architecture import analyze_config, compare_with_known
+from engine.architecture import analyze_config, compare_with_known
 
 from .realconfigs import load
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.stages.architecture import analyze_config
+from engine.architecture import analyze_config
 
 # A Llama-shaped model with exact small numbers: 2 layers, hidden 256, MLP 512, 4 heads of
 # 64, 2 KV heads, vocab 1000, untied.

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from workers.stages.architecture import analyze_config
+from engine.architecture import analyze_config
 
 from .realconfigs import PUBLISHED, REALCONFIGS_DIR, load
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.stages.architecture import analyze_config
+from engine.architecture import analyze_config
 
 from .realconfigs import load
 

@@ -10,15 +10,14 @@ import math
 import pytest
 import torch
 
-from tests.conftest import load_realconfig
-from workers.catalog import load_catalog
-from workers.stages import plan as plan_stage
-from workers.stages.architecture import analyze_config
-from workers.stages.base import PoolSpec, ReleaseRef, StageContext
-from workers.stages.device_probe import probe_device
-from workers.stages.performance import calibration_rows, predicted_points
-from workers.stages.plan import PoolLayout, plan_release
-from workers.stages.plan.calibration import (
+from engine.architecture import analyze_config
+from engine.catalog import load_catalog
+from engine.contract import PoolSpec, ReleaseRef, StageContext
+from engine.device_probe import probe_device
+from engine.stages.performance.rows import calibration_rows
+from engine.stages.performance.run import predicted_points
+from engine.stages.plan import run as plan_stage
+from engine.stages.plan.calibration import (
     calibrated_predictions,
     decode_cache_tokens,
     device_accelerator,
@@ -26,8 +25,11 @@ from workers.stages.plan.calibration import (
     running_calibration,
     twin_calibration,
 )
-from workers.stages.plan.model import ModelShape
-from workers.stages.plan.roofline import MFU_PREFILL
+from engine.stages.plan.layout import PoolLayout
+from engine.stages.plan.model import ModelShape
+from engine.stages.plan.planner import plan_release
+from engine.stages.plan.roofline import MFU_PREFILL
+from tests.conftest import load_realconfig
 
 # A small Llama-shaped config whose parameters the test counts by hand.
 HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB = 256, 2, 4, 2, 64, 512, 1024
@@ -317,7 +319,7 @@ def test_a_cpu_plan_predicts_on_the_figures_a_performance_run_measured():
 
 
 def test_catalog_figures_stay_the_datasheets_on_an_accelerator_pool():
-    from workers.stages.performance import roofline_figures
+    from engine.stages.performance.run import roofline_figures
 
     pool = PoolSpec(name="h100x8", backend="manifest", queue="q", accelerator="h100")
     probe = {"device": "cuda:0", "memory_bandwidth_bytes_per_s": 3e12, "flops": {}}
@@ -333,8 +335,8 @@ def test_catalog_figures_stay_the_datasheets_on_an_accelerator_pool():
 
 
 def test_a_failed_probe_leaves_the_measured_points_and_says_why(seeded_twin, monkeypatch):
-    from workers.stages import device_probe
-    from workers.stages.performance import measure_performance
+    from engine import device_probe
+    from engine.stages.performance.run import measure_performance
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 768.00 MiB")

@@ -14,26 +14,27 @@ from pathlib import Path
 
 import pytest
 
-from tests.stages.realconfigs import load
-from workers.stages import distributed
-from workers.stages.architecture import analyze_config
-from workers.stages.base import PoolSpec, ReleaseRef, StageContext, StageFailed
-from workers.stages.distributed import launch, validate_split
-from workers.stages.distributed.degree import validated_tp
-from workers.stages.distributed.failures import culprit, error_line, failure_reason
-from workers.stages.distributed.options import (
+from engine.architecture import analyze_config
+from engine.contract import PoolSpec, ReleaseRef, StageContext, StageFailed
+from engine.stages.distributed import launch
+from engine.stages.distributed import run as distributed
+from engine.stages.distributed.degree import validated_tp
+from engine.stages.distributed.failures import culprit, error_line, failure_reason
+from engine.stages.distributed.options import (
     DistributedOptionsError,
     distributed_options,
     distributed_time_limits,
 )
-from workers.stages.distributed.sharding import (
+from engine.stages.distributed.run import validate_split
+from engine.stages.distributed.sharding import (
     decoder_prefix,
     outside_decoder,
     plan_touches_decoder,
     split_blocks,
 )
-from workers.stages.twin import build_twin
-from workers.stages.twin.shrink import keep_divisibility
+from engine.twin import build_twin
+from engine.twin.shrink import keep_divisibility
+from tests.stages.realconfigs import load
 
 LLAMA = "meta-llama__Llama-3.1-8B"
 QWEN3_MOE = "Qwen__Qwen3-235B-A22B-Instruct-2507"
@@ -395,10 +396,10 @@ def test_at_the_time_limit_the_rank_outside_the_collective_is_the_one_that_hung(
     dump = (
         "Current thread 0x00007f (most recent call first):\n"
         '  File "/venv/torch/distributed/tensor/_redistribute.py", line 9 in redistribute\n'
-        '  File "/app/workers/stages/distributed/rank.py", line 170 in main\n'
+        '  File "/app/engine/stages/distributed/rank.py", line 170 in main\n'
     )
     assert launch.last_stack(dump) == [
-        'File "/app/workers/stages/distributed/rank.py", line 170 in main',
+        'File "/app/engine/stages/distributed/rank.py", line 170 in main',
         'File "/venv/torch/distributed/tensor/_redistribute.py", line 9 in redistribute',
     ]
     waiting = {"rank": 0, "exit_code": None, "phase": "loaded", "excerpt": "[rank 0] loaded"}

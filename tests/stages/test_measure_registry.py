@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from workers.stages.base import StageDefinition
-from workers.stages.measure_options import (
+from engine.contract import StageDefinition
+from engine.registry import get_stage, stage_names
+from engine.stages.stability.options import (
     STABILITY_HARD_GRACE_S,
     STABILITY_SETUP_S,
     stability_time_limits,
 )
-from workers.stages.registry import get_stage, stage_names
 
 
 def test_performance_and_stability_run_after_the_plan():
@@ -72,11 +72,11 @@ def test_the_stability_limits_follow_its_duration():
 
 def test_reading_the_registry_and_checking_options_does_not_load_torch():
     code = (
-        "import sys; from workers.stages.registry import STAGES, get_stage; "
+        "import sys; from engine.registry import STAGES, get_stage; "
         "[s.time_limits_s({'duration_s': 60}) for s in STAGES]; "
         "get_stage('performance').checked_options({'max_batch_size': 8}); "
         "get_stage('stability').checked_options({'duration_s': 5}); "
-        "import workers.stages.plan.calibration; "
+        "import engine.stages.plan.calibration; "
         "print('torch' in sys.modules)"
     )
     out = subprocess.run(

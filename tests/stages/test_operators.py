@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.contract import PoolSpec, ReleaseRef, StageContext, StageFailed
+from engine.stages.operators import run as operators
+from engine.stages.operators.run import OperatorRecorder, check_torch_backend, measure_operators
+from engine.twin import build_twin
 from tests.stages.realconfigs import load
-from workers.stages import operators
-from workers.stages.base import PoolSpec, ReleaseRef, StageContext, StageFailed
-from workers.stages.operators import OperatorRecorder, check_torch_backend, measure_operators
-from workers.stages.twin import build_twin
 
-MANIFEST = Path(operators.__file__).resolve().parent.parent / "manifests" / "example-npu.json"
+MANIFEST = Path(operators.__file__).resolve().parent / "manifests" / "example-npu.json"
 CPU = PoolSpec(name="cpu", backend="cpu", queue="cpu")
 CONFIGS = (
     "meta-llama__Llama-3.1-8B",
@@ -261,9 +261,9 @@ for name, kernel in {
     lib.impl(name, kernel, "PrivateUse1")
 
 from tests.stages.realconfigs import load
-from workers.stages.base import PoolSpec
-from workers.stages.operators import measure_operators
-from workers.stages.twin import build_twin
+from engine.contract import PoolSpec
+from engine.stages.operators.run import measure_operators
+from engine.twin import build_twin
 
 pool = PoolSpec(name="npu", backend="privateuseone", queue="npu", device="privateuseone:0")
 json.dump(measure_operators(build_twin(load("meta-llama__Llama-3.1-8B")), pool), sys.stdout)

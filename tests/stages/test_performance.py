@@ -11,20 +11,21 @@ import re
 import pytest
 import torch
 
-from tests.stages.realconfigs import load
-from workers.stages import performance
-from workers.stages.architecture import analyze_config
-from workers.stages.base import PoolSpec, ReleaseRef, StageContext, StageFailed
-from workers.stages.performance import (
+from engine.architecture import analyze_config
+from engine.contract import PoolSpec, ReleaseRef, StageContext, StageFailed
+from engine.stages.performance import run as performance
+from engine.stages.performance.options import performance_options
+from engine.stages.performance.rows import performance_rows
+from engine.stages.performance.run import (
     PerformanceOptions,
     find_knee,
     measure_performance,
-    performance_options,
-    performance_rows,
     predicted_points,
 )
-from workers.stages.plan import PoolLayout, plan_release
-from workers.stages.twin.measure import model_bytes
+from engine.stages.plan.layout import PoolLayout
+from engine.stages.plan.planner import plan_release
+from engine.twin.measure import model_bytes
+from tests.stages.realconfigs import load
 
 CPU = PoolSpec(name="cpu", backend="cpu", queue="cpu")
 DENSE = "meta-llama__Llama-3.1-8B"

@@ -10,12 +10,14 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from engine.architecture import analyze_config
+from engine.contract import PoolSpec, ReleaseRef, StageContext, StageFailed
+from engine.stages.plan.errors import NoFittingPlan, PlanInputError
+from engine.stages.plan.layout import PoolLayout
+from engine.stages.plan.memory import GPU_MEMORY_UTILIZATION
+from engine.stages.plan.planner import plan_release
+from engine.stages.plan.run import run
 from tests.stages.realconfigs import load
-from workers.stages.architecture import analyze_config
-from workers.stages.base import PoolSpec, ReleaseRef, StageContext, StageFailed
-from workers.stages.plan import NoFittingPlan, PoolLayout, plan_release, run
-from workers.stages.plan.errors import PlanInputError
-from workers.stages.plan.memory import GPU_MEMORY_UTILIZATION
 
 
 def analysis(name: str, **overrides) -> dict:

@@ -10,9 +10,11 @@ import copy
 
 import pytest
 
+from engine.architecture import analyze_config
+from engine.stages.plan.errors import NoFittingPlan
+from engine.stages.plan.layout import PoolLayout
+from engine.stages.plan.planner import plan_release
 from tests.stages.realconfigs import load
-from workers.stages.architecture import analyze_config
-from workers.stages.plan import NoFittingPlan, PoolLayout, plan_release
 
 
 def analysis(config: dict) -> dict:

@@ -8,13 +8,14 @@ import json
 
 import pytest
 
+from engine.architecture import analyze_config
+from engine.catalog import load_catalog
+from engine.contract import PoolSpec, ReleaseRef, StageContext, StageFailed
+from engine.registry import get_stage, stage_names
+from engine.stages.plan.errors import PlanInputError
+from engine.stages.plan.options import plan_options
+from engine.stages.plan.run import run
 from tests.stages.realconfigs import load
-from workers.catalog import load_catalog
-from workers.stages.architecture import analyze_config
-from workers.stages.base import PoolSpec, ReleaseRef, StageContext, StageFailed
-from workers.stages.plan import plan_options, run
-from workers.stages.plan.errors import PlanInputError
-from workers.stages.registry import get_stage, stage_names
 
 GIB = 2**30
 

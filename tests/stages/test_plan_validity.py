@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.stages.realconfigs import load
-from workers.stages.architecture import analyze_config
-from workers.stages.plan.memory import kv_bytes_per_sequence, weights_per_device
-from workers.stages.plan.model import ModelShape
-from workers.stages.plan.validity import (
+from engine.architecture import analyze_config
+from engine.stages.plan.memory import kv_bytes_per_sequence, weights_per_device
+from engine.stages.plan.model import ModelShape
+from engine.stages.plan.validity import (
     Split,
     check_split,
     padded_vocab,
     splits_for,
     valid_tp_sizes,
 )
+from tests.stages.realconfigs import load
 
 
 def shape_of(name: str, **overrides) -> ModelShape:

@@ -8,13 +8,14 @@ import math
 import pytest
 import torch
 
+from engine.contract import PoolSpec, ReleaseRef, StageContext, StageFailed
+from engine.stages.precision import run as precision
+from engine.stages.precision.metrics import logit_metrics
+from engine.stages.precision.run import measure_precision
+from engine.stages.precision.thresholds import thresholds_for
+from engine.twin import build_twin
+from engine.twin.run import Trace
 from tests.stages.realconfigs import load
-from workers.stages import precision
-from workers.stages.base import PoolSpec, ReleaseRef, StageContext, StageFailed
-from workers.stages.precision import measure_precision, thresholds_for
-from workers.stages.precision.metrics import logit_metrics
-from workers.stages.twin import build_twin
-from workers.stages.twin.run import Trace
 
 CPU = PoolSpec(name="cpu", backend="cpu", queue="cpu")
 # The release-day architectures the issue names: dense GQA, Qwen3 MoE, MLA+MoE, gpt-oss.

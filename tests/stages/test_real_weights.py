@@ -13,10 +13,12 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from workers.stages import fetch, operators, precision
-from workers.stages.base import PoolSpec, ReleaseRef, StageContext, StageFailed
-from workers.stages.twin import DEFAULT_REAL_WEIGHTS_MAX_BYTES, twin_for_release
-from workers.stages.twin.real import HUB_NOT_DOWNLOADED
+from engine.contract import PoolSpec, ReleaseRef, StageContext, StageFailed
+from engine.stages.fetch import run as fetch
+from engine.stages.operators import run as operators
+from engine.stages.precision import run as precision
+from engine.twin import DEFAULT_REAL_WEIGHTS_MAX_BYTES, twin_for_release
+from engine.twin.real import HUB_NOT_DOWNLOADED
 
 CPU = PoolSpec(name="cpu", backend="cpu", queue="cpu")
 REPO = "acme/tiny-llama"

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from engine.contract import PoolSpec, ReleaseRef, StageContext, StageFailed
+from engine.registry import get_stage
+from engine.remote_code import sandbox as remote_code
+from engine.stages.operators import run as operators
 from tests.stages.realconfigs import load
-from workers.stages import operators, remote_code
-from workers.stages.base import PoolSpec, ReleaseRef, StageContext, StageFailed
-from workers.stages.registry import get_stage
 
 CONFIGURATION = """
 from transformers import LlamaConfig

@@ -10,10 +10,9 @@ import time
 import pytest
 import torch
 
-from tests.stages.realconfigs import load
-from workers.stages import stability
-from workers.stages.base import PoolSpec, ReleaseRef, StageContext, StageFailed
-from workers.stages.stability import (
+from engine.contract import PoolSpec, ReleaseRef, StageContext, StageFailed
+from engine.stages.stability import run as stability
+from engine.stages.stability.run import (
     Series,
     StabilityOptions,
     judge,
@@ -21,6 +20,7 @@ from workers.stages.stability import (
     measure_stability,
     stability_options,
 )
+from tests.stages.realconfigs import load
 
 CPU = PoolSpec(name="cpu", backend="cpu", queue="cpu")
 DENSE = "meta-llama__Llama-3.1-8B"
@@ -237,7 +237,7 @@ def test_options_are_checked():
 
 
 def test_min_steps_below_what_the_verdict_needs_is_refused():
-    from workers.stages.measure_options import MIN_JUDGED_STEPS
+    from engine.stages.stability.options import MIN_JUDGED_STEPS
 
     assert MIN_JUDGED_STEPS == 10
     assert stability_options({"min_steps": MIN_JUDGED_STEPS}) == {"min_steps": MIN_JUDGED_STEPS}

@@ -8,10 +8,10 @@ import pytest
 import torch
 import transformers
 
+from engine.contract import StageFailed
+from engine.twin import PROMPT_TOKENS, build_twin, shrink
+from engine.twin.shrink import TWIN_MAX_PARAMETERS
 from tests.stages.realconfigs import REALCONFIGS_DIR, load
-from workers.stages.base import StageFailed
-from workers.stages.twin import PROMPT_TOKENS, build_twin, shrink
-from workers.stages.twin.shrink import TWIN_MAX_PARAMETERS
 
 # Every real config on disk: a new file is covered without editing this list.
 CONFIGS = tuple(sorted(path.stem for path in REALCONFIGS_DIR.glob("*.json")))
@@ -148,7 +148,7 @@ def test_invariants_are_checked_on_the_built_config(monkeypatch):
     """Without the alias table the shrink writes `num_key_value_heads`, which Falcon never
     reads: the built model keeps 8 K/V heads, and the invariant says so."""
     monkeypatch.setattr(shrink, "KEY_ALIASES", {})
-    monkeypatch.setattr("workers.stages.twin.build.TWIN_MAX_PARAMETERS", 10**9)
+    monkeypatch.setattr("engine.twin.build.TWIN_MAX_PARAMETERS", 10**9)
     twin = build_twin(falcon_40b())
     broken = {i["name"]: i for i in twin.description["invariants"] if not i["kept"]}
     assert broken["GQA group ratio (query heads per K/V head)"]["twin"] == 32 // 8
@@ -216,7 +216,7 @@ def test_an_architecture_transformers_lacks_needs_allowed_remote_code():
 def test_an_unknown_rope_type_is_noted_by_analysis_and_refused_by_the_twin_naming_it():
     """transformers builds the rotary embedding from ROPE_INIT_FUNCTIONS[rope_type]: a type
     outside it cannot run in its classes (modeling_rope_utils.py)."""
-    from workers.stages.architecture import analyze_config
+    from engine.architecture import analyze_config
 
     config = load("meta-llama__Llama-3.1-8B")
     config["rope_scaling"] = dict(config["rope_scaling"], rope_type="ntk-by-parts-v9")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.architecture import analyze_config
 from tests.conftest import load_realconfig
-from workers.stages.architecture import analyze_config
 
 # The real engine's output for DeepSeek-V3's published config and its index's total_size.
 DEEPSEEK_V3_ANALYSIS: dict[str, Any] = {

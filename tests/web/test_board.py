@@ -67,7 +67,7 @@ def test_board_lists_releases_newest_first_with_stage_cells(logged_in_client):
 
 
 def test_stage_columns_use_registry_titles(logged_in_client):
-    from workers.stages.registry import get_stage
+    from engine.registry import get_stage
 
     make_job(statuses={"fetch": "running"})
     html = logged_in_client.get(BOARD).content.decode()
@@ -220,7 +220,7 @@ def test_day0_clock_counts_a_stage_rerun_within_the_same_job(logged_in_client):
     StageRun.objects.create(
         job=job, stage="analyze", position=1, attempt=3, status="failed", error="later"
     )
-    from adaptation.services import job_refresh_status
+    from adaptation.services.jobs import job_refresh_status
 
     job_refresh_status(job=job)
 

@@ -20,10 +20,11 @@ from adaptation import charts
 from adaptation.distributed_presenters import distributed_panel, exit_status_text
 from adaptation.models import AcceleratorPool
 from adaptation.plan_presenters import measured_scaling, plan_panel
+from engine.architecture import analyze_config
+from engine.stages.plan.layout import PoolLayout
+from engine.stages.plan.planner import plan_release
 from tests.factories import make_job, make_release
 from tests.web.test_plan_panel import figure, page, section, table_row, text
-from workers.stages.architecture import analyze_config
-from workers.stages.plan import PoolLayout, plan_release
 
 pytestmark = pytest.mark.django_db
 

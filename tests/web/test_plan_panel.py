@@ -15,11 +15,14 @@ from django.urls import reverse
 
 from adaptation.models import AcceleratorPool
 from adaptation.templatetags.day0_format import MISSING, gib
+from engine.architecture import analyze_config
+from engine.catalog import load_catalog
+from engine.stages.plan.errors import NoFittingPlan
+from engine.stages.plan.layout import PoolLayout
+from engine.stages.plan.planner import plan_release
+from engine.stages.plan.run import no_fit_result
 from tests.conftest import load_realconfig
 from tests.factories import make_job, make_release
-from workers.catalog import load_catalog
-from workers.stages.architecture import analyze_config
-from workers.stages.plan import NoFittingPlan, PoolLayout, no_fit_result, plan_release
 
 pytestmark = pytest.mark.django_db
 
@@ -292,7 +295,7 @@ CALIBRATION = {
 def test_the_calibrated_prediction_is_shown_beside_the_raw_one(
     logged_in_client, deepseek_analysis, h200_plan
 ):
-    from workers.stages.plan.calibration import calibrated_predictions
+    from engine.stages.plan.calibration import calibrated_predictions
 
     predicted = h200_plan["predicted"]
     calibrated = calibrated_predictions(predicted, CALIBRATION)
@@ -334,7 +337,7 @@ def test_the_calibrated_prediction_is_shown_beside_the_raw_one(
 
 
 def test_without_calibration_the_panel_says_why(logged_in_client, deepseek_analysis, h200_plan):
-    from workers.stages.plan.calibration import calibrated_predictions
+    from engine.stages.plan.calibration import calibrated_predictions
 
     h200_plan["predicted"]["calibrated"] = calibrated_predictions(
         h200_plan["predicted"], {"available": False, "reason": "no calibration yet: pool h200x8"}
@@ -375,7 +378,7 @@ def test_no_efficiency_note_when_scaling_is_at_most_linear(logged_in_client, dee
 def test_a_plan_without_prediction_draws_no_empty_scaling_chart(logged_in_client):
     """On the cpu pool no datasheet gives bandwidth or FLOP/s: no speed is predicted, so the
     scaling chart and table would be empty. The panel says why instead."""
-    from workers.catalog import cpu_accelerator
+    from engine.catalog import cpu_accelerator
 
     analysis = analyze_config(load_realconfig("meta-llama__Llama-3.1-8B")).to_dict()
     catalog = load_catalog().with_cpu(cpu_accelerator(cores=16, memory_bytes=64 * 2**30))

@@ -74,8 +74,8 @@ def analysed_release(result: dict | None = None, *, config: dict | None = None, 
 
 def engine_release(config_name: str, *, config: dict | None = None, **release_fields):
     """A release analysed by the real engine from a published config."""
+    from engine.architecture import analyze_config
     from tests.conftest import load_realconfig
-    from workers.stages.architecture import analyze_config
 
     config = config or load_realconfig(config_name)
     result = analyze_config(config).to_dict()
@@ -249,7 +249,7 @@ def test_timeline_shows_every_attempt_and_full_errors(logged_in_client):
     release = make_release()
     error = (
         "Traceback (most recent call last):\n"
-        '  File "workers/stages/analyze.py", line 40, in run\n'
+        '  File "engine/stages/analyze/run.py", line 40, in run\n'
         "    raise StageFailed(reason)\n"
         "StageFailed: config.json has no 'hidden_size' and no known default for <model_type 'x'>"
     )
@@ -335,8 +335,8 @@ def test_full_release_page_polls_while_running(logged_in_client):
 )
 def test_page_renders_the_real_engine_result(logged_in_client, config, expected):
     """The page lays out what the analysis engine really returns for published configs."""
+    from engine.architecture import analyze_config
     from tests.conftest import load_realconfig
-    from workers.stages.architecture import analyze_config
 
     result = analyze_config(load_realconfig(config)).to_dict()
     result["new_against_known"] = [{"aspect": "family", "detail": "first of its family"}]
@@ -517,8 +517,8 @@ def test_the_release_config_is_what_sources_are_checked_against(logged_in_client
 def test_figure_config_keys_cover_the_engine_key_spellings():
     """The page's figure → config key map keeps up with the keys the engine reads."""
     from adaptation.presenters import FIGURE_CONFIG_KEYS
-    from workers.stages.architecture.config_reader import KEY_ALIASES
-    from workers.stages.architecture.moe import (
+    from engine.architecture.config_reader import KEY_ALIASES
+    from engine.architecture.moe import (
         EXPERT_COUNT_KEYS,
         SHARED_COUNT_KEYS,
         TOP_K_KEYS,

@@ -106,7 +106,7 @@ class Sent:
 @pytest.fixture
 def sent(monkeypatch) -> Sent:
     """Record instead of sending: `day0.settle_upload` messages and stage messages."""
-    from adaptation import services
+    from adaptation.services import queueing
     from workers import tasks
 
     record = Sent()
@@ -118,5 +118,5 @@ def sent(monkeypatch) -> Sent:
         record.stages.append(kwargs)
 
     monkeypatch.setattr(tasks.settle_upload, "apply_async", settle_apply_async)
-    monkeypatch.setattr(services, "_send_stage_message", send_stage_message)
+    monkeypatch.setattr(queueing, "stage_message_send", send_stage_message)
     return record

@@ -9,8 +9,6 @@ from datetime import timedelta
 import pytest
 from django.test import override_settings
 
-from adaptation.hubs import HubSpec
-from adaptation.hubs.huggingface import HuggingFaceSource
 from adaptation.models import (
     AdaptationJob,
     DeliveryVerdict,
@@ -21,6 +19,8 @@ from adaptation.models import (
 )
 from adaptation.webhooks import uploads
 from adaptation.webhooks.uploads import pending_upload_settle, pending_uploads_sweep
+from engine.hubs import HubSpec
+from engine.hubs.huggingface import HuggingFaceSource
 from tests.factories import make_job, make_release
 from tests.webhooks.conftest import REPO, hub_body, post_hub
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from adaptation.hubs.base import ReleaseFiles
-from workers.stages.base import StageFailed
-from workers.stages.fetch import parse_json_file, parse_release_files, summarize_weights
+from engine.contract import StageFailed
+from engine.hubs.base import ReleaseFiles
+from engine.stages.fetch.run import parse_json_file, parse_release_files, summarize_weights
 
 
 def test_malformed_json_names_the_file_and_the_position():

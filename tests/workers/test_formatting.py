@@ -1,5 +1,5 @@
 """The figures the known-limitation notes and the release notes share
-(`workers.stages.formatting`): what a stored result may hold (None, strings, bools, NaN)
+(`engine.formatting`): what a stored result may hold (None, strings, bools, NaN)
 writes "—", and each unit reads as the pages write it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from workers.stages import formatting as fmt
+from engine import formatting as fmt
 
 
 @pytest.mark.parametrize("value", [None, "12", True, math.nan, math.inf, [1]])
@@ -46,7 +46,7 @@ def test_exit_statuses_follow_a_subject():
 
 def test_the_module_imports_neither_django_nor_torch():
     code_line = (
-        "import sys, workers.stages.formatting; "
+        "import sys, engine.formatting; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('django', 'torch')]; "
         "sys.exit(1 if bad else 0)"
     )

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from adaptation.models import AcceleratorKind, AcceleratorPool, JobStatus, StageStatus
+from engine.architecture import analyze_config
+from engine.catalog import load_catalog
 from tests.conftest import load_realconfig
 from tests.factories import make_job
-from workers.catalog import load_catalog
 from workers.runner import execute_stage_run, pool_spec
-from workers.stages.architecture import analyze_config
 
 pytestmark = pytest.mark.django_db
 

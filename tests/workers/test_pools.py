@@ -12,8 +12,9 @@ from types import SimpleNamespace
 import pytest
 from django.utils import timezone
 
-from adaptation import services
 from adaptation.models import Worker
+from adaptation.services import workers as services_workers
+from adaptation.services.workers import worker_register
 from workers import pools
 
 
@@ -230,7 +231,7 @@ def test_ready_registers_and_beats_then_shutdown_marks_stopped(settings):
 @pytest.mark.django_db(transaction=True)
 def test_a_failed_registration_is_logged_and_tried_again(settings, monkeypatch, caplog):
     settings.DAY0_WORKER_HEARTBEAT_S = 1
-    real_register = services.worker_register
+    real_register = worker_register
     calls = []
 
     def flaky_register(**kwargs):
@@ -239,7 +240,7 @@ def test_a_failed_registration_is_logged_and_tried_again(settings, monkeypatch, 
             raise RuntimeError("database is locked")
         return real_register(**kwargs)
 
-    monkeypatch.setattr(services, "worker_register", flaky_register)
+    monkeypatch.setattr(services_workers, "worker_register", flaky_register)
     consumer = SimpleNamespace(
         hostname="cpu@flaky", task_consumer=SimpleNamespace(queues=[SimpleNamespace(name="q")])
     )

@@ -13,9 +13,9 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.utils import timezone
 
 from adaptation.models import JobStatus, StageRun, StageStatus
+from engine.contract import StageDefinition, StageFailed, StageTransientError
 from tests.factories import make_job
 from workers import runner
-from workers.stages.base import StageDefinition, StageFailed, StageTransientError
 
 pytestmark = pytest.mark.django_db
 
@@ -152,7 +152,7 @@ def test_heartbeat_thread_advances_the_heartbeat():
 
 def test_the_engine_imports_without_django():
     code = (
-        "import sys, workers.stages.registry, workers.stages.architecture; "
+        "import sys, engine.registry, engine.architecture; "
         "sys.exit(1 if any(m == 'django' or m.startswith('django.') for m in sys.modules) else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
@@ -160,7 +160,7 @@ def test_the_engine_imports_without_django():
 
 def test_the_registry_reads_without_importing_torch():
     code = (
-        "import sys, workers.stages.registry as r; "
+        "import sys, engine.registry as r; "
         "assert [s.title for s in r.STAGES]; "
         "sys.exit(1 if 'torch' in sys.modules or 'transformers' in sys.modules else 0)"
     )
@@ -170,7 +170,7 @@ def test_the_registry_reads_without_importing_torch():
 def test_every_registered_stage_resolves_to_its_run_function():
     import importlib
 
-    from workers.stages.registry import STAGES
+    from engine.registry import STAGES
 
     for stage in STAGES:
         module, _, function = stage.run.partition(":")

@@ -29,13 +29,11 @@ from adaptation.management.commands.plan import (
 )
 from adaptation.models import AdaptationJob, JobStatus, StageStatus, Trigger
 from adaptation.selectors import job_current_stage_runs, job_summary
-from adaptation.services import (
-    ServiceError,
-    job_options_check,
-    pool_get,
-    release_from_candidate,
-)
+from adaptation.services.errors import ServiceError
+from adaptation.services.pools import pool_get
+from adaptation.services.releases import release_from_candidate
 from adaptation.targets import TargetError, resolve_target
+from engine.registry import job_options_check
 
 POLL_EVERY_S = 0.5
 # --wait warns once when a stage run has sat queued this long (no worker took it).
@@ -94,7 +92,7 @@ def job_options_from_args(text: str | None, plan: dict[str, Any]) -> dict[str, A
         options["plan"] = given | plan
     try:
         return job_options_check(options=options or None)
-    except ServiceError as exc:
+    except ValueError as exc:
         raise CommandError(" ".join(str(exc).split())) from exc
 
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from adaptation.hubs import hub_source
-from adaptation.hubs.base import HubError
 from adaptation.targets import TargetError, resolve_target
 from adaptation.templatetags import day0_format as fmt
-from workers.stages.architecture import AnalysisError, analyze_config
-from workers.stages.base import StageFailed
-from workers.stages.fetch import parse_json_file, parse_release_files
+from engine.architecture import AnalysisError, analyze_config
+from engine.contract import StageFailed
+from engine.hubs import hub_source
+from engine.hubs.base import HubError
+from engine.stages.fetch.run import parse_json_file, parse_release_files
 
 
 def _layout(name: str, layout: dict | None, skip: tuple[str, ...] = ()) -> str:

@@ -15,7 +15,8 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from adaptation.models import WebhookKind
-from adaptation.services import ServiceError, pool_get
+from adaptation.services.errors import ServiceError
+from adaptation.services.pools import pool_get
 from adaptation.webhooks.endpoints import (
     EndpointError,
     webhook_endpoint_create,

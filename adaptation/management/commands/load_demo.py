@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from adaptation.services import demo_hub_install
+from adaptation.services.hub_polling import demo_hub_install
 
 DEMO_USERNAME = "demo"
 DEMO_PASSWORD = "day0-demo"

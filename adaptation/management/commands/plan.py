@@ -24,24 +24,20 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
 from adaptation.catalog import GIB, catalog_current, pool_catalog
-from adaptation.hubs import hub_source
-from adaptation.hubs.base import HubError, is_valid_repo_id
 from adaptation.models import AcceleratorKind, AcceleratorPool
 from adaptation.targets import TargetError, resolve_target
 from adaptation.templatetags import day0_format as fmt
-from workers.catalog import Catalog, CatalogError, cpu_accelerator
-from workers.stages.architecture import AnalysisError, analyze_config
-from workers.stages.base import StageFailed
-from workers.stages.fetch import parse_json_file, parse_release_files
-from workers.stages.plan import (
-    NoFittingPlan,
-    PlanInputError,
-    PoolLayout,
-    no_fit_result,
-    plan_options,
-    plan_release,
-)
-from workers.stages.plan.planner import MAX_DEVICES_PER_NODE, MAX_NODES
+from engine.architecture import AnalysisError, analyze_config
+from engine.catalog import Catalog, CatalogError, cpu_accelerator
+from engine.contract import StageFailed
+from engine.hubs import hub_source
+from engine.hubs.base import HubError, is_valid_repo_id
+from engine.stages.fetch.run import parse_json_file, parse_release_files
+from engine.stages.plan.errors import NoFittingPlan, PlanInputError
+from engine.stages.plan.layout import MAX_DEVICES_PER_NODE, MAX_NODES, PoolLayout
+from engine.stages.plan.options import plan_options
+from engine.stages.plan.planner import plan_release
+from engine.stages.plan.run import no_fit_result
 
 NO_FIT_EXIT_CODE = 2
 
@@ -69,7 +65,7 @@ def plan_options_from_args(
     context: str | None, concurrency: str | None, dtype: str | None
 ) -> dict[str, Any]:
     """The plan options given as --context, --concurrency and --dtype, checked by
-    `workers.stages.plan.plan_options` (the check a job's options get); unset ones are left
+    `engine.stages.plan.plan_options` (the check a job's options get); unset ones are left
     out. Raises `CommandError` with a one-line reason."""
     try:
         return plan_options(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from adaptation.services import hub_watches_poll
+from adaptation.services.hub_polling import hub_watches_poll
 
 
 class Command(BaseCommand):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from adaptation.services import jobs_readiness_refresh
+from adaptation.services.jobs import jobs_readiness_refresh
 
 
 class Command(BaseCommand):

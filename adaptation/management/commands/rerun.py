@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from adaptation.models import AdaptationJob
-from adaptation.services import ServiceError, job_rerun_stage
+from adaptation.services.errors import ServiceError
+from adaptation.services.jobs import job_rerun_stage
 
 
 class Command(BaseCommand):

@@ -1,0 +1,109 @@
+"""Figures from stored stage results as text: the known-limitation notes
+(`adaptation.limitations`) and the release notes (`engine.stages.release_notes.run`) write them
+the same way.
+
+Plain Python (neither Django nor torch: the notes engine runs in the worker, the limitation
+notes in the web process). Every formatter takes whatever a stored result holds and writes
+`MISSING` ("—") for a value that is not a finite number (None, a string, a bool, NaN). The
+pages' template filters (`adaptation.templatetags.day0_format`) follow the same conventions.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from typing import Any
+
+MISSING = "—"
+GIB = 2**30
+
+
+def finite(value: Any) -> float | None:
+    """`value` as a float when it is a finite int or float (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def count(value: Any) -> str:
+    """A whole number with thousands separators: 131072 → "131,072"."""
+    number = finite(value)
+    return MISSING if number is None else f"{round(number):,}"
+
+
+def gib(value: Any) -> str:
+    """Bytes as binary gibibytes: "16.0 GiB"; three decimals below 1 GiB ("0.067 GiB")."""
+    number = finite(value)
+    if number is None:
+        return MISSING
+    size = number / GIB
+    return f"{size:.3f} GiB" if 0 < abs(size) < 1 else f"{size:,.1f} GiB"
+
+
+def params(value: Any) -> str:
+    """A parameter count: "20.9 B", "2.3 M", "512"."""
+    number = finite(value)
+    if number is None:
+        return MISSING
+    if abs(number) >= 1e9:
+        return f"{number / 1e9:,.2f} B" if abs(number) < 1e10 else f"{number / 1e9:,.1f} B"
+    if abs(number) >= 1e6:
+        return f"{number / 1e6:,.1f} M"
+    return f"{number:,.0f}"
+
+
+def ms(seconds: Any) -> str:
+    """Seconds as milliseconds: 0.01643 → "16.4 ms", 0.25 → "250 ms"."""
+    number = finite(seconds)
+    if number is None:
+        return MISSING
+    millis = number * 1000
+    return f"{millis:,.3g} ms" if millis < 100 else f"{millis:,.0f} ms"
+
+
+def rate(value: Any) -> str:
+    """A rate (tokens/s) with three significant digits below 100, whole above: "122", "8.5"."""
+    number = finite(value)
+    if number is None:
+        return MISSING
+    return f"{number:,.3g}" if number < 100 else f"{number:,.0f}"
+
+
+def sig(value: Any, digits: int = 3) -> str:
+    """`digits` significant digits: 0.031234 → "0.0312"."""
+    number = finite(value)
+    return MISSING if number is None else f"{number:.{digits}g}"
+
+
+def scientific(value: Any) -> str:
+    """An error or tolerance in scientific notation, three significant digits, so values of
+    very different sizes compare at a glance: 7.4506e-07 → "7.45e-07", 0.90308 → "9.03e-01"."""
+    number = finite(value)
+    return MISSING if number is None else f"{number:.2e}"
+
+
+def percent(value: Any) -> str:
+    """A fraction as a percentage with one decimal: 0.1109 → "11.1 %"."""
+    number = finite(value)
+    return MISSING if number is None else f"{number * 100:.1f} %"
+
+
+def seconds(value: Any) -> str:
+    """Seconds with one decimal: "20.0 s"."""
+    number = finite(value)
+    return MISSING if number is None else f"{number:,.1f} s"
+
+
+def exit_status(code: Any) -> str:
+    """How a process ended, from its exit code as `subprocess` reports it (negative: killed by
+    that signal), to follow a subject ("rank 1 …"): "exited with code 1", "was killed by
+    SIGKILL", "ended with no exit status recorded" (None: unknown)."""
+    if isinstance(code, bool) or not isinstance(code, int):
+        return "ended with no exit status recorded"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"

@@ -1,0 +1,198 @@
+"""The ordered list of stages every adaptation job runs (see docs/extending.md, "Adding a
+stage").
+
+Each entry names its `run` function by import path, so reading the registry (the web process
+does, for titles and time limits) does not import torch or transformers; the worker imports a
+stage's module when it runs it. The performance and stability stages' option checkers and time
+limits live in `engine.stages.performance.options` for the same reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.contract import StageDefinition
+from engine.stages.distributed.options import distributed_time_limits
+from engine.stages.stability.options import stability_time_limits
+
+_STABILITY_DEFAULT_LIMITS_S = stability_time_limits({})
+_DISTRIBUTED_DEFAULT_LIMITS_S = distributed_time_limits({})
+
+STAGES: tuple[StageDefinition, ...] = (
+    StageDefinition(
+        name="fetch",
+        title="Fetch & parse",
+        run="engine.stages.fetch.run:run",
+        description="Download config, generation config, safetensors index and README; parse them.",
+        soft_time_limit_s=120,
+        time_limit_s=180,
+    ),
+    StageDefinition(
+        name="analyze",
+        title="Architecture analysis",
+        run="engine.stages.analyze.run:run",
+        reads_known_families=True,
+        description=(
+            "Reads config.json and the safetensors summary: attention kind and layer pattern, "
+            "RoPE, MoE layout, quantization, total/active parameters, checkpoint bytes, KV-cache "
+            "bytes, and what is new against known families."
+        ),
+        soft_time_limit_s=60,
+        time_limit_s=90,
+    ),
+    StageDefinition(
+        name="operators",
+        title="Operator coverage",
+        run="engine.stages.operators.run:run",
+        description=(
+            "Runs a scaled twin's prefill and decode on the pool's device under a recording "
+            "dispatch mode; checks every ATen operator and dtype against the pool's backend or "
+            "operator manifest, and maps missing ones to model features."
+        ),
+        soft_time_limit_s=300,
+        time_limit_s=360,
+    ),
+    StageDefinition(
+        name="precision",
+        title="Precision validation",
+        run="engine.stages.precision.run:run",
+        description=(
+            "Compares a scaled twin on the pool's device in each serving dtype with the float32 "
+            "CPU reference: logit errors, cosine, top-1 agreement, KL, and the first layer and "
+            "sub-module where the error jumps."
+        ),
+        soft_time_limit_s=300,
+        time_limit_s=360,
+    ),
+    StageDefinition(
+        name="plan",
+        title="Distributed plan",
+        run="engine.stages.plan.run:run",
+        check_options="engine.stages.plan.options:plan_options",
+        description=(
+            "Chooses the TP/PP/EP/DP split that serves the release on the pool's accelerators "
+            "with the fewest devices: memory per device by part, predicted decode tokens/s and "
+            "TPOT, runners-up and launch commands. Fails with what would fit (more devices, a "
+            "smaller context, a lower-precision dtype) when nothing does."
+        ),
+        # The planner answers in well under a second, even for 10-trillion-parameter configs.
+        soft_time_limit_s=30,
+        time_limit_s=60,
+        # Calibrated predictions beside the raw roofline, and on a cpu pool the bandwidth and
+        # FLOP/s its performance runs measured (the cpu kind has no datasheet).
+        reads_pool_calibration=True,
+    ),
+    StageDefinition(
+        name="distributed",
+        title="Multi-device validation",
+        run="engine.stages.distributed.run:run",
+        check_options="engine.stages.distributed.options:distributed_options",
+        limits_for_options="engine.stages.distributed.options:distributed_time_limits",
+        description=(
+            "Runs the plan's split for real: the scaled twin across TP processes with "
+            "torch.distributed (torchrun; gloo on a cpu pool, NCCL on CUDA), sharded by "
+            "transformers' own tensor-parallel plan (and its expert-parallel plan for MoE). "
+            "Every rank's logits against the single-process float32 reference, the first "
+            "divergent module, step time, the share of time in collectives and the measured "
+            "scaling efficiency against TP=1."
+        ),
+        soft_time_limit_s=_DISTRIBUTED_DEFAULT_LIMITS_S[0],
+        time_limit_s=_DISTRIBUTED_DEFAULT_LIMITS_S[1],
+    ),
+    StageDefinition(
+        name="performance",
+        title="Performance",
+        run="engine.stages.performance.run:run",
+        check_options="engine.stages.performance.options:performance_options",
+        description=(
+            "Measures the scaled twin's prefill and decode on the pool's device for batch sizes "
+            "1, 2, 4, ... and a few prompt lengths: TTFT, TPOT (median and p95), tokens/s and "
+            "peak memory; finds the knee batch size; keeps the plan's full-size predictions "
+            "beside the twin's measured points; predicts the twin's own figures with the "
+            "roofline on the device's bandwidth and FLOP/s (measured on a cpu pool) and stores "
+            "the efficiency, measured / predicted, that calibrates the pool's next plans."
+        ),
+        # Defaults stay under 60 s on 2 CPU cores (benchmarks/performance.py).
+        soft_time_limit_s=180,
+        time_limit_s=240,
+    ),
+    StageDefinition(
+        name="stability",
+        title="Stability run",
+        run="engine.stages.stability.run:run",
+        check_options="engine.stages.stability.options:stability_options",
+        limits_for_options="engine.stages.stability.options:stability_time_limits",
+        description=(
+            "Serves the scaled twin back to back for duration_s (20 s by default; hours on a "
+            "real pool), sampling memory and step time: fails on a memory leak (slope over "
+            "steps), NaN/Inf outputs, exceptions or step-time drift, naming the threshold."
+        ),
+        # The limits follow the job's duration_s; these fixed ones are the default run's.
+        soft_time_limit_s=_STABILITY_DEFAULT_LIMITS_S[0],
+        time_limit_s=_STABILITY_DEFAULT_LIMITS_S[1],
+    ),
+    StageDefinition(
+        name="release_notes",
+        title="Release notes",
+        run="engine.stages.release_notes.run:run",
+        reads_limitations=True,
+        description=(
+            "Writes the release notes from the earlier stages: configuration (pool, split, "
+            "dtype, context, concurrency, the plan's launch commands), the multi-device "
+            "validation (the split run on the twin against the plan's: logit error, step time "
+            "at TP=N and TP=1, share in collectives, scaling efficiency), performance "
+            "recommendations (the knee measured on the twin beside the full-size prediction), "
+            "precision per dtype, the stability verdict, the open known limitations, and what "
+            "was not validated. Stored as a new version of the release's notes on the pool."
+        ),
+        # Pure Python over the stored results: well under a second.
+        soft_time_limit_s=30,
+        time_limit_s=60,
+    ),
+)
+
+_BY_NAME = {stage.name: stage for stage in STAGES}
+
+
+def stage_names() -> list[str]:
+    """Names of the registered stages, in the order a job runs them."""
+    return [stage.name for stage in STAGES]
+
+
+def get_stage(name: str) -> StageDefinition:
+    """The stage called `name`. Raises `LookupError` naming the known stages."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        known = ", ".join(_BY_NAME)
+        raise LookupError(f"Unknown stage {name!r}; known stages: {known}.") from None
+
+
+def job_options_check(
+    *, options: dict[str, Any] | None, stages: list[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per-stage job options checked and normalised by each stage's `check_options`, as a
+    job stores them (stages whose options come out empty are left out). `stages` defaults to
+    every registered stage. Raises `ValueError` with a one-line reason for an unknown stage,
+    options for a stage not in `stages`, or options a stage refuses."""
+    names = stages or stage_names()
+    try:
+        definitions = {name: get_stage(name) for name in names}
+    except LookupError as exc:
+        raise ValueError(str(exc)) from exc
+    if options is not None and not isinstance(options, dict):
+        raise ValueError(f"Job options map stage names to their options, got {options!r}.")
+    checked: dict[str, dict[str, Any]] = {}
+    for name, value in (options or {}).items():
+        if name not in definitions:
+            raise ValueError(
+                f"Options for stage {name!r}, which this job does not run "
+                f"(stages: {', '.join(names)})."
+            )
+        try:
+            stage_options = definitions[name].checked_options(value)
+        except ValueError as exc:
+            raise ValueError(f"{name} options: {exc}") from exc
+        if stage_options:
+            checked[name] = stage_options
+    return checked

@@ -1,0 +1,1 @@
+"""One folder per stage, in the order `engine.registry` runs them."""

@@ -1,0 +1,1 @@
+"""The `fetch` stage: a release's describing files from its hub, parsed (`run`)."""

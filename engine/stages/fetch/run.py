@@ -1,0 +1,154 @@
+"""The `fetch` stage: get a release's describing files from its hub and parse them.
+
+Only `config.json`, `generation_config.json`, `model.safetensors.index.json` and `README.md`
+are fetched; without an index, the safetensors headers are read (never the weights).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from typing import Any
+
+from engine.contract import StageContext, StageFailed, StageTransientError
+from engine.hubs import HubSpec, hub_source
+from engine.hubs.base import HubError, ReleaseFiles, tensor_nbytes
+
+README_EXCERPT_CHARS = 4000
+
+_NON_FINITE = re.compile(r"[:\[,]\s*(-?Infinity|NaN)\b")
+
+
+class _NonFiniteNumber(ValueError):
+    pass
+
+
+def _refuse_constant(constant: str) -> Any:
+    # Python's json accepts NaN/Infinity; JSON (RFC 8259) and the database's JSON do not.
+    raise _NonFiniteNumber(constant)
+
+
+def _non_finite_error(name: str, text: str, constant: str) -> StageFailed:
+    """Where the first NaN/Infinity stands (json's callback is not told the position)."""
+    match = _NON_FINITE.search(text)
+    if match is None:
+        return StageFailed(f"{name} is not valid JSON: {constant} (JSON has no NaN or Infinity).")
+    pos = match.start(1)
+    line = text.count("\n", 0, pos) + 1
+    column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    return StageFailed(
+        f"{name} is not valid JSON: {match.group(1)} at line {line} column {column} (char {pos}); "
+        "JSON has no NaN or Infinity."
+    )
+
+
+def parse_json_file(name: str, raw: bytes) -> Any:
+    """Parse one fetched JSON file.
+
+    Raises `StageFailed` naming the file and the line, column and character offset of the
+    first error (from `json.JSONDecodeError`), or saying it is not UTF-8.
+    """
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise StageFailed(f"{name} is not UTF-8 text (byte {exc.start}).") from exc
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except _NonFiniteNumber as exc:
+        raise _non_finite_error(name, text, str(exc)) from exc
+    except RecursionError as exc:
+        raise StageFailed(f"{name} is nested too deeply to be a model config.") from exc
+    except json.JSONDecodeError as exc:
+        raise StageFailed(
+            f"{name} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "
+            f"(char {exc.pos})."
+        ) from exc
+
+
+def summarize_weights(
+    index: dict[str, Any] | None, safetensors_metadata: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Summarize the checkpoint from its index or from the safetensors headers.
+
+    Returns {"source": "index" | "safetensors_headers", "total_size": bytes | None,
+    "shard_count": int, "tensor_count": int, "dtypes": {dtype: bytes}} or None when the
+    release has neither. `dtypes` is only known from headers (an index lists no dtypes).
+    Raises `StageFailed` when the index has no `weight_map` object.
+    """
+    if index is not None:
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict):
+            raise StageFailed("model.safetensors.index.json has no 'weight_map' object.")
+        total = (index.get("metadata") or {}).get("total_size")
+        return {
+            "source": "index",
+            "total_size": int(total) if isinstance(total, int | float) else None,
+            "shard_count": len(set(weight_map.values())),
+            "tensor_count": len(weight_map),
+            "dtypes": {},
+        }
+    if safetensors_metadata is not None:
+        tensors = safetensors_metadata.get("tensors", {})
+        per_dtype: Counter[str] = Counter()
+        for name, info in tensors.items():
+            try:
+                per_dtype[info["dtype"]] += tensor_nbytes(info["dtype"], info.get("shape", []))
+            except ValueError as exc:
+                raise StageFailed(f"safetensors header of tensor {name!r}: {exc}.") from exc
+        return {
+            "source": "safetensors_headers",
+            "total_size": int(safetensors_metadata.get("total_size") or sum(per_dtype.values())),
+            "shard_count": int(safetensors_metadata.get("shard_count", 1)),
+            "tensor_count": len(tensors),
+            "dtypes": dict(per_dtype),
+        }
+    return None
+
+
+def parse_release_files(fetched: ReleaseFiles) -> dict[str, Any]:
+    """Turn fetched bytes into the stage result. Raises `StageFailed` on bad files."""
+    if "config.json" not in fetched.files:
+        raise StageFailed(f"{fetched.repo_id}@{fetched.revision} has no config.json.")
+    config = parse_json_file("config.json", fetched.files["config.json"])
+    if not isinstance(config, dict):
+        raise StageFailed("config.json is valid JSON but not an object.")
+    generation_config = None
+    if "generation_config.json" in fetched.files:
+        generation_config = parse_json_file(
+            "generation_config.json", fetched.files["generation_config.json"]
+        )
+    index = None
+    if "model.safetensors.index.json" in fetched.files:
+        index = parse_json_file(
+            "model.safetensors.index.json", fetched.files["model.safetensors.index.json"]
+        )
+    readme = fetched.files.get("README.md", b"").decode("utf-8", errors="replace")
+    return {
+        "repo_id": fetched.repo_id,
+        "revision": fetched.revision,
+        "files": sorted(fetched.files),
+        "config": config,
+        "generation_config": generation_config,
+        "weights": summarize_weights(index, fetched.safetensors_metadata),
+        "readme_excerpt": readme[:README_EXCERPT_CHARS],
+        "file_count": len(fetched.file_sizes),
+    }
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    """Fetch and parse the release's files from its hub."""
+    release = ctx.release
+    spec = HubSpec(kind=release.hub_kind, endpoint=release.hub_endpoint)
+    try:
+        fetched = hub_source(spec).fetch_release(release.repo_id, release.revision)
+    except HubError as exc:
+        if exc.transient:
+            raise StageTransientError(
+                exc.message, retry_after_s=getattr(exc, "retry_after_s", None)
+            ) from exc
+        raise StageFailed(exc.message) from exc
+    except ValueError as exc:  # unknown hub kind
+        raise StageFailed(str(exc)) from exc
+    ctx.log(f"fetched {', '.join(sorted(fetched.files))} from {release.hub_kind}")
+    return parse_release_files(fetched)
