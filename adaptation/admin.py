@@ -15,7 +15,6 @@ from adaptation import (
     release_notes_admin,  # noqa: F401  (registers the notes and additions)
     users_admin,  # noqa: F401  (registers User, superuser-only fields guarded)
 )
-from adaptation.catalog import GIB, TERA
 from adaptation.models import (
     AcceleratorKind,
     AcceleratorPool,
@@ -30,6 +29,7 @@ from adaptation.models import (
 from adaptation.notifications import admin as notifications_admin  # noqa: F401  (registers)
 from adaptation.webhooks import admin as webhooks_admin  # noqa: F401  (registers)
 from engine.catalog import CatalogError, load_catalog
+from engine.units import GIB, TERA
 
 
 @admin.register(AcceleratorPool)

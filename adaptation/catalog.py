@@ -19,71 +19,18 @@ import os
 from typing import Any
 
 from adaptation.models import AcceleratorKind, AcceleratorPool
-from adaptation.selectors import pool_measured_figures
+from adaptation.selectors.calibration import pool_measured_figures
+from adaptation.selectors.workers import live_workers
 from engine.catalog import Accelerator, Catalog, CatalogError, cpu_accelerator, load_catalog
 from engine.stages.plan.layout import PoolLayout
-
-# Binary gibibyte (bytes): memory is shown and entered in GiB everywhere on the site.
-GIB = 1024**3
-# Decimal units of the datasheets and of the admin's fields: GB/s and TB/s of bandwidth,
-# TFLOP/s of compute.
-GIGA = 1e9
-TERA = 1e12
-
-
-def _scaled(value: float | None, factor: float) -> float | None:
-    return None if value is None else float(value) * factor
-
-
-def gb_per_s_to_bytes_per_s(value: float | None) -> float | None:
-    """A bandwidth entered in GB/s (decimal, as datasheets and the pool's fields give it) in
-    bytes/s, as the planner takes it; None (blank: the catalog's figure) stays None."""
-    return _scaled(value, GIGA)
-
-
-def accelerator_kind_entry(row: AcceleratorKind) -> dict[str, Any]:
-    """The catalog-file entry (bytes, bytes/s, FLOP/s) for an admin row entered in GiB, TB/s,
-    TFLOP/s and GB/s."""
-    return {
-        "kind": row.kind,
-        "name": row.name,
-        "vendor": row.vendor,
-        "memory_bytes": round(row.memory_gib * GIB),
-        "memory_datasheet": f"{row.memory_gib:g} GiB (admin row)",
-        "memory_bandwidth_bytes_per_s": _scaled(row.memory_bandwidth_tb_per_s, TERA),
-        "dense_bf16_flops": _scaled(row.dense_bf16_tflop_per_s, TERA),
-        "dense_fp8_flops": _scaled(row.dense_fp8_tflop_per_s, TERA),
-        "low_precision_kind": row.low_precision_kind or None,
-        "dtypes": list(row.dtypes or []),
-        "intra_node_bandwidth_bytes_per_s": gb_per_s_to_bytes_per_s(
-            row.intra_node_bandwidth_gb_per_s
-        ),
-        "inter_node_bandwidth_bytes_per_s": gb_per_s_to_bytes_per_s(
-            row.inter_node_bandwidth_gb_per_s
-        ),
-        "devices_per_node": row.devices_per_node,
-        "device_resource": row.device_resource,
-        "sources": dict(row.sources or {}),
-        "notes": [line for line in (row.notes or "").splitlines() if line.strip()],
-    }
-
-
-def catalog_current(rows: list[AcceleratorKind] | None = None) -> Catalog:
-    """The shipped catalog with the admin's `AcceleratorKind` rows applied (a row replaces the
-    file's entry of the same kind, or adds one). Raises `CatalogError` when an entry is
-    malformed (a row is checked when saved, so that means the file)."""
-    base = load_catalog()
-    rows = list(AcceleratorKind.objects.all()) if rows is None else rows
-    return base.with_entries(
-        [accelerator_kind_entry(row) for row in rows], label=f"{len(rows)} admin row(s)"
-    )
+from engine.units import GIB, GIGA, TERA, gb_per_s_to_bytes_per_s
 
 
 def accelerator_kind_row_entry(kind: str) -> dict[str, Any] | None:
     """The catalog entry of the admin's `AcceleratorKind` row for `kind`, or None when no
     row defines it (the shipped file's figures apply)."""
     row = AcceleratorKind.objects.filter(kind=kind).first() if kind else None
-    return accelerator_kind_entry(row) if row is not None else None
+    return row.catalog_entry() if row is not None else None
 
 
 def pool_accelerator_kind(pool: AcceleratorPool) -> str:
@@ -107,8 +54,6 @@ def pool_cpu_accelerator(pool: AcceleratorPool) -> tuple[Accelerator, str]:
     `selectors.pool_measured_figures` (the median of the pool's last performance runs'
     probes), or none (no prediction) when no performance run measured them.
     """
-    from adaptation.inventory import live_workers  # inventory reads the catalog: import late
-
     measured = pool_measured_figures(pool=pool)
     workers = [w for w in live_workers(pool) if w.memory_bytes]
     if workers:
@@ -153,10 +98,10 @@ def pool_catalog(
     (file plus admin rows; "cpu" described per `pool_cpu_accelerator` for a cpu pool), the
     pool's `PoolLayout`, and a note saying where the accelerator's figures come from.
 
-    `catalog` is `catalog_current()` when the caller already loaded it (a page planning many
-    pools loads it once); None: loaded here. Raises `CatalogError` when the pool names no
-    kind (non-cpu backend) or an unknown one."""
-    catalog = catalog_current() if catalog is None else catalog
+    `catalog` is `AcceleratorKind.objects.catalog()` when the caller already loaded it (a
+    page planning many pools loads it once); None: loaded here. Raises `CatalogError` when
+    the pool names no kind (non-cpu backend) or an unknown one."""
+    catalog = AcceleratorKind.objects.catalog() if catalog is None else catalog
     kind = pool_accelerator_kind(pool)
     if kind == "cpu":
         cpu, note = pool_cpu_accelerator(pool)
@@ -181,7 +126,7 @@ def pool_layout(pool: AcceleratorPool, catalog: Catalog | None = None) -> PoolLa
     kind = pool_accelerator_kind(pool)
     per_node = pool.devices_per_node
     if per_node is None:
-        accelerator = (catalog or catalog_current()).accelerator(kind)
+        accelerator = (catalog or AcceleratorKind.objects.catalog()).accelerator(kind)
         per_node = accelerator.devices_per_node
     return PoolLayout(
         accelerator=kind,
@@ -197,12 +142,7 @@ def pool_layout(pool: AcceleratorPool, catalog: Catalog | None = None) -> PoolLa
 
 
 __all__ = [
-    "GIB",
-    "CatalogError",
-    "accelerator_kind_entry",
     "accelerator_kind_row_entry",
-    "catalog_current",
-    "gb_per_s_to_bytes_per_s",
     "measured_figures_note",
     "pool_accelerator_kind",
     "pool_catalog",

@@ -13,9 +13,9 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from adaptation.catalog import GIB
 from adaptation.models import LayerDrift, PrecisionResult
 from adaptation.templatetags.day0_format import number_value as _number
+from engine.units import GIB
 
 
 def _point_label(drift: LayerDrift) -> str:

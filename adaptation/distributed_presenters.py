@@ -26,7 +26,7 @@ from adaptation.plan_presenters import (
     validated_split_label,
 )
 from adaptation.presenters import waiting_label
-from adaptation.selectors import latest_runs_by_stage
+from adaptation.selectors.jobs import latest_runs_by_stage
 from adaptation.templatetags.day0_format import MISSING, duration, params_short, percent, scientific
 from adaptation.templatetags.day0_format import number_value as _number
 

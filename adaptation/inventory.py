@@ -28,19 +28,23 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Count, Min, Prefetch
 from django.utils import timezone
 
-from adaptation.catalog import CatalogError, catalog_current, pool_layout
+from adaptation.catalog import pool_layout
 from adaptation.models import (
+    AcceleratorKind,
     AcceleratorPool,
     AdaptationJob,
     StageRun,
     StageStatus,
     Worker,
 )
-from engine.catalog import Catalog
+from adaptation.selectors.workers import (
+    serves,
+    worker_state,
+)
+from engine.catalog import Catalog, CatalogError
 from engine.stages.plan.layout import PoolLayout
 
 # Stopped or stale workers are listed with their pool for this long after their last
@@ -60,42 +64,6 @@ DECLARED_DEVICES_LABEL = (
 
 def _now(now: datetime | None) -> datetime:
     return now or timezone.now()
-
-
-def live_cutoff(now: datetime | None = None) -> datetime:
-    """The oldest heartbeat a live worker may have at `now`."""
-    return _now(now) - timedelta(seconds=settings.DAY0_WORKER_STALE_S)
-
-
-def serves(worker: Worker, pool: AcceleratorPool) -> bool:
-    """Whether `worker` takes tasks from `pool`'s queue."""
-    return pool.queue in (worker.queues or [])
-
-
-def worker_state(worker: Worker, *, now: datetime | None = None) -> str:
-    """The worker's state at `now`: "live", "stale" (no heartbeat for `DAY0_WORKER_STALE_S`
-    seconds) or "stopped"."""
-    if worker.stopped_at is not None:
-        return "stopped"
-    return "live" if worker.last_heartbeat_at >= live_cutoff(now) else "stale"
-
-
-def live_workers(pool: AcceleratorPool, *, now: datetime | None = None) -> list[Worker]:
-    """The workers serving `pool` that are live at `now` (default: now), by name."""
-    candidates = Worker.objects.filter(
-        stopped_at__isnull=True, last_heartbeat_at__gte=live_cutoff(now)
-    )
-    return [worker for worker in candidates if serves(worker, pool)]
-
-
-def pools_without_live_worker(*, now: datetime | None = None) -> dict[int, AcceleratorPool]:
-    """Every pool no live worker serves, by id: two queries, whatever the number of pools
-    (for pages that mark queued stages as waiting)."""
-    queues: set[str] = set()
-    live = Worker.objects.filter(stopped_at__isnull=True, last_heartbeat_at__gte=live_cutoff(now))
-    for worker_queues in live.values_list("queues", flat=True):
-        queues.update(worker_queues or [])
-    return {pool.pk: pool for pool in AcceleratorPool.objects.all() if pool.queue not in queues}
 
 
 @dataclass(frozen=True)
@@ -459,7 +427,7 @@ def pools_overview(*, now: datetime | None = None) -> tuple[list[PoolInventory],
     workers = list(Worker.objects.all())
     catalog, catalog_error = None, ""
     try:
-        catalog = catalog_current()
+        catalog = AcceleratorKind.objects.catalog()
     except CatalogError as exc:
         catalog_error = str(exc)
     pools = AcceleratorPool.objects.order_by("-enabled", "name")
@@ -658,12 +626,9 @@ __all__ = [
     "PoolInventory",
     "WaitingJob",
     "WorkerState",
-    "live_workers",
     "plan_devices",
     "plan_start_estimate",
     "pool_inventory",
     "pools_overview",
-    "pools_without_live_worker",
     "stage_durations_s",
-    "worker_state",
 ]

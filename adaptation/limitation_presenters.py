@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from adaptation import limitations
 from adaptation.limitation_forms import LimitationForm
-from adaptation.limitations import ACTIVE_STATUSES, SEVERITY_ORDER
 from adaptation.models import KnownLimitation, LimitationStatus, ModelRelease, Severity
+from adaptation.models.limitations import ACTIVE_STATUSES, SEVERITY_ORDER
 from adaptation.presenters import stage_title
 from adaptation.roles import ADD_LIMITATION, CHANGE_LIMITATION
+from adaptation.selectors.limitations import release_limitations
 
 # The quick status buttons: the status a button sets and what it says.
 STATUS_ACTIONS: dict[str, str] = {
@@ -82,7 +82,7 @@ def limitations_panel(
     can_change: bool,
     add_form: Any = None,
 ) -> LimitationsPanel:
-    """The panel from the release's notes (`limitations.release_limitations`: pool and
+    """The panel from the release's notes (`selectors.limitations.release_limitations`: pool and
     author loaded, most severe first)."""
     active = [limitation_item(n) for n in notes if n.status in ACTIVE_STATUSES]
     groups = []
@@ -111,7 +111,7 @@ def release_limitations_panel(*, release: ModelRelease, user: Any) -> Limitation
     can_add = user.has_perm(ADD_LIMITATION)
     return limitations_panel(
         release,
-        list(limitations.release_limitations(release)),
+        list(release_limitations(release)),
         can_add=can_add,
         can_change=user.has_perm(CHANGE_LIMITATION),
         add_form=LimitationForm(prefix="limitation") if can_add else None,

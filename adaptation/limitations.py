@@ -34,8 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, Count, IntegerField, OuterRef, Q, Subquery, Value, When
-from django.db.models.functions import Coalesce
+from django.db.models import Q
 from django.utils import timezone
 
 from adaptation.models import (
@@ -53,17 +52,6 @@ from engine.stages.distributed.degree import EP_NOT_VALIDATED
 from engine.stages.precision.checks import CHECKS as PRECISION_CHECKS
 
 logger = logging.getLogger(__name__)
-
-# Most severe first: the order of the release page's groups and of the board's badge colour.
-SEVERITY_ORDER: tuple[str, ...] = (
-    Severity.BLOCKER,
-    Severity.MAJOR,
-    Severity.MINOR,
-    Severity.INFO,
-)
-SEVERITY_RANK: Mapping[str, int] = {severity: rank for rank, severity in enumerate(SEVERITY_ORDER)}
-# Statuses of a note still worth showing first: a mitigated one is still a limitation.
-ACTIVE_STATUSES = (LimitationStatus.OPEN, LimitationStatus.MITIGATED)
 
 _TITLE_MAX = KnownLimitation._meta.get_field("title").max_length or 200
 _KEY_MAX = KnownLimitation._meta.get_field("key").max_length or 200
@@ -1312,54 +1300,3 @@ def limitation_update(*, limitation: KnownLimitation, **changes: Any) -> KnownLi
     limitation.updated_at = now
     limitation.save()
     return limitation
-
-
-# --- reading -----------------------------------------------------------------------------------
-
-
-def severity_rank() -> Case:
-    """An ORM expression ranking a limitation's severity, 0 = blocker (most severe) first."""
-    return Case(
-        *(
-            When(severity=severity, then=Value(rank))
-            for rank, severity in enumerate(SEVERITY_ORDER)
-        ),
-        default=Value(len(SEVERITY_ORDER)),
-        output_field=IntegerField(),
-    )
-
-
-def open_limitation_annotations() -> dict[str, Any]:
-    """Annotations for a `ModelRelease` queryset: `open_limitation_count` (how many of its
-    notes are open) and `open_limitation_worst` (the most severe of their severities, None
-    when none), as two correlated subqueries of the release query itself: no query per
-    row."""
-    open_notes = KnownLimitation.objects.filter(
-        release=OuterRef("pk"), status=LimitationStatus.OPEN
-    )
-    counted = open_notes.order_by().values("release").annotate(n=Count("pk")).values("n")[:1]
-    worst = open_notes.annotate(rank=severity_rank()).order_by("rank", "pk").values("severity")
-    return {
-        "open_limitation_count": Coalesce(Subquery(counted, output_field=IntegerField()), Value(0)),
-        "open_limitation_worst": Subquery(worst[:1]),
-    }
-
-
-def sort_key(note: KnownLimitation) -> tuple[int, int, float]:
-    """Most severe first; open before mitigated before resolved; newest change first."""
-    status_rank = {
-        LimitationStatus.OPEN: 0,
-        LimitationStatus.MITIGATED: 1,
-        LimitationStatus.RESOLVED: 2,
-    }
-    return (
-        SEVERITY_RANK.get(note.severity, len(SEVERITY_ORDER)),
-        status_rank.get(note.status, 3),
-        -note.updated_at.timestamp(),
-    )
-
-
-def release_limitations(release: ModelRelease) -> Sequence[KnownLimitation]:
-    """Every note of `release` with its pool and author (one query), in `sort_key` order."""
-    notes = KnownLimitation.objects.filter(release=release).select_related("pool", "author")
-    return sorted(notes, key=sort_key)

@@ -33,7 +33,7 @@ from adaptation.models import (
     StageStatus,
 )
 from adaptation.plan_presenters import ChartSlot, Fact, tokens_per_s_text
-from adaptation.selectors import latest_runs_by_stage
+from adaptation.selectors.jobs import latest_runs_by_stage
 from adaptation.templatetags.day0_format import MISSING
 from adaptation.templatetags.day0_format import number_value as _number
 

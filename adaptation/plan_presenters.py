@@ -18,9 +18,10 @@ from urllib.parse import urlencode
 from django.utils.dateparse import parse_datetime
 
 from adaptation import charts
-from adaptation.catalog import catalog_current, pool_catalog
+from adaptation.catalog import pool_catalog
 from adaptation.inventory import plan_start_estimate
 from adaptation.models import (
+    AcceleratorKind,
     AcceleratorPool,
     AdaptationJob,
     JobStatus,
@@ -29,7 +30,7 @@ from adaptation.models import (
     StageStatus,
 )
 from adaptation.presenters import latest_analysis_run, waiting_label
-from adaptation.selectors import latest_runs_by_stage
+from adaptation.selectors.jobs import latest_runs_by_stage
 from adaptation.templatetags.day0_format import MISSING, bytes_per_token, gib
 from adaptation.templatetags.day0_format import number_value as _number
 from engine.catalog import Accelerator, Catalog, CatalogError
@@ -639,7 +640,7 @@ def plan_panel(
     job: AdaptationJob, *, pools_without_worker: Mapping[int, AcceleratorPool] | None = None
 ) -> PlanPanel | None:
     """The plan panel of `job` (stage runs prefetched), or None when it has no `plan` run.
-    `pools_without_worker` (by id, `inventory.pools_without_live_worker`) marks a pending or
+    `pools_without_worker` (by id, `selectors.workers.pools_without_live_worker`) marks a pending or
     queued plan whose pool no live worker serves as waiting for one."""
     latest = latest_runs_by_stage(job)
     run = latest.get(PLAN_STAGE)
@@ -898,7 +899,7 @@ def _plan_pool(
 ) -> CompareRow:
     """A configured pool with its real layout (nodes, devices per node, bandwidths) and its
     catalog as `catalog.pool_catalog` gives it (a cpu pool: its live worker's machine), from
-    `catalog` (`catalog_current()`, loaded once for every row)."""
+    `catalog` (`AcceleratorKind.objects.catalog()`, loaded once for every row)."""
     failed = {"name": pool.name, "source": "pool", "fits": False}
     try:
         catalog, layout, note = pool_catalog(pool, catalog)
@@ -1006,7 +1007,7 @@ def compare_pools(
     if run is None or not isinstance(run.result, Mapping):
         return comparison
     try:
-        catalog = catalog or catalog_current()
+        catalog = catalog or AcceleratorKind.objects.catalog()
     except CatalogError as err:
         comparison.error = f"The accelerator catalog cannot be read: {err}"
         return comparison

@@ -22,7 +22,7 @@ from adaptation.models import (
     StageStatus,
 )
 from adaptation.readiness import JobReadiness, readiness_from_runs, top_limitation
-from adaptation.selectors import latest_runs_by_stage
+from adaptation.selectors.jobs import latest_runs_by_stage
 from adaptation.templatetags.day0_format import (
     MISSING,
     bytes_per_token,
@@ -330,7 +330,7 @@ def board(
     """Build the board from releases whose jobs and stage runs are prefetched (newest job
     first, as `selectors.releases_for_board` returns them, with `open_limitations`: the clock
     shows each pool's most severe). `pools_without_worker` (by id,
-    `inventory.pools_without_live_worker`) marks queued stages of those pools as waiting."""
+    `selectors.workers.pools_without_live_worker`) marks queued stages of those pools as waiting."""
     idle = pools_without_worker or {}
     with_jobs = [(release, list(release.jobs.all())) for release in releases]
     columns = stage_columns(jobs[0].stages for _, jobs in with_jobs if jobs)

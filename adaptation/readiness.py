@@ -35,7 +35,6 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from adaptation.limitations import SEVERITY_ORDER
 from adaptation.models import (
     AdaptationJob,
     LimitationStatus,
@@ -43,6 +42,7 @@ from adaptation.models import (
     StageRun,
     StageStatus,
 )
+from adaptation.models.limitations import SEVERITY_ORDER
 
 # The levels above "none", lowest first: each needs its own stages and those of the ones before.
 LEVELS: tuple[str, ...] = (Readiness.EXPERIMENTAL, Readiness.FUNCTIONAL, Readiness.COMPLETE)

@@ -33,7 +33,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
-from adaptation import safe_markdown, selectors
+from adaptation import safe_markdown
 from adaptation.models import (
     AcceleratorPool,
     AdaptationJob,
@@ -43,6 +43,8 @@ from adaptation.models import (
     StageRun,
     StageStatus,
 )
+from adaptation.selectors.jobs import job_current_stage_runs
+from adaptation.selectors.limitations import release_open_limitations
 from engine.contract import PoolSpec, ReleaseRef
 from engine.stages.release_notes.run import build_release_notes
 
@@ -77,7 +79,7 @@ def limitation_dicts(rows: Any) -> tuple[dict[str, Any], ...]:
 def notes_limitations(*, release: ModelRelease, pool: AcceleratorPool) -> tuple[dict, ...]:
     """The release's open known limitations on `pool` (or every pool), most severe first,
     as plain dicts: what the stage's runner passes and what a regeneration reads."""
-    return limitation_dicts(selectors.release_open_limitations(release=release, pool=pool))
+    return limitation_dicts(release_open_limitations(release=release, pool=pool))
 
 
 # --- writes -------------------------------------------------------------------------------------
@@ -119,7 +121,7 @@ def job_stage_states(job: AdaptationJob) -> tuple[dict[str, dict], dict[str, dic
     is what it kept), the notes stage itself left out."""
     results: dict[str, dict] = {}
     states: dict[str, dict] = {}
-    for run in selectors.job_current_stage_runs(job):
+    for run in job_current_stage_runs(job):
         if run.stage == STAGE:
             continue
         if run.status == StageStatus.SUCCEEDED:

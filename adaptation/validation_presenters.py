@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from adaptation import charts, selectors
+from adaptation import charts
 from adaptation.models import ModelRelease, OperatorCheck, PrecisionResult, StageRun
+from adaptation.selectors.releases import release_latest_stage_run
+from adaptation.selectors.results import operator_checks, precision_results
 
 
 @dataclass
@@ -101,10 +103,10 @@ class Validation:
 
 
 def _operators(release: ModelRelease) -> OperatorCoverage | None:
-    run = selectors.release_latest_stage_run(release, stage="operators")
+    run = release_latest_stage_run(release, stage="operators")
     if run is None:
         return None
-    rows = list(selectors.operator_checks(run))
+    rows = list(operator_checks(run))
     counts = {status: 0 for status in OperatorCheck.Status.values}
     for row in rows:
         counts[row.status] += 1
@@ -129,10 +131,10 @@ def _checked_against(result: dict[str, Any], run: StageRun) -> str:
 
 
 def _precision(release: ModelRelease) -> Precision | None:
-    run = selectors.release_latest_stage_run(release, stage="precision")
+    run = release_latest_stage_run(release, stage="precision")
     if run is None:
         return None
-    stored = list(selectors.precision_results(run))
+    stored = list(precision_results(run))
     result = run.result or {}
     reference = result.get("reference") or {}
     measured = result.get("dtypes") or {}

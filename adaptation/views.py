@@ -42,6 +42,7 @@ from adaptation import (
 )
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease
 from adaptation.roles import CANCEL_JOB, CHANGE_NOTES_ADDITIONS, RERUN_STAGE
+from adaptation.selectors.workers import pools_without_live_worker
 from adaptation.services import jobs as job_services
 from adaptation.services.errors import ServiceError
 from engine.stages.plan.planner import MAX_CONCURRENCY, MAX_CONTEXT_TOKENS
@@ -112,7 +113,7 @@ def board(request: HttpRequest) -> HttpResponse:
     runs and slowly otherwise, so new releases appear without a reload."""
     running = selectors.anything_running()
     # Queued stages of a pool without a live worker say so (two queries, only while work runs).
-    idle_pools = inventory.pools_without_live_worker() if running else {}
+    idle_pools = pools_without_live_worker() if running else {}
     context = {
         "board": presenters.board(
             selectors.releases_for_board(), now=timezone.now(), pools_without_worker=idle_pools
@@ -148,9 +149,7 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
     except ModelRelease.DoesNotExist:
         raise Http404(f"No release {pk}.") from None
     # Queued stages (and a pending plan) of a pool without a live worker say so.
-    idle_pools = (
-        inventory.pools_without_live_worker() if presenters.release_is_active(release) else {}
-    )
+    idle_pools = pools_without_live_worker() if presenters.release_is_active(release) else {}
     clock = presenters.day0_clock(
         release, release.jobs.all(), now=timezone.now(), limitations=release.open_limitations
     )

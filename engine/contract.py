@@ -143,6 +143,9 @@ class StageContext:
     calibration: Mapping[str, Any] | None = None
     limitations: tuple[dict[str, Any], ...] = ()
     cancelled: Callable[[], bool] = never_cancelled
+    # The Celery soft time limit this attempt runs under (s; None: no limit known, the engine
+    # called directly): work the stage hands to a child process must end before it.
+    soft_time_limit_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ import math
 import signal
 from typing import Any
 
+from engine.units import GIB
+
 MISSING = "—"
-GIB = 2**30
 
 
 def finite(value: Any) -> float | None:

@@ -17,10 +17,12 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from adaptation import selectors
-from adaptation.catalog import accelerator_kind_row_entry, gb_per_s_to_bytes_per_s
+from adaptation.catalog import accelerator_kind_row_entry
 from adaptation.models import AcceleratorPool, StageRun
 from adaptation.release_notes import notes_limitations
+from adaptation.selectors.calibration import pool_calibration
+from adaptation.selectors.jobs import job_previous_results
+from adaptation.selectors.releases import known_family_analyses
 from adaptation.services.stage_runs import (
     stage_run_claim,
     stage_run_fail,
@@ -39,6 +41,7 @@ from engine.contract import (
     never_cancelled,
 )
 from engine.registry import get_stage
+from engine.units import gb_per_s_to_bytes_per_s
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +155,7 @@ def stage_context(
     job = run.job
     release = job.release
     known = (
-        selectors.known_family_analyses(exclude_release_id=release.pk)
+        known_family_analyses(exclude_release_id=release.pk)
         if definition.reads_known_families
         else []
     )
@@ -164,13 +167,14 @@ def stage_context(
             revision=release.revision,
         ),
         pool=pool_spec(job.pool),
-        previous=selectors.job_previous_results(job, before_position=run.position),
+        previous=job_previous_results(job, before_position=run.position),
         known_families=tuple(known),
         log=log,
         options=_stage_options(job.options, definition.name),
         cancelled=cancelled,
+        soft_time_limit_s=definition.time_limits_s(_stage_options(job.options, definition.name))[0],
         calibration=(
-            selectors.pool_calibration(pool=job.pool) if definition.reads_pool_calibration else None
+            pool_calibration(pool=job.pool) if definition.reads_pool_calibration else None
         ),
         limitations=(
             notes_limitations(release=release, pool=job.pool)

@@ -22,7 +22,7 @@ from adaptation.models import (
     WebhookEndpoint,
     WebhookKind,
 )
-from adaptation.selectors import release_open_limitations_all
+from adaptation.selectors.limitations import release_open_limitations_all
 from adaptation.services.errors import ServiceError
 from adaptation.services.pools import pool_get
 from adaptation.webhooks.endpoints import webhook_url_path

@@ -27,12 +27,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 
-from adaptation import inventory, selectors
+from adaptation import inventory
 from adaptation.api import filters, serializers
 from adaptation.api.exceptions import Conflict
 from adaptation.api.permissions import ActionPermission
-from adaptation.catalog import CatalogError, catalog_current
 from adaptation.models import (
+    AcceleratorKind,
     AcceleratorPool,
     AdaptationJob,
     ModelRelease,
@@ -42,9 +42,12 @@ from adaptation.models import (
     Worker,
 )
 from adaptation.roles import CANCEL_JOB, RERUN_STAGE, TRIGGER_JOB
+from adaptation.selectors.jobs import jobs_with_stage_runs, stage_runs_with_jobs
+from adaptation.selectors.releases import releases_with_latest_job
 from adaptation.services.errors import ServiceError
 from adaptation.services.jobs import job_cancel, job_create, job_rerun_stage
 from adaptation.webhooks.endpoints import EndpointError, webhook_endpoint_create
+from engine.catalog import CatalogError
 
 CONFLICT = OpenApiResponse(description="The job's state does not allow this now (see message).")
 
@@ -78,7 +81,7 @@ class ReleaseViewSet(ThrottleRefusalsMixin, viewsets.ReadOnlyModelViewSet):
     ordering = ["-discovered_at", "-id"]
 
     def get_queryset(self) -> QuerySet[ModelRelease]:
-        return selectors.releases_with_latest_job(with_jobs=self.action == "retrieve")
+        return releases_with_latest_job(with_jobs=self.action == "retrieve")
 
     def get_serializer_class(self) -> type[BaseSerializer]:
         if self.action == "retrieve":
@@ -104,7 +107,7 @@ class JobViewSet(
     ordering = ["-created_at", "-id"]
 
     def get_queryset(self) -> QuerySet[AdaptationJob]:
-        return selectors.jobs_with_stage_runs()
+        return jobs_with_stage_runs()
 
     def get_serializer_class(self) -> type[BaseSerializer]:
         if self.action == "list":
@@ -196,7 +199,7 @@ class StageRunViewSet(ThrottleRefusalsMixin, viewsets.ReadOnlyModelViewSet):
     ordering = ["-id"]
 
     def get_queryset(self) -> QuerySet[StageRun]:
-        runs = selectors.stage_runs_with_jobs()
+        runs = stage_runs_with_jobs()
         return runs.defer(None) if self.action == "retrieve" else runs
 
     def get_serializer_class(self) -> type[BaseSerializer]:
@@ -227,7 +230,7 @@ class PoolViewSet(ThrottleRefusalsMixin, viewsets.ReadOnlyModelViewSet):
     def _read_inventories(pools: list[AcceleratorPool]) -> dict[int, inventory.PoolInventory]:
         """`pools`' inventories by pool id, with the workers and the catalog read once."""
         try:
-            catalog = catalog_current()
+            catalog = AcceleratorKind.objects.catalog()
         except CatalogError:
             catalog = None  # each pool then shows the error
         inventories = inventory.pool_inventories(

@@ -24,7 +24,7 @@ from adaptation.models import (
     StageStatus,
 )
 from adaptation.page_links import job_page_url, page_url, release_page_url, stage_page_url
-from adaptation.selectors import job_current_stage_runs
+from adaptation.selectors.jobs import job_current_stage_runs
 
 # A stage's error can hold a traceback; a notification carries its first characters.
 ERROR_MAX_CHARS = 4000

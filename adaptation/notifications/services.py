@@ -49,6 +49,7 @@ from adaptation.notifications.events import (
 )
 from adaptation.notifications.formats import render_message
 from adaptation.secrets import SecretUnreadable, new_signing_secret, secret_decrypt, secret_encrypt
+from adaptation.worker_tasks import DELIVER_NOTIFICATION, worker_task
 from engine.hubs.http import retry_after_seconds
 
 logger = logging.getLogger(__name__)
@@ -322,10 +323,8 @@ def _send_after_commit(created: list[NotificationDelivery]) -> None:
 
 def _send_delivery_messages(delivery_ids: list[int]) -> None:
     """Send one `day0.deliver_notification` message per delivery (default queue)."""
-    from workers.tasks import deliver_notification
-
     for delivery_id in delivery_ids:
-        deliver_notification.delay(delivery_id)
+        worker_task(DELIVER_NOTIFICATION).delay(delivery_id)
 
 
 # --- delivering ----------------------------------------------------------------------------------

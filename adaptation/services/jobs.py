@@ -21,7 +21,7 @@ from adaptation.models import (
     StageStatus,
 )
 from adaptation.notifications.services import notifications_emit_safely
-from adaptation.selectors import job_current_stage_runs
+from adaptation.selectors.jobs import job_current_stage_runs
 from adaptation.services.errors import ServiceError
 from adaptation.services.queueing import stage_run_enqueue
 from engine.registry import job_options_check, stage_names

@@ -14,6 +14,7 @@ from adaptation.models import (
     StageRun,
     StageStatus,
 )
+from adaptation.worker_tasks import RUN_STAGE, worker_task
 from engine.registry import get_stage
 
 
@@ -49,7 +50,7 @@ def stage_message_send(
     """Send the Celery message that runs one stage attempt on its pool's queue, with the
     stage's time limits for the job's `options` for it (`StageDefinition.time_limits_s`: the
     stability run's follow its duration)."""
-    from workers.tasks import run_stage
-
     soft, hard = get_stage(stage).time_limits_s(options)
-    run_stage.apply_async(args=[stage_run_id], queue=queue, soft_time_limit=soft, time_limit=hard)
+    worker_task(RUN_STAGE).apply_async(
+        args=[stage_run_id], queue=queue, soft_time_limit=soft, time_limit=hard
+    )

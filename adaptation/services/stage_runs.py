@@ -22,7 +22,7 @@ from adaptation.models import (
     StageStatus,
 )
 from adaptation.notifications.services import notifications_emit_safely
-from adaptation.selectors import job_current_stage_runs
+from adaptation.selectors.jobs import job_current_stage_runs
 from adaptation.services import queueing
 from adaptation.services.jobs import job_refresh_status, job_skip_pending_after
 from adaptation.services.queueing import job_stage_options, stage_run_enqueue

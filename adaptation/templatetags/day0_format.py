@@ -14,8 +14,8 @@ from typing import Any
 
 from django import template
 
-from adaptation.catalog import GIB
 from engine import formatting
+from engine.units import GIB
 
 register = template.Library()
 

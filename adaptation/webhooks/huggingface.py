@@ -37,7 +37,7 @@ from adaptation.models import (
     WebhookEndpoint,
 )
 from adaptation.secrets import secret_matches
-from adaptation.selectors import release_newest_job
+from adaptation.selectors.releases import release_newest_job
 from adaptation.services.hub_polling import hub_spec_for_watch
 from adaptation.webhooks import uploads
 from adaptation.webhooks.deliveries import (

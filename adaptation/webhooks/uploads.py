@@ -47,9 +47,10 @@ from adaptation.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
-from adaptation.selectors import release_newest_job
+from adaptation.selectors.releases import release_newest_job
 from adaptation.services.jobs import job_create
 from adaptation.services.releases import release_get_or_create
+from adaptation.worker_tasks import SETTLE_UPLOAD, worker_task
 from engine.hubs import HubSpec, hub_source
 from engine.hubs.base import HubError, HubRateLimited
 from engine.registry import job_options_check
@@ -121,9 +122,7 @@ def pending_upload_schedule(*, pending_upload_id: int, countdown_s: float) -> No
     countdown = max(0.0, float(countdown_s))
 
     def send() -> None:
-        from workers.tasks import settle_upload
-
-        settle_upload.apply_async(args=[pending_upload_id], countdown=countdown)
+        worker_task(SETTLE_UPLOAD).apply_async(args=[pending_upload_id], countdown=countdown)
 
     transaction.on_commit(send, robust=True)
 

@@ -188,18 +188,16 @@ def fetch_release_code(
     return files
 
 
-def sandbox_time_limit_s(stage: str, requested_s: float | None = None) -> float:
-    """The sandbox's wall-clock limit for `stage`: `requested_s` (default
-    `DEFAULT_TIME_LIMIT_S`), kept `SOFT_LIMIT_MARGIN_S` below the stage's Celery soft time
-    limit (`registry.get_stage(stage).soft_time_limit_s`) when the registry knows the stage."""
-    from engine.registry import get_stage
-
+def sandbox_time_limit_s(
+    soft_time_limit_s: float | None, requested_s: float | None = None
+) -> float:
+    """The sandbox's wall-clock limit (s): `requested_s` (default `DEFAULT_TIME_LIMIT_S`),
+    kept `SOFT_LIMIT_MARGIN_S` below the stage attempt's Celery soft time limit
+    (`StageContext.soft_time_limit_s`) when one is known."""
     limit = DEFAULT_TIME_LIMIT_S if requested_s is None else requested_s
-    try:
-        soft = get_stage(stage).soft_time_limit_s
-    except LookupError:
+    if soft_time_limit_s is None:
         return limit
-    return max(1.0, min(limit, soft - SOFT_LIMIT_MARGIN_S))
+    return max(1.0, min(limit, soft_time_limit_s - SOFT_LIMIT_MARGIN_S))
 
 
 # The stages' measurements a sandboxed child may run, by import path: those stages import
@@ -379,8 +377,8 @@ def run_stage_in_sandbox(
     ctx: StageContext, stage: str, config: Mapping[str, Any], *, time_limit_s: float | None = None
 ) -> dict[str, Any]:
     """The policy, then the sandbox: fetch the release's modeling files (those `auto_map` names
-    and what they import relatively) and run `stage` within `sandbox_time_limit_s(stage,
-    time_limit_s)`.
+    and what they import relatively) and run `stage` within `sandbox_time_limit_s(
+    ctx.soft_time_limit_s, time_limit_s)`.
 
     Raises `StageFailed` when the org is not trusted (naming the architecture and org), the
     release ships no code, or the sandbox fails; `StageTransientError` when the hub cannot be
@@ -416,7 +414,7 @@ def run_stage_in_sandbox(
                 exc.message, retry_after_s=getattr(exc, "retry_after_s", None)
             ) from exc
         raise StageFailed(exc.message) from exc
-    limit_s = sandbox_time_limit_s(stage, time_limit_s)
+    limit_s = sandbox_time_limit_s(ctx.soft_time_limit_s, time_limit_s)
     ctx.log(
         f"running {', '.join(sorted(files))} of {ctx.release.repo_id} in a sandboxed process "
         f"(org {org} trusted; {limit_s:g} s limit)"

@@ -11,9 +11,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from adaptation import catalog as site_catalog
-from adaptation.catalog import catalog_current, gb_per_s_to_bytes_per_s, pool_catalog, pool_layout
+from adaptation.catalog import pool_catalog, pool_layout
 from adaptation.models import AcceleratorKind, AcceleratorPool, Worker
 from engine.catalog import SOURCED_FIGURES, load_catalog
+from engine.units import gb_per_s_to_bytes_per_s
 from tests.factories import cpu_pool
 
 pytestmark = pytest.mark.django_db
@@ -50,7 +51,7 @@ def test_a_complete_row_is_accepted_and_joins_the_catalog():
     row = kind_row()
     row.full_clean()
     row.save()
-    catalog = catalog_current()
+    catalog = AcceleratorKind.objects.catalog()
     npu = catalog.accelerator("npu-x1")
     assert npu.memory_bytes == 64 * GIB and npu.memory_bandwidth_bytes_per_s == 1.6e12
     assert catalog.kinds()[: len(load_catalog().kinds())] == load_catalog().kinds()
@@ -227,7 +228,7 @@ def probed_run(pool, bandwidth: float, bf16: float, host: str = "cpu@host"):
 
 
 def test_measured_figures_are_the_median_of_the_last_performance_runs():
-    from adaptation.selectors import pool_measured_figures
+    from adaptation.selectors.calibration import pool_measured_figures
 
     pool = cpu_pool()
     assert pool_measured_figures(pool=pool) is None
@@ -243,7 +244,7 @@ def test_measured_figures_are_the_median_of_the_last_performance_runs():
 
 
 def test_pool_catalog_of_the_cpu_pool_predicts_on_the_measured_figures():
-    from adaptation.selectors import pool_calibration, pool_measured_figures
+    from adaptation.selectors.calibration import pool_calibration, pool_measured_figures
     from engine.stages.plan.run import pool_catalog_for_stage
 
     pool = cpu_pool()
@@ -265,7 +266,7 @@ def test_pool_catalog_reuses_a_loaded_catalog_and_names_the_figures_origin():
     """A page planning many pools loads the catalog once: given it, `pool_catalog` asks the
     database nothing about accelerator kinds, and still says whose figures it uses."""
     kind_row(kind="h100", name="H100 override", memory_gib=96).save()
-    loaded = catalog_current()
+    loaded = AcceleratorKind.objects.catalog()
     h100 = AcceleratorPool.objects.create(name="h100x8", backend="manifest", accelerator="h100")
     h200 = AcceleratorPool.objects.create(name="h200x8", backend="manifest", accelerator="h200")
     with CaptureQueriesContext(connection) as queries:
@@ -280,20 +281,22 @@ def test_pool_catalog_reuses_a_loaded_catalog_and_names_the_figures_origin():
 
 
 def test_live_workers_are_read_in_one_place():
-    """The cpu kind's worker comes from the inventory's `live_workers`, the only one."""
+    """The cpu kind's worker comes from the workers selector's `live_workers`, the only one."""
     from adaptation import inventory
+    from adaptation.selectors import workers
 
-    assert not hasattr(site_catalog, "live_workers")
-    assert "live_workers" in inventory.__all__
+    assert site_catalog.live_workers is workers.live_workers
+    assert inventory.live_workers is workers.live_workers
 
 
 def test_gib_is_defined_once():
     from adaptation import charts, plan_presenters
     from adaptation.templatetags import day0_format
+    from engine import formatting, units
 
-    assert site_catalog.GIB == 2**30
-    for module in (charts, day0_format, plan_presenters):
-        assert getattr(module, "GIB", site_catalog.GIB) is site_catalog.GIB, module.__name__
+    assert units.GIB == 2**30
+    for module in (charts, day0_format, plan_presenters, site_catalog, formatting):
+        assert getattr(module, "GIB", units.GIB) is units.GIB, module.__name__
 
 
 def test_the_kind_list_shows_the_shipped_kinds_before_any_row(logged_in_client):

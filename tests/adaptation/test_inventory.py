@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from adaptation import inventory
 from adaptation.models import AcceleratorPool, AdaptationJob, StageRun, Worker
+from adaptation.selectors.workers import live_workers, pools_without_live_worker
 from adaptation.services.errors import ServiceError
 from adaptation.services.workers import worker_heartbeat, worker_register, worker_stop
 from tests.factories import cpu_pool, make_job
@@ -97,7 +98,7 @@ def test_live_workers_are_those_on_the_queue_beating_recently(settings):
     make_worker(name="cpu@stopped", heartbeat_age_s=1, stopped=True, now=now)
     make_worker(name="gpu@other", queues=("pool.h200",), now=now)
 
-    assert inventory.live_workers(pool, now=now) == [live]
+    assert live_workers(pool, now=now) == [live]
 
 
 def test_pool_inventory_lists_workers_devices_runs_and_queue(settings):
@@ -165,7 +166,7 @@ def test_pools_without_live_worker(settings):
     make_worker(queues=("day0", "pool.cpu"))
     make_worker(queues=("pool.h200",), heartbeat_age_s=120)
 
-    idle = inventory.pools_without_live_worker()
+    idle = pools_without_live_worker()
 
     assert cpu.pk not in idle
     assert idle[gpu.pk] == gpu

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from adaptation.models import AcceleratorPool, PerformancePoint, StageStatus
-from adaptation.selectors import job_summary, pool_calibration
+from adaptation.selectors.calibration import pool_calibration
+from adaptation.selectors.jobs import job_summary
 from engine.architecture import analyze_config
 from engine.contract import PoolSpec, StageDefinition, StageFailed
 from engine.stages.performance.rows import calibration_rows, performance_rows

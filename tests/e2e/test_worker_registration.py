@@ -12,8 +12,8 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from adaptation import inventory
 from adaptation.models import HubKind, StageRun, StageStatus, Worker
+from adaptation.selectors.workers import live_workers
 from adaptation.services.jobs import job_create
 from tests.conftest import REALCONFIGS_DIR
 from tests.e2e.conftest import wait_for
@@ -55,7 +55,7 @@ def test_worker_registers_beats_runs_and_stops(
         seconds=settings.DAY0_WORKER_STALE_S
     )
     pool = cpu_pool()
-    assert worker in inventory.live_workers(pool)
+    assert worker in live_workers(pool)
 
     first_beat = worker.last_heartbeat_at
     wait_for(
@@ -93,4 +93,4 @@ def test_worker_registers_beats_runs_and_stops(
     worker_process.wait(timeout=30)
     worker.refresh_from_db()
     assert worker.stopped_at is not None
-    assert inventory.live_workers(pool) == []
+    assert live_workers(pool) == []

@@ -6,12 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from adaptation.limitations import (
-    findings_for_stage,
-    kv_bytes_per_sequence,
-    md_code,
-    md_text,
-)
+from adaptation.limitations import findings_for_stage, kv_bytes_per_sequence, md_code, md_text
 from adaptation.safe_markdown import render_markdown
 from engine.architecture import analyze_config
 from engine.catalog import load_catalog

@@ -172,11 +172,12 @@ def test_relatively_imported_files_are_fetched_too():
 
 def test_the_sandbox_limit_stays_below_the_stage_soft_limit():
     soft = get_stage("operators").soft_time_limit_s
-    assert remote_code.sandbox_time_limit_s("operators") == min(
+    assert remote_code.sandbox_time_limit_s(soft) == min(
         remote_code.DEFAULT_TIME_LIMIT_S, soft - remote_code.SOFT_LIMIT_MARGIN_S
     )
-    assert remote_code.sandbox_time_limit_s("operators", 10_000) < soft
-    assert remote_code.sandbox_time_limit_s("precision", 3) == 3
+    assert remote_code.sandbox_time_limit_s(soft, 10_000) < soft
+    assert remote_code.sandbox_time_limit_s(get_stage("precision").soft_time_limit_s, 3) == 3
+    assert remote_code.sandbox_time_limit_s(None) == remote_code.DEFAULT_TIME_LIMIT_S
 
 
 def test_the_child_is_killed_at_its_time_limit():

@@ -28,7 +28,7 @@ from adaptation.management.commands.plan import (
     plan_options_from_args,
 )
 from adaptation.models import AdaptationJob, JobStatus, StageStatus, Trigger
-from adaptation.selectors import job_current_stage_runs, job_summary
+from adaptation.selectors.jobs import job_current_stage_runs, job_summary
 from adaptation.services.errors import ServiceError
 from adaptation.services.pools import pool_get
 from adaptation.services.releases import release_from_candidate

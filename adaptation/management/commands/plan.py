@@ -23,7 +23,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from adaptation.catalog import GIB, catalog_current, pool_catalog
+from adaptation.catalog import pool_catalog
 from adaptation.models import AcceleratorKind, AcceleratorPool
 from adaptation.targets import TargetError, resolve_target
 from adaptation.templatetags import day0_format as fmt
@@ -38,6 +38,7 @@ from engine.stages.plan.layout import MAX_DEVICES_PER_NODE, MAX_NODES, PoolLayou
 from engine.stages.plan.options import plan_options
 from engine.stages.plan.planner import plan_release
 from engine.stages.plan.run import no_fit_result
+from engine.units import GIB
 
 NO_FIT_EXIT_CODE = 2
 
@@ -311,7 +312,7 @@ class Command(BaseCommand):
             raise CommandError(f"--accelerator {accelerator} needs --devices N")
         per_node = _positive_int("--devices-per-node", devices_per_node, limit=MAX_DEVICES_PER_NODE)
         try:
-            catalog = catalog_current()
+            catalog = AcceleratorKind.objects.catalog()
             if accelerator == "cpu":
                 cpu = cpu_accelerator()
                 catalog = catalog.with_cpu(cpu)

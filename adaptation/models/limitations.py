@@ -1,0 +1,100 @@
+"""Known limitations: what users of a release must know before deploying it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from adaptation.models.jobs import StageRun
+from adaptation.models.pools import AcceleratorPool
+from adaptation.models.releases import ModelRelease
+
+
+class Severity(models.TextChoices):
+    """How much a limitation keeps a release from serving, most severe first."""
+
+    BLOCKER = "blocker", "Blocker"
+    MAJOR = "major", "Major"
+    MINOR = "minor", "Minor"
+    INFO = "info", "Info"
+
+
+class LimitationStatus(models.TextChoices):
+    OPEN = "open", "Open"
+    MITIGATED = "mitigated", "Mitigated"
+    RESOLVED = "resolved", "Resolved"
+
+
+class KnownLimitation(models.Model):
+    """Something users of a release must know before deploying it: raised by a stage from its
+    findings (`key` set, e.g. "operators:missing:aten::_grouped_mm") or written by a person
+    (`key` blank, `author` set). `pool` null means every pool. `body` is Markdown, rendered
+    safely (no raw HTML). A stage re-run that no longer finds the problem marks its note
+    resolved (`resolved_at`)."""
+
+    release = models.ForeignKey(ModelRelease, on_delete=models.CASCADE, related_name="limitations")
+    pool = models.ForeignKey(
+        AcceleratorPool,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="limitations",
+        help_text="Blank: every pool.",
+    )
+    title = models.CharField(max_length=200)
+    body = models.TextField(blank=True, help_text="Markdown.")
+    severity = models.CharField(max_length=16, choices=Severity.choices, default=Severity.MAJOR)
+    status = models.CharField(
+        max_length=16, choices=LimitationStatus.choices, default=LimitationStatus.OPEN
+    )
+    key = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="For notes a stage raised: what it found, so a re-run updates or resolves "
+        "the same note.",
+    )
+    stage = models.CharField(max_length=64, blank=True, help_text="The stage that raised it.")
+    stage_run = models.ForeignKey(
+        StageRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["release_id", "status", "severity", "-updated_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["release", "pool", "key"],
+                condition=~models.Q(key=""),
+                name="limitation_one_per_stage_finding",
+            ),
+            # NULLs never collide in the one above: notes for every pool need their own.
+            models.UniqueConstraint(
+                fields=["release", "key"],
+                condition=~models.Q(key="") & models.Q(pool__isnull=True),
+                name="limitation_one_per_finding_all_pools",
+            ),
+        ]
+        indexes = [models.Index(fields=["release", "status"])]
+
+    def __str__(self) -> str:
+        return f"{self.get_severity_display()}: {self.title}"
+
+
+# Most severe first: the order of the release page's groups and of the board's badge colour.
+SEVERITY_ORDER: tuple[str, ...] = (
+    Severity.BLOCKER,
+    Severity.MAJOR,
+    Severity.MINOR,
+    Severity.INFO,
+)
+SEVERITY_RANK: Mapping[str, int] = {severity: rank for rank, severity in enumerate(SEVERITY_ORDER)}
+# Statuses of a note still worth showing first: a mitigated one is still a limitation.
+ACTIVE_STATUSES = (LimitationStatus.OPEN, LimitationStatus.MITIGATED)

@@ -1,0 +1,124 @@
+"""Hubs, their watches and the releases found on them."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.utils import timezone
+
+from adaptation.models.pools import AcceleratorPool
+from engine.registry import job_options_check
+
+
+class HubKind(models.TextChoices):
+    HUGGINGFACE = "huggingface", "Hugging Face Hub"
+    MIRROR = "mirror", "Mirror folder"
+
+
+class HubWatch(models.Model):
+    """A hub location polled for new releases: an org/author or a repo pattern."""
+
+    name = models.CharField(max_length=128, unique=True)
+    kind = models.CharField(max_length=32, choices=HubKind.choices)
+    endpoint = models.CharField(
+        max_length=512,
+        blank=True,
+        help_text="Hub URL (blank: HF_ENDPOINT or huggingface.co) or a mirror root folder.",
+    )
+    author = models.CharField(max_length=128, blank=True, help_text="Org or user to list.")
+    repo_pattern = models.CharField(
+        max_length=256, blank=True, help_text="fnmatch pattern on the repo id; blank: all."
+    )
+    pool = models.ForeignKey(
+        AcceleratorPool,
+        on_delete=models.PROTECT,
+        related_name="watches",
+        help_text="Pool whose workers adapt the releases this watch finds.",
+    )
+    enabled = models.BooleanField(default=True)
+    poll_interval_s = models.PositiveIntegerField(
+        default=300,
+        validators=[MinValueValidator(10)],
+        help_text="Seconds between polls; errors back off exponentially from it.",
+    )
+    job_options = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Stage options for the jobs of the releases it finds (by poll or webhook), as "
+        '`adapt --options` takes them: {"plan": {"context_tokens": 131072}, '
+        '"stability": {"duration_s": 3600}}.',
+    )
+    last_polled_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    next_poll_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "hub watches"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        """A mirror watch needs a readable folder and its job options must be ones the stages
+        take; a typo is caught when saved, not at the next poll."""
+        if self.kind == HubKind.MIRROR and not Path(self.endpoint).is_dir():
+            raise ValidationError({"endpoint": f"{self.endpoint or '(blank)'} is not a folder."})
+        try:
+            self.job_options = job_options_check(options=self.job_options)
+        except ValueError as exc:
+            raise ValidationError({"job_options": str(exc)}) from exc
+
+
+class Trigger(models.TextChoices):
+    """How a release was found, and so what started its first job."""
+
+    POLL = "poll", "Hub poll"
+    WEBHOOK = "webhook", "Webhook"
+    MANUAL = "manual", "Manual"
+    API = "api", "REST API"
+
+
+class ModelRelease(models.Model):
+    """One repo at one revision on one hub. Never created twice for the same triple."""
+
+    watch = models.ForeignKey(
+        HubWatch, null=True, blank=True, on_delete=models.SET_NULL, related_name="releases"
+    )
+    hub_kind = models.CharField(max_length=32, choices=HubKind.choices)
+    hub_endpoint = models.CharField(max_length=512)
+    repo_id = models.CharField(max_length=256)
+    revision = models.CharField(max_length=128)
+    published_at = models.DateTimeField(null=True, blank=True, help_text="As the hub says.")
+    discovered_at = models.DateTimeField(default=timezone.now)
+    found_by = models.CharField(max_length=16, choices=Trigger.choices)
+    config = models.JSONField(null=True, blank=True, help_text="config.json as fetched.")
+    metadata = models.JSONField(default=dict, blank=True)
+    architecture = models.CharField(max_length=128, blank=True)
+    family = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["-discovered_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["hub_kind", "hub_endpoint", "repo_id", "revision"],
+                name="release_unique_per_hub_repo_revision",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.repo_id}@{self.revision[:12]}"
+
+    @property
+    def time_to_detect(self) -> timedelta | None:
+        """Discovered minus published (None when the hub gave no publication time)."""
+        if self.published_at is None:
+            return None
+        return self.discovered_at - self.published_at

@@ -1,0 +1,146 @@
+"""A pool's running calibration and the device figures its performance runs measured."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adaptation.models import (
+    AcceleratorPool,
+    PerformancePoint,
+    StageRun,
+    StageStatus,
+)
+from engine.stages.plan.calibration import (
+    DEFAULT_CALIBRATION_RUNS,
+    EFFICIENCY_METRICS,
+    running_calibration,
+)
+
+# The plan's measured device figures (cpu pools) are the median of this many newest
+# successful performance runs' probes: one probe swings about 2x run to run.
+MEASURED_FIGURES_RUNS = 5
+
+
+def pool_calibration(
+    *, pool: AcceleratorPool, runs: int = DEFAULT_CALIBRATION_RUNS
+) -> dict[str, Any]:
+    """The pool's running calibration (`engine.stages.plan.calibration.running_calibration`):
+    the median over its last `runs` successful performance runs of each run's median
+    efficiency of the scaled twin, measured / roofline-predicted (from the run's
+    `PerformancePoint` rows "decode_efficiency" and "prefill_efficiency"), and the device
+    device figures as `pool_measured_figures` gives them (the median over the newest
+    `MEASURED_FIGURES_RUNS` of those runs).
+    "available" False, with "no calibration yet" as the reason, for a pool without such runs.
+    The plan stage corrects its predictions with it and, on a cpu pool, predicts on its
+    "device" figures."""
+    latest = _latest_performance_runs(pool, runs)
+    values: dict[int, dict[str, list[float]]] = {run.pk: {} for run in latest}
+    dtypes: dict[int, set[str]] = {run.pk: set() for run in latest}
+    rows = PerformancePoint.objects.filter(
+        stage_run__in=[run.pk for run in latest], metric__in=EFFICIENCY_METRICS
+    ).values_list("stage_run_id", "metric", "dtype", "value")
+    for run_id, metric, dtype, value in rows:
+        values[run_id].setdefault(metric, []).append(value)
+        dtypes[run_id].add(dtype)
+    summaries = []
+    for run in latest:
+        calibration = (run.result or {}).get("calibration") or {}
+        summaries.append(
+            {
+                "stage_run": run.pk,
+                "job": run.job_id,
+                "release": run.job.release.repo_id,
+                "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+                "worker_host": run.worker_host,
+                "decode_efficiency": values[run.pk].get("decode_efficiency", []),
+                "prefill_efficiency": values[run.pk].get("prefill_efficiency", []),
+                "dtypes": sorted(dtypes[run.pk]),
+                "twin_params": (calibration.get("twin_shape") or {}).get("total_params"),
+                "device": calibration.get("device"),
+            }
+        )
+    result = running_calibration(pool.name, summaries, window=runs)
+    result["device"] = median_device_figures(summaries[:MEASURED_FIGURES_RUNS])
+    return result
+
+
+def _latest_performance_runs(pool: AcceleratorPool, runs: int) -> list[StageRun]:
+    """The pool's last `runs` successful performance runs, newest first."""
+    return list(
+        StageRun.objects.filter(job__pool=pool, stage="performance", status=StageStatus.SUCCEEDED)
+        .select_related("job__release")
+        .order_by("-finished_at", "-id")[:runs]
+    )
+
+
+def _positive_figure(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0 < value < float("inf") else None
+
+
+def _median_of(values: list[float]) -> float:
+    """The median of a non-empty list."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def median_device_figures(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The median device figures over performance runs (summaries as `pool_calibration`
+    builds them, newest first, each with the run's measured "device" probe or None): memory
+    bandwidth and each dtype's matmul FLOP/s are each the median over the runs that measured
+    them (one probe swings about 2x run to run). The newest probe's other keys are kept;
+    "runs" lists the stage runs used, "source" says so. None when no run measured a memory
+    bandwidth."""
+    probed = [
+        run
+        for run in runs
+        if isinstance(run.get("device"), dict)
+        and _positive_figure(run["device"].get("memory_bandwidth_bytes_per_s"))
+    ]
+    if not probed:
+        return None
+    devices = [run["device"] for run in probed]
+    flops: dict[str, float] = {}
+    for dtype in sorted({d for dev in devices for d in (dev.get("flops") or {})}):
+        values = [
+            v
+            for dev in devices
+            if (v := _positive_figure((dev.get("flops") or {}).get(dtype))) is not None
+        ]
+        if values:
+            flops[dtype] = _median_of(values)
+    bandwidths = [float(dev["memory_bandwidth_bytes_per_s"]) for dev in devices]
+    hosts = sorted({str(run["worker_host"]) for run in probed if run.get("worker_host")})
+    ids = [run.get("stage_run") for run in probed]
+    return dict(devices[0]) | {
+        "memory_bandwidth_bytes_per_s": _median_of(bandwidths),
+        "flops": flops,
+        "runs": ids,
+        "source": (
+            f"median of {len(probed)} performance run(s) "
+            f"(stage runs {', '.join(str(i) for i in ids)})"
+            + (f" on {', '.join(hosts)}" if hosts else "")
+            + ": STREAM triad and matmul probes (engine/device_probe.py)"
+        ),
+    }
+
+
+def pool_measured_figures(
+    *, pool: AcceleratorPool, runs: int = MEASURED_FIGURES_RUNS
+) -> dict[str, Any] | None:
+    """The device figures the plan predicts on for a cpu pool, as `pool_calibration(pool)`'s
+    "device": the median over its last `runs` successful performance runs' probes
+    (`median_device_figures`), or None when none measured any. One read for the plan stage
+    (via `pool_calibration`), `manage.py plan --pool` and Compare pools."""
+    return median_device_figures(
+        [
+            {
+                "stage_run": run.pk,
+                "worker_host": run.worker_host,
+                "device": ((run.result or {}).get("calibration") or {}).get("device"),
+            }
+            for run in _latest_performance_runs(pool, runs)
+        ]
+    )

@@ -1,0 +1,108 @@
+"""Reads of a release's open known limitations, most severe first."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db.models import (
+    Case,
+    Count,
+    IntegerField,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce
+
+from adaptation.models import (
+    AcceleratorPool,
+    KnownLimitation,
+    LimitationStatus,
+    ModelRelease,
+)
+from adaptation.models.limitations import SEVERITY_ORDER, SEVERITY_RANK
+
+
+def open_limitations_prefetch() -> Prefetch:
+    """A release's open known limitations as `release.open_limitations`, most severe first
+    (then the most recently updated): what the board and the release page show per pool."""
+    open_ones = KnownLimitation.objects.filter(status=LimitationStatus.OPEN).order_by(
+        severity_rank(), "-updated_at", "-id"
+    )
+    return Prefetch("limitations", queryset=open_ones, to_attr="open_limitations")
+
+
+def release_open_limitations(
+    *, release: ModelRelease, pool: AcceleratorPool
+) -> QuerySet[KnownLimitation]:
+    """The release's open known limitations on `pool` and on every pool (`pool` null), most
+    severe first (then the most recently updated): what its release notes on `pool` list."""
+    return (
+        KnownLimitation.objects.filter(release=release, status=LimitationStatus.OPEN)
+        .filter(Q(pool=pool) | Q(pool__isnull=True))
+        .select_related("pool")
+        .order_by(severity_rank(), "-updated_at", "-id")
+    )
+
+
+def release_open_limitations_all(*, release: ModelRelease) -> QuerySet[KnownLimitation]:
+    """The release's open known limitations on every pool, most severe first (then the most
+    recently updated), with their pool and author: what the API's release detail lists."""
+    return (
+        KnownLimitation.objects.filter(release=release, status=LimitationStatus.OPEN)
+        .select_related("pool", "author")
+        .order_by(severity_rank(), "-updated_at", "-id")
+    )
+
+
+def severity_rank() -> Case:
+    """An ORM expression ranking a limitation's severity, 0 = blocker (most severe) first."""
+    return Case(
+        *(
+            When(severity=severity, then=Value(rank))
+            for rank, severity in enumerate(SEVERITY_ORDER)
+        ),
+        default=Value(len(SEVERITY_ORDER)),
+        output_field=IntegerField(),
+    )
+
+
+def open_limitation_annotations() -> dict[str, Any]:
+    """Annotations for a `ModelRelease` queryset: `open_limitation_count` (how many of its
+    notes are open) and `open_limitation_worst` (the most severe of their severities, None
+    when none), as two correlated subqueries of the release query itself: no query per
+    row."""
+    open_notes = KnownLimitation.objects.filter(
+        release=OuterRef("pk"), status=LimitationStatus.OPEN
+    )
+    counted = open_notes.order_by().values("release").annotate(n=Count("pk")).values("n")[:1]
+    worst = open_notes.annotate(rank=severity_rank()).order_by("rank", "pk").values("severity")
+    return {
+        "open_limitation_count": Coalesce(Subquery(counted, output_field=IntegerField()), Value(0)),
+        "open_limitation_worst": Subquery(worst[:1]),
+    }
+
+
+def sort_key(note: KnownLimitation) -> tuple[int, int, float]:
+    """Most severe first; open before mitigated before resolved; newest change first."""
+    status_rank = {
+        LimitationStatus.OPEN: 0,
+        LimitationStatus.MITIGATED: 1,
+        LimitationStatus.RESOLVED: 2,
+    }
+    return (
+        SEVERITY_RANK.get(note.severity, len(SEVERITY_ORDER)),
+        status_rank.get(note.status, 3),
+        -note.updated_at.timestamp(),
+    )
+
+
+def release_limitations(release: ModelRelease) -> Sequence[KnownLimitation]:
+    """Every note of `release` with its pool and author (one query), in `sort_key` order."""
+    notes = KnownLimitation.objects.filter(release=release).select_related("pool", "author")
+    return sorted(notes, key=sort_key)

@@ -1,0 +1,108 @@
+"""Reads of releases: the board's rows, one release's page, the newest job, earlier analyses."""
+
+from __future__ import annotations
+
+from django.db.models import (
+    OuterRef,
+    Prefetch,
+    QuerySet,
+    Subquery,
+)
+
+from adaptation.models import (
+    AdaptationJob,
+    ModelRelease,
+    StageRun,
+    StageStatus,
+)
+from adaptation.selectors.jobs import jobs_with_stage_runs
+from adaptation.selectors.limitations import open_limitation_annotations, open_limitations_prefetch
+
+
+def known_family_analyses(*, exclude_release_id: int | None, limit: int = 50) -> list[dict]:
+    """The newest successful analysis of each model family seen so far, newest first,
+    leaving out the given release (what a new release is compared against)."""
+    runs = (
+        StageRun.objects.filter(stage="analyze", status=StageStatus.SUCCEEDED)
+        .exclude(job__release_id=exclude_release_id)
+        .order_by("-finished_at")
+        .only("result")
+    )
+    seen: dict[str, dict] = {}
+    for run in runs.iterator():
+        result = run.result or {}
+        family = result.get("family") or result.get("model_type") or ""
+        if family and family not in seen:
+            seen[family] = result
+            if len(seen) >= limit:
+                break
+    return list(seen.values())
+
+
+def releases_for_board(*, limit: int = 100) -> QuerySet[ModelRelease]:
+    """Releases, newest first, each with its jobs (newest first) and their stage runs, and
+    its open limitations (`open_limitations_prefetch`), annotated with their count and most
+    severe severity (`open_limitation_annotations`) for the board's badge."""
+    jobs = AdaptationJob.objects.select_related("pool").prefetch_related(
+        Prefetch("stage_runs", queryset=StageRun.objects.order_by("position", "attempt"))
+    )
+    return (
+        ModelRelease.objects.select_related("watch")
+        .annotate(**open_limitation_annotations())
+        .prefetch_related(
+            Prefetch("jobs", queryset=jobs.order_by("-created_at", "-id")),
+            open_limitations_prefetch(),
+        )
+        .order_by("-discovered_at", "-id")[:limit]
+    )
+
+
+def release_detail(*, release_id: int) -> ModelRelease:
+    """One release with its jobs and all their stage attempts, and its open limitations
+    (`open_limitations_prefetch`). Raises DoesNotExist."""
+    jobs = AdaptationJob.objects.select_related("pool").prefetch_related(
+        Prefetch("stage_runs", queryset=StageRun.objects.order_by("position", "attempt"))
+    )
+    return (
+        ModelRelease.objects.select_related("watch")
+        .prefetch_related(
+            Prefetch("jobs", queryset=jobs.order_by("-created_at", "-id")),
+            open_limitations_prefetch(),
+        )
+        .get(pk=release_id)
+    )
+
+
+def release_latest_stage_run(release: ModelRelease, *, stage: str) -> StageRun | None:
+    """The newest finished attempt of `stage` over the release's jobs (newest job first)."""
+    return (
+        StageRun.objects.filter(
+            job__release=release,
+            stage=stage,
+            status__in=(StageStatus.SUCCEEDED, StageStatus.FAILED),
+        )
+        .select_related("job__pool")
+        .order_by("-job__created_at", "-job_id", "-attempt")
+        .first()
+    )
+
+
+def releases_with_latest_job(*, with_jobs: bool = False) -> QuerySet[ModelRelease]:
+    """Releases annotated with their newest job's id and status (`latest_job_id`,
+    `latest_job_status`; None for a release without a job); `with_jobs` prefetches every
+    job (newest first) with its stage attempts, as a release's detail needs."""
+    newest = AdaptationJob.objects.filter(release=OuterRef("pk")).order_by("-created_at", "-id")
+    releases = ModelRelease.objects.select_related("watch").annotate(
+        latest_job_id=Subquery(newest.values("pk")[:1]),
+        latest_job_status=Subquery(newest.values("status")[:1]),
+    )
+    if with_jobs:
+        jobs = jobs_with_stage_runs().order_by("-created_at", "-id")
+        releases = releases.prefetch_related(Prefetch("jobs", queryset=jobs))
+    return releases
+
+
+def release_newest_job(release: ModelRelease) -> AdaptationJob | None:
+    """The release's newest job (the latest created; of two created together, the higher
+    id), or None without one."""
+    return release.jobs.order_by("-created_at", "-id").first()
