@@ -37,11 +37,13 @@ from adaptation import (
     plan_presenters,
     presenters,
     release_notes,
-    selectors,
     validation_presenters,
 )
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease
 from adaptation.roles import CANCEL_JOB, CHANGE_NOTES_ADDITIONS, RERUN_STAGE
+from adaptation.selectors import releases as release_selectors
+from adaptation.selectors.hubs import watches_with_errors
+from adaptation.selectors.jobs import anything_running
 from adaptation.selectors.workers import pools_without_live_worker
 from adaptation.services import jobs as job_services
 from adaptation.services.errors import ServiceError
@@ -111,16 +113,18 @@ def _render(
 def board(request: HttpRequest) -> HttpResponse:
     """The release board: a row per release, a column per stage; refreshed quickly while work
     runs and slowly otherwise, so new releases appear without a reload."""
-    running = selectors.anything_running()
+    running = anything_running()
     # Queued stages of a pool without a live worker say so (two queries, only while work runs).
     idle_pools = pools_without_live_worker() if running else {}
     context = {
         "board": presenters.board(
-            selectors.releases_for_board(), now=timezone.now(), pools_without_worker=idle_pools
+            release_selectors.releases_for_board(),
+            now=timezone.now(),
+            pools_without_worker=idle_pools,
         ),
         "polling": running,
         "board_poll_s": BOARD_POLL_BUSY_S if running else BOARD_POLL_IDLE_S,
-        "troubled_watches": list(selectors.watches_with_errors()),
+        "troubled_watches": list(watches_with_errors()),
         "hub_poll_s": settings.DAY0_POLL_EVERY_S,
     }
     return _render(
@@ -145,7 +149,7 @@ def _page_params(request: HttpRequest) -> QueryDict:
 def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One release: header, analysis, and every attempt of every stage of its jobs."""
     try:
-        release = selectors.release_detail(release_id=pk)
+        release = release_selectors.release_detail(release_id=pk)
     except ModelRelease.DoesNotExist:
         raise Http404(f"No release {pk}.") from None
     # Queued stages (and a pending plan) of a pool without a live worker say so.
@@ -279,7 +283,7 @@ def release_compare_pools(request: HttpRequest, pk: int) -> HttpResponse:
     `plan_presenters.CompareRow.sort_key` order. Bad options answer 400 with the form's
     errors."""
     try:
-        release = selectors.release_detail(release_id=pk)
+        release = release_selectors.release_detail(release_id=pk)
     except ModelRelease.DoesNotExist:
         raise Http404(f"No release {pk}.") from None
     form = ComparePoolsForm(request.GET or None)

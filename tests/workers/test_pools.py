@@ -168,7 +168,7 @@ def test_a_broken_backend_is_skipped_not_raised():
 
 def test_the_worker_reads_host_memory_where_the_catalog_does():
     """One reading of the host's memory for the worker's description and the cpu kind."""
-    from workers import catalog
+    from engine import catalog
 
     assert pools.physical_memory_bytes is catalog.physical_memory_bytes
     assert not hasattr(pools, "host_memory_bytes")
