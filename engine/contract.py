@@ -163,6 +163,12 @@ class StageDefinition:
     `StageContext.calibration` with the pool's running calibration (a query);
     `reads_limitations`: it fills `StageContext.limitations` with the release's open known
     limitations on the job's pool (a query).
+
+    `findings` (same forms) is the stage's known-limitation rules: a function of a stored
+    result (and the pool's name) returning the findings it raises; `notes` (same forms) its
+    section of the release notes: a function returning the section's data from the stage's
+    state. Both live in the stage's folder (`findings.py`, `notes.py`); None: the stage has
+    none.
     """
 
     name: str
@@ -178,6 +184,8 @@ class StageDefinition:
     reads_pool_calibration: bool = False
     # Whether `run` reads `ctx.limitations` (the release's open known limitations: a query).
     reads_limitations: bool = False
+    findings: Callable[..., Any] | str | None = None
+    notes: Callable[..., Any] | str | None = None
 
     def __call__(self, ctx: StageContext) -> dict[str, Any]:
         """Run the stage. Raises what the stage raises; ImportError for a bad `run` path."""
