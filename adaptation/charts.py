@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from adaptation.models import LayerDrift, PrecisionResult
-from adaptation.templatetags.day0_format import number_value as _number
+from engine.formatting import finite as _number
 from engine.units import GIB
 
 

@@ -27,8 +27,10 @@ from adaptation.plan_presenters import (
 )
 from adaptation.presenters import waiting_label
 from adaptation.selectors.jobs import latest_runs_by_stage
-from adaptation.templatetags.day0_format import MISSING, duration, params_short, percent, scientific
-from adaptation.templatetags.day0_format import number_value as _number
+from engine.formatting import MISSING, duration, percent, scientific
+from engine.formatting import finite as _number
+from engine.formatting import params as params_short
+from engine.stored import as_list, as_mapping
 
 WAITING = (StageStatus.PENDING, StageStatus.QUEUED, StageStatus.RUNNING)
 
@@ -104,14 +106,6 @@ class DistributedPanel:
         return f"distributed-job-{self.job.pk}"
 
 
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, list | tuple) else []
-
-
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -130,7 +124,7 @@ def exit_status_text(code: Any) -> str:
 
 
 def _first_divergent(divergent: Any) -> str:
-    div = _dict(divergent)
+    div = as_mapping(divergent)
     if not div:
         return "none"
     where = ", ".join(
@@ -181,7 +175,7 @@ def _divisibility(rows: Any) -> list[DivisibilityRow]:
             twin_divisible=_yes_no(row.get("twin_divisible")),
             kept=_yes_no(row.get("kept")),
         )
-        for row in (_dict(r) for r in _list(rows))
+        for row in (as_mapping(r) for r in as_list(rows))
     ]
 
 
@@ -205,7 +199,7 @@ def _split(result: Mapping[str, Any]) -> list[Fact]:
 
 
 def _plan_split(result: Mapping[str, Any]) -> list[Fact]:
-    plan = _dict(result.get("plan"))
+    plan = as_mapping(result.get("plan"))
     facts = []
     if plan:
         facts.append(Fact("The plan's split", split_text(plan)))
@@ -219,7 +213,7 @@ def _headline(result: Mapping[str, Any]) -> list[Fact]:
     """Step time and decode tokens/s at TP=N and TP=1, the share of time in collectives and
     the scaling efficiency; [] when the run measured none (a crashed rank)."""
     tp = result.get("tp", MISSING)
-    prompt = _dict(result.get("prompt"))
+    prompt = as_mapping(result.get("prompt"))
     batch = prompt.get("batch")
     timed = result.get("timing_steps")
     figures = (
@@ -268,9 +262,9 @@ def _headline(result: Mapping[str, Any]) -> list[Fact]:
 
 
 def _facts(result: Mapping[str, Any]) -> list[Fact]:
-    twin = _dict(result.get("twin"))
-    prompt = _dict(result.get("prompt"))
-    tolerance = _dict(result.get("tolerance"))
+    twin = as_mapping(result.get("twin"))
+    prompt = as_mapping(result.get("prompt"))
+    tolerance = as_mapping(result.get("tolerance"))
     facts = []
     if twin:
         facts.append(
@@ -307,7 +301,7 @@ def _logs(result: Mapping[str, Any], failing: int | None) -> list[RankLog]:
             excerpt=str(entry.get("excerpt") or ""),
             failing=failing is not None and entry.get("rank") == failing,
         )
-        for entry in (_dict(e) for e in _list(result.get("rank_logs")))
+        for entry in (as_mapping(e) for e in as_list(result.get("rank_logs")))
     ]
 
 
@@ -317,7 +311,7 @@ def _failing_rank(result: Mapping[str, Any]) -> int | None:
     failed = _int(result.get("failed_rank"))
     if failed is not None:
         return failed
-    for row in (_dict(r) for r in _list(result.get("ranks"))):
+    for row in (as_mapping(r) for r in as_list(result.get("ranks"))):
         if row.get("passed") is False and _int(row.get("rank")) is not None:
             return row["rank"]
     return None
@@ -328,8 +322,8 @@ def _validated(panel: DistributedPanel, result: Mapping[str, Any]) -> None:
     panel.split_label = validated_split_label(result)
     panel.split = _split(result)
     panel.headline = _headline(result)
-    panel.ranks = [_rank_row(_dict(r)) for r in _list(result.get("ranks"))]
-    panel.tolerance_rule = str(_dict(result.get("tolerance")).get("rule") or "")
+    panel.ranks = [_rank_row(as_mapping(r)) for r in as_list(result.get("ranks"))]
+    panel.tolerance_rule = str(as_mapping(result.get("tolerance")).get("rule") or "")
     panel.facts = _facts(result)
     failing = _failing_rank(result) if panel.state == "failed" else None
     panel.rank_logs = _logs(result, failing)
@@ -351,7 +345,7 @@ def distributed_panel(
     if run is None:
         return None
     panel = DistributedPanel(job=job, run=run)
-    result = _dict(run.result)
+    result = as_mapping(run.result)
     if run.status in WAITING:
         if run.status != StageStatus.RUNNING:
             panel.waiting = waiting_label((pools_without_worker or {}).get(job.pool_id))
@@ -384,8 +378,8 @@ def distributed_panel(
         panel.degree_reason = f"The split it would have run: {panel.degree_reason}"
     panel.divisibility = _divisibility(result.get("divisibility"))
     panel.ep_note = str(result.get("ep_note") or "")
-    panel.notes = [str(n) for n in _list(result.get("notes"))]
-    inject = _dict(result.get("inject"))
+    panel.notes = [str(n) for n in as_list(result.get("notes"))]
+    inject = as_mapping(result.get("inject"))
     if inject:  # a failure the job asked for, to prove the checks: said under the verdict
         asked = ", ".join(f"{key} {value}" for key, value in inject.items())
         panel.injected = f"Broken on purpose by the job's inject option ({asked})."

@@ -34,8 +34,9 @@ from adaptation.models import (
 )
 from adaptation.plan_presenters import ChartSlot, Fact, tokens_per_s_text
 from adaptation.selectors.jobs import latest_runs_by_stage
-from adaptation.templatetags.day0_format import MISSING
-from adaptation.templatetags.day0_format import number_value as _number
+from engine.formatting import MISSING
+from engine.formatting import finite as _number
+from engine.stored import as_list, as_mapping
 
 PERFORMANCE_STAGE = "performance"
 STABILITY_STAGE = "stability"
@@ -208,7 +209,7 @@ def skipped_reason(job: AdaptationJob, latest: StageRun) -> str:
     if not failed:
         return "skipped: an earlier stage did not succeed"
     first = min(failed, key=lambda r: r.position)
-    result = _dict(first.result)
+    result = as_mapping(first.result)
     why = str(result.get("reason") or "").strip()
     if not why:
         lines = [line for line in str(first.error or "").strip().splitlines() if line.strip()]
@@ -270,14 +271,6 @@ def value_text(metric: Metric, value: Any) -> str:
     if metric.unit == "%":
         return f"{number * metric.scale:,.1f} %"
     return f"{number:,.4g} {metric.unit}".strip()
-
-
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, list | tuple) else []
 
 
 # --- the table view -------------------------------------------------------------------------
@@ -405,7 +398,7 @@ class PerformancePanel:
 
 def _knee_rows(result: Mapping[str, Any]) -> list[KneeRow]:
     rows = []
-    for knee in (_dict(k) for k in _dict(result.get("knee_by_dtype")).values()):
+    for knee in (as_mapping(k) for k in as_mapping(result.get("knee_by_dtype")).values()):
         rows.append(
             KneeRow(
                 dtype=str(knee.get("dtype", MISSING)),
@@ -425,21 +418,22 @@ def _problems(result: Mapping[str, Any]) -> list[str]:
     problems = [
         f"{e.get('dtype')} at prompt {e.get('prompt_len')}, batch {e.get('batch_size')}: the twin "
         f"raised {e.get('error')}"
-        for e in (_dict(e) for e in _list(result.get("errors")))
+        for e in (as_mapping(e) for e in as_list(result.get("errors")))
     ]
     problems += [
-        f"{dtype} not measured: {why}" for dtype, why in _dict(result.get("skipped_dtypes")).items()
+        f"{dtype} not measured: {why}"
+        for dtype, why in as_mapping(result.get("skipped_dtypes")).items()
     ]
     problems += [
         f"prompt {s.get('prompt_len')} not measured: {s.get('reason')}"
-        for s in (_dict(s) for s in _list(result.get("skipped_prompt_lens")))
+        for s in (as_mapping(s) for s in as_list(result.get("skipped_prompt_lens")))
     ]
     return problems
 
 
 def _facts(result: Mapping[str, Any]) -> list[Fact]:
-    twin = _dict(result.get("twin"))
-    options = _dict(result.get("options"))
+    twin = as_mapping(result.get("twin"))
+    options = as_mapping(result.get("options"))
     params = _number(twin.get("parameters"))
     facts = [
         Fact("Device", f"{result.get('device', MISSING)} ({result.get('backend', MISSING)})"),
@@ -460,7 +454,7 @@ def _facts(result: Mapping[str, Any]) -> list[Fact]:
             Fact(
                 "Sweep",
                 f"batch 1 to {options.get('max_batch_size', MISSING)} (powers of two), prompts "
-                f"{', '.join(str(n) for n in _list(options.get('prompt_lens'))) or MISSING} "
+                f"{', '.join(str(n) for n in as_list(options.get('prompt_lens'))) or MISSING} "
                 "tokens",
                 f"{options.get('repeats', MISSING)} timed decode steps after "
                 f"{options.get('warmup', MISSING)} warm-up; "
@@ -477,12 +471,12 @@ def _facts(result: Mapping[str, Any]) -> list[Fact]:
 
 
 def _predicted_note(result: Mapping[str, Any]) -> str:
-    info = _dict(result.get("predicted"))
+    info = as_mapping(result.get("predicted"))
     if not info:
         return ""
     if not info.get("available"):
         return f"No full-size prediction: {info.get('reason') or 'the plan made none'}."
-    split = _dict(info.get("split"))
+    split = as_mapping(info.get("split"))
     context = _number(info.get("context_tokens"))
     return (
         f"Predicted for the full-size model by the planner's roofline on {info.get('accelerator')}"
@@ -501,13 +495,13 @@ def _percent(value: Any) -> str:
 def _calibration(result: Mapping[str, Any]) -> list[Fact]:
     """The run's calibration (the twin measured against the roofline's prediction for the
     twin on the same device) and the full-size prediction it corrected, as facts."""
-    cal = _dict(result.get("calibration"))
+    cal = as_mapping(result.get("calibration"))
     facts = []
     if cal.get("available"):
-        by_dtype = _dict(cal.get("by_dtype"))
+        by_dtype = as_mapping(cal.get("by_dtype"))
         per_dtype = "; ".join(
-            f"{dtype} {_percent(_dict(d).get('decode_efficiency_median'))} over "
-            f"{_dict(d).get('points', MISSING)} points"
+            f"{dtype} {_percent(as_mapping(d).get('decode_efficiency_median'))} over "
+            f"{as_mapping(d).get('points', MISSING)} points"
             for dtype, d in by_dtype.items()
         )
         facts += [
@@ -521,7 +515,7 @@ def _calibration(result: Mapping[str, Any]) -> list[Fact]:
                 _percent(cal.get("prefill_efficiency_median")),
             ),
         ]
-        figures = _dict(cal.get("figures"))
+        figures = as_mapping(cal.get("figures"))
         if figures:
             facts.append(
                 Fact(
@@ -534,7 +528,7 @@ def _calibration(result: Mapping[str, Any]) -> list[Fact]:
             facts.append(Fact("Basis", str(cal["basis"])))
     elif cal:
         facts.append(Fact("Calibration", "none", str(cal.get("reason") or "")))
-    calibrated = _dict(_dict(result.get("predicted")).get("calibrated"))
+    calibrated = as_mapping(as_mapping(result.get("predicted")).get("calibrated"))
     if calibrated.get("available"):
         factors = ", ".join(
             f"{what} x {value:.3g}"
@@ -566,7 +560,7 @@ def chart_source(
     *, label: str, rows: Sequence[Mapping[str, Any]], result: Mapping[str, Any]
 ) -> dict[str, Any]:
     """A job's rows and what its result adds to a chart (knees, stops, dtype labels)."""
-    predicted = _dict(result.get("predicted"))
+    predicted = as_mapping(result.get("predicted"))
     labels = {}
     if predicted.get("dtype") and predicted.get("dtype_label"):
         labels[str(predicted["dtype"])] = str(predicted["dtype_label"])
@@ -574,8 +568,8 @@ def chart_source(
         "label": label,
         "rows": rows,
         "dtype_labels": labels,
-        "knees": [_dict(k) for k in _dict(result.get("knee_by_dtype")).values()],
-        "stops": [_dict(s) for s in _list(result.get("stopped"))],
+        "knees": [as_mapping(k) for k in as_mapping(result.get("knee_by_dtype")).values()],
+        "stops": [as_mapping(s) for s in as_list(result.get("stopped"))],
     }
 
 
@@ -673,7 +667,7 @@ def performance_panel(
     panel = PerformancePanel(job=job, run=run, latest=latest, skipped=skipped_reason(job, latest))
     if run is None:
         return panel
-    result = _dict(run.result)
+    result = as_mapping(run.result)
     panel.rows = point_rows(run)
     if run.status == StageStatus.FAILED:
         panel.failure = str(run.error or result.get("reason") or "the stage failed").strip()
@@ -691,13 +685,13 @@ def performance_panel(
     panel.facts = _facts(result)
     panel.knees = _knee_rows(result)
     panel.knee_rule = str(result.get("knee_rule") or "")
+    stops = [as_mapping(s) for s in as_list(result.get("stopped"))]
     panel.stops = [
-        f"{_dict(s).get('dtype')}, prompt {_dict(s).get('prompt_len')}: {_dict(s).get('reason')}"
-        for s in _list(result.get("stopped"))
+        f"{s.get('dtype')}, prompt {s.get('prompt_len')}: {s.get('reason')}" for s in stops
     ]
     panel.problems = _problems(result)
     panel.calibration = _calibration(result)
-    panel.notes = [str(n) for n in _list(result.get("notes"))]
+    panel.notes = [str(n) for n in as_list(result.get("notes"))]
     panel.predicted_note = _predicted_note(result)
     panel.table = point_table(panel.rows)
     panel.compare_choices = _compare_choices(job, candidates)
@@ -778,7 +772,7 @@ class StabilityPanel:
 
 
 def _verdicts(result: Mapping[str, Any]) -> list[Verdict]:
-    limits = _dict(result.get("thresholds"))
+    limits = as_mapping(result.get("thresholds"))
     slope = _number(result.get("memory_slope_bytes_per_step"))
     growth = _number(result.get("memory_growth_bytes"))
     slope_limit = _number(limits.get("leak_bytes_per_step"))
@@ -840,7 +834,7 @@ def _verdicts(result: Mapping[str, Any]) -> list[Verdict]:
 
 
 def _stability_facts(result: Mapping[str, Any]) -> list[Fact]:
-    workload = _dict(result.get("workload"))
+    workload = as_mapping(result.get("workload"))
     duration = _number(result.get("duration_s"))
     wall = _number(result.get("wall_time_drift"))
     facts = [
@@ -887,7 +881,7 @@ def stability_panel(job: AdaptationJob) -> StabilityPanel | None:
     panel = StabilityPanel(job=job, run=run, latest=latest, skipped=skipped_reason(job, latest))
     if run is None:
         return panel
-    result = _dict(run.result)
+    result = as_mapping(run.result)
     if not result:
         panel.state = "failed"
         panel.passed = False
@@ -896,13 +890,13 @@ def stability_panel(job: AdaptationJob) -> StabilityPanel | None:
     panel.passed = bool(result.get("passed")) and run.status == StageStatus.SUCCEEDED
     panel.state = "passed" if panel.passed else "failed"
     panel.reason = str(result.get("reason") or run.error or "")
-    panel.reasons = [str(r) for r in _list(result.get("reasons"))]
+    panel.reasons = [str(r) for r in as_list(result.get("reasons"))]
     panel.verdicts = _verdicts(result)
     panel.facts = _stability_facts(result)
-    panel.error_messages = [str(m) for m in _list(result.get("error_messages"))]
-    panel.notes = [str(n) for n in _list(result.get("notes"))]
-    samples = [_dict(s) for s in _list(result.get("samples"))]
-    limits = _dict(result.get("thresholds"))
+    panel.error_messages = [str(m) for m in as_list(result.get("error_messages"))]
+    panel.notes = [str(n) for n in as_list(result.get("notes"))]
+    samples = [as_mapping(s) for s in as_list(result.get("samples"))]
+    limits = as_mapping(result.get("thresholds"))
     warmup = result.get("warmup_steps") if isinstance(result.get("warmup_steps"), int) else None
     memory_label = {
         "process_rss": "process resident set",
@@ -1032,7 +1026,7 @@ def compare_performance(job_ids: Sequence[int], view: PerformanceView) -> Compar
                 "performance rows: its performance stage has not finished with measurements.",
                 404,
             )
-        result = _dict(run.result)
+        result = as_mapping(run.result)
         jobs.append(CompareJob(job, run, rows, result, _knee_rows(result)))
     a, b = (c.job for c in jobs)
     if a.release_id == b.release_id:

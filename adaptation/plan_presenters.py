@@ -31,12 +31,13 @@ from adaptation.models import (
 )
 from adaptation.presenters import latest_analysis_run, waiting_label
 from adaptation.selectors.jobs import latest_runs_by_stage
-from adaptation.templatetags.day0_format import MISSING, bytes_per_token, gib
-from adaptation.templatetags.day0_format import number_value as _number
 from engine.catalog import Accelerator, Catalog, CatalogError
+from engine.formatting import MISSING, bytes_per_token, gib
+from engine.formatting import finite as _number
 from engine.stages.plan.errors import NoFittingPlan, PlanInputError
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
+from engine.stored import as_list, as_mapping
 
 PLAN_STAGE = "plan"
 DISTRIBUTED_STAGE = "distributed"
@@ -92,7 +93,7 @@ def measured_scaling(run: StageRun | None) -> dict[str, Any] | None:
     times its steps) and validated the split on at least 2 processes with an efficiency."""
     if run is None or run.status not in (StageStatus.SUCCEEDED, StageStatus.FAILED):
         return None
-    result = _dict(run.result)
+    result = as_mapping(run.result)
     devices = result.get("world_size")
     efficiency = _number(result.get("scaling_efficiency"))
     if (
@@ -317,17 +318,9 @@ _ARTIFACTS = (
 )
 
 
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, list | tuple) else []
-
-
 def _facts(result: Mapping[str, Any]) -> list[Fact]:
-    pool = _dict(result.get("pool"))
-    inputs = _dict(result.get("inputs"))
+    pool = as_mapping(result.get("pool"))
+    inputs = as_mapping(result.get("inputs"))
     per_node = pool.get("devices_per_node")
     facts = [
         Fact("Tensor parallel (TP)", str(result.get("tp", MISSING))),
@@ -361,7 +354,10 @@ def _predicted(
     its table's caption says predicted)."""
     if not predicted.get("available"):
         return [], []
-    batch_1, largest = _dict(predicted.get("batch_1")), _dict(predicted.get("largest_batch"))
+    batch_1, largest = (
+        as_mapping(predicted.get("batch_1")),
+        as_mapping(predicted.get("largest_batch")),
+    )
     rows = [
         Fact(
             f"Decode at batch 1 ({label})",
@@ -389,7 +385,7 @@ def _predicted(
             + ("" if label == "predicted" else f" ({label})"),
             ms_text(p.get("ttft_s")),
         )
-        for p in (_dict(x) for x in _list(predicted.get("prefill")))
+        for p in (as_mapping(x) for x in as_list(predicted.get("prefill")))
     ]
     return rows, prefill
 
@@ -423,7 +419,7 @@ def _figures_source(result: Mapping[str, Any], predicted: Mapping[str, Any]) -> 
     if not predicted.get("available"):
         return "cpu: no measured memory bandwidth or FLOP/s, so no speed is predicted"
     measured = next(
-        (str(n) for n in _list(result.get("notes")) if str(n).startswith("cpu memory bandwidth")),
+        (str(n) for n in as_list(result.get("notes")) if str(n).startswith("cpu memory bandwidth")),
         "",
     )
     return (
@@ -475,7 +471,7 @@ def _communication(comm: Mapping[str, Any]) -> tuple[list[CommRow], list[Fact]]:
 
 def _scaling(scaling: Iterable[Any], per_node: Any) -> list[ScalingRow]:
     rows = []
-    for point in (_dict(p) for p in scaling):
+    for point in (as_mapping(p) for p in scaling):
         if not point.get("devices"):
             continue
         efficiency = _number(point.get("efficiency_per_device"))
@@ -511,13 +507,13 @@ def _would_fit(suggestions: Mapping[str, Any], *, kind: str, per_node: Any) -> l
 
 def _failure(run: StageRun, result: Mapping[str, Any]) -> PlanFailure:
     reason = str(result.get("reason") or result.get("error") or run.error or "").strip()
-    pool = _dict(result.get("pool"))
+    pool = as_mapping(result.get("pool"))
     per_node = pool.get("devices_per_node") or run.job.pool.devices_per_node
     kind = str(result.get("accelerator") or run.job.pool.accelerator or "")
     return PlanFailure(
         reason=reason or "the plan stage failed without a reason",
         fits_false=result.get("fits") is False,
-        would_fit=_would_fit(_dict(result.get("suggestions")), kind=kind, per_node=per_node),
+        would_fit=_would_fit(as_mapping(result.get("suggestions")), kind=kind, per_node=per_node),
     )
 
 
@@ -527,9 +523,9 @@ def _planned(
     """Fill `panel` from a succeeded plan's result, with the scaling point the job's
     `distributed` run measured on the twin (`measured_scaling`) when there is one."""
     stem = panel.dom_id
-    memory = _dict(result.get("memory_per_device_bytes"))
-    predicted = _dict(result.get("predicted"))
-    per_node = _dict(result.get("pool")).get("devices_per_node")
+    memory = as_mapping(result.get("memory_per_device_bytes"))
+    predicted = as_mapping(result.get("predicted"))
+    per_node = as_mapping(result.get("pool")).get("devices_per_node")
     panel.state = "planned"
     panel.split = split_text(result)
     panel.facts = _facts(result)
@@ -538,12 +534,12 @@ def _planned(
     ]
     panel.weights_by_dtype = [
         Fact(str(label), gib(value))
-        for label, value in _dict(result.get("memory_weights_by_dtype_bytes")).items()
+        for label, value in as_mapping(result.get("memory_weights_by_dtype_bytes")).items()
     ]
     panel.predicted, panel.prefill = _predicted(predicted)
     if not predicted.get("available"):
         panel.predicted_reason = str(predicted.get("reason") or "no prediction")
-    _calibrated(panel, _dict(predicted.get("calibrated")))
+    _calibrated(panel, as_mapping(predicted.get("calibrated")))
     panel.figures_source = _figures_source(result, predicted)
     figures = (
         (
@@ -566,7 +562,7 @@ def _planned(
         ),
         (
             "scaling",
-            charts.plan_scaling_curve(_list(result.get("scaling")), measured),
+            charts.plan_scaling_curve(as_list(result.get("scaling")), measured),
             "Predicted decode tokens/s and efficiency per device against device count"
             + (", with the scaling efficiency measured on the twin" if measured else ""),
             "",
@@ -577,7 +573,7 @@ def _planned(
         for name, figure, label, css in figures
         if figure is not None
     ]
-    scaling = [_dict(p) for p in _list(result.get("scaling"))]
+    scaling = [as_mapping(p) for p in as_list(result.get("scaling"))]
     if measured:
         first = next((p["devices"] for p in scaling if p.get("devices")), None)
         panel.measured_scaling = measured_scaling_text(measured, first_devices=first)
@@ -589,20 +585,20 @@ def _planned(
         panel.scaling_reason = panel.predicted_reason or str(
             predicted.get("reason") or "no prediction for any device count"
         )
-    panel.runners_up = [_runner_up(_dict(r)) for r in _list(result.get("runners_up"))]
+    panel.runners_up = [_runner_up(as_mapping(r)) for r in as_list(result.get("runners_up"))]
     panel.communication, panel.communication_facts = _communication(
-        _dict(result.get("communication"))
+        as_mapping(result.get("communication"))
     )
-    artifacts = _dict(result.get("artifacts"))
+    artifacts = as_mapping(result.get("artifacts"))
     panel.artifacts = [
         Artifact(title, str(artifacts[key]), f"{stem}-artifact-{key.replace('_', '-')}")
         for key, title in _ARTIFACTS
         if artifacts.get(key)
     ]
-    panel.artifact_notes = [str(n) for n in _list(artifacts.get("notes"))]
-    panel.assumptions = [str(a) for a in _list(result.get("assumptions"))]
-    panel.notes = [str(n) for n in _list(result.get("notes"))] + [
-        f"validity: {flag}" for flag in _list(result.get("validity_flags"))
+    panel.artifact_notes = [str(n) for n in as_list(artifacts.get("notes"))]
+    panel.assumptions = [str(a) for a in as_list(result.get("assumptions"))]
+    panel.notes = [str(n) for n in as_list(result.get("notes"))] + [
+        f"validity: {flag}" for flag in as_list(result.get("validity_flags"))
     ]
 
 
@@ -646,13 +642,15 @@ def plan_panel(
     run = latest.get(PLAN_STAGE)
     if run is None:
         return None
-    result = _dict(run.result)
+    result = as_mapping(run.result)
     panel = PlanPanel(
         job=job,
         run=run,
         pool_name=job.pool.name,
         accelerator=str(result.get("accelerator_name") or job.pool.accelerator or ""),
-        compare_query=plan_query(_dict(result.get("inputs")) or _dict(job.options).get("plan")),
+        compare_query=plan_query(
+            as_mapping(result.get("inputs")) or as_mapping(job.options).get("plan")
+        ),
     )
     if run.status == StageStatus.SUCCEEDED and result:
         _planned(panel, result, measured_scaling(latest.get(DISTRIBUTED_STAGE)))
@@ -790,9 +788,12 @@ class Comparison:
 def _row_from_plan(
     plan: Mapping[str, Any], *, name: str, source: str, layout: str, verdict: str
 ) -> CompareRow:
-    predicted = _dict(plan.get("predicted"))
-    batch_1, largest = _dict(predicted.get("batch_1")), _dict(predicted.get("largest_batch"))
-    memory = _dict(plan.get("memory_per_device_bytes"))
+    predicted = as_mapping(plan.get("predicted"))
+    batch_1, largest = (
+        as_mapping(predicted.get("batch_1")),
+        as_mapping(predicted.get("largest_batch")),
+    )
+    memory = as_mapping(plan.get("memory_per_device_bytes"))
     return CompareRow(
         name=name,
         source=source,
@@ -813,7 +814,7 @@ def _row_from_plan(
         memory_used_bytes=_number(memory.get("total_used")),
         memory_capacity_bytes=_number(memory.get("capacity")),
         reason="" if predicted.get("available") else str(predicted.get("reason") or ""),
-        inputs=_dict(plan.get("inputs")),
+        inputs=as_mapping(plan.get("inputs")),
     )
 
 

@@ -23,15 +23,9 @@ from adaptation.models import (
 )
 from adaptation.readiness import JobReadiness, readiness_from_runs, top_limitation
 from adaptation.selectors.jobs import latest_runs_by_stage
-from adaptation.templatetags.day0_format import (
-    MISSING,
-    bytes_per_token,
-    count,
-    gib,
-    params,
-)
 from engine.architecture.config_reader import KEY_ALIASES
 from engine.architecture.moe import EXPERT_COUNT_KEYS, SHARED_COUNT_KEYS, TOP_K_KEYS
+from engine.formatting import MISSING, bytes_per_token, count, gib, params_words
 from engine.registry import get_stage, stage_names
 
 ANALYZE_STAGE = "analyze"
@@ -843,8 +837,8 @@ _QUANT_FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("scale_format", "Scale format", _text),
     ("activation_scheme", "Activation scheme", _text),
     ("modules_not_converted", "Modules not quantized", lambda v: _text(v) if v else "none"),
-    ("quantized_params", "Quantized params", params),
-    ("unquantized_params", "Unquantized params", params),
+    ("quantized_params", "Quantized params", params_words),
+    ("unquantized_params", "Unquantized params", params_words),
     ("scale_bytes", "Scale bytes", gib),
 )
 
@@ -940,22 +934,24 @@ def analysis_sections(
     size = AnalysisSection(
         "Size and memory",
         [
-            src.row("Total params", "total_params", result.get("total_params"), params),
+            src.row("Total params", "total_params", result.get("total_params"), params_words),
             src.row(
                 "Active params",
                 "active_params",
                 result.get("active_params"),
-                params,
+                params_words,
                 note="per token, excluding the input embedding",
             ),
             src.row(
                 "Extra params",
                 "extra_params",
                 result.get("extra_params"),
-                params,
+                params_words,
                 note=_extra_params_note(result),
             ),
-            src.row("Embedding params", "embedding_params", result.get("embedding_params"), params),
+            src.row(
+                "Embedding params", "embedding_params", result.get("embedding_params"), params_words
+            ),
             src.row("Weight bytes", "weight_bytes", result.get("weight_bytes"), gib),
             src.row(
                 "Weight bytes by dtype",

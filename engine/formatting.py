@@ -1,17 +1,18 @@
-"""Figures from stored stage results as text: the known-limitation notes
-(`adaptation.limitations`) and the release notes (`engine.stages.release_notes.run`) write them
-the same way.
+"""Figures as text, written once: the pages' number filters
+(`adaptation.templatetags.day0_format` registers these functions), the known-limitation
+notes, the release notes and the commands all write a figure the same way.
 
-Plain Python (neither Django nor torch: the notes engine runs in the worker, the limitation
-notes in the web process). Every formatter takes whatever a stored result holds and writes
-`MISSING` ("—") for a value that is not a finite number (None, a string, a bool, NaN). The
-pages' template filters (`adaptation.templatetags.day0_format`) follow the same conventions.
+Plain Python (neither Django nor torch). Every formatter takes whatever a stored result holds
+and writes `MISSING` ("—") for a value that is not a finite number (None, a string, a bool,
+NaN): `finite` is the one reading of a number from a result.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import signal
+from datetime import timedelta
 from typing import Any
 
 from engine.units import GIB
@@ -54,6 +55,24 @@ def params(value: Any) -> str:
     return f"{number:,.0f}"
 
 
+def params_words(value: Any) -> str:
+    """A parameter count with the word: "671.0 B params"."""
+    text = params(value)
+    return text if text == MISSING else f"{text} params"
+
+
+def bytes_per_token(value: Any) -> str:
+    """A per-token size in bytes: 70272 → "70,272 bytes/token"."""
+    number = finite(value)
+    return MISSING if number is None else f"{round(number):,} bytes/token"
+
+
+def mib(value: Any) -> str:
+    """Bytes as binary mebibytes with two decimals: 395403264 → "377.09 MiB"."""
+    number = finite(value)
+    return MISSING if number is None else f"{number / 2**20:,.2f} MiB"
+
+
 def ms(seconds: Any) -> str:
     """Seconds as milliseconds: 0.01643 → "16.4 ms", 0.25 → "250 ms"."""
     number = finite(seconds)
@@ -94,6 +113,40 @@ def seconds(value: Any) -> str:
     """Seconds with one decimal: "20.0 s"."""
     number = finite(value)
     return MISSING if number is None else f"{number:,.1f} s"
+
+
+def duration(value: Any) -> str:
+    """A duration (a `timedelta` or seconds) in the largest units that read at a glance:
+    "3.4 s", "5 m 07 s", "1 h 02 m", "2 d 03 h"."""
+    total = value.total_seconds() if isinstance(value, timedelta) else finite(value)
+    if total is None:
+        return MISSING
+    sign = "-" if total < 0 else ""
+    total = abs(total)
+    if total < 60:
+        return f"{sign}{total:.1f} s"
+    days, rest = divmod(int(total), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{sign}{days} d {hours:02d} h"
+    if hours:
+        return f"{sign}{hours} h {minutes:02d} m"
+    return f"{sign}{minutes} m {secs:02d} s"
+
+
+def plain(value: Any) -> str:
+    """A config value as a reader writes it: 7168 → "7,168", True → "yes", lists and objects
+    as compact JSON ({"type": "yarn", "factor": 40}), None → "—"."""
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, list | tuple | dict):
+        return json.dumps(value, separators=(", ", ": "))
+    return str(value)
 
 
 def exit_status(code: Any) -> str:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 
-from adaptation.templatetags import day0_format as fmt
+from adaptation.templatetags import day0_format
+
+# The filters as the pages call them, by their registered names.
+fmt = SimpleNamespace(**day0_format.register.filters)
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from adaptation.models import AcceleratorPool
-from adaptation.templatetags.day0_format import MISSING, gib
 from engine.architecture import analyze_config
 from engine.catalog import load_catalog
+from engine.formatting import MISSING, gib
 from engine.stages.plan.errors import NoFittingPlan
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release

@@ -9,7 +9,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from adaptation.targets import TargetError, resolve_target
-from adaptation.templatetags import day0_format as fmt
+from engine import formatting as fmt
 from engine.architecture import AnalysisError, analyze_config
 from engine.contract import StageFailed
 from engine.hubs import hub_source
@@ -41,10 +41,11 @@ def summary_text(a: dict) -> str:
         _layout("RoPE", a.get("rope")),
         _layout("MoE", a.get("moe"), skip=("moe_layer_indices", "dense_layer_indices")),
         _layout("quantization", a.get("quantization")),
-        f"  {'total params':<14}{fmt.params(a.get('total_params'))} ({a.get('total_params'):,})",
-        f"  {'active params':<14}{fmt.params(a.get('active_params'))} per token, "
+        f"  {'total params':<14}{fmt.params_words(a.get('total_params'))} "
+        f"({a.get('total_params'):,})",
+        f"  {'active params':<14}{fmt.params_words(a.get('active_params'))} per token, "
         "excluding the input embedding",
-        f"  {'extra params':<14}{fmt.params(a.get('extra_params'))} (MTP and the like)",
+        f"  {'extra params':<14}{fmt.params_words(a.get('extra_params'))} (MTP and the like)",
         f"  {'weight bytes':<14}{fmt.gib(a.get('weight_bytes'))}"
         + (
             f"; checkpoint as published {fmt.gib(a['checkpoint_total_size_bytes'])}"

@@ -26,7 +26,7 @@ from django.db import DatabaseError
 from adaptation.catalog import pool_catalog
 from adaptation.models import AcceleratorKind, AcceleratorPool
 from adaptation.targets import TargetError, resolve_target
-from adaptation.templatetags import day0_format as fmt
+from engine import formatting as fmt
 from engine.architecture import AnalysisError, analyze_config
 from engine.catalog import Catalog, CatalogError, cpu_accelerator
 from engine.contract import StageFailed

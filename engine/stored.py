@@ -1,0 +1,20 @@
+"""Reading a stored stage result (JSON), whatever shape an older or failed run left.
+
+A field that is not the shape a reader expects reads as empty, so a page or a note never
+crashes on a result written by another version of a stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def as_mapping(value: Any) -> Mapping[str, Any]:
+    """`value` when it is a mapping, else an empty one."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    """`value` as a list when it is a list or tuple, else an empty list."""
+    return list(value) if isinstance(value, list | tuple) else []
