@@ -24,7 +24,9 @@ from django.db.models import F, QuerySet
 from django.urls import reverse
 from django.utils.text import slugify
 
-from adaptation import charts
+from adaptation.charts import performance as performance_charts
+from adaptation.charts import stability as stability_charts
+from adaptation.charts.performance_series import CALIBRATED_PREFIX, curve_label, dtype_key
 from adaptation.models import (
     AdaptationJob,
     ModelRelease,
@@ -107,7 +109,7 @@ def efficiency_metric(name: str, unit: str) -> Metric:
 def metric_info(name: str, unit: str = "") -> Metric:
     if name in METRICS:
         return METRICS[name]
-    base = name.removeprefix(charts.CALIBRATED_PREFIX)
+    base = name.removeprefix(CALIBRATED_PREFIX)
     if base != name and base in METRICS:
         raw = METRICS[base]
         label = f"{raw.label.removesuffix(' (median, p95 bar)')}, calibrated"
@@ -320,7 +322,7 @@ def point_table(rows: Sequence[Mapping[str, Any]]) -> PointTable:
         key=lambda k: (
             k[1] != "twin",
             k[0] != "measured",
-            charts._dtype_key(k[2]),
+            dtype_key(k[2]),
             k[4] is not None,
             k[4] or 0,
             k[3] or 0,
@@ -337,7 +339,7 @@ def point_table(rows: Sequence[Mapping[str, Any]]) -> PointTable:
                 cells.append(value_text(metric_info(name, row["unit"]), row["value"]))
         kind, model, dtype, batch, prompt = key
         table_rows.append(
-            TableRow(charts.curve_label(kind, model), kind, model, dtype, batch, prompt, cells)
+            TableRow(curve_label(kind, model), kind, model, dtype, batch, prompt, cells)
         )
     return PointTable(columns=labels, rows=table_rows)
 
@@ -593,7 +595,7 @@ def view_charts(
     slots = []
     for name, title, names in groups:
         specs = [metric_info(n, units.get(n, "")).chart_spec() for n in names]
-        figure = charts.performance_curves(
+        figure = performance_charts.curves(
             sources, metrics=specs, x=view.x, title=f"{title} vs {along}{whose}"
         )
         if figure is not None:
@@ -613,7 +615,7 @@ def chart_note(rows: Sequence[Mapping[str, Any]], view: PerformanceView, *, draw
     if not drawn:
         return f"No stored row has the metric {view.metric} with a {view.x_label}."
     wanted = {view.metric} if view.metric else {n for _, _, names in DEFAULT_CHARTS for n in names}
-    wanted |= {charts.CALIBRATED_PREFIX + n for n in wanted}
+    wanted |= {CALIBRATED_PREFIX + n for n in wanted}
     off_axis = {
         (r["kind"], r["model"], r["dtype"])
         for r in rows
@@ -621,7 +623,7 @@ def chart_note(rows: Sequence[Mapping[str, Any]], view: PerformanceView, *, draw
     }
     if not off_axis:
         return ""
-    curves = ", ".join(f"{dtype} ({charts.curve_label(k, m)})" for k, m, dtype in sorted(off_axis))
+    curves = ", ".join(f"{dtype} ({curve_label(k, m)})" for k, m, dtype in sorted(off_axis))
     return (
         f"Figures without a {view.x_label} are not on this axis: {curves}. The full-size decode "
         "predictions are made at the plan's context; choose batch size as the x axis to see them."
@@ -898,27 +900,23 @@ def stability_panel(job: AdaptationJob) -> StabilityPanel | None:
     samples = [as_mapping(s) for s in as_list(result.get("samples"))]
     limits = as_mapping(result.get("thresholds"))
     warmup = result.get("warmup_steps") if isinstance(result.get("warmup_steps"), int) else None
-    memory_label = {
-        "process_rss": "process resident set",
-        "device_allocated": "device memory allocated",
-    }.get(str(result.get("memory_kind")), "memory in use")
     figures = (
         (
             "memory",
-            charts.stability_memory(
+            stability_charts.memory(
                 samples,
                 warmup_steps=warmup,
                 slope_bytes_per_step=_number(result.get("memory_slope_bytes_per_step")),
                 threshold_bytes_per_step=_number(
                     limits.get("leak_effective_bytes_per_step") or limits.get("leak_bytes_per_step")
                 ),
-                memory_label=memory_label,
+                memory_kind=str(result.get("memory_kind")),
             ),
             "Memory in use after each step of the stability run (measured, twin)",
         ),
         (
             "step-time",
-            charts.stability_step_time(
+            stability_charts.step_time(
                 samples,
                 warmup_steps=warmup,
                 first_quarter_s=_number(result.get("step_time_first_quarter_s")),

@@ -17,8 +17,9 @@ from urllib.parse import urlencode
 
 from django.utils.dateparse import parse_datetime
 
-from adaptation import charts
 from adaptation.catalog import pool_catalog
+from adaptation.charts import compare_pools as compare_pools_charts
+from adaptation.charts import plan as plan_charts
 from adaptation.inventory import plan_start_estimate
 from adaptation.models import (
     AcceleratorKind,
@@ -108,6 +109,8 @@ def measured_scaling(run: StageRun | None) -> dict[str, Any] | None:
         "devices": devices,
         "efficiency": efficiency,
         "split": validated_split_label(result),
+        "tp": result.get("tp"),
+        "ep": result.get("ep"),
         "backend": str(result.get("backend") or ""),
         "passed": result.get("passed") is True and run.status == StageStatus.SUCCEEDED,
     }
@@ -544,25 +547,25 @@ def _planned(
     figures = (
         (
             "memory",
-            charts.plan_memory_per_device(memory, split_label=panel.split),
+            plan_charts.memory_per_device(memory, split=result),
             "Memory per device by part, in GiB (predicted)",
             "chart-short",
         ),
         (
             "decode",
-            charts.plan_decode_curve(predicted),
+            plan_charts.decode_curve(predicted),
             "Predicted decode tokens/s and TPOT against concurrent sequences",
             "",
         ),
         (
             "prefill",
-            charts.plan_prefill_curve(predicted),
+            plan_charts.prefill_curve(predicted),
             "Predicted time to first token against prompt length",
             "",
         ),
         (
             "scaling",
-            charts.plan_scaling_curve(as_list(result.get("scaling")), measured),
+            plan_charts.scaling_curve(as_list(result.get("scaling")), measured),
             "Predicted decode tokens/s and efficiency per device against device count"
             + (", with the scaling efficiency measured on the twin" if measured else ""),
             "",
@@ -1030,10 +1033,11 @@ def compare_pools(
     rows.sort(key=CompareRow.sort_key)
     comparison.rows = _marked(rows)
     comparison.inputs = _inputs_text(rows, options)
-    figure = charts.compare_pools_throughput(
+    figure = compare_pools_charts.throughput(
         [
             (
-                f"{r.name} ({devices_text(r.devices)})",
+                r.name,
+                r.devices,
                 r.batch_1_tokens_per_s,
                 r.largest_tokens_per_s,
             )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from adaptation import charts
+from adaptation.charts import precision as precision_charts
 from adaptation.models import ModelRelease, OperatorCheck, PrecisionResult, StageRun
 from adaptation.selectors.releases import release_latest_stage_run
 from adaptation.selectors.results import operator_checks, precision_results
@@ -144,7 +144,7 @@ def _precision(release: ModelRelease) -> Precision | None:
         rows=rows,
         skipped={str(k): str(v) for k, v in (result.get("skipped_dtypes") or {}).items()},
         reference=f"{reference.get('dtype', 'float32')} on {reference.get('device', 'cpu')}",
-        figure=charts.precision_layer_drift(stored),
+        figure=precision_charts.layer_drift(stored),
     )
 
 

@@ -16,7 +16,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils.html import escape
 
-from adaptation import charts
+from adaptation.charts import plan as plan_charts
 from adaptation.distributed_presenters import distributed_panel, exit_status_text
 from adaptation.models import AcceleratorPool
 from adaptation.plan_presenters import measured_scaling, plan_panel
@@ -491,15 +491,15 @@ def test_no_measured_point_without_a_measured_efficiency(
 
 
 def test_plan_scaling_curve_keeps_the_two_ratios_apart(h200_plan):
-    measured = {"devices": 4, "efficiency": 0.61, "split": "TP=4", "passed": True}
-    chart = charts.plan_scaling_curve(h200_plan["scaling"], measured)
+    measured = {"devices": 4, "efficiency": 0.61, "tp": 4, "ep": 1, "passed": True}
+    chart = plan_charts.scaling_curve(h200_plan["scaling"], measured)
     trace = chart["data"][-1]
     assert (trace["x"], trace["y"], trace["yaxis"]) == ([4], [0.61], "y2")
     assert trace["marker"]["symbol"] == "diamond"
     assert "did not match" not in trace["hovertemplate"]
     assert chart["layout"]["xaxis"]["tickvals"][0] == 4
     # Without a measured point the chart is the planner's alone.
-    plain = charts.plan_scaling_curve(h200_plan["scaling"])
+    plain = plan_charts.scaling_curve(h200_plan["scaling"])
     assert [t["name"] for t in plain["data"]] == [
         "decode tokens/s (predicted)",
         f"efficiency per device vs {h200_plan['scaling'][0]['devices']} devices (predicted)",
