@@ -25,7 +25,6 @@ from adaptation.plan_presenters import (
     tokens_per_s_text,
     validated_split_label,
 )
-from adaptation.presenters import waiting_label
 from adaptation.selectors.jobs import latest_runs_by_stage
 from engine.formatting import MISSING, duration, percent, scientific
 from engine.formatting import finite as _number
@@ -82,7 +81,8 @@ class DistributedPanel:
     # "passed", "failed", "not-validated", "waiting" (pending, queued, running), "skipped" or
     # "cancelled"
     state: str = "waiting"
-    waiting: str = ""  # pending or queued on a pool no live worker serves: it says so
+    # Pending or queued on a pool no live worker serves: that pool (it says so), else None.
+    waiting_for: AcceleratorPool | None = None
     skipped: str = ""  # why the attempt was skipped ("" unless it was)
     reason: str = ""
     injected: str = ""  # the job broke the run on purpose (its inject option): said so
@@ -348,7 +348,7 @@ def distributed_panel(
     result = as_mapping(run.result)
     if run.status in WAITING:
         if run.status != StageStatus.RUNNING:
-            panel.waiting = waiting_label((pools_without_worker or {}).get(job.pool_id))
+            panel.waiting_for = (pools_without_worker or {}).get(job.pool_id)
         return panel
     if run.status == StageStatus.SKIPPED:
         panel.state = "skipped"

@@ -9,7 +9,7 @@ from typing import Any
 from adaptation.limitation_forms import LimitationForm
 from adaptation.models import KnownLimitation, LimitationStatus, ModelRelease, Severity
 from adaptation.models.limitations import ACTIVE_STATUSES, SEVERITY_ORDER
-from adaptation.presenters import stage_title
+from adaptation.presenters.stages import stage_title
 from adaptation.roles import ADD_LIMITATION, CHANGE_LIMITATION
 from adaptation.selectors.limitations import release_limitations
 

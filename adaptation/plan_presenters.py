@@ -30,7 +30,7 @@ from adaptation.models import (
     StageRun,
     StageStatus,
 )
-from adaptation.presenters import latest_analysis_run, waiting_label
+from adaptation.presenters.analysis import latest_analysis_run
 from adaptation.selectors.jobs import latest_runs_by_stage
 from engine.catalog import Accelerator, Catalog, CatalogError
 from engine.formatting import MISSING, bytes_per_token, gib
@@ -266,7 +266,8 @@ class PlanPanel:
     pool_name: str
     accelerator: str = ""
     state: str = "waiting"  # "planned", "failed" or "waiting" (pending, queued, running)
-    waiting: str = ""  # pending or queued on a pool no live worker serves: it says so
+    # Pending or queued on a pool no live worker serves: that pool (it says so), else None.
+    waiting_for: AcceleratorPool | None = None
     facts: list[Fact] = field(default_factory=list)
     split: str = ""
     memory: list[Fact] = field(default_factory=list)
@@ -670,7 +671,7 @@ def plan_panel(
         panel.state = "failed"
         panel.failure = _failure(run, result)
     elif run.status in (StageStatus.PENDING, StageStatus.QUEUED):
-        panel.waiting = waiting_label((pools_without_worker or {}).get(job.pool_id))
+        panel.waiting_for = (pools_without_worker or {}).get(job.pool_id)
     return panel
 
 

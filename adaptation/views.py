@@ -35,11 +35,15 @@ from adaptation import (
     limitation_presenters,
     performance_presenters,
     plan_presenters,
-    presenters,
     release_notes,
     validation_presenters,
 )
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease
+from adaptation.presenters import analysis as analysis_presenters
+from adaptation.presenters import board as board_presenters
+from adaptation.presenters import day0_clock as clock_presenters
+from adaptation.presenters import job_timeline as timeline_presenters
+from adaptation.presenters.stages import stage_title
 from adaptation.roles import CANCEL_JOB, CHANGE_NOTES_ADDITIONS, RERUN_STAGE
 from adaptation.selectors import releases as release_selectors
 from adaptation.selectors.hubs import watches_with_errors
@@ -117,7 +121,7 @@ def board(request: HttpRequest) -> HttpResponse:
     # Queued stages of a pool without a live worker say so (two queries, only while work runs).
     idle_pools = pools_without_live_worker() if running else {}
     context = {
-        "board": presenters.board(
+        "board": board_presenters.board(
             release_selectors.releases_for_board(),
             now=timezone.now(),
             pools_without_worker=idle_pools,
@@ -153,15 +157,16 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
     except ModelRelease.DoesNotExist:
         raise Http404(f"No release {pk}.") from None
     # Queued stages (and a pending plan) of a pool without a live worker say so.
-    idle_pools = pools_without_live_worker() if presenters.release_is_active(release) else {}
-    clock = presenters.day0_clock(
+    active = timeline_presenters.release_is_active(release)
+    idle_pools = pools_without_live_worker() if active else {}
+    clock = clock_presenters.day0_clock(
         release, release.jobs.all(), now=timezone.now(), limitations=release.open_limitations
     )
     context = {
         "release": release,
         "clock": clock,
-        "day0_timeline": presenters.day0_timeline(release, clock),
-        "analysis": presenters.analysis(release),
+        "day0_timeline": clock_presenters.day0_timeline(release, clock),
+        "analysis": analysis_presenters.analysis(release),
         "validation": validation_presenters.validation(release),
         "plans": plan_presenters.plan_panels(release, pools_without_worker=idle_pools),
         "distributed_panels": distributed_presenters.distributed_panels(
@@ -175,8 +180,8 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
             release=release, user=request.user
         ),
         "release_notes": release_notes.release_notes_summaries(release),
-        "timelines": presenters.job_timelines(release, pools_without_worker=idle_pools),
-        "polling": presenters.release_is_active(release),
+        "timelines": timeline_presenters.job_timelines(release, pools_without_worker=idle_pools),
+        "polling": active,
     }
     return _render(
         request,
@@ -199,7 +204,7 @@ def stage_rerun(request: HttpRequest, job_id: int, stage: str) -> HttpResponse:
     else:
         messages.success(
             request,
-            f"{presenters.stage_title(run.stage)} of job {job.pk} queued again "
+            f"{stage_title(run.stage)} of job {job.pk} queued again "
             f"(attempt {run.attempt}); the stages after it follow.",
         )
     return redirect("adaptation:release_detail", pk=job.release_id)
