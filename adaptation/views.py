@@ -34,15 +34,16 @@ from adaptation import (
     inventory,
     limitation_presenters,
     performance_presenters,
-    plan_presenters,
     release_notes,
     validation_presenters,
 )
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease
 from adaptation.presenters import analysis as analysis_presenters
 from adaptation.presenters import board as board_presenters
+from adaptation.presenters import compare_pools as compare_pools_presenters
 from adaptation.presenters import day0_clock as clock_presenters
 from adaptation.presenters import job_timeline as timeline_presenters
+from adaptation.presenters import plan as plan_presenters
 from adaptation.presenters.stages import stage_title
 from adaptation.roles import CANCEL_JOB, CHANGE_NOTES_ADDITIONS, RERUN_STAGE
 from adaptation.selectors import releases as release_selectors
@@ -274,7 +275,7 @@ class ComparePoolsForm(forms.Form):
         required=False,
         choices=[
             (d, "checkpoint's own (default)" if d == "checkpoint" else d)
-            for d in plan_presenters.SERVING_DTYPES
+            for d in compare_pools_presenters.SERVING_DTYPES
         ],
         label="Serving dtype",
     )
@@ -285,7 +286,7 @@ class ComparePoolsForm(forms.Form):
 def release_compare_pools(request: HttpRequest, pk: int) -> HttpResponse:
     """How each enabled pool, and each catalog kind on as many nodes as it needs, would serve
     the release (predicted by the planner from its latest analysis), in
-    `plan_presenters.CompareRow.sort_key` order. Bad options answer 400 with the form's
+    `presenters.compare_pools.CompareRow.sort_key` order. Bad options answer 400 with the form's
     errors."""
     try:
         release = release_selectors.release_detail(release_id=pk)
@@ -298,7 +299,7 @@ def release_compare_pools(request: HttpRequest, pk: int) -> HttpResponse:
         status = 400
     else:
         options = form.cleaned_data if form.is_bound else {}
-        comparison = plan_presenters.compare_pools(
+        comparison = compare_pools_presenters.compare_pools(
             release,
             pools=AcceleratorPool.objects.filter(enabled=True).order_by("name"),
             context_tokens=options.get("context"),

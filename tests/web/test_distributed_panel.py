@@ -19,7 +19,7 @@ from django.utils.html import escape
 from adaptation.charts import plan as plan_charts
 from adaptation.distributed_presenters import distributed_panel, exit_status_text
 from adaptation.models import AcceleratorPool
-from adaptation.plan_presenters import measured_scaling, plan_panel
+from adaptation.presenters.plan import measured_scaling, plan_panel
 from engine.architecture import analyze_config
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
@@ -460,7 +460,9 @@ def test_scaling_chart_draws_the_measured_efficiency_on_its_own_axis(
     assert f"against {first} devices, the first count" in line
 
 
-def test_a_failed_comparison_still_draws_its_measured_timing(deepseek_analysis, h200_plan):
+def test_a_failed_comparison_still_draws_its_measured_timing(
+    logged_in_client, deepseek_analysis, h200_plan
+):
     result, reason = failed("mismatch")
     job = validated_job(deepseek_analysis, h200_plan, result, status="failed", error=reason)
     job = type(job).objects.prefetch_related("stage_runs").select_related("pool").get(pk=job.pk)
@@ -470,7 +472,9 @@ def test_a_failed_comparison_still_draws_its_measured_timing(deepseek_analysis, 
     assert trace["y"] == [result["scaling_efficiency"]]
     assert trace["name"] == "scaling efficiency measured on the twin (TP=2 vs TP=1)"
     assert "did not match the reference" in trace["hovertemplate"]
-    assert "its outputs did not match the float32 reference" in panel.measured_scaling
+    plan = section(page(logged_in_client, job.release), f"plan-job-{job.pk}")
+    measured = re.search(r'<p class="note measured-scaling".*?</p>', plan, re.S)[0]
+    assert "its outputs did not match the float32 reference" in text(measured)
 
 
 @pytest.mark.parametrize("name", ["crash", "not_validated"])

@@ -148,3 +148,13 @@ def test_oneline_joins_the_stripped_lines_and_keeps_escaping():
     )
     assert template.render(Context({"n": 1})) == "<b>one thing</b>"
     assert template.render(Context({"n": 2, "name": "<x>"})) == "<b>2 things, &lt;x&gt;</b>"
+
+
+def test_words_includes_a_partial_on_one_line():
+    from django.template import Context, Template
+
+    template = Template(
+        '{% load day0_text %}<td>{% words "adaptation/partials/nodes.html" with nodes=2 '
+        "per_node=8 %}</td>"
+    )
+    assert template.render(Context()) == "<td>2 nodes of 8</td>"
