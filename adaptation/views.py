@@ -30,7 +30,6 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from adaptation import (
-    distributed_presenters,
     inventory,
     limitation_presenters,
     performance_presenters,
@@ -42,6 +41,7 @@ from adaptation.presenters import analysis as analysis_presenters
 from adaptation.presenters import board as board_presenters
 from adaptation.presenters import compare_pools as compare_pools_presenters
 from adaptation.presenters import day0_clock as clock_presenters
+from adaptation.presenters import distributed as distributed_presenters
 from adaptation.presenters import job_timeline as timeline_presenters
 from adaptation.presenters import plan as plan_presenters
 from adaptation.presenters.stages import stage_title
