@@ -32,10 +32,10 @@ from django_htmx.http import HttpResponseClientRedirect
 from adaptation import (
     inventory,
     limitation_presenters,
-    performance_presenters,
     release_notes,
     validation_presenters,
 )
+from adaptation.charts.performance_metrics import METRICS
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease
 from adaptation.presenters import analysis as analysis_presenters
 from adaptation.presenters import board as board_presenters
@@ -43,7 +43,11 @@ from adaptation.presenters import compare_pools as compare_pools_presenters
 from adaptation.presenters import day0_clock as clock_presenters
 from adaptation.presenters import distributed as distributed_presenters
 from adaptation.presenters import job_timeline as timeline_presenters
+from adaptation.presenters import performance as performance_presenters
+from adaptation.presenters import performance_compare as compare_performance_presenters
+from adaptation.presenters import performance_points, performance_view
 from adaptation.presenters import plan as plan_presenters
+from adaptation.presenters import stability as stability_presenters
 from adaptation.presenters.stages import stage_title
 from adaptation.roles import CANCEL_JOB, CHANGE_NOTES_ADDITIONS, RERUN_STAGE
 from adaptation.selectors import releases as release_selectors
@@ -176,7 +180,7 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "performance": performance_presenters.performance_section(
             release, params=_page_params(request)
         ),
-        "stabilities": performance_presenters.stability_panels(release),
+        "stabilities": stability_presenters.stability_panels(release),
         "limitations": limitation_presenters.release_limitations_panel(
             release=release, user=request.user
         ),
@@ -316,19 +320,18 @@ def job_performance_csv(request: HttpRequest, job_id: int) -> HttpResponse:
     """The job's performance rows (its newest finished `performance` attempt) as CSV: the
     numbers its charts and table show, one figure per line."""
     job = get_object_or_404(AdaptationJob.objects.select_related("release", "pool"), pk=job_id)
-    run = performance_presenters.job_performance_run(job)
+    run = performance_points.job_performance_run(job)
     if run is None:
         raise Http404(f"Job {job_id} has no finished performance run.")
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = (
-        f'attachment; filename="{performance_presenters.csv_filename(job)}"'
+        f'attachment; filename="{compare_performance_presenters.csv_filename(job)}"'
     )
     writer = csv.writer(response, lineterminator="\n")
-    writer.writerow(performance_presenters.CSV_COLUMNS)
-    for row in performance_presenters.point_rows(run):
-        writer.writerow(
-            [performance_presenters.csv_cell(row[c]) for c in performance_presenters.CSV_COLUMNS]
-        )
+    columns = performance_points.CSV_COLUMNS
+    writer.writerow(columns)
+    for row in performance_points.point_rows(run):
+        writer.writerow([compare_performance_presenters.csv_cell(row[c]) for c in columns])
     return response
 
 
@@ -338,24 +341,22 @@ def compare_performance(request: HttpRequest) -> HttpResponse:
     """Two jobs' performance curves overlaid: `?jobs=<id>,<id>` (the same release on two
     pools, or two releases on one pool), in the chart view of `perf_x`/`perf_metric`. Bad
     ids answer 400, a job missing or without performance rows 404, each with the reason."""
-    view = performance_presenters.performance_view(request.GET)
+    view = performance_view.performance_view(request.GET)
     context: dict[str, object] = {
         "view": view,
         "comparison": None,
         "error": "",
-        "choices": performance_presenters.compare_choices(),
-        "x_choices": list(performance_presenters.X_FIELDS.items()),
-        "metric_choices": [
-            (name, metric.label) for name, metric in performance_presenters.METRICS.items()
-        ],
+        "choices": compare_performance_presenters.compare_choices(),
+        "x_choices": performance_view.x_choices(),
+        "metric_choices": [(name, metric.label) for name, metric in METRICS.items()],
         "chosen": [],
     }
     status = 200
     try:
-        ids = performance_presenters.compare_job_ids(request.GET.getlist("jobs"))
+        ids = compare_performance_presenters.compare_job_ids(request.GET.getlist("jobs"))
         context["chosen"] = ids
-        context["comparison"] = performance_presenters.compare_performance(ids, view)
-    except performance_presenters.CompareError as exc:
+        context["comparison"] = compare_performance_presenters.compare_performance(ids, view)
+    except compare_performance_presenters.CompareError as exc:
         context["error"], status = str(exc), exc.status
     return render(request, "adaptation/compare_performance.html", context, status=status)
 

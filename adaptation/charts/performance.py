@@ -33,33 +33,45 @@ from adaptation.charts.performance_series import (
     x_word,
 )
 
+# The title of each chart of the default view (`presenters.performance_view.DEFAULT_CHARTS`).
+GROUP_TITLES = {
+    "throughput": "Throughput",
+    "latency": "Latency",
+    "calibration": "Calibration: measured / predicted for the twin",
+}
+
 
 def curves(
     sources: Sequence[Mapping[str, Any]],
     *,
     metrics: Sequence[Mapping[str, Any]],
     x: str,
-    title: str,
+    what: str,
+    overlaid: bool = False,
 ) -> dict[str, Any] | None:
     """Curves of performance rows against one swept field, a panel per (model, metric): the
     scaled twin's figures (measured, and the roofline's calibration prediction for the twin)
     and the full-size model's predicted ones never share an axis.
 
-    `sources` are the curves' owners (one job, or two compared): {"label" (prefixed to trace
-    names; "" for one job), "rows" (PerformancePoint rows as dicts: kind, model, dtype,
-    batch_size, prompt_len, metric, value, unit), "dtype_labels" ({dtype: label}, optional),
-    "knees" ([{"dtype", "prompt_len", "batch_size", "decode_tokens_per_s", "tpot_s",
-    "found"}], optional), "stops" ([{"dtype", "prompt_len", "batch_size"}], optional)}.
-    `metrics`: {"name", "label", "unit", "scale" (value x scale is drawn), "p95" (the metric
-    drawn as the upper error bar, optional)}. `x`: "batch_size" (log-2 axis), "prompt_len"
-    (log axis) or "dtype" (categories). A row of `calibrated_<metric>` is drawn as that
-    metric's "calibrated" variant (dotted, beside the raw prediction). A curve is one (source,
-    kind, model, variant, metric, and the swept fields off the x axis); colour = dtype, marker
-    = the off-axis value, dash = source (dotted: a prediction for the twin, or calibrated).
+    `sources` are the curves' owners (one job, or two compared): {"release" and "pool" (the
+    job's repo id and pool name, prefixed to trace names when jobs are compared), "rows"
+    (PerformancePoint rows as dicts: kind, model, dtype, batch_size, prompt_len, metric,
+    value, unit), "dtype_labels" ({dtype: label}, optional), "knees" ([{"dtype",
+    "prompt_len", "batch_size", "decode_tokens_per_s", "tpot_s", "found"}], optional),
+    "stops" ([{"dtype", "prompt_len", "batch_size"}], optional)}. `metrics`: {"name",
+    "label", "unit", "scale" (value x scale is drawn), "p95" (the metric drawn as the upper
+    error bar, optional)}. `x`: "batch_size" (log-2 axis), "prompt_len" (log axis) or "dtype"
+    (categories). `what` is the chart's title before "vs <x>" (`GROUP_TITLES`, or a metric's
+    label); `overlaid` says two jobs share it. A row of `calibrated_<metric>` is drawn as
+    that metric's "calibrated" variant (dotted, beside the raw prediction). A curve is one
+    (source, kind, model, variant, metric, and the swept fields off the x axis); colour =
+    dtype, marker = the off-axis value, dash = source (dotted: a prediction for the twin, or
+    calibrated).
     Each trace's `meta` says what it is ({"source", "kind", "model", "variant", "metric",
     "dtype", "batch_size", "prompt_len", "role": "curve" | "knee" | "stop"}). None when no row
     has a metric.
     """
+    title = f"{what} vs {x_word(x)}" + (" (two jobs overlaid)" if overlaid else "")
     names = [m["name"] for m in metrics]
     sources = [{**s, "rows": [with_variant(r, names) for r in s["rows"]]} for s in sources]
     # On a batch axis, a series of one batch and several prompt lengths is left for the
@@ -119,7 +131,7 @@ def curves(
     y_low: dict[tuple[int, int], float] = {}  # the smallest positive y of a panel
     stops: list[tuple[int, str, Mapping[str, Any]]] = []
     for s_index, source in enumerate(sources):
-        prefix = f"{source['label']} · " if source.get("label") else ""
+        prefix = f"{source['release']} on {source['pool']} · " if source.get("release") else ""
         dtype_labels = source.get("dtype_labels") or {}
         rows = list(source["rows"])
         p95 = {
