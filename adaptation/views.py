@@ -29,12 +29,7 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from adaptation import (
-    inventory,
-    limitation_presenters,
-    release_notes,
-    validation_presenters,
-)
+from adaptation import inventory, release_notes
 from adaptation.charts.performance_metrics import METRICS
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease
 from adaptation.presenters import analysis as analysis_presenters
@@ -43,11 +38,13 @@ from adaptation.presenters import compare_pools as compare_pools_presenters
 from adaptation.presenters import day0_clock as clock_presenters
 from adaptation.presenters import distributed as distributed_presenters
 from adaptation.presenters import job_timeline as timeline_presenters
+from adaptation.presenters import limitations as limitation_presenters
 from adaptation.presenters import performance as performance_presenters
 from adaptation.presenters import performance_compare as compare_performance_presenters
 from adaptation.presenters import performance_points, performance_view
 from adaptation.presenters import plan as plan_presenters
 from adaptation.presenters import stability as stability_presenters
+from adaptation.presenters import validation as validation_presenters
 from adaptation.presenters.stages import stage_title
 from adaptation.roles import CANCEL_JOB, CHANGE_NOTES_ADDITIONS, RERUN_STAGE
 from adaptation.selectors import releases as release_selectors
