@@ -9,90 +9,22 @@ holds and how to write it (`unit`).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from adaptation.models import ModelRelease, StageRun, StageStatus
+from adaptation.presenters.analysis_figures import (
+    Figure,
+    Figures,
+    QuantizationSummary,
+    item_shown,
+    shown_value,
+)
 from adaptation.presenters.figure_sources import COMPUTED, FigureSources
 from engine.formatting import finite
 
 ANALYZE_STAGE = "analyze"
-# A list of more names than this (a per-layer pattern) is shown as counts per name.
-LONG_NAME_LIST = 8
-
-
-@dataclass(frozen=True)
-class NameCounts:
-    """A long list of names (one per layer) as how often each comes, in first-seen order."""
-
-    counts: list[tuple[str, int]]
-    total: int
-
-
-@dataclass(frozen=True)
-class QuantizationSummary:
-    """The quantization a config declares, in brief: none (`declared` False), a method with
-    its format (when it differs from the method) and bits per weight, or `other`, a declaration
-    that is not a mapping, shown as it is."""
-
-    declared: bool
-    method: str = ""
-    format: str = ""
-    bits: int | float | None = None
-    other: Any = None
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One figure of the analysis.
-
-    `key` is the result's key for it ("num_layers", "attention.kv_lora_rank"); `value` what the
-    page shows (None when missing); `shape` what kind of value that is ("scalar"; "list";
-    "counts": a `NameCounts`; "pairs": a mapping as (key, value) pairs; "summary": a dataclass
-    of the `unit`); `unit` how the template writes it: "" a config value as it is, "count",
-    "tokens", "params", "gib", "bytes_per_token" (numbers), "bytes_by_dtype" ((dtype, bytes)
-    pairs, largest first), "scale_block", "modules" (an empty list reads "none"), "family",
-    "quantization", "dense" (no experts); `source` where it comes from (`figure_sources`:
-    "config", "computed", "index"; "" for a missing figure).
-    """
-
-    key: str
-    value: Any
-    source: str
-    unit: str = ""
-    shape: str = "scalar"
-
-    @property
-    def group(self) -> str:
-        """The result's sub-mapping the figure is in ("attention", "rope", "moe",
-        "quantization"), "" for a top-level figure."""
-        return self.key.rpartition(".")[0]
-
-    @property
-    def title(self) -> str:
-        """The key as a title, for a figure the template has no label for: "kv_lora_rank" →
-        "KV LoRA rank"."""
-        words = self.key.rpartition(".")[2].replace("_", " ").split()
-        text = " ".join(_KEY_WORDS.get(w.lower(), w) for w in words)
-        return text[:1].upper() + text[1:]
-
-
-# How key words are spelled in a title.
-_KEY_WORDS = {
-    "kv": "KV",
-    "q": "Q",
-    "qk": "QK",
-    "lora": "LoRA",
-    "rope": "RoPE",
-    "nope": "NoPE",
-    "mla": "MLA",
-    "moe": "MoE",
-    "ffn": "FFN",
-    "fp8": "FP8",
-    "dim": "dim",
-}
 
 
 @dataclass(frozen=True)
@@ -128,49 +60,6 @@ class Analysis:
     conventions: list[tuple[str, str]]
 
 
-def _item(value: Any) -> Any:
-    """A value inside a list or mapping: a whole float as an int (config JSON writes 40.0)."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        return int(value)
-    return None if value == "" else value
-
-
-def _shown(value: Any) -> tuple[Any, str]:
-    """A result value as the page shows it, with its shape (see `Figure`): None when empty."""
-    if value is None or value == "" or value == [] or value == {}:
-        return None, "scalar"
-    if isinstance(value, list):
-        if len(value) > LONG_NAME_LIST and all(isinstance(v, str) for v in value):
-            return NameCounts(list(Counter(value).items()), len(value)), "counts"
-        return [_item(v) for v in value], "list"
-    if isinstance(value, Mapping):
-        return [(str(key), _item(item)) for key, item in value.items()], "pairs"
-    return _item(value), "scalar"
-
-
-_NUMBERS = {"count", "tokens", "params", "gib", "bytes_per_token"}
-
-
-@dataclass(frozen=True)
-class _Figures:
-    """Makes figures, with their sources, against the config the analysis read."""
-
-    sources: FigureSources
-
-    def of(self, key: str, raw: Any, unit: str = "") -> Figure:
-        """The figure `key` holding `raw`: a number for the number units, else as shown."""
-        if unit in _NUMBERS:
-            value, shape = finite(raw), "scalar"
-        else:
-            value, shape = _shown(raw)
-        missing = value is None and unit != "modules"  # no modules left unquantized: "none"
-        return Figure(key, value, "" if missing else self.sources.source(key, raw), unit, shape)
-
-    def computed(self, key: str, value: Any, unit: str) -> Figure:
-        """A figure the page summarises itself from the result (computed unless missing)."""
-        return Figure(key, value, "" if value is None else COMPUTED, unit, "summary")
-
-
 def _mapping(value: Any) -> Mapping[str, Any] | None:
     return value if isinstance(value, Mapping) else None
 
@@ -203,7 +92,7 @@ _LAYER_COUNTS = {
 }
 
 
-def _attention(attention: Mapping[str, Any] | None, figures: _Figures) -> list[Figure]:
+def _attention(attention: Mapping[str, Any] | None, figures: Figures) -> list[Figure]:
     """Kind, then the figures the attention summary has: absent, null and zero layer counts
     are left out; the per-layer list only when there is no pattern summary."""
     if attention is None:
@@ -212,7 +101,7 @@ def _attention(attention: Mapping[str, Any] | None, figures: _Figures) -> list[F
     keys = [*_ATTENTION_KEYS, *(k for k in attention if k not in _ATTENTION_KEYS and k != "kind")]
     for key in keys:
         value = attention.get(key)
-        if _shown(value)[0] is None or (key in _LAYER_COUNTS and value == 0):
+        if shown_value(value)[0] is None or (key in _LAYER_COUNTS and value == 0):
             continue
         if key == "layer_types" and attention.get("layer_pattern"):
             continue
@@ -221,7 +110,7 @@ def _attention(attention: Mapping[str, Any] | None, figures: _Figures) -> list[F
     return shown
 
 
-def _rope(rope: Mapping[str, Any] | None, figures: _Figures) -> list[Figure]:
+def _rope(rope: Mapping[str, Any] | None, figures: Figures) -> list[Figure]:
     """Type, factor and theta (a dash when missing), then any other RoPE figure."""
     rope = rope or {}
     shown = [figures.of(f"rope.{key}", rope.get(key)) for key in ("type", "factor", "theta")]
@@ -246,7 +135,7 @@ _MOE_KEYS = (
 )
 
 
-def _experts(result: Mapping[str, Any], figures: _Figures) -> list[Figure]:
+def _experts(result: Mapping[str, Any], figures: Figures) -> list[Figure]:
     """The mixture of experts: a dash when the result does not say, "dense" when it has no
     experts, else its figures."""
     if "moe" not in result:
@@ -258,7 +147,7 @@ def _experts(result: Mapping[str, Any], figures: _Figures) -> list[Figure]:
     shown += [
         figures.of(f"moe.{key}", value)
         for key, value in moe.items()
-        if key not in _MOE_KEYS and _shown(value)[0] is not None
+        if key not in _MOE_KEYS and shown_value(value)[0] is not None
     ]
     return shown
 
@@ -280,7 +169,7 @@ def _quantization_summary(result: Mapping[str, Any]) -> QuantizationSummary | No
     if quant is None:
         return QuantizationSummary(declared=False)
     if not isinstance(quant, Mapping):
-        return QuantizationSummary(declared=True, other=_shown(quant)[0])
+        return QuantizationSummary(declared=True, other=shown_value(quant)[0])
     method = quant.get("method") or quant.get("quant_method")
     written = quant.get("format")
     bits = finite(quant.get("bits"))
@@ -288,7 +177,7 @@ def _quantization_summary(result: Mapping[str, Any]) -> QuantizationSummary | No
         declared=True,
         method=str(method or ""),
         format=str(written) if written and written != method else "",
-        bits=None if bits is None else _item(bits),
+        bits=None if bits is None else item_shown(bits),
     )
 
 
@@ -309,7 +198,7 @@ _QUANT_UNITS = {
 }
 
 
-def _quantization(result: Mapping[str, Any], figures: _Figures) -> AnalysisSection | None:
+def _quantization(result: Mapping[str, Any], figures: Figures) -> AnalysisSection | None:
     """The quantization details, when the config declares a quantization."""
     quant = _mapping(result.get("quantization"))
     if quant is None:
@@ -344,9 +233,9 @@ def analysis_sections(
     `config` is the `config.json` the analysis read; a figure's source is "config" only when
     that config holds it (`figure_sources.FIGURE_CONFIG_KEYS`), else "computed".
     """
-    figures = _Figures(FigureSources.of_config(config))
+    figures = Figures(FigureSources.of_config(config))
     of = figures.of
-    family = _shown(result.get("family"))[0]
+    family = shown_value(result.get("family"))[0]
     by_dtype = _bytes_by_dtype(result.get("weight_bytes_by_dtype"))
     model = [
         of("architecture", result.get("architecture")),

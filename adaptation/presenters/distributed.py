@@ -84,37 +84,40 @@ class DivisibilityRow:
 
 @dataclass(frozen=True)
 class RankLog:
-    """The end of one rank's log and how its process ended: `killed_by` the signal's name
-    ("SIGKILL"; "signal 64" for one Python does not name), else its `exit_code` (None: not
-    recorded)."""
+    """The end of one rank's log and how its process ended: killed by `signal` (its name in
+    `signal_name`, "" for one Python does not name), else with its `exit_code` (None for
+    both: not recorded)."""
 
     rank: Any
     excerpt: str
     exit_code: int | None = None
-    killed_by: str = ""
+    signal: int | None = None
+    signal_name: str = ""
     failing: bool = False
 
     @property
     def ended(self) -> bool:
         """Whether the log says how the process ended."""
-        return bool(self.killed_by) or self.exit_code is not None
+        return self.signal is not None or self.exit_code is not None
 
 
 def rank_log(entry: Mapping[str, Any], *, failing: int | None = None) -> RankLog:
     """A rank's stored log entry ({"rank", "exit_code" as `subprocess` reports it: negative
     for a signal, "excerpt"})."""
     code = whole(entry.get("exit_code"))
-    killed_by = ""
-    if code is not None and code < 0:
+    killed = -code if code is not None and code < 0 else None
+    name = ""
+    if killed is not None:
         try:
-            killed_by = signal.Signals(-code).name
+            name = signal.Signals(killed).name
         except ValueError:
-            killed_by = f"signal {-code}"
+            name = ""  # a signal number Python does not name
     return RankLog(
         rank=entry.get("rank"),
         excerpt=str(entry.get("excerpt") or ""),
-        exit_code=code if code is not None and code >= 0 else None,
-        killed_by=killed_by,
+        exit_code=code if killed is None else None,
+        signal=killed,
+        signal_name=name,
         failing=failing is not None and entry.get("rank") == failing,
     )
 
