@@ -31,6 +31,9 @@ from engine.stages.plan.planner import plan_release
 from engine.stages.plan.roofline import MFU_PREFILL
 from tests.conftest import load_realconfig
 
+# Builds and runs scaled twins with torch: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 # A small Llama-shaped config whose parameters the test counts by hand.
 HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB = 256, 2, 4, 2, 64, 512, 1024
 SMALL = {

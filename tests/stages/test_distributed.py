@@ -36,6 +36,9 @@ from engine.twin import build_twin
 from engine.twin.shrink import keep_divisibility
 from tests.stages.realconfigs import load
 
+# Builds and runs scaled twins with torch: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 LLAMA = "meta-llama__Llama-3.1-8B"
 QWEN3_MOE = "Qwen__Qwen3-235B-A22B-Instruct-2507"
 CPU = PoolSpec(name="cpu", backend="cpu", queue="cpu")

@@ -18,6 +18,9 @@ from engine.stages.operators.run import OperatorRecorder, check_torch_backend, m
 from engine.twin import build_twin
 from tests.stages.realconfigs import load
 
+# Builds and runs scaled twins with torch: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 MANIFEST = Path(operators.__file__).resolve().parent / "manifests" / "example-npu.json"
 CPU = PoolSpec(name="cpu", backend="cpu", queue="cpu")
 CONFIGS = (

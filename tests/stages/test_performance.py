@@ -27,6 +27,9 @@ from engine.stages.plan.planner import plan_release
 from engine.twin.measure import model_bytes
 from tests.stages.realconfigs import load
 
+# Builds and runs scaled twins with torch: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 CPU = PoolSpec(name="cpu", backend="cpu", queue="cpu")
 DENSE = "meta-llama__Llama-3.1-8B"
 MOE = "deepseek-ai__DeepSeek-V3"

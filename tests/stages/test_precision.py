@@ -17,6 +17,9 @@ from engine.twin import build_twin
 from engine.twin.run import Trace
 from tests.stages.realconfigs import load
 
+# Builds and runs scaled twins with torch: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 CPU = PoolSpec(name="cpu", backend="cpu", queue="cpu")
 # The release-day architectures the issue names: dense GQA, Qwen3 MoE, MLA+MoE, gpt-oss.
 CONFIGS = (

@@ -20,6 +20,9 @@ from engine.stages.precision import run as precision
 from engine.twin import DEFAULT_REAL_WEIGHTS_MAX_BYTES, twin_for_release
 from engine.twin.real import HUB_NOT_DOWNLOADED
 
+# Builds and runs scaled twins with torch: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 CPU = PoolSpec(name="cpu", backend="cpu", queue="cpu")
 REPO = "acme/tiny-llama"
 TENSOR = "model.layers.1.mlp.up_proj.weight"

@@ -20,6 +20,9 @@ from engine.remote_code import sandbox as remote_code
 from engine.stages.operators import run as operators
 from tests.stages.realconfigs import load
 
+# Builds and runs scaled twins with torch: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 CONFIGURATION = """
 from transformers import LlamaConfig
 

@@ -22,6 +22,9 @@ from engine.stages.stability.run import (
 )
 from tests.stages.realconfigs import load
 
+# Builds and runs scaled twins with torch: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 CPU = PoolSpec(name="cpu", backend="cpu", queue="cpu")
 DENSE = "meta-llama__Llama-3.1-8B"
 MOE = "Qwen__Qwen3-235B-A22B-Instruct-2507"

@@ -13,6 +13,9 @@ from engine.twin import PROMPT_TOKENS, build_twin, shrink
 from engine.twin.shrink import TWIN_MAX_PARAMETERS
 from tests.stages.realconfigs import REALCONFIGS_DIR, load
 
+# Builds and runs scaled twins with torch: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 # Every real config on disk: a new file is covered without editing this list.
 CONFIGS = tuple(sorted(path.stem for path in REALCONFIGS_DIR.glob("*.json")))
 
