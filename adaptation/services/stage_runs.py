@@ -13,7 +13,6 @@ from django.db.models import F
 from django.utils import timezone
 
 from adaptation import stage_results
-from adaptation.limitations import limitations_sync_safely
 from adaptation.models import (
     ACTIVE_STAGE_STATUSES,
     AdaptationJob,
@@ -25,6 +24,7 @@ from adaptation.notifications.services import notifications_emit_safely
 from adaptation.selectors.jobs import job_current_stage_runs
 from adaptation.services import queueing
 from adaptation.services.jobs import job_refresh_status, job_skip_pending_after
+from adaptation.services.limitations import limitations_sync_safely
 from adaptation.services.queueing import job_stage_options, stage_run_enqueue
 
 
