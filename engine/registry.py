@@ -65,8 +65,8 @@ STAGES: tuple[StageDefinition, ...] = (
         findings="engine.stages.precision.findings:findings",
         description=(
             "Compares a scaled twin on the pool's device in each serving dtype with the float32 "
-            "CPU reference: logit errors, cosine, top-1 agreement, KL, and the first layer and "
-            "sub-module where the error jumps."
+            "CPU reference: logit errors, cosine, top-1 agreement, KL, and the first decoder "
+            "module whose local error exceeds the dtype's limit."
         ),
         soft_time_limit_s=300,
         time_limit_s=360,
