@@ -19,9 +19,9 @@ from django.utils import timezone
 
 from adaptation.catalog import accelerator_kind_row_entry
 from adaptation.models import AcceleratorPool, StageRun
-from adaptation.release_notes import notes_limitations
 from adaptation.selectors.calibration import pool_calibration
 from adaptation.selectors.jobs import job_previous_results
+from adaptation.selectors.release_notes import notes_limitations
 from adaptation.selectors.releases import known_family_analyses
 from adaptation.services.stage_runs import (
     stage_run_claim,

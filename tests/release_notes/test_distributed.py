@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from adaptation.models import StageStatus
-from adaptation.release_notes import release_notes_regenerate
+from adaptation.services.release_notes import release_notes_regenerate
 from engine.stages.release_notes.run import MEASURED_TWIN
 from tests.factories import make_job, make_release
 from tests.performance_rows import h200_pool

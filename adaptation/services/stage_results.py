@@ -18,7 +18,7 @@ from adaptation.models import (
     PrecisionResult,
     StageRun,
 )
-from adaptation.release_notes import release_notes_store
+from adaptation.services.release_notes import release_notes_store
 from engine.stages.performance.rows import calibration_rows, performance_rows
 
 Handler = Callable[[StageRun, dict[str, Any]], None]
@@ -135,7 +135,7 @@ def _fitting(row: dict[str, Any], name: str) -> str:
 
 def _store_release_notes(run: StageRun, result: dict[str, Any]) -> None:
     """The notes the `release_notes` stage wrote, as the next version of the release's notes
-    on the job's pool (`adaptation.release_notes.release_notes_store`)."""
+    on the job's pool (`adaptation.services.release_notes.release_notes_store`)."""
     if isinstance(result.get("markdown"), str):
         release_notes_store(
             job=run.job,
