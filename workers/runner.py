@@ -40,7 +40,7 @@ from engine.contract import (
     StageTransientError,
     never_cancelled,
 )
-from engine.registry import get_stage
+from engine.registry import STAGES, get_stage
 from engine.units import gb_per_s_to_bytes_per_s
 
 logger = logging.getLogger(__name__)
@@ -181,6 +181,7 @@ def stage_context(
             if definition.reads_limitations
             else ()
         ),
+        stages=STAGES,
     )
 
 

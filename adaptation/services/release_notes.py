@@ -1,10 +1,13 @@
 """Writes of release notes: versions per release and pool, and people's additions.
 
-The `release_notes` stage (`engine.stages.release_notes.run`) writes the notes at the end of a
-job; its result is stored here as a new `ReleaseNotes` version (`release_notes_store`, called
-by the stage's result handler in `adaptation.services.stage_results`). Versions count up per
-(release, pool): a re-run of any stage re-runs every later one, the notes included, so each
-re-run leaves a new version and the old ones stay readable.
+The `release_notes` stage (`engine.stages.release_notes.run`) gathers the notes as data at
+the end of a job; when its result is stored (the stage's handler in
+`adaptation.services.stage_results`), `release_notes_store` writes the Markdown document from the
+templates (`release_notes_markdown`) and keeps it, with the data, as a new `ReleaseNotes`
+version. A version keeps the document as it was written: later template changes never
+touch it (nothing re-renders a stored version). Versions count up per (release, pool): a
+re-run of any stage re-runs every later one, the notes included, so each re-run leaves a new
+version and the old ones stay readable.
 
 The stage runs only when every earlier stage of the job succeeded (a failed stage skips the
 later ones). `release_notes_regenerate(job=)` writes notes for any job from whatever its
@@ -18,10 +21,12 @@ version: every version is printed with them, after the generated part
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Max
+from django.template import engines
 from django.utils import timezone
 
 from adaptation.models import (
@@ -34,22 +39,62 @@ from adaptation.models import (
 )
 from adaptation.selectors.release_notes import NotesError, job_stage_states, notes_limitations
 from engine.contract import PoolSpec, ReleaseRef
+from engine.registry import STAGES
 from engine.stages.release_notes.run import build_release_notes
+from engine.stages.release_notes.states import (
+    CALIBRATED_FULL,
+    MEASURED_FULL,
+    MEASURED_TWIN,
+    PREDICTED_FULL,
+)
 
 # Additions longer than this are refused (a notes page, not a wiki).
 ADDITIONS_MAX_CHARS = 50_000
+DOCUMENT_TEMPLATE = "release_notes/document.md"
+# The labels the document's sentences name, as the engine labels its figures.
+LABELS = {
+    "measured_twin": MEASURED_TWIN,
+    "measured_full": MEASURED_FULL,
+    "predicted_full": PREDICTED_FULL,
+    "calibrated_full": CALIBRATED_FULL,
+}
+
+
+def section_template(stage: str) -> str:
+    """The template of stage `stage`'s section of the notes."""
+    return f"release_notes/sections/{stage}.md"
+
+
+def release_notes_markdown(notes: Mapping[str, Any]) -> str:
+    """The Markdown document of `notes` (the `release_notes` stage's result: "sections" and
+    "order"), from `templates/release_notes/document.md` and each stage's section template,
+    through the "markdown" template engine (no HTML escaping; strings escaped for
+    Markdown by the templates' filters). Raises `TemplateDoesNotExist` for a stage in
+    "order" without a section template."""
+    sections = notes["sections"]
+    order = [
+        {"template": section_template(part["stage"]), "section": sections[part["section"]]}
+        for part in notes["order"]
+    ]
+    document = (
+        engines["markdown"]
+        .get_template(DOCUMENT_TEMPLATE)
+        .render({"order": order, "sections": sections, "labels": LABELS})
+    )
+    return document.strip() + "\n"
 
 
 def release_notes_store(
     *,
     job: AdaptationJob,
-    markdown: str,
-    sections: dict[str, Any],
+    notes: Mapping[str, Any],
     stage_run: StageRun | None = None,
 ) -> ReleaseNotes:
-    """Store `markdown` and `sections` as the next version of the notes of the job's release
-    on its pool (the highest version so far + 1). Two stores racing for one version: the
-    unique constraint refuses one, which takes the next number."""
+    """Write the document of `notes` (the stage's result) and store it with the notes'
+    sections as the next version of the notes of the job's release on its pool (the highest
+    version so far + 1). Two stores racing for one version: the unique constraint refuses
+    one, which takes the next number."""
+    markdown = release_notes_markdown(notes)
     for _ in range(5):
         latest = ReleaseNotes.objects.filter(
             release_id=job.release_id, pool_id=job.pool_id
@@ -63,7 +108,7 @@ def release_notes_store(
                     stage_run=stage_run,
                     version=(latest or 0) + 1,
                     markdown=markdown,
-                    sections=sections,
+                    sections=dict(notes["sections"]),
                 )
         except IntegrityError:
             continue
@@ -98,10 +143,11 @@ def release_notes_regenerate(*, job: AdaptationJob) -> ReleaseNotes:
             nodes=pool.nodes,
         ),
         results=results,
+        stages=STAGES,
         limitations=notes_limitations(release=release, pool=pool),
         states=states,
     )
-    return release_notes_store(job=job, markdown=notes["markdown"], sections=notes["sections"])
+    return release_notes_store(job=job, notes=notes)
 
 
 def release_notes_additions_update(
