@@ -129,9 +129,12 @@ class StageContext:
     None otherwise. `limitations` are the release's open known limitations on the job's pool
     or on every pool (plain dicts: "title", "body" (Markdown), "severity", "status", "stage",
     "pool" (its name, None for every pool)), most severe first, filled for a stage with
-    `reads_limitations`; empty otherwise. `cancelled` says whether the run was cancelled
-    while it ran (the runner's heartbeat finds it no longer running); long stages check it
-    between steps through `raise_if_cancelled`.
+    `reads_limitations`; empty otherwise. `stages` are the registry's stage definitions in
+    job order (`engine.registry.STAGES`, which the runner passes: a stage cannot import the
+    registry that lists it); the `release_notes` stage walks them for each stage's notes
+    section. `cancelled` says whether the run was cancelled while it ran (the runner's
+    heartbeat finds it no longer running); long stages check it between steps through
+    `raise_if_cancelled`.
     """
 
     release: ReleaseRef
@@ -142,6 +145,7 @@ class StageContext:
     options: Mapping[str, Any] = field(default_factory=dict)
     calibration: Mapping[str, Any] | None = None
     limitations: tuple[dict[str, Any], ...] = ()
+    stages: tuple[StageDefinition, ...] = ()
     cancelled: Callable[[], bool] = never_cancelled
     # The Celery soft time limit this attempt runs under (s; None: no limit known, the engine
     # called directly): work the stage hands to a child process must end before it.

@@ -37,6 +37,7 @@ STAGES: tuple[StageDefinition, ...] = (
         run="engine.stages.analyze.run:run",
         reads_known_families=True,
         findings="engine.stages.analyze.findings:findings",
+        notes="engine.stages.analyze.notes:section",
         description=(
             "Reads config.json and the safetensors summary: attention kind and layer pattern, "
             "RoPE, MoE layout, quantization, total/active parameters, checkpoint bytes, KV-cache "
@@ -50,6 +51,7 @@ STAGES: tuple[StageDefinition, ...] = (
         title="Operator coverage",
         run="engine.stages.operators.run:run",
         findings="engine.stages.operators.findings:findings",
+        notes="engine.stages.operators.notes:section",
         description=(
             "Runs a scaled twin's prefill and decode on the pool's device under a recording "
             "dispatch mode; checks every ATen operator and dtype against the pool's backend or "
@@ -63,6 +65,7 @@ STAGES: tuple[StageDefinition, ...] = (
         title="Precision validation",
         run="engine.stages.precision.run:run",
         findings="engine.stages.precision.findings:findings",
+        notes="engine.stages.precision.notes:section",
         description=(
             "Compares a scaled twin on the pool's device in each serving dtype with the float32 "
             "CPU reference: logit errors, cosine, top-1 agreement, KL, and the first decoder "
@@ -77,6 +80,7 @@ STAGES: tuple[StageDefinition, ...] = (
         run="engine.stages.plan.run:run",
         check_options="engine.stages.plan.options:plan_options",
         findings="engine.stages.plan.findings:findings",
+        notes="engine.stages.plan.notes:section",
         findings_read_analysis=True,
         description=(
             "Chooses the TP/PP/EP/DP split that serves the release on the pool's accelerators "
@@ -98,6 +102,7 @@ STAGES: tuple[StageDefinition, ...] = (
         check_options="engine.stages.distributed.options:distributed_options",
         limits_for_options="engine.stages.distributed.options:distributed_time_limits",
         findings="engine.stages.distributed.findings:findings",
+        notes="engine.stages.distributed.notes:section",
         unjudged_keys="engine.stages.distributed.findings:unjudged_keys",
         description=(
             "Runs the plan's split for real: the scaled twin across TP processes with "
@@ -116,6 +121,7 @@ STAGES: tuple[StageDefinition, ...] = (
         run="engine.stages.performance.run:run",
         check_options="engine.stages.performance.options:performance_options",
         findings="engine.stages.performance.findings:findings",
+        notes="engine.stages.performance.notes:section",
         description=(
             "Measures the scaled twin's prefill and decode on the pool's device for batch sizes "
             "1, 2, 4, ... and a few prompt lengths: TTFT, TPOT (median and p95), tokens/s and "
@@ -135,6 +141,7 @@ STAGES: tuple[StageDefinition, ...] = (
         check_options="engine.stages.stability.options:stability_options",
         limits_for_options="engine.stages.stability.options:stability_time_limits",
         findings="engine.stages.stability.findings:findings",
+        notes="engine.stages.stability.notes:section",
         description=(
             "Serves the scaled twin back to back for duration_s (20 s by default; hours on a "
             "real pool), sampling memory and step time: fails on a memory leak (slope over "

@@ -18,7 +18,7 @@ from adaptation.models import (
     PrecisionResult,
     StageRun,
 )
-from adaptation.release_notes import release_notes_store
+from adaptation.services.release_notes import release_notes_store
 from engine.stages.performance.rows import calibration_rows, performance_rows
 
 Handler = Callable[[StageRun, dict[str, Any]], None]
@@ -134,15 +134,15 @@ def _fitting(row: dict[str, Any], name: str) -> str:
 
 
 def _store_release_notes(run: StageRun, result: dict[str, Any]) -> None:
-    """The notes the `release_notes` stage wrote, as the next version of the release's notes
-    on the job's pool (`adaptation.release_notes.release_notes_store`)."""
-    if isinstance(result.get("markdown"), str):
-        release_notes_store(
-            job=run.job,
-            stage_run=run,
-            markdown=result["markdown"],
-            sections=result.get("sections") or {},
-        )
+    """The notes the `release_notes` stage gathered, written as Markdown and stored as the
+    next version of the release's notes on the job's pool
+    (`adaptation.services.release_notes.release_notes_store`). The run's stored result gets
+    the document too ("markdown", as written into the version), so that the run reads as
+    the notes it produced (the API shows it)."""
+    if isinstance(result.get("sections"), dict) and isinstance(result.get("order"), list):
+        notes = release_notes_store(job=run.job, stage_run=run, notes=result)
+        run.result = {**result, "markdown": notes.markdown}
+        StageRun.objects.filter(pk=run.pk).update(result=run.result)
 
 
 HANDLERS: dict[str, Handler] = {
