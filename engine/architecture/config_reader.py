@@ -267,19 +267,23 @@ def read_config(config: Mapping[str, Any]) -> ModelConfig:
         raise AnalysisError(
             f"num_attention_heads ({heads}) is not a multiple of num_key_value_heads ({kv_heads})"
         )
-    # An explicit head_dim wins (Qwen3, Gemma, gpt-oss set it apart from hidden/heads).
-    head_dim = view.int("head_dim", None)
-    if head_dim is None and not is_mla:
-        if hidden_size % heads:
-            raise AnalysisError(
-                f"hidden_size ({hidden_size}) is not divisible by num_attention_heads ({heads}) "
-                "and no head_dim is given"
-            )
-        head_dim = hidden_size // heads
     if is_mla:
         # MLA: q/k heads are nope + rope wide (DeepSeek-V2 paper §2.1); transformers reports
-        # head_dim = qk_rope_head_dim, which is not the width of a head.
+        # head_dim = qk_rope_head_dim, which is not the width of a head (so its class default,
+        # DeepSeek-V3.2's 64, is not read; a config's own value is only checked).
+        if view.has("head_dim"):
+            view.int("head_dim")
         head_dim = view.int("qk_nope_head_dim") + view.int("qk_rope_head_dim")  # type: ignore[operator]
+    else:
+        # An explicit head_dim wins (Qwen3, Gemma, gpt-oss set it apart from hidden/heads).
+        head_dim = view.int("head_dim", None)
+        if head_dim is None:
+            if hidden_size % heads:
+                raise AnalysisError(
+                    f"hidden_size ({hidden_size}) is not divisible by num_attention_heads "
+                    f"({heads}) and no head_dim is given"
+                )
+            head_dim = hidden_size // heads
 
     torch_dtype = merged.get("torch_dtype") or merged.get("dtype")
     if torch_dtype is not None and not isinstance(torch_dtype, str):
