@@ -5,8 +5,8 @@ Each entry names its `run` function by import path, so reading the registry (the
 does, for titles and time limits) does not import torch or transformers; the worker imports a
 stage's module when it runs it. Its known-limitation rules (`findings`, `unjudged_keys`: the
 stage folder's `findings.py`) are named the same way; `findings_for_stage` dispatches to
-them. The performance and stability stages' option checkers and time limits live in
-`engine.stages.performance.options` for the same reason.
+them. The option checkers and time limits (each stage folder's `options.py`) are plain Python
+for the same reason.
 """
 
 from __future__ import annotations

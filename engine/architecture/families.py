@@ -140,7 +140,7 @@ _BASE_FAMILIES: dict[str, FamilySpec] = {
 }
 
 # Families transformers 5 ships that release-day configs use (added from their config classes
-# and modeling files; held to meta-device builds in tests/stages).
+# and modeling files; held to meta-device builds in tests/engine/stages).
 _MORE_FAMILIES: dict[str, FamilySpec] = {
     "qwen3_vl_text": FamilySpec(
         name="qwen3_vl_text",
@@ -216,7 +216,7 @@ _MORE_FAMILIES: dict[str, FamilySpec] = {
 }
 
 # Families added for release-day model types of transformers 5 (modules from
-# modeling_<type>.py; each held to a meta-device build in tests/stages).
+# modeling_<type>.py; each held to a meta-device build in tests/engine/stages).
 _RELEASE_FAMILIES: dict[str, FamilySpec] = {
     "deepseek_v32": FamilySpec(
         name="deepseek_v32",

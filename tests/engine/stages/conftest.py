@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.twin import build_twin
-from tests.stages.realconfigs import load
+from tests.engine.stages.realconfigs import load
 
 
 @pytest.fixture(scope="session")

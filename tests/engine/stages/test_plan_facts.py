@@ -14,7 +14,7 @@ from engine.architecture import analyze_config
 from engine.stages.plan.errors import NoFittingPlan
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
-from tests.stages.realconfigs import load
+from tests.engine.stages.realconfigs import load
 
 
 def analysis(config: dict) -> dict:

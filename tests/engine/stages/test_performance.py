@@ -25,7 +25,7 @@ from engine.stages.performance.run import (
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
 from engine.twin.measure import model_bytes
-from tests.stages.realconfigs import load
+from tests.engine.stages.realconfigs import load
 
 # Builds and runs scaled twins with torch: left out of `make test-fast`.
 pytestmark = pytest.mark.slow

@@ -34,7 +34,7 @@ from engine.stages.distributed.sharding import (
 )
 from engine.twin import build_twin
 from engine.twin.shrink import keep_divisibility
-from tests.stages.realconfigs import load
+from tests.engine.stages.realconfigs import load
 
 # Builds and runs scaled twins with torch: left out of `make test-fast`.
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ import transformers
 from engine.contract import StageFailed
 from engine.twin import PROMPT_TOKENS, build_twin, shrink
 from engine.twin.shrink import TWIN_MAX_PARAMETERS
-from tests.stages.realconfigs import REALCONFIGS_DIR, load
+from tests.engine.stages.realconfigs import REALCONFIGS_DIR, load
 
 # Builds and runs scaled twins with torch: left out of `make test-fast`.
 pytestmark = pytest.mark.slow

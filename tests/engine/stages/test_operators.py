@@ -16,7 +16,7 @@ from engine.contract import PoolSpec, ReleaseRef, StageContext, StageFailed
 from engine.stages.operators import run as operators
 from engine.stages.operators.run import OperatorRecorder, check_torch_backend, measure_operators
 from engine.twin import build_twin
-from tests.stages.realconfigs import load
+from tests.engine.stages.realconfigs import load
 
 # Builds and runs scaled twins with torch: left out of `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -263,7 +263,7 @@ for name, kernel in {
 }.items():
     lib.impl(name, kernel, "PrivateUse1")
 
-from tests.stages.realconfigs import load
+from tests.engine.stages.realconfigs import load
 from engine.contract import PoolSpec
 from engine.stages.operators.run import measure_operators
 from engine.twin import build_twin
@@ -276,7 +276,7 @@ json.dump(measure_operators(build_twin(load("meta-llama__Llama-3.1-8B")), pool),
 def test_one_pass_on_a_device_finds_every_missing_kernel():
     # A PrivateUse1 device implemented in Python (torch.utils.backend_registration) with only
     # allocation, copies and aten::mm; in a child process, as it registers a device for good.
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     done = subprocess.run(
         [sys.executable, "-c", FAKE_DEVICE],
         cwd=repo,

@@ -18,7 +18,7 @@ from engine.contract import PoolSpec, ReleaseRef, StageContext, StageFailed
 from engine.registry import get_stage
 from engine.remote_code import sandbox as remote_code
 from engine.stages.operators import run as operators
-from tests.stages.realconfigs import load
+from tests.engine.stages.realconfigs import load
 
 # Builds and runs scaled twins with torch: left out of `make test-fast`.
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ from engine.stages.stability.run import (
     measure_stability,
     stability_options,
 )
-from tests.stages.realconfigs import load
+from tests.engine.stages.realconfigs import load
 
 # Builds and runs scaled twins with torch: left out of `make test-fast`.
 pytestmark = pytest.mark.slow

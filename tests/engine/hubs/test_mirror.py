@@ -17,7 +17,7 @@ from engine.hubs.base import HubError, HubNotFound, HubSpec
 from engine.hubs.huggingface import HuggingFaceSource
 from engine.hubs.mirror import MirrorSource
 
-REALCONFIGS = Path(__file__).resolve().parents[1] / "data" / "realconfigs"
+REALCONFIGS = Path(__file__).resolve().parents[2] / "data" / "realconfigs"
 
 
 def realconfig(repo_id: str) -> bytes:

@@ -24,7 +24,7 @@ from engine.hubs.http import retry_after_seconds
 from engine.hubs.huggingface import HuggingFaceSource
 from tests.fakehub import FakeHub
 
-REALCONFIGS = Path(__file__).resolve().parents[1] / "data" / "realconfigs"
+REALCONFIGS = Path(__file__).resolve().parents[2] / "data" / "realconfigs"
 VALID_TOKEN = "hf_fake_valid_token"
 
 

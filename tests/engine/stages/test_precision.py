@@ -15,7 +15,7 @@ from engine.stages.precision.run import measure_precision
 from engine.stages.precision.thresholds import thresholds_for
 from engine.twin import build_twin
 from engine.twin.run import Trace
-from tests.stages.realconfigs import load
+from tests.engine.stages.realconfigs import load
 
 # Builds and runs scaled twins with torch: left out of `make test-fast`.
 pytestmark = pytest.mark.slow

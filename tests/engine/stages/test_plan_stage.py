@@ -15,7 +15,7 @@ from engine.registry import get_stage, stage_names
 from engine.stages.plan.errors import PlanInputError
 from engine.stages.plan.options import plan_options
 from engine.stages.plan.run import run
-from tests.stages.realconfigs import load
+from tests.engine.stages.realconfigs import load
 
 GIB = 2**30
 

@@ -14,7 +14,7 @@ from engine.stages.plan.validity import (
     splits_for,
     valid_tp_sizes,
 )
-from tests.stages.realconfigs import load
+from tests.engine.stages.realconfigs import load
 
 
 def shape_of(name: str, **overrides) -> ModelShape:

@@ -17,7 +17,7 @@ from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.memory import GPU_MEMORY_UTILIZATION
 from engine.stages.plan.planner import plan_release
 from engine.stages.plan.run import run
-from tests.stages.realconfigs import load
+from tests.engine.stages.realconfigs import load
 
 
 def analysis(name: str, **overrides) -> dict:

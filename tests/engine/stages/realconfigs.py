@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-REALCONFIGS_DIR = Path(__file__).resolve().parent.parent / "data" / "realconfigs"
+REALCONFIGS_DIR = Path(__file__).resolve().parents[2] / "data" / "realconfigs"
 
 
 @dataclass(frozen=True)
