@@ -14,8 +14,8 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils import timezone
 
-from adaptation.limitations import STAGE_OWNED_FIELDS
 from adaptation.models import KnownLimitation, LimitationStatus
+from adaptation.services.limitations import STAGE_OWNED_FIELDS
 
 _ALWAYS_READ_ONLY = (
     "key",

@@ -29,7 +29,7 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from adaptation import inventory, release_notes
+from adaptation import inventory, release_notes_presenters
 from adaptation.charts.performance_metrics import METRICS
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease
 from adaptation.presenters import analysis as analysis_presenters
@@ -47,11 +47,13 @@ from adaptation.presenters import stability as stability_presenters
 from adaptation.presenters import validation as validation_presenters
 from adaptation.presenters.stages import stage_title
 from adaptation.roles import CANCEL_JOB, CHANGE_NOTES_ADDITIONS, RERUN_STAGE
+from adaptation.selectors import release_notes as notes_selectors
 from adaptation.selectors import releases as release_selectors
 from adaptation.selectors.hubs import watches_with_errors
 from adaptation.selectors.jobs import anything_running
 from adaptation.selectors.workers import pools_without_live_worker
 from adaptation.services import jobs as job_services
+from adaptation.services import release_notes as notes_services
 from adaptation.services.errors import ServiceError
 from engine.stages.plan.planner import MAX_CONCURRENCY, MAX_CONTEXT_TOKENS
 
@@ -181,7 +183,7 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "limitations": limitation_presenters.release_limitations_panel(
             release=release, user=request.user
         ),
-        "release_notes": release_notes.release_notes_summaries(release),
+        "release_notes": notes_selectors.release_notes_summaries(release),
         "timelines": timeline_presenters.job_timelines(release, pools_without_worker=idle_pools),
         "polling": active,
     }
@@ -369,7 +371,7 @@ class NotesAdditionsForm(forms.Form):
     pool = forms.CharField(widget=forms.HiddenInput)
     body = forms.CharField(
         required=False,
-        max_length=release_notes.ADDITIONS_MAX_CHARS,
+        max_length=notes_services.ADDITIONS_MAX_CHARS,
         strip=False,
         widget=forms.Textarea(attrs={"rows": 10, "cols": 80}),
         label="Additions (Markdown)",
@@ -390,7 +392,7 @@ def _notes_request(
         if pool is None:
             raise Http404(f"No pool {name!r}.")
     else:
-        pools = release_notes.release_notes_pools(release)
+        pools = notes_selectors.release_notes_pools(release)
         pool = pools[0] if pools else None
     raw = request.GET.get("version") or ""
     if raw and not (raw.isascii() and raw.isdigit() and len(raw) < 10):
@@ -402,13 +404,13 @@ def _notes_or_404(request: HttpRequest, pk: int):
     """(release, pool, notes, additions) of a notes request; 404 when there are none."""
     release, pool, version = _notes_request(request, pk)
     notes = (
-        release_notes.release_notes_get(release=release, pool=pool, version=version)
+        notes_selectors.release_notes_get(release=release, pool=pool, version=version)
         if pool is not None
         else None
     )
     if notes is None:
         raise Http404(f"No release notes for {release.repo_id} on that pool and version.")
-    return release, pool, notes, release_notes.release_notes_additions(release=release, pool=pool)
+    return release, pool, notes, notes_selectors.release_notes_additions(release=release, pool=pool)
 
 
 @permission_required(VIEW_NOTES)
@@ -422,7 +424,7 @@ def release_notes_page(request: HttpRequest, pk: int) -> HttpResponse:
         return release_notes_print(request, pk)
     release, pool, version = _notes_request(request, pk)
     notes = (
-        release_notes.release_notes_get(release=release, pool=pool, version=version)
+        notes_selectors.release_notes_get(release=release, pool=pool, version=version)
         if pool is not None
         else None
     )
@@ -432,19 +434,21 @@ def release_notes_page(request: HttpRequest, pk: int) -> HttpResponse:
         "pool": pool,
         "notes": notes,
         "jobs": [job for job in jobs if pool is None or job.pool_id == pool.pk],
-        "notes_pools": release_notes.release_notes_pools(release),
+        "notes_pools": notes_selectors.release_notes_pools(release),
     }
     if notes is None:
         return render(request, "adaptation/release_notes.html", context, status=404)
-    additions = release_notes.release_notes_additions(release=release, pool=pool)
-    versions = release_notes.release_notes_versions(release=release, pool=pool)
+    additions = notes_selectors.release_notes_additions(release=release, pool=pool)
+    versions = notes_selectors.release_notes_versions(release=release, pool=pool)
     context.update(
         {
-            "document_html": release_notes.render_markdown(
-                release_notes.release_notes_document(notes)
+            "document_html": release_notes_presenters.render_markdown(
+                release_notes_presenters.release_notes_document(notes)
             ),
             "additions": additions,
-            "additions_html": release_notes.render_markdown(additions.body if additions else ""),
+            "additions_html": release_notes_presenters.render_markdown(
+                additions.body if additions else ""
+            ),
             "additions_form": NotesAdditionsForm(
                 initial={"pool": pool.name, "body": additions.body if additions else ""}
             ),
@@ -462,7 +466,7 @@ def release_notes_print(request: HttpRequest, pk: int) -> HttpResponse:
     the browser (a print stylesheet: no navigation or buttons, a page per major section,
     tables kept whole, link targets printed)."""
     _release, _pool, notes, additions = _notes_or_404(request, pk)
-    return HttpResponse(release_notes.render_notes_html(notes, additions))
+    return HttpResponse(release_notes_presenters.render_notes_html(notes, additions))
 
 
 @permission_required(VIEW_NOTES)
@@ -471,11 +475,11 @@ def release_notes_markdown(request: HttpRequest, pk: int) -> HttpResponse:
     """The notes with their additions as a Markdown download (`?pool=`, `?version=`)."""
     _release, _pool, notes, additions = _notes_or_404(request, pk)
     response = HttpResponse(
-        release_notes.release_notes_document(notes, additions),
+        release_notes_presenters.release_notes_document(notes, additions),
         content_type="text/markdown; charset=utf-8",
     )
     response["Content-Disposition"] = (
-        f'attachment; filename="{release_notes.notes_filename(notes, "md")}"'
+        f'attachment; filename="{release_notes_presenters.notes_filename(notes, "md")}"'
     )
     return response
 
@@ -492,10 +496,10 @@ def release_notes_additions_save(request: HttpRequest, pk: int) -> HttpResponse:
         return redirect("adaptation:release_notes", pk=pk)
     pool = get_object_or_404(AcceleratorPool, name=form.cleaned_data["pool"])
     try:
-        release_notes.release_notes_additions_update(
+        notes_services.release_notes_additions_update(
             release=release, pool=pool, body=form.cleaned_data["body"], by=request.user
         )
-    except release_notes.NotesError as exc:
+    except notes_selectors.NotesError as exc:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"Additions to the notes on {pool.name} saved.")
@@ -506,12 +510,12 @@ def release_notes_additions_save(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def job_notes_regenerate(request: HttpRequest, job_id: int) -> HttpResponse:
     """Write a new version of the notes from a finished job's stages, whatever they found
-    (`release_notes.release_notes_regenerate`: a job that failed early still has notes).
+    (`notes_services.release_notes_regenerate`: a job that failed early still has notes).
     Needs `rerun_stage` (engineers, admins)."""
     job = get_object_or_404(AdaptationJob.objects.select_related("pool"), pk=job_id)
     try:
-        notes = release_notes.release_notes_regenerate(job=job)
-    except release_notes.NotesError as exc:
+        notes = notes_services.release_notes_regenerate(job=job)
+    except notes_selectors.NotesError as exc:
         messages.error(request, str(exc))
     else:
         messages.success(

@@ -88,6 +88,24 @@ TEMPLATES = [
             ],
         },
     },
+    {
+        # Markdown documents (the release notes, templates/release_notes/*.md): no HTML
+        # escaping, which is wrong in Markdown (the templates escape strings for Markdown
+        # through their filters), and lines holding only tags trimmed. ".md" names only.
+        "NAME": "markdown",
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": False,
+        "OPTIONS": {
+            "autoescape": False,
+            "loaders": [
+                (
+                    "django.template.loaders.cached.Loader",
+                    ["adaptation.markdown_templates.Loader"],
+                )
+            ],
+        },
+    },
 ]
 
 # SQLite by default; WAL and immediate transactions let web, worker and beat share it.

@@ -129,9 +129,12 @@ class StageContext:
     None otherwise. `limitations` are the release's open known limitations on the job's pool
     or on every pool (plain dicts: "title", "body" (Markdown), "severity", "status", "stage",
     "pool" (its name, None for every pool)), most severe first, filled for a stage with
-    `reads_limitations`; empty otherwise. `cancelled` says whether the run was cancelled
-    while it ran (the runner's heartbeat finds it no longer running); long stages check it
-    between steps through `raise_if_cancelled`.
+    `reads_limitations`; empty otherwise. `stages` are the registry's stage definitions in
+    job order (`engine.registry.STAGES`, which the runner passes: a stage cannot import the
+    registry that lists it); the `release_notes` stage walks them for each stage's notes
+    section. `cancelled` says whether the run was cancelled while it ran (the runner's
+    heartbeat finds it no longer running); long stages check it between steps through
+    `raise_if_cancelled`.
     """
 
     release: ReleaseRef
@@ -142,6 +145,7 @@ class StageContext:
     options: Mapping[str, Any] = field(default_factory=dict)
     calibration: Mapping[str, Any] | None = None
     limitations: tuple[dict[str, Any], ...] = ()
+    stages: tuple[StageDefinition, ...] = ()
     cancelled: Callable[[], bool] = never_cancelled
     # The Celery soft time limit this attempt runs under (s; None: no limit known, the engine
     # called directly): work the stage hands to a child process must end before it.
@@ -164,11 +168,18 @@ class StageDefinition:
     `reads_limitations`: it fills `StageContext.limitations` with the release's open known
     limitations on the job's pool (a query).
 
-    `findings` (same forms) is the stage's known-limitation rules: a function of a stored
-    result (and the pool's name) returning the findings it raises; `notes` (same forms) its
-    section of the release notes: a function returning the section's data from the stage's
-    state. Both live in the stage's folder (`findings.py`, `notes.py`); None: the stage has
-    none.
+    `findings` (same forms) is the stage's known-limitation rules: a function
+    `(result, *, pool) -> list[Finding] | None` (`engine.findings.Finding`) of a stored
+    result and the pool's name, None when the result holds nothing to judge;
+    `engine.registry.findings_for_stage` calls it, and the app syncs the stage's notes with
+    what it returns. `findings_read_analysis`: it also takes `analysis=`, the release's
+    newest `analyze` result (a query; the plan's capped-context note needs it).
+    `unjudged_keys` (same forms) is a function `(result) -> frozenset[str]` naming the keys
+    of the stage's notes a result neither finds nor rules out (a run that could not check
+    them), which the sync then leaves as they are; None: a result judges every note of the
+    stage. `notes` (same forms) is its section of the release notes: a function returning
+    the section's data from the stage's state. All live in the stage's folder
+    (`findings.py`, `notes.py`); None: the stage has none.
     """
 
     name: str
@@ -185,6 +196,9 @@ class StageDefinition:
     # Whether `run` reads `ctx.limitations` (the release's open known limitations: a query).
     reads_limitations: bool = False
     findings: Callable[..., Any] | str | None = None
+    # Whether `findings` takes the release's analysis (a query for the app).
+    findings_read_analysis: bool = False
+    unjudged_keys: Callable[[Any], frozenset[str]] | str | None = None
     notes: Callable[..., Any] | str | None = None
 
     def __call__(self, ctx: StageContext) -> dict[str, Any]:

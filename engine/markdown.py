@@ -22,8 +22,10 @@ _SPECIAL = re.compile(r"([\\`*\[\]<>|~&])")
 # An underscore opens or closes emphasis only next to a non-word character (CommonMark's
 # flanking rule): snake_case stays as it is, `_x_` does not.
 _LOOSE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
-# A line that starts with one of these would become a heading, a list item or a rule.
-_BLOCK_START = re.compile(r"[#+\-=]|\d+[.)]")
+# A line that starts with one of these would become a heading, a list item or a rule; an
+# ordered-list marker ("1." or "3)") is escaped at its punctuation, as CommonMark reads it.
+_BLOCK_START = re.compile(r"[#+\-=]")
+_ORDERED_START = re.compile(r"(\d+)([.)])")
 
 
 def text(value: Any) -> str:
@@ -34,6 +36,8 @@ def text(value: Any) -> str:
     line = _LOOSE_UNDERSCORE.sub(r"\\_", line)
     if _BLOCK_START.match(line):
         line = "\\" + line
+    elif ordered := _ORDERED_START.match(line):
+        line = f"{ordered.group(1)}\\{ordered.group(2)}{line[ordered.end() :]}"
     return line
 
 

@@ -3,15 +3,19 @@ stage").
 
 Each entry names its `run` function by import path, so reading the registry (the web process
 does, for titles and time limits) does not import torch or transformers; the worker imports a
-stage's module when it runs it. The performance and stability stages' option checkers and time
-limits live in `engine.stages.performance.options` for the same reason.
+stage's module when it runs it. Its known-limitation rules (`findings`, `unjudged_keys`: the
+stage folder's `findings.py`) are named the same way; `findings_for_stage` dispatches to
+them. The option checkers and time limits (each stage folder's `options.py`) are plain Python
+for the same reason.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from engine.contract import StageDefinition
+from engine.contract import StageDefinition, resolve_callable
+from engine.findings import Finding
 from engine.stages.distributed.options import distributed_time_limits
 from engine.stages.stability.options import stability_time_limits
 
@@ -32,6 +36,8 @@ STAGES: tuple[StageDefinition, ...] = (
         title="Architecture analysis",
         run="engine.stages.analyze.run:run",
         reads_known_families=True,
+        findings="engine.stages.analyze.findings:findings",
+        notes="engine.stages.analyze.notes:section",
         description=(
             "Reads config.json and the safetensors summary: attention kind and layer pattern, "
             "RoPE, MoE layout, quantization, total/active parameters, checkpoint bytes, KV-cache "
@@ -44,6 +50,8 @@ STAGES: tuple[StageDefinition, ...] = (
         name="operators",
         title="Operator coverage",
         run="engine.stages.operators.run:run",
+        findings="engine.stages.operators.findings:findings",
+        notes="engine.stages.operators.notes:section",
         description=(
             "Runs a scaled twin's prefill and decode on the pool's device under a recording "
             "dispatch mode; checks every ATen operator and dtype against the pool's backend or "
@@ -56,10 +64,12 @@ STAGES: tuple[StageDefinition, ...] = (
         name="precision",
         title="Precision validation",
         run="engine.stages.precision.run:run",
+        findings="engine.stages.precision.findings:findings",
+        notes="engine.stages.precision.notes:section",
         description=(
             "Compares a scaled twin on the pool's device in each serving dtype with the float32 "
-            "CPU reference: logit errors, cosine, top-1 agreement, KL, and the first layer and "
-            "sub-module where the error jumps."
+            "CPU reference: logit errors, cosine, top-1 agreement, KL, and the first decoder "
+            "module whose local error exceeds the dtype's limit."
         ),
         soft_time_limit_s=300,
         time_limit_s=360,
@@ -69,6 +79,9 @@ STAGES: tuple[StageDefinition, ...] = (
         title="Distributed plan",
         run="engine.stages.plan.run:run",
         check_options="engine.stages.plan.options:plan_options",
+        findings="engine.stages.plan.findings:findings",
+        notes="engine.stages.plan.notes:section",
+        findings_read_analysis=True,
         description=(
             "Chooses the TP/PP/EP/DP split that serves the release on the pool's accelerators "
             "with the fewest devices: memory per device by part, predicted decode tokens/s and "
@@ -88,6 +101,9 @@ STAGES: tuple[StageDefinition, ...] = (
         run="engine.stages.distributed.run:run",
         check_options="engine.stages.distributed.options:distributed_options",
         limits_for_options="engine.stages.distributed.options:distributed_time_limits",
+        findings="engine.stages.distributed.findings:findings",
+        notes="engine.stages.distributed.notes:section",
+        unjudged_keys="engine.stages.distributed.findings:unjudged_keys",
         description=(
             "Runs the plan's split for real: the scaled twin across TP processes with "
             "torch.distributed (torchrun; gloo on a cpu pool, NCCL on CUDA), sharded by "
@@ -104,6 +120,8 @@ STAGES: tuple[StageDefinition, ...] = (
         title="Performance",
         run="engine.stages.performance.run:run",
         check_options="engine.stages.performance.options:performance_options",
+        findings="engine.stages.performance.findings:findings",
+        notes="engine.stages.performance.notes:section",
         description=(
             "Measures the scaled twin's prefill and decode on the pool's device for batch sizes "
             "1, 2, 4, ... and a few prompt lengths: TTFT, TPOT (median and p95), tokens/s and "
@@ -122,6 +140,8 @@ STAGES: tuple[StageDefinition, ...] = (
         run="engine.stages.stability.run:run",
         check_options="engine.stages.stability.options:stability_options",
         limits_for_options="engine.stages.stability.options:stability_time_limits",
+        findings="engine.stages.stability.findings:findings",
+        notes="engine.stages.stability.notes:section",
         description=(
             "Serves the scaled twin back to back for duration_s (20 s by default; hours on a "
             "real pool), sampling memory and step time: fails on a memory leak (slope over "
@@ -152,6 +172,11 @@ STAGES: tuple[StageDefinition, ...] = (
 )
 
 _BY_NAME = {stage.name: stage for stage in STAGES}
+
+# The stages whose results raise known limitations (`findings_for_stage`), in run order.
+STAGES_WITH_FINDINGS: tuple[str, ...] = tuple(
+    stage.name for stage in STAGES if stage.findings is not None
+)
 
 
 def stage_names() -> list[str]:
@@ -196,3 +221,42 @@ def job_options_check(
         if stage_options:
             checked[name] = stage_options
     return checked
+
+
+def findings_for_stage(
+    stage: str,
+    result: Mapping[str, Any] | None,
+    *,
+    pool: str,
+    analysis: Mapping[str, Any] | None = None,
+) -> list[Finding] | None:
+    """The findings in a stage's stored result on pool `pool` (its name), by the stage's own
+    rules (its registry entry's `findings`), deduplicated by key. `analysis` (the release's
+    `analyze` result) reaches only a stage whose findings read it
+    (`findings_read_analysis`: the plan says when its context is capped). None when the
+    stage raises no notes (or is not registered) or the result holds nothing to judge (a
+    stage that crashed before checking): its notes must then be left as they are."""
+    definition = _BY_NAME.get(stage)
+    if definition is None or definition.findings is None or not isinstance(result, Mapping):
+        return None
+    rules = resolve_callable(definition.findings)
+    if definition.findings_read_analysis:
+        found = rules(result, pool=pool, analysis=analysis)
+    else:
+        found = rules(result, pool=pool)
+    if found is None:
+        return None
+    unique: dict[str, Finding] = {}
+    for finding in found:
+        unique.setdefault(finding.key, finding)
+    return list(unique.values())
+
+
+def unjudged_keys(stage: str, result: Mapping[str, Any] | None) -> frozenset[str]:
+    """Keys of the stage's notes that `result` neither finds nor rules out (a run that could
+    not check them), by its registry entry's `unjudged_keys`: a sync leaves those notes as
+    they are instead of resolving them. Empty for a stage without one."""
+    definition = _BY_NAME.get(stage)
+    if definition is None or definition.unjudged_keys is None or not isinstance(result, Mapping):
+        return frozenset()
+    return frozenset(resolve_callable(definition.unjudged_keys)(result))

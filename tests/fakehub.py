@@ -18,7 +18,8 @@ with any headers (429 with `Retry-After`, 500, 403...). Every request is logged 
 
 Use it from a test:
 
-    def test_x(fake_hub):  # the fixture from this module (re-exported by tests/hubs/conftest.py)
+    # the fixture from this module (re-exported by tests/engine/hubs/conftest.py)
+    def test_x(fake_hub):
         sha = fake_hub.add_repo("org/model", {"config.json": b"{}"})
         source = HuggingFaceSource(HubSpec(kind="huggingface", endpoint=fake_hub.url))
 

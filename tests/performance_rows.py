@@ -6,7 +6,7 @@ measured on this machine's CPU with small sweeps; each is made once per test ses
 full-size predictions come from the planner on one node of eight H200s, as the plan stage of
 a job on such a pool would give them; the dense plan also carries the calibrated prediction
 that the pool's running calibration (from the MoE run's measured efficiencies) makes. Rows are
-stored by the `performance` stage's own result handler (`adaptation.stage_results`).
+stored by the `performance` stage's own result handler (`adaptation.services.stage_results`).
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def h200_pool(name: str = "h200x8") -> AcceleratorPool:
 
 def store_performance_rows(job: AdaptationJob) -> list[PerformancePoint]:
     """The rows of the job's performance run, stored by the stage's result handler."""
-    from adaptation import stage_results
+    from adaptation.services import stage_results
 
     run = job.stage_runs.get(stage="performance")
     stage_results.apply(run=run, result=run.result)

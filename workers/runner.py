@@ -19,9 +19,9 @@ from django.utils import timezone
 
 from adaptation.catalog import accelerator_kind_row_entry
 from adaptation.models import AcceleratorPool, StageRun
-from adaptation.release_notes import notes_limitations
 from adaptation.selectors.calibration import pool_calibration
 from adaptation.selectors.jobs import job_previous_results
+from adaptation.selectors.release_notes import notes_limitations
 from adaptation.selectors.releases import known_family_analyses
 from adaptation.services.stage_runs import (
     stage_run_claim,
@@ -40,7 +40,7 @@ from engine.contract import (
     StageTransientError,
     never_cancelled,
 )
-from engine.registry import get_stage
+from engine.registry import STAGES, get_stage
 from engine.units import gb_per_s_to_bytes_per_s
 
 logger = logging.getLogger(__name__)
@@ -181,6 +181,7 @@ def stage_context(
             if definition.reads_limitations
             else ()
         ),
+        stages=STAGES,
     )
 
 

@@ -11,15 +11,17 @@ from django.utils import timezone
 from adaptation.models.jobs import StageRun
 from adaptation.models.pools import AcceleratorPool
 from adaptation.models.releases import ModelRelease
+from engine import findings
 
 
 class Severity(models.TextChoices):
-    """How much a limitation keeps a release from serving, most severe first."""
+    """How much a limitation keeps a release from serving, most severe first: the engine's
+    severities (`engine.findings.SEVERITIES`), which stages' findings carry."""
 
-    BLOCKER = "blocker", "Blocker"
-    MAJOR = "major", "Major"
-    MINOR = "minor", "Minor"
-    INFO = "info", "Info"
+    BLOCKER = findings.BLOCKER, "Blocker"
+    MAJOR = findings.MAJOR, "Major"
+    MINOR = findings.MINOR, "Minor"
+    INFO = findings.INFO, "Info"
 
 
 class LimitationStatus(models.TextChoices):
@@ -44,14 +46,15 @@ class KnownLimitation(models.Model):
         related_name="limitations",
         help_text="Blank: every pool.",
     )
-    title = models.CharField(max_length=200)
+    # The engine cuts a stage's titles and keys to these lengths (`engine.findings`).
+    title = models.CharField(max_length=findings.TITLE_MAX_CHARS)
     body = models.TextField(blank=True, help_text="Markdown.")
     severity = models.CharField(max_length=16, choices=Severity.choices, default=Severity.MAJOR)
     status = models.CharField(
         max_length=16, choices=LimitationStatus.choices, default=LimitationStatus.OPEN
     )
     key = models.CharField(
-        max_length=200,
+        max_length=findings.KEY_MAX_CHARS,
         blank=True,
         help_text="For notes a stage raised: what it found, so a re-run updates or resolves "
         "the same note.",

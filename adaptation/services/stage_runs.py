@@ -12,8 +12,6 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from adaptation import stage_results
-from adaptation.limitations import limitations_sync_safely
 from adaptation.models import (
     ACTIVE_STAGE_STATUSES,
     AdaptationJob,
@@ -23,8 +21,9 @@ from adaptation.models import (
 )
 from adaptation.notifications.services import notifications_emit_safely
 from adaptation.selectors.jobs import job_current_stage_runs
-from adaptation.services import queueing
+from adaptation.services import queueing, stage_results
 from adaptation.services.jobs import job_refresh_status, job_skip_pending_after
+from adaptation.services.limitations import limitations_sync_safely
 from adaptation.services.queueing import job_stage_options, stage_run_enqueue
 
 

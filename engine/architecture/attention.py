@@ -171,6 +171,13 @@ def _layer_types(cfg: ModelConfig, notes: list[str]) -> tuple[str, ...]:
         if view.value("attention_chunk_size") is None:
             return (FULL,) * n
         return tuple(CHUNKED if flag else FULL for flag in no_rope)
+    if family == "dots1":
+        # Dots1Config.__post_init__: sliding on layers >= max_window_layers whenever
+        # sliding_window is set (no use_sliding_window switch; the class defaults are 4096, 62).
+        if not window:
+            return (FULL,) * n
+        first = view.int("max_window_layers", n, minimum=0)
+        return tuple(SLIDING if i >= first else FULL for i in range(n))  # type: ignore[operator]
     if "use_sliding_window" in view.raw or family in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
         # Qwen2 family: sliding only when use_sliding_window, on layers >= max_window_layers
         # (transformers configuration_qwen2.py).

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import AnalysisError
-from .families import FamilySpec, family_for
+from .families import family_for
+from .family_spec import FamilySpec
 
 # Upper bounds that no real checkpoint comes near: a value above one is a typo or a unit error.
 LIMITS: Mapping[str, int] = {
@@ -70,19 +71,37 @@ class ConfigView:
         return self.raw.get(key) is not None
 
     def value(self, key: str, default: Any = None) -> Any:
-        """The config's value for `key` (or an alias), else the family default, else `default`."""
+        """The config's value for `key` (or an alias), else the family default, else `default`.
+
+        The family's defaults and its own spellings of `key` come from transformers' config
+        class (family_spec.py), loaded on the first look-up that needs them.
+        """
         # A key the config sets, even to null, wins over the family default: transformers
         # keeps an explicit `"sliding_window": null`.
-        for name in (key, *KEY_ALIASES.get(key, ())):
+        found = self._raw_value(key, KEY_ALIASES.get(key, ()))
+        if found is not _MISSING:
+            return default if found is None else found
+        if self.family is None:
+            return default
+        defaults = self.family.defaults
+        # The family's attribute_map spellings (Kimi Linear's `num_experts` for
+        # `num_local_experts`) are the same key to transformers: they win over its default.
+        found = self._raw_value(key, defaults.spellings(key))
+        if found is not _MISSING:
+            return default if found is None else found
+        fallback = defaults.get(key)
+        if fallback is None:
+            return default
+        if key in LIMITS and key not in self.used_defaults:
+            self.used_defaults.append(key)
+        return fallback
+
+    def _raw_value(self, key: str, aliases: Sequence[str]) -> Any:
+        """The config's value under `key` or an alias (None when set to null), else _MISSING."""
+        for name in (key, *aliases):
             if name in self.raw:
-                if self.raw[name] is not None:
-                    return self.raw[name]
-                return default
-        if self.family is not None and self.family.defaults.get(key) is not None:
-            if key in LIMITS and key not in self.used_defaults:
-                self.used_defaults.append(key)
-            return self.family.defaults[key]
-        return default
+                return self.raw[name]
+        return _MISSING
 
     def source_key(self, key: str) -> str | None:
         """Which spelling of `key` the config uses, or None when it is absent."""
@@ -244,8 +263,15 @@ def read_config(config: Mapping[str, Any]) -> ModelConfig:
             f"unknown model_type {model_type!r}: analysed from the standard keys with "
             "Llama-style modules (gated MLP, two RMSNorms per layer); check the figures"
         )
-    elif via != "model_type":
-        view.notes.append(f"family {family.name} recognised from {via}")
+    else:
+        if via != "model_type":
+            view.notes.append(f"family {family.name} recognised from {via}")
+        if not family.defaults.known:
+            view.notes.append(
+                f"transformers {family.defaults.transformers_version} has no config class for "
+                f"{family.name!r} (a family newer than it): keys the config leaves out get no "
+                "family default; analysed from what the config says"
+            )
 
     is_mla = view.has("kv_lora_rank") or (
         family is not None and family.defaults.get("kv_lora_rank") is not None
@@ -267,19 +293,23 @@ def read_config(config: Mapping[str, Any]) -> ModelConfig:
         raise AnalysisError(
             f"num_attention_heads ({heads}) is not a multiple of num_key_value_heads ({kv_heads})"
         )
-    # An explicit head_dim wins (Qwen3, Gemma, gpt-oss set it apart from hidden/heads).
-    head_dim = view.int("head_dim", None)
-    if head_dim is None and not is_mla:
-        if hidden_size % heads:
-            raise AnalysisError(
-                f"hidden_size ({hidden_size}) is not divisible by num_attention_heads ({heads}) "
-                "and no head_dim is given"
-            )
-        head_dim = hidden_size // heads
     if is_mla:
         # MLA: q/k heads are nope + rope wide (DeepSeek-V2 paper §2.1); transformers reports
-        # head_dim = qk_rope_head_dim, which is not the width of a head.
+        # head_dim = qk_rope_head_dim, which is not the width of a head (so its class default,
+        # DeepSeek-V3.2's 64, is not read; a config's own value is only checked).
+        if view.has("head_dim"):
+            view.int("head_dim")
         head_dim = view.int("qk_nope_head_dim") + view.int("qk_rope_head_dim")  # type: ignore[operator]
+    else:
+        # An explicit head_dim wins (Qwen3, Gemma, gpt-oss set it apart from hidden/heads).
+        head_dim = view.int("head_dim", None)
+        if head_dim is None:
+            if hidden_size % heads:
+                raise AnalysisError(
+                    f"hidden_size ({hidden_size}) is not divisible by num_attention_heads "
+                    f"({heads}) and no head_dim is given"
+                )
+            head_dim = hidden_size // heads
 
     torch_dtype = merged.get("torch_dtype") or merged.get("dtype")
     if torch_dtype is not None and not isinstance(torch_dtype, str):
@@ -326,8 +356,9 @@ def structural_default_notes(view: ConfigView) -> list[str]:
     """Notes for structural keys filled from the family's transformers defaults."""
     if not view.used_defaults or view.family is None:
         return []
-    filled = ", ".join(f"{k}={view.family.defaults[k]}" for k in view.used_defaults)
-    return [f"absent keys filled with transformers' {view.family.name} defaults: {filled}"]
+    defaults = view.family.defaults
+    filled = ", ".join(f"{k}={defaults[k]}" for k in view.used_defaults)
+    return [f"absent keys filled with {defaults.source} defaults ({view.family.name}): {filled}"]
 
 
 def as_sequence(value: Any) -> Sequence[Any]:

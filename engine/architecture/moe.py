@@ -130,7 +130,9 @@ def moe_layout(cfg: ModelConfig) -> tuple[MoeLayout | None, list[str]]:
     elif view.has("moe_layer_start_index") or fam == "ernie4_5_moe":
         # modeling_ernie4_5_moe.py: MoE iff (i + 1) % interval == 0 and start <= i <= end.
         start = view.int("moe_layer_start_index", 0, minimum=0)
-        end = view.int("moe_layer_end_index", n - 1, minimum=0)
+        end = view.int("moe_layer_end_index", n - 1, minimum=-1)
+        if end == -1:  # Ernie4_5_MoeConfig's default: the last layer (its __post_init__)
+            end = n - 1
         interval = view.int("moe_layer_interval", 1)
         is_moe = [(i + 1) % interval == 0 and start <= i <= end for i in range(n)]  # type: ignore[operator]
     elif view.value("first_k_dense_replace") is not None:

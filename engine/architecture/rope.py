@@ -21,7 +21,11 @@ TRANSFORMERS_ROPE_TYPES = frozenset(
 
 
 def _scaling_dict(view: ConfigView) -> tuple[Mapping[str, Any] | None, str]:
-    """The RoPE parameters dict and the key it came from (`rope_scaling` or `rope_parameters`)."""
+    """The RoPE parameters dict and the key it came from (`rope_scaling` or `rope_parameters`).
+
+    With neither key, the scaling the family's config class applies by default (gpt-oss
+    YaRN, Apertus llama3), if any.
+    """
     for key in ("rope_parameters", "rope_scaling"):
         value = view.raw.get(key)
         if value is None:
@@ -33,6 +37,10 @@ def _scaling_dict(view: ConfigView) -> tuple[Mapping[str, Any] | None, str]:
         if "full_attention" in value and isinstance(value["full_attention"], Mapping):
             return value["full_attention"], f"{key}.full_attention"
         return value, key
+    if view.family is not None and "rope_parameters" not in view.raw:
+        default = view.family.defaults.get("rope_parameters")
+        if isinstance(default, Mapping):
+            return default, f"{view.family.defaults.source} default rope_parameters"
     return None, ""
 
 

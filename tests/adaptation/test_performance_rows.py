@@ -155,7 +155,7 @@ def test_every_point_of_a_real_result_is_stored_as_rows(monkeypatch, engine_resu
     ("field", "value"), [("model", "x" * 17), ("dtype", "d" * 33), ("metric", "m" * 65)]
 )
 def test_a_row_field_too_long_for_its_column_is_refused_not_cut(field, value):
-    from adaptation import stage_results
+    from adaptation.services import stage_results
 
     run = make_job(stages=["performance"]).stage_runs.get()
     point = {"kind": "measured", "model": "twin", "dtype": "bfloat16", "batch_size": 1,
@@ -175,7 +175,7 @@ def test_storing_rows_does_not_load_torch():
 
     code = (
         "import django, os, sys; os.environ.setdefault('DJANGO_SETTINGS_MODULE', "
-        "'day0web.settings'); django.setup(); import adaptation.stage_results; "
+        "'day0web.settings'); django.setup(); import adaptation.services.stage_results; "
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
+from tests.engine.stages.test_remote_code import CONFIGURATION, LAYERS, MODELING, tiny_config
 from tests.factories import cpu_pool
-from tests.stages.test_remote_code import CONFIGURATION, LAYERS, MODELING, tiny_config
 
 pytestmark = [pytest.mark.e2e]
 

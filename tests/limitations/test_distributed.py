@@ -1,4 +1,4 @@
-"""The multi-device validation's notes (`limitations.distributed_findings`) from the
+"""The multi-device validation's notes (`engine.stages.distributed.findings`) from the
 `distributed` stage's stored results (`tests/data/distributed/`, recorded from the stage's
 engine on 2 gloo processes: a passing TP=2 EP=2 MoE run, a wrong shard injected, a rank
 killed, an architecture without a tensor-parallel plan; `recorded_distributed`), and how the
@@ -11,11 +11,11 @@ import copy
 
 import pytest
 
-from adaptation.limitations import findings_for_stage
 from adaptation.models import KnownLimitation, StageRun
 from adaptation.safe_markdown import render_markdown
 from adaptation.services.jobs import job_rerun_stage
 from adaptation.services.stage_runs import stage_run_claim, stage_run_fail, stage_run_succeed
+from engine.registry import findings_for_stage
 from engine.stages.distributed.degree import validated_tp
 from engine.stages.distributed.run import not_validated
 from tests.factories import make_job
@@ -169,11 +169,12 @@ def test_expert_parallelism_left_out_of_a_passing_split_is_a_minor_note():
         "Expert parallelism not validated on pool cpu: transformers' Qwen3MoeForCausalLM has "
         "no expert-parallel plan (ep_plan)"
     )
-    assert note.body.startswith(
-        "The plan serves the routed experts with EP8 (TP8 PP1 EP8 DP1); the `distributed` "
-        "stage ran TP=2 across 2 `gloo` processes on pool `cpu` (device `cpu`), and it matched "
-        "the single-device reference, without expert parallelism (EP=1): transformers' "
-        "Qwen3MoeForCausalLM has no expert-parallel plan (ep\\_plan)."
+    assert render_markdown(note.body).startswith(
+        "<p>The plan serves the routed experts with EP8 (TP8 PP1 EP8 DP1); the "
+        "<code>distributed</code> stage ran TP=2 across 2 <code>gloo</code> processes on pool "
+        "<code>cpu</code> (device <code>cpu</code>), and it matched the single-device "
+        "reference, without expert parallelism (EP=1): transformers' Qwen3MoeForCausalLM has "
+        "no expert-parallel plan (ep_plan)."
     )
 
 

@@ -1,4 +1,4 @@
-"""What each stage's real result raises (`limitations.findings_for_stage`), without the
+"""What each stage's real result raises (`engine.registry.findings_for_stage`), without the
 database: the results come from the stages' own engines (the operators and precision stages
 run scaled twins on the CPU; the plan and analysis run on real published configs)."""
 
@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from adaptation.limitations import findings_for_stage, kv_bytes_per_sequence, md_code, md_text
 from adaptation.safe_markdown import render_markdown
+from engine import markdown as md
 from engine.architecture import analyze_config
 from engine.catalog import load_catalog
+from engine.registry import findings_for_stage
 from engine.stages.plan.errors import NoFittingPlan
+from engine.stages.plan.findings import kv_bytes_per_sequence
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
 from engine.stages.plan.run import no_fit_result
@@ -102,7 +104,8 @@ def test_a_dtype_the_device_cannot_run_is_a_major_note():
     result = {"dtypes": {}, "skipped_dtypes": {"int8": "aten::_weight_int8pack_mm does not run"}}
     (note,) = findings_for_stage("precision", result, pool="cpu")
     assert note.key == "precision:unsupported:int8" and note.severity == "major"
-    assert "aten::\\_weight\\_int8pack\\_mm does not run" in note.body
+    # the operator's name renders literally (its underscores open no emphasis)
+    assert "aten::_weight_int8pack_mm does not run</p>" in render_markdown(note.body)
 
 
 def _no_fit(name: str, layout: PoolLayout) -> dict:
@@ -307,5 +310,5 @@ def test_stages_without_findings_or_a_result_say_so_with_none():
 
 
 def test_markdown_helpers_keep_strings_literal():
-    assert render_markdown(md_text("*a* [b](c) <i>")) == "<p>*a* [b](c) &lt;i&gt;</p>\n"
-    assert render_markdown(md_code("a ` b")) == "<p><code>a ` b</code></p>\n"
+    assert render_markdown(md.text("*a* [b](c) <i>")) == "<p>*a* [b](c) &lt;i&gt;</p>\n"
+    assert render_markdown(md.code("a ` b")) == "<p><code>a ` b</code></p>\n"

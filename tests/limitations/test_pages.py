@@ -10,8 +10,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from adaptation import limitations
 from adaptation.models import AcceleratorPool, KnownLimitation, StageRun
+from adaptation.services import limitations
 from adaptation.templatetags.day0_markdown import markdown
 from tests.factories import make_job, make_release
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from adaptation import limitations
 from adaptation.models import (
     AcceleratorPool,
     KnownLimitation,
@@ -15,6 +14,7 @@ from adaptation.models import (
     StageRun,
     StageStatus,
 )
+from adaptation.services import limitations
 from adaptation.services.jobs import job_cancel, job_rerun_stage
 from adaptation.services.stage_runs import stage_run_claim, stage_run_fail, stage_run_succeed
 from tests.factories import make_job, make_release

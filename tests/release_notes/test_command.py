@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from adaptation.release_notes import release_notes_additions_update
+from adaptation.services.release_notes import release_notes_additions_update
 from tests.factories import make_job, make_release
 from tests.helpers import run_queued_stages
 from tests.performance_rows import h200_pool

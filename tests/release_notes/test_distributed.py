@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from adaptation.models import StageStatus
-from adaptation.release_notes import release_notes_regenerate
-from engine.stages.release_notes.run import MEASURED_TWIN
+from adaptation.services.release_notes import release_notes_regenerate
+from engine.stages.release_notes.states import MEASURED_TWIN
 from tests.factories import make_job, make_release
 from tests.performance_rows import h200_pool
 from tests.release_notes.results import REPO_ID, full_results, recorded_distributed

@@ -1,7 +1,9 @@
-"""The notes engine (`engine.stages.release_notes.run`) on gpt-oss-20b's real analysis and plan:
-the plan's launch commands and the measured knee are in the notes, each figure labelled
-measured on the twin or predicted at full size; precision per dtype; limitations by
-severity; what was not validated; a plan that fits nothing. No database."""
+"""The notes engine (`engine.stages.release_notes.run`, with each stage's `notes` section) on
+gpt-oss-20b's real analysis and plan, and the document the app writes from it
+(`release_notes_markdown`, the templates): the plan's launch commands and the measured knee
+are in the notes, each figure labelled measured on the twin or predicted at full size;
+precision per dtype; limitations by severity; what was not validated; a plan that fits
+nothing. No database."""
 
 from __future__ import annotations
 
@@ -9,16 +11,12 @@ import json
 import subprocess
 import sys
 
+from adaptation.services.release_notes import release_notes_markdown
 from engine.contract import PoolSpec, ReleaseRef, StageContext
-from engine.stages.release_notes.run import (
-    MEASURED_TWIN,
-    PREDICTED_FULL,
-    build_release_notes,
-    code,
-    first_line,
-    run,
-    text,
-)
+from engine.markdown import code, first_line, text
+from engine.registry import STAGES
+from engine.stages.release_notes.run import build_release_notes, run
+from engine.stages.release_notes.states import MEASURED_TWIN, PREDICTED_FULL
 from tests.release_notes.results import (
     KNEE_BATCH,
     MEASURED_TOKENS_PER_S,
@@ -49,11 +47,17 @@ H200 = PoolSpec(
 
 
 def notes_for(results=None, **kwargs):
+    """The engine's notes for `results` (default: every stage passing), with the document
+    the app writes from them under "markdown"."""
     notes = build_release_notes(
-        release=RELEASE, pool=H200, results=full_results() if results is None else results, **kwargs
+        release=RELEASE,
+        pool=H200,
+        results=full_results() if results is None else results,
+        stages=STAGES,
+        **kwargs,
     )
     json.dumps(notes, allow_nan=False)  # stored as JSON: no NaN, no Infinity
-    return notes
+    return notes | {"markdown": release_notes_markdown(notes)}
 
 
 def section(markdown: str, title: str) -> str:
@@ -287,11 +291,13 @@ def test_the_stage_reads_its_context():
         pool=H200,
         previous=full_results(),
         limitations=({"title": "T", "body": "", "severity": "info", "stage": "", "pool": None},),
+        stages=STAGES,
         log=lines.append,
     )
     result = run(ctx)
     assert result["sections"]["limitations"][0]["title"] == "T"
-    assert result["markdown"].startswith(f"# Release notes: {REPO_ID} on pool h200x8\n")
+    markdown = release_notes_markdown(result)
+    assert markdown.startswith(f"# Release notes: {REPO_ID} on pool h200x8\n")
     assert lines == [f"release notes: {result['summary']}"]
     assert result["summary"] == (
         "TP1/PP1/EP1/DP1 on 1 device(s), checkpoint (mxfp4); knee batch 4 (measured (twin)); "

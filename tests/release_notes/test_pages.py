@@ -9,7 +9,10 @@ import re
 import pytest
 
 from adaptation.models import KnownLimitation, ReleaseNotesAdditions, Severity
-from adaptation.release_notes import release_notes_additions_update, release_notes_regenerate
+from adaptation.services.release_notes import (
+    release_notes_additions_update,
+    release_notes_regenerate,
+)
 from tests.helpers import run_queued_stages
 from tests.release_notes.test_store import finished_job
 

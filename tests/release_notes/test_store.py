@@ -13,17 +13,19 @@ from adaptation.models import (
     Severity,
     StageStatus,
 )
-from adaptation.release_notes import (
+from adaptation.release_notes_presenters import release_notes_document
+from adaptation.selectors.release_notes import (
     NotesError,
     release_notes_additions,
-    release_notes_additions_update,
-    release_notes_document,
     release_notes_get,
     release_notes_pools,
-    release_notes_regenerate,
     release_notes_summaries,
 )
 from adaptation.services.jobs import job_rerun_stage
+from adaptation.services.release_notes import (
+    release_notes_additions_update,
+    release_notes_regenerate,
+)
 from tests.factories import make_job, make_release
 from tests.helpers import run_queued_stages
 from tests.performance_rows import h200_pool

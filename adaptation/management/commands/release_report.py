@@ -21,16 +21,15 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from adaptation.models import AcceleratorPool, AdaptationJob, JobStatus
-from adaptation.release_notes import (
+from adaptation.release_notes_presenters import release_notes_document, render_notes_html
+from adaptation.selectors.release_notes import (
     NotesError,
     release_notes_additions,
-    release_notes_document,
     release_notes_get,
     release_notes_pools,
-    release_notes_regenerate,
     release_resolve,
-    render_notes_html,
 )
+from adaptation.services.release_notes import release_notes_regenerate
 
 
 class Command(BaseCommand):

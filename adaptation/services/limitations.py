@@ -1,0 +1,276 @@
+"""Known limitations: the notes a stage raises from its findings, and the notes people write.
+
+Two kinds of `KnownLimitation` rows live side by side:
+
+- notes a stage raised from its findings, with a stable `key` ("operators:missing:aten::foo",
+  "precision:float16", "plan:no-fit", "distributed:mismatch", "analyze:mtp", ...).
+  `limitations_sync_for_stage` runs after each stage attempt that produced a result: it
+  raises or updates the note of every current finding (reopening a resolved one whose problem
+  is back) and resolves the stage's open or mitigated notes whose problem is no longer found
+  (a note the attempt could not judge, `engine.registry.unjudged_keys`, is left as it is).
+  Their title, body and severity come from the stage; people may only change their status
+  (mitigated, resolved).
+- notes people write (`key` blank, `author` set): never touched by a stage.
+
+The findings themselves are plain Python, in each stage's folder
+(`engine/stages/<name>/findings.py`, named by its registry entry; `engine.findings` holds what
+they share); `engine.registry.findings_for_stage` dispatches, so a new stage's notes need no
+change here. Reads are in `adaptation.selectors.limitations`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from adaptation.models import (
+    AcceleratorPool,
+    KnownLimitation,
+    LimitationStatus,
+    ModelRelease,
+    Severity,
+    StageRun,
+    StageStatus,
+)
+from engine.registry import STAGES_WITH_FINDINGS, findings_for_stage, get_stage, unjudged_keys
+
+logger = logging.getLogger(__name__)
+
+
+class LimitationError(ValueError):
+    """A change to a note the domain refuses, with a message for the person who made it."""
+
+
+# --- syncing a stage's notes -------------------------------------------------------------------
+
+
+@dataclass
+class SyncOutcome:
+    """What one sync did, by note key."""
+
+    raised: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    reopened: list[str] = field(default_factory=list)
+    resolved: list[str] = field(default_factory=list)
+
+
+def _analysis_of(run: StageRun) -> dict[str, Any] | None:
+    """The newest succeeded `analyze` result of the run's job (one query)."""
+    result = (
+        StageRun.objects.filter(job_id=run.job_id, stage="analyze", status=StageStatus.SUCCEEDED)
+        .order_by("-attempt")
+        .values_list("result", flat=True)
+        .first()
+    )
+    return result if isinstance(result, dict) else None
+
+
+def limitations_sync_for_stage(*, stage_run: StageRun) -> SyncOutcome | None:
+    """Bring the stage's notes on the release (and the job's pool) in line with what the
+    finished attempt `stage_run` found.
+
+    Each current finding's note is created, or updated (title, body, severity, `stage_run`;
+    a resolved one is reopened as the problem is back; a mitigated one stays mitigated). The
+    stage's open or mitigated notes whose key is no longer found are resolved (`resolved_at`
+    now), except those the attempt could not judge (`unjudged_keys`: a distributed run that
+    validated nothing leaves an earlier mismatch open). People's notes (blank `key`) are
+    never touched. Nothing happens (None) for a run that is not finished or whose result
+    holds nothing to judge: a stage that failed before checking resolves nothing.
+    """
+    if stage_run.stage not in STAGES_WITH_FINDINGS:
+        return None
+    run = StageRun.objects.select_related("job__release", "job__pool").get(pk=stage_run.pk)
+    if run.status not in (StageStatus.SUCCEEDED, StageStatus.FAILED):
+        return None
+    job = run.job
+    analysis = _analysis_of(run) if get_stage(run.stage).findings_read_analysis else None
+    findings = findings_for_stage(run.stage, run.result, pool=job.pool.name, analysis=analysis)
+    if findings is None:
+        return None
+    outcome = SyncOutcome()
+    now = timezone.now()
+    with transaction.atomic():
+        # One sync per release at a time: an analysis note (pool None) is not covered by the
+        # unique constraint, as NULLs differ.
+        list(ModelRelease.objects.select_for_update().filter(pk=job.release_id).values("pk"))
+        scope = (
+            KnownLimitation.objects.filter(release_id=job.release_id, stage=run.stage)
+            .exclude(key="")
+            .filter(Q(pool_id=job.pool_id) | Q(pool__isnull=True))
+            .order_by("pk")
+        )
+        existing: dict[tuple[int | None, str], KnownLimitation] = {}
+        for note in scope:
+            existing.setdefault((note.pool_id, note.key), note)
+        seen: set[tuple[int | None, str]] = set()
+        for finding in findings:
+            pool_id = None if finding.all_pools else job.pool_id
+            seen.add((pool_id, finding.key))
+            note = existing.get((pool_id, finding.key))
+            if note is None:
+                KnownLimitation.objects.create(
+                    release_id=job.release_id,
+                    pool_id=pool_id,
+                    key=finding.key,
+                    stage=run.stage,
+                    stage_run=run,
+                    title=finding.title,
+                    body=finding.body,
+                    severity=finding.severity,
+                    status=LimitationStatus.OPEN,
+                    created_at=now,
+                    updated_at=now,
+                )
+                outcome.raised.append(finding.key)
+                continue
+            changed = (note.title, note.body, note.severity) != (
+                finding.title,
+                finding.body,
+                finding.severity,
+            )
+            note.title, note.body, note.severity = finding.title, finding.body, finding.severity
+            note.stage_run = run
+            if note.status == LimitationStatus.RESOLVED:
+                note.status, note.resolved_at = LimitationStatus.OPEN, None
+                outcome.reopened.append(finding.key)
+                changed = True
+            elif changed:
+                outcome.updated.append(finding.key)
+            if changed:
+                note.updated_at = now
+            note.save(
+                update_fields=[
+                    "title",
+                    "body",
+                    "severity",
+                    "stage_run",
+                    "status",
+                    "resolved_at",
+                    "updated_at",
+                ]
+            )
+        unjudged = unjudged_keys(run.stage, run.result)
+        for identity, note in existing.items():
+            if identity in seen or note.status == LimitationStatus.RESOLVED:
+                continue
+            if note.key in unjudged:
+                continue
+            note.status, note.resolved_at, note.updated_at = LimitationStatus.RESOLVED, now, now
+            note.stage_run = run
+            note.save(update_fields=["status", "resolved_at", "updated_at", "stage_run"])
+            outcome.resolved.append(note.key)
+    if outcome.raised or outcome.reopened or outcome.resolved:
+        logger.info(
+            "Known limitations of %s after %s: raised %s, reopened %s, resolved %s",
+            job.release,
+            run,
+            outcome.raised,
+            outcome.reopened,
+            outcome.resolved,
+        )
+    return outcome
+
+
+def limitations_sync_safely(*, stage_run: StageRun) -> SyncOutcome | None:
+    """`limitations_sync_for_stage` that never raises, for the stage flow: its writes run in
+    a savepoint, so a failure rolls back only them; it is logged. None after a failure."""
+    try:
+        with transaction.atomic():
+            return limitations_sync_for_stage(stage_run=stage_run)
+    except Exception:
+        logger.exception("Could not sync the known limitations of stage run %s", stage_run.pk)
+        return None
+
+
+# --- people's notes ----------------------------------------------------------------------------
+
+# What people may change on a note a stage raised: its title, body and severity are the
+# stage's.
+STAGE_OWNED_FIELDS = ("title", "body", "severity", "pool")
+_EDITABLE_FIELDS = ("title", "body", "severity", "pool", "status")
+
+
+def _apply_status(note: KnownLimitation, status: str, now: Any) -> None:
+    if status not in LimitationStatus.values:
+        raise LimitationError(
+            f"Unknown status {status!r}; statuses: {', '.join(LimitationStatus.values)}."
+        )
+    if status == LimitationStatus.RESOLVED:
+        if note.status != LimitationStatus.RESOLVED or note.resolved_at is None:
+            note.resolved_at = now
+    else:
+        note.resolved_at = None
+    note.status = status
+
+
+def limitation_create(
+    *,
+    release: ModelRelease,
+    author: Any,
+    title: str,
+    body: str = "",
+    severity: str = Severity.MAJOR,
+    pool: AcceleratorPool | None = None,
+    status: str = LimitationStatus.OPEN,
+) -> KnownLimitation:
+    """A person's note on `release` (`pool` None: every pool). Raises `LimitationError` for a
+    blank title or an unknown severity or status."""
+    if not title.strip():
+        raise LimitationError("A known limitation needs a title.")
+    if severity not in Severity.values:
+        raise LimitationError(
+            f"Unknown severity {severity!r}; severities: {', '.join(Severity.values)}."
+        )
+    now = timezone.now()
+    note = KnownLimitation(
+        release=release,
+        pool=pool,
+        title=title.strip(),
+        body=body,
+        severity=severity,
+        author=author if getattr(author, "pk", None) else None,
+        created_at=now,
+        updated_at=now,
+    )
+    _apply_status(note, status, now)
+    note.save()
+    return note
+
+
+def limitation_update(*, limitation: KnownLimitation, **changes: Any) -> KnownLimitation:
+    """Change a note's title, body, severity, pool or status (`changes`); only its status on a
+    note a stage raised, whose other fields are the stage's. Raises `LimitationError` for
+    such a change, an unknown field, or a blank title."""
+    unknown = sorted(set(changes) - set(_EDITABLE_FIELDS))
+    if unknown:
+        raise LimitationError(f"A known limitation has no editable {', '.join(unknown)}.")
+    if limitation.key:
+        owned = [
+            name
+            for name in STAGE_OWNED_FIELDS
+            if name in changes and changes[name] != getattr(limitation, name)
+        ]
+        if owned:
+            raise LimitationError(
+                f"The {limitation.stage or 'stage'} stage raised this note: its "
+                f"{', '.join(owned)} come from the stage; only its status can change."
+            )
+    if "title" in changes and not str(changes["title"] or "").strip():
+        raise LimitationError("A known limitation needs a title.")
+    if "severity" in changes and changes["severity"] not in Severity.values:
+        raise LimitationError(f"Unknown severity {changes['severity']!r}.")
+    now = timezone.now()
+    for name in ("title", "body", "severity", "pool"):
+        if name in changes:
+            value = changes[name]
+            setattr(limitation, name, value.strip() if name == "title" else value)
+    if "status" in changes:
+        _apply_status(limitation, changes["status"], now)
+    limitation.updated_at = now
+    limitation.save()
+    return limitation

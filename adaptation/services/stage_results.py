@@ -1,0 +1,162 @@
+"""What a stage's result changes in the domain rows besides its own `StageRun`.
+
+Each stage that feeds the domain registers a handler here; a stage without one only keeps
+its result on the run. Handlers run inside the transaction that stores the result, for a
+succeeded run and for a failed one that still produced a result (a precision failure keeps
+its measurements).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from adaptation.models import (
+    LayerDrift,
+    OperatorCheck,
+    PerformancePoint,
+    PrecisionResult,
+    StageRun,
+)
+from adaptation.services.release_notes import release_notes_store
+from engine.stages.performance.rows import calibration_rows, performance_rows
+
+Handler = Callable[[StageRun, dict[str, Any]], None]
+
+
+def _store_fetched_files(run: StageRun, result: dict[str, Any]) -> None:
+    release = run.job.release
+    release.config = result.get("config")
+    release.metadata = {
+        "files": result.get("files", []),
+        "weights": result.get("weights"),
+        "generation_config": result.get("generation_config"),
+        "readme_excerpt": result.get("readme_excerpt", ""),
+    }
+    release.save(update_fields=["config", "metadata"])
+
+
+def _store_architecture(run: StageRun, result: dict[str, Any]) -> None:
+    release = run.job.release
+    release.architecture = str(result.get("architecture") or "")[:128]
+    release.family = str(result.get("family") or result.get("model_type") or "")[:64]
+    release.save(update_fields=["architecture", "family"])
+
+
+def _store_operator_checks(run: StageRun, result: dict[str, Any]) -> None:
+    OperatorCheck.objects.bulk_create(
+        OperatorCheck(
+            stage_run=run,
+            pool=run.job.pool,
+            name=str(op["name"])[:200],
+            dtypes=list(op.get("dtypes") or []),
+            feature=str(op.get("feature") or "")[:200],
+            status=op["status"],
+            missing_dtypes=list(op.get("missing_dtypes") or []),
+        )
+        for op in result.get("operators", [])
+    )
+
+
+def _store_precision(run: StageRun, result: dict[str, Any]) -> None:
+    for dtype, metrics in (result.get("dtypes") or {}).items():
+        row = PrecisionResult.objects.create(
+            stage_run=run,
+            pool=run.job.pool,
+            dtype=dtype,
+            max_abs_error=metrics.get("max_abs_error"),
+            mean_abs_error=metrics.get("mean_abs_error"),
+            cosine_similarity=metrics.get("cosine_similarity"),
+            top1_agreement=metrics.get("top1_agreement"),
+            kl_divergence=metrics.get("kl_divergence"),
+            passed=bool(metrics["passed"]),
+            first_divergent_layer=metrics.get("first_divergent_layer"),
+            first_divergent_module=metrics.get("first_divergent_module") or "",
+            first_divergent_name=str(metrics.get("first_divergent_name") or "")[:200],
+            max_local_relative_error=(metrics.get("thresholds") or {}).get(
+                "max_local_relative_error"
+            ),
+            reason=metrics.get("reason") or "",
+        )
+        LayerDrift.objects.bulk_create(
+            LayerDrift(
+                precision=row,
+                layer=layer["layer"],
+                module=str(layer["module"])[:64],
+                name=str(layer.get("name") or "")[:200],
+                max_abs_error=layer.get("max_abs_error"),
+                relative_error=layer.get("relative_error"),
+                local_relative_error=layer.get("local_relative_error"),
+            )
+            for layer in metrics.get("layers", [])
+        )
+
+
+def _store_performance_points(run: StageRun, result: dict[str, Any]) -> None:
+    """Every point of a performance run as rows, one metric each: the twin's measured points
+    and the plan's full-size predictions (`result["points"]`, with their calibrated figures
+    where the plan had them), and the calibration's predicted twin points and efficiencies
+    (`result["calibration"]`). A failed run stores what it measured before failing."""
+    job = run.job
+    rows = performance_rows(result.get("points") or []) + calibration_rows(
+        result.get("calibration")
+    )
+    PerformancePoint.objects.bulk_create(
+        PerformancePoint(
+            stage_run=run,
+            job=job,
+            pool=job.pool,
+            kind=row["kind"],
+            model=_fitting(row, "model"),
+            dtype=_fitting(row, "dtype"),
+            batch_size=row["batch_size"],
+            prompt_len=row["prompt_len"],
+            metric=_fitting(row, "metric"),
+            value=float(row["value"]),
+            unit=_fitting(row, "unit"),
+        )
+        for row in rows
+    )
+
+
+def _fitting(row: dict[str, Any], name: str) -> str:
+    """`row[name]` as text, refused when longer than `PerformancePoint.<name>` holds: the
+    names come from the stage's code, so one that does not fit is the stage's bug, never cut
+    short to pass for another. Raises `ValueError` naming the field."""
+    text = str(row.get(name) or "")
+    limit = PerformancePoint._meta.get_field(name).max_length
+    if limit is not None and len(text) > limit:
+        raise ValueError(
+            f"performance row {name} {text!r} is {len(text)} characters, over the "
+            f"{limit} PerformancePoint.{name} holds"
+        )
+    return text
+
+
+def _store_release_notes(run: StageRun, result: dict[str, Any]) -> None:
+    """The notes the `release_notes` stage gathered, written as Markdown and stored as the
+    next version of the release's notes on the job's pool
+    (`adaptation.services.release_notes.release_notes_store`). The run's stored result gets
+    the document too ("markdown", as written into the version), so that the run reads as
+    the notes it produced (the API shows it)."""
+    if isinstance(result.get("sections"), dict) and isinstance(result.get("order"), list):
+        notes = release_notes_store(job=run.job, stage_run=run, notes=result)
+        run.result = {**result, "markdown": notes.markdown}
+        StageRun.objects.filter(pk=run.pk).update(result=run.result)
+
+
+HANDLERS: dict[str, Handler] = {
+    "fetch": _store_fetched_files,
+    "analyze": _store_architecture,
+    "operators": _store_operator_checks,
+    "precision": _store_precision,
+    "performance": _store_performance_points,
+    "release_notes": _store_release_notes,
+}
+
+
+def apply(*, run: StageRun, result: dict[str, Any]) -> None:
+    """Run the handler registered for the run's stage, if any."""
+    handler = HANDLERS.get(run.stage)
+    if handler is not None:
+        handler(run, result)

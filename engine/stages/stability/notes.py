@@ -1,0 +1,45 @@
+"""The stability run's section of the release notes: the verdict with its reason, and the
+run's steps, duration, memory slope, step-time drift, NaN/Inf outputs and exceptions,
+measured on the twin (`templates/release_notes/sections/stability.md`).
+
+Plain Python: neither Django nor torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.markdown import first_line
+from engine.stages.release_notes.states import NotesContext, StageState
+
+PLACE = 60
+
+
+def ran_twin(state: StageState) -> bool:
+    """Whether the stage served the twin: it kept a result (a failed run keeps one)."""
+    return state.result is not None
+
+
+def section(state: StageState, notes: NotesContext) -> dict[str, Any]:
+    """{"available", "passed", "verdict", "reason", "duration_s", "steps",
+    "memory_slope_bytes_per_step", "step_time_drift" (a fraction), "nonfinite_outputs",
+    "errors", "dtype", "device"}; "available" False (with status and reason) when the stage
+    kept no verdict."""
+    result = state.result or {}
+    if state.status not in ("succeeded", "failed") or "passed" not in result:
+        return {"available": False, "status": state.status, "reason": state.reason}
+    workload = result.get("workload") or {}
+    return {
+        "available": True,
+        "passed": bool(result.get("passed")),
+        "verdict": "passed" if result.get("passed") else "failed",
+        "reason": first_line(result.get("reason") or state.reason, 400),
+        "duration_s": result.get("duration_s"),
+        "steps": result.get("steps"),
+        "memory_slope_bytes_per_step": result.get("memory_slope_bytes_per_step"),
+        "step_time_drift": result.get("step_time_drift"),
+        "nonfinite_outputs": result.get("nonfinite_outputs"),
+        "errors": result.get("errors"),
+        "dtype": workload.get("dtype"),
+        "device": workload.get("device"),
+    }

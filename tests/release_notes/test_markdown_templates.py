@@ -1,0 +1,59 @@
+"""The Markdown templates (`templates/release_notes/`, the "markdown" engine): read line by
+line (a line of tags leaves nothing behind), never HTML-escaped (strings are escaped for
+Markdown by the `notes_markdown` filters), ".md" names only; and the filters' formats."""
+
+from __future__ import annotations
+
+import pytest
+from django.template import TemplateDoesNotExist, engines
+
+from adaptation.markdown_templates import trim_tag_lines
+from adaptation.templatetags import notes_markdown
+
+
+def test_a_line_holding_only_tags_leaves_nothing_behind():
+    source = (
+        "{% load notes_markdown %}\n"
+        "# Title\n"
+        "  {% if a %}  {# why #}\n"
+        "- {{ a }}\n"
+        "{% endif %}\n"
+        "\n"
+        "text {% if b %}b{% endif %}\n"
+    )
+    assert trim_tag_lines(source) == (
+        "{% load notes_markdown %}# Title\n{% if a %}{# why #}- {{ a }}\n{% endif %}\n"
+        "text {% if b %}b{% endif %}\n"
+    )
+    template = engines["markdown"].from_string(trim_tag_lines(source))
+    assert template.render({"a": "<x> & *y*", "b": 0}) == "# Title\n- <x> & *y*\n\ntext \n"
+
+
+def test_the_markdown_engine_escapes_for_markdown_not_html():
+    template = engines["markdown"].from_string("{% load notes_markdown %}{{ s|md }} {{ s }}")
+    assert template.render({"s": "<b>&"}) == "\\<b\\>\\& <b>&"
+    with pytest.raises(TemplateDoesNotExist):  # HTML templates are not this engine's
+        engines["markdown"].get_template("adaptation/release_notes.html")
+
+
+def test_the_notes_filters_write_their_formats():
+    assert notes_markdown.bytes_per_step(123456.7) == "123,457 bytes/step"
+    assert notes_markdown.signed_percent(-0.034) == "-3.4%"
+    assert notes_markdown.signed_percent(None) == notes_markdown.bytes_per_step("x") == "—"
+    assert notes_markdown.parallel_split({"tp": 8, "pp": 1, "ep": 8, "dp": 1}) == (
+        "TP 8 · PP 1 · EP 8 · DP 1"
+    )
+    assert notes_markdown.parallel_split(None) == "—"
+    assert notes_markdown.validated_split({"tp": 2, "ep": 2}) == "TP 2 · EP 2"
+    assert notes_markdown.validated_split({"tp": 2, "ep": 1}) == "TP 2"
+    assert notes_markdown.md_indent("a\n\n  b\n") == "  a\n\n    b"
+    assert notes_markdown.full_stop("done.") == "done." and notes_markdown.full_stop("") == "."
+    assert notes_markdown.is_finite(0.0) and not notes_markdown.is_finite(float("nan"))
+    groups = notes_markdown.by_severity(
+        [{"severity": s} for s in ("major", "weird", "blocker", "odd", "major")]
+    )
+    assert [(g["severity"], len(g["limitations"])) for g in groups] == [
+        ("blocker", 1),
+        ("major", 2),
+        (None, 2),
+    ]
