@@ -92,6 +92,33 @@ def memory_per_device(
     )
 
 
+def _tokens_per_s_and_right_axis(
+    fig: go.Figure,
+    *,
+    title: str,
+    x_title: str,
+    ticks: Sequence[Any],
+    right: dict[str, Any],
+) -> dict[str, Any]:
+    """A curve chart's layout: counts on a log x axis ticked at `ticks`, tokens/s on the left
+    axis from zero, and the `right` axis (its title and tick format) from zero."""
+    return figure_json(
+        fig,
+        title=title,
+        height=360,
+        xaxis={"title": x_title, "type": "log", "tickvals": ticks, **COUNT_TICKS},
+        yaxis={"title": "tokens/s", "rangemode": "tozero", **SI_TICKS},
+        yaxis2={
+            "title": right["title"],
+            "overlaying": "y",
+            "side": "right",
+            "rangemode": "tozero",
+            **SECOND_AXIS,
+            **{key: value for key, value in right.items() if key != "title"},
+        },
+    )
+
+
 def decode_curve(predicted: Mapping[str, Any]) -> dict[str, Any] | None:
     """Predicted decode throughput (tokens/s over all replicas) and TPOT (ms) against the
     number of concurrent sequences, from batch 1 to the largest batch that fits.
@@ -122,20 +149,12 @@ def decode_curve(predicted: Mapping[str, Any]) -> dict[str, Any] | None:
             hovertemplate="%{x} sequences<br>%{y:,.1f} ms per token<extra>%{fullData.name}</extra>",
         )
     )
-    return figure_json(
+    return _tokens_per_s_and_right_axis(
         fig,
         title="Decode vs concurrent sequences (predicted)",
-        height=360,
-        xaxis={"title": "concurrent sequences", "type": "log", "tickvals": x, **COUNT_TICKS},
-        yaxis={"title": "tokens/s", "rangemode": "tozero", **SI_TICKS},
-        yaxis2={
-            "title": "TPOT",
-            "overlaying": "y",
-            "side": "right",
-            "rangemode": "tozero",
-            **SECOND_AXIS,
-            **MS_TICKS,
-        },
+        x_title="concurrent sequences",
+        ticks=x,
+        right={"title": "TPOT", **MS_TICKS},
     )
 
 
@@ -224,20 +243,12 @@ def scaling_curve(
     if measured is not None and _measured_scaling_trace(fig, measured, first_devices=x[0]):
         ticks = sorted({*ticks, measured["devices"]})
         title = "Multi-device scaling (predicted; one point measured on the twin)"
-    return figure_json(
+    return _tokens_per_s_and_right_axis(
         fig,
         title=title,
-        height=360,
-        xaxis={"title": "devices", "type": "log", "tickvals": ticks, **COUNT_TICKS},
-        yaxis={"title": "tokens/s", "rangemode": "tozero", **SI_TICKS},
-        yaxis2={
-            "title": "efficiency per device (1 = linear)",
-            "overlaying": "y",
-            "side": "right",
-            "rangemode": "tozero",
-            **SECOND_AXIS,
-            "tickformat": ".2~f",
-        },
+        x_title="devices",
+        ticks=ticks,
+        right={"title": "efficiency per device (1 = linear)", "tickformat": ".2~f"},
     )
 
 

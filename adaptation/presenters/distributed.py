@@ -21,7 +21,7 @@ from adaptation.presenters.plan_figures import Split, whole
 from adaptation.presenters.stages import SkippedBecause, skipped_because
 from adaptation.selectors.jobs import latest_runs_by_stage
 from engine.formatting import finite
-from engine.stored import as_list, as_mapping
+from engine.stored import as_list, as_mapping, numbers
 
 WAITING = (StageStatus.PENDING, StageStatus.QUEUED, StageStatus.RUNNING)
 
@@ -141,26 +141,23 @@ class Headline:
 
 def _headline(result: Mapping[str, Any]) -> Headline | None:
     """None when the run measured none of the headline figures (a crashed rank)."""
-    headline = Headline(
+    measured = numbers(
+        result,
+        "step_time_s",
+        "step_time_tp1_s",
+        "tokens_per_s",
+        "tokens_per_s_tp1",
+        "comm_fraction",
+        "scaling_efficiency",
+    )
+    if all(figure is None for figure in measured.values()):
+        return None
+    return Headline(
         tp=result.get("tp"),
-        step_time_s=finite(result.get("step_time_s")),
-        step_time_tp1_s=finite(result.get("step_time_tp1_s")),
-        tokens_per_s=finite(result.get("tokens_per_s")),
-        tokens_per_s_tp1=finite(result.get("tokens_per_s_tp1")),
-        comm_fraction=finite(result.get("comm_fraction")),
-        scaling_efficiency=finite(result.get("scaling_efficiency")),
         timing_steps=result.get("timing_steps"),
         batch=as_mapping(result.get("prompt")).get("batch"),
+        **measured,
     )
-    measured = (
-        headline.step_time_s,
-        headline.step_time_tp1_s,
-        headline.tokens_per_s,
-        headline.tokens_per_s_tp1,
-        headline.comm_fraction,
-        headline.scaling_efficiency,
-    )
-    return None if all(figure is None for figure in measured) else headline
 
 
 @dataclass(frozen=True)
@@ -270,14 +267,12 @@ def _rank_row(row: Mapping[str, Any]) -> RankRow:
     passed = row.get("passed")
     return RankRow(
         rank=row.get("rank"),
-        max_abs_error=finite(row.get("max_abs_error")),
-        tolerance=finite(row.get("tolerance")),
-        top1_agreement=finite(row.get("top1_agreement")),
         divergence=_divergence(row.get("first_divergent")),
-        step_time_s=finite(row.get("step_time_s")),
-        comm_fraction=finite(row.get("comm_fraction")),
         passed=passed if isinstance(passed, bool) else None,
         error=str(row.get("error") or ""),
+        **numbers(
+            row, "max_abs_error", "tolerance", "top1_agreement", "step_time_s", "comm_fraction"
+        ),
     )
 
 

@@ -141,6 +141,10 @@ class Sweep:
     duration_s: float | None
 
 
+# The sweep's options the panel says, as the stage's result names them.
+_SWEEP_OPTIONS = ("max_batch_size", "repeats", "warmup", "prefill_repeats", "prefill_warmup")
+
+
 def _sweep(result: Mapping[str, Any]) -> Sweep:
     options = as_mapping(result.get("options"))
     return Sweep(
@@ -151,12 +155,8 @@ def _sweep(result: Mapping[str, Any]) -> Sweep:
         memory_kind=str(result.get("memory_kind") or ""),
         memory_method=str(result.get("memory_method") or ""),
         swept=bool(options),
-        max_batch_size=options.get("max_batch_size"),
         prompt_lens=as_list(options.get("prompt_lens")),
-        repeats=options.get("repeats"),
-        warmup=options.get("warmup"),
-        prefill_repeats=options.get("prefill_repeats"),
-        prefill_warmup=options.get("prefill_warmup"),
+        **{key: options.get(key) for key in _SWEEP_OPTIONS},
         threads=result.get("threads"),
         duration_s=finite(result.get("duration_s")),
     )

@@ -15,7 +15,7 @@ from adaptation.presenters.performance_points import finished_run
 from adaptation.presenters.stages import SkippedBecause, skipped_because
 from adaptation.selectors.jobs import latest_runs_by_stage
 from engine.formatting import finite
-from engine.stored import as_list, as_mapping
+from engine.stored import as_list, as_mapping, numbers
 
 STABILITY_STAGE = "stability"
 
@@ -114,7 +114,6 @@ class StabilityRun:
 def _run(result: Mapping[str, Any]) -> StabilityRun:
     workload = as_mapping(result.get("workload"))
     return StabilityRun(
-        duration_s=finite(result.get("duration_s")),
         steps=result.get("steps"),
         warmup_steps=result.get("warmup_steps"),
         batch_size=workload.get("batch_size"),
@@ -122,14 +121,18 @@ def _run(result: Mapping[str, Any]) -> StabilityRun:
         decode_steps=workload.get("decode_steps"),
         dtype=workload.get("dtype"),
         device=workload.get("device"),
-        step_time_median_s=finite(result.get("step_time_median_s")),
-        step_time_p95_s=finite(result.get("step_time_p95_s")),
-        wall_time_drift=finite(result.get("wall_time_drift")),
-        memory_start_bytes=finite(result.get("memory_start_bytes")),
-        memory_end_bytes=finite(result.get("memory_end_bytes")),
-        memory_max_bytes=finite(result.get("memory_max_bytes")),
         memory_method=str(result.get("memory_method") or result.get("memory_kind") or ""),
         stopped_early=str(result.get("stopped_early") or ""),
+        **numbers(
+            result,
+            "duration_s",
+            "step_time_median_s",
+            "step_time_p95_s",
+            "wall_time_drift",
+            "memory_start_bytes",
+            "memory_end_bytes",
+            "memory_max_bytes",
+        ),
     )
 
 
