@@ -14,9 +14,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from adaptation import limitation_presenters
 from adaptation.limitation_forms import LimitationForm, LimitationStatusForm
 from adaptation.models import KnownLimitation, LimitationStatus, ModelRelease
+from adaptation.presenters import limitations as limitation_presenters
 from adaptation.roles import ADD_LIMITATION, CHANGE_LIMITATION
 from adaptation.services import limitations
 from adaptation.views import permission_required

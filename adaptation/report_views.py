@@ -19,7 +19,8 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from adaptation import charts, reports
+from adaptation import reports
+from adaptation.charts import reports as report_charts
 from adaptation.models import AcceleratorPool
 from adaptation.views import VIEW_JOBS, permission_required
 
@@ -108,7 +109,7 @@ def report(request: HttpRequest) -> HttpResponse:
         "form": form,
         "report": result,
         "page": page,
-        "chart": charts.report_time_to_day0(reports.chart_points(result.rows)),
+        "chart": report_charts.time_to_day0(reports.chart_points(result.rows)),
         "csv_url": _url("adaptation:report_csv", query),
         "readiness_url": _url("adaptation:report_readiness", query),
         "page_params": urlencode(query.params()),

@@ -51,7 +51,7 @@ from adaptation.models import (
     StageRun,
     StageStatus,
 )
-from adaptation.presenters import stage_title
+from adaptation.presenters.stages import stage_title
 from adaptation.readiness import level_label
 
 DAY_S = 24 * 3600

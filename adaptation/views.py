@@ -29,17 +29,23 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from adaptation import (
-    distributed_presenters,
-    inventory,
-    limitation_presenters,
-    performance_presenters,
-    plan_presenters,
-    presenters,
-    release_notes_presenters,
-    validation_presenters,
-)
+from adaptation import inventory, release_notes_presenters
+from adaptation.charts.performance_metrics import METRICS
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease
+from adaptation.presenters import analysis as analysis_presenters
+from adaptation.presenters import board as board_presenters
+from adaptation.presenters import compare_pools as compare_pools_presenters
+from adaptation.presenters import day0_clock as clock_presenters
+from adaptation.presenters import distributed as distributed_presenters
+from adaptation.presenters import job_timeline as timeline_presenters
+from adaptation.presenters import limitations as limitation_presenters
+from adaptation.presenters import performance as performance_presenters
+from adaptation.presenters import performance_compare as compare_performance_presenters
+from adaptation.presenters import performance_points, performance_view
+from adaptation.presenters import plan as plan_presenters
+from adaptation.presenters import stability as stability_presenters
+from adaptation.presenters import validation as validation_presenters
+from adaptation.presenters.stages import stage_title
 from adaptation.roles import CANCEL_JOB, CHANGE_NOTES_ADDITIONS, RERUN_STAGE
 from adaptation.selectors import release_notes as notes_selectors
 from adaptation.selectors import releases as release_selectors
@@ -119,7 +125,7 @@ def board(request: HttpRequest) -> HttpResponse:
     # Queued stages of a pool without a live worker say so (two queries, only while work runs).
     idle_pools = pools_without_live_worker() if running else {}
     context = {
-        "board": presenters.board(
+        "board": board_presenters.board(
             release_selectors.releases_for_board(),
             now=timezone.now(),
             pools_without_worker=idle_pools,
@@ -155,15 +161,16 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
     except ModelRelease.DoesNotExist:
         raise Http404(f"No release {pk}.") from None
     # Queued stages (and a pending plan) of a pool without a live worker say so.
-    idle_pools = pools_without_live_worker() if presenters.release_is_active(release) else {}
-    clock = presenters.day0_clock(
+    active = timeline_presenters.release_is_active(release)
+    idle_pools = pools_without_live_worker() if active else {}
+    clock = clock_presenters.day0_clock(
         release, release.jobs.all(), now=timezone.now(), limitations=release.open_limitations
     )
     context = {
         "release": release,
         "clock": clock,
-        "day0_timeline": presenters.day0_timeline(release, clock),
-        "analysis": presenters.analysis(release),
+        "day0_timeline": clock_presenters.day0_timeline(release, clock),
+        "analysis": analysis_presenters.analysis(release),
         "validation": validation_presenters.validation(release),
         "plans": plan_presenters.plan_panels(release, pools_without_worker=idle_pools),
         "distributed_panels": distributed_presenters.distributed_panels(
@@ -172,13 +179,13 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "performance": performance_presenters.performance_section(
             release, params=_page_params(request)
         ),
-        "stabilities": performance_presenters.stability_panels(release),
+        "stabilities": stability_presenters.stability_panels(release),
         "limitations": limitation_presenters.release_limitations_panel(
             release=release, user=request.user
         ),
         "release_notes": notes_selectors.release_notes_summaries(release),
-        "timelines": presenters.job_timelines(release, pools_without_worker=idle_pools),
-        "polling": presenters.release_is_active(release),
+        "timelines": timeline_presenters.job_timelines(release, pools_without_worker=idle_pools),
+        "polling": active,
     }
     return _render(
         request,
@@ -201,7 +208,7 @@ def stage_rerun(request: HttpRequest, job_id: int, stage: str) -> HttpResponse:
     else:
         messages.success(
             request,
-            f"{presenters.stage_title(run.stage)} of job {job.pk} queued again "
+            f"{stage_title(run.stage)} of job {job.pk} queued again "
             f"(attempt {run.attempt}); the stages after it follow.",
         )
     return redirect("adaptation:release_detail", pk=job.release_id)
@@ -271,7 +278,7 @@ class ComparePoolsForm(forms.Form):
         required=False,
         choices=[
             (d, "checkpoint's own (default)" if d == "checkpoint" else d)
-            for d in plan_presenters.SERVING_DTYPES
+            for d in compare_pools_presenters.SERVING_DTYPES
         ],
         label="Serving dtype",
     )
@@ -282,7 +289,7 @@ class ComparePoolsForm(forms.Form):
 def release_compare_pools(request: HttpRequest, pk: int) -> HttpResponse:
     """How each enabled pool, and each catalog kind on as many nodes as it needs, would serve
     the release (predicted by the planner from its latest analysis), in
-    `plan_presenters.CompareRow.sort_key` order. Bad options answer 400 with the form's
+    `presenters.compare_pools.CompareRow.sort_key` order. Bad options answer 400 with the form's
     errors."""
     try:
         release = release_selectors.release_detail(release_id=pk)
@@ -295,7 +302,7 @@ def release_compare_pools(request: HttpRequest, pk: int) -> HttpResponse:
         status = 400
     else:
         options = form.cleaned_data if form.is_bound else {}
-        comparison = plan_presenters.compare_pools(
+        comparison = compare_pools_presenters.compare_pools(
             release,
             pools=AcceleratorPool.objects.filter(enabled=True).order_by("name"),
             context_tokens=options.get("context"),
@@ -312,19 +319,18 @@ def job_performance_csv(request: HttpRequest, job_id: int) -> HttpResponse:
     """The job's performance rows (its newest finished `performance` attempt) as CSV: the
     numbers its charts and table show, one figure per line."""
     job = get_object_or_404(AdaptationJob.objects.select_related("release", "pool"), pk=job_id)
-    run = performance_presenters.job_performance_run(job)
+    run = performance_points.job_performance_run(job)
     if run is None:
         raise Http404(f"Job {job_id} has no finished performance run.")
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = (
-        f'attachment; filename="{performance_presenters.csv_filename(job)}"'
+        f'attachment; filename="{compare_performance_presenters.csv_filename(job)}"'
     )
     writer = csv.writer(response, lineterminator="\n")
-    writer.writerow(performance_presenters.CSV_COLUMNS)
-    for row in performance_presenters.point_rows(run):
-        writer.writerow(
-            [performance_presenters.csv_cell(row[c]) for c in performance_presenters.CSV_COLUMNS]
-        )
+    columns = performance_points.CSV_COLUMNS
+    writer.writerow(columns)
+    for row in performance_points.point_rows(run):
+        writer.writerow([compare_performance_presenters.csv_cell(row[c]) for c in columns])
     return response
 
 
@@ -334,24 +340,22 @@ def compare_performance(request: HttpRequest) -> HttpResponse:
     """Two jobs' performance curves overlaid: `?jobs=<id>,<id>` (the same release on two
     pools, or two releases on one pool), in the chart view of `perf_x`/`perf_metric`. Bad
     ids answer 400, a job missing or without performance rows 404, each with the reason."""
-    view = performance_presenters.performance_view(request.GET)
+    view = performance_view.performance_view(request.GET)
     context: dict[str, object] = {
         "view": view,
         "comparison": None,
         "error": "",
-        "choices": performance_presenters.compare_choices(),
-        "x_choices": list(performance_presenters.X_FIELDS.items()),
-        "metric_choices": [
-            (name, metric.label) for name, metric in performance_presenters.METRICS.items()
-        ],
+        "choices": compare_performance_presenters.compare_choices(),
+        "x_choices": performance_view.x_choices(),
+        "metric_choices": [(name, metric.label) for name, metric in METRICS.items()],
         "chosen": [],
     }
     status = 200
     try:
-        ids = performance_presenters.compare_job_ids(request.GET.getlist("jobs"))
+        ids = compare_performance_presenters.compare_job_ids(request.GET.getlist("jobs"))
         context["chosen"] = ids
-        context["comparison"] = performance_presenters.compare_performance(ids, view)
-    except performance_presenters.CompareError as exc:
+        context["comparison"] = compare_performance_presenters.compare_performance(ids, view)
+    except compare_performance_presenters.CompareError as exc:
         context["error"], status = str(exc), exc.status
     return render(request, "adaptation/compare_performance.html", context, status=status)
 

@@ -90,6 +90,13 @@ def rate(value: Any) -> str:
     return f"{number:,.3g}" if number < 100 else f"{number:,.0f}"
 
 
+def tokens_per_s(value: Any) -> str:
+    """A speed with its unit, the number as `rate` writes it: "5,776 tokens/s", "42.3 tokens/s"
+    (the em dash alone when missing)."""
+    text = rate(value)
+    return text if text == MISSING else f"{text} tokens/s"
+
+
 def sig(value: Any, digits: int = 3) -> str:
     """`digits` significant digits: 0.031234 → "0.0312"."""
     number = finite(value)
@@ -107,6 +114,13 @@ def percent(value: Any) -> str:
     """A fraction as a percentage with one decimal: 0.1109 → "11.1 %"."""
     number = finite(value)
     return MISSING if number is None else f"{number * 100:.1f} %"
+
+
+def signed_percent(value: Any, decimals: int = 1) -> str:
+    """A relative change as a signed percentage, no space: 0.0123 → "+1.2%", and with
+    `decimals` 0, 0.2 → "+20%" (a drift and its limit)."""
+    number = finite(value)
+    return MISSING if number is None else f"{number:+.{decimals}%}"
 
 
 def seconds(value: Any) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from engine.formatting import finite
+
 
 def as_mapping(value: Any) -> Mapping[str, Any]:
     """`value` when it is a mapping, else an empty one."""
@@ -18,3 +20,10 @@ def as_mapping(value: Any) -> Mapping[str, Any]:
 def as_list(value: Any) -> list[Any]:
     """`value` as a list when it is a list or tuple, else an empty list."""
     return list(value) if isinstance(value, list | tuple) else []
+
+
+def numbers(value: Any, *keys: str) -> dict[str, float | None]:
+    """The finite numbers a stored mapping holds under `keys` (`formatting.finite`: None for
+    a missing key or a value that is not a finite number), by key."""
+    mapping = as_mapping(value)
+    return {key: finite(mapping.get(key)) for key in keys}

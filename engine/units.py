@@ -8,6 +8,7 @@ accelerators' datasheets give them.
 from __future__ import annotations
 
 GIB = 2**30
+MIB = 2**20
 GIGA = 1e9
 TERA = 1e12
 

@@ -1,4 +1,4 @@
-// Hands each figure built by adaptation/charts.py to plotly.js: the JSON in
+// Hands each figure built by adaptation/charts/ to plotly.js: the JSON in
 // <script id="NAME-figure"> is drawn into the element id="NAME-chart", on load and after htmx swaps.
 (function () {
   function render(root) {

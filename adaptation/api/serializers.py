@@ -9,7 +9,6 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from adaptation import presenters
 from adaptation.api.filters import ID_MAX
 from adaptation.inventory import PoolInventory, WorkerState
 from adaptation.models import (
@@ -22,6 +21,7 @@ from adaptation.models import (
     WebhookEndpoint,
     WebhookKind,
 )
+from adaptation.presenters.analysis import analysed_config, latest_analysis_run
 from adaptation.selectors.limitations import release_open_limitations_all
 from adaptation.services.errors import ServiceError
 from adaptation.services.pools import pool_get
@@ -433,7 +433,7 @@ class ReleaseDetailOutput(ReleaseOutput):
     def _analysis_run(self, release: ModelRelease) -> StageRun | None:
         cache = self.context.setdefault("_analysis_runs", {})
         if release.pk not in cache:
-            cache[release.pk] = presenters.latest_analysis_run(release)
+            cache[release.pk] = latest_analysis_run(release)
         return cache[release.pk]
 
     @extend_schema_field(AnalysisOutput(allow_null=True))
@@ -458,7 +458,7 @@ class ReleaseDetailOutput(ReleaseOutput):
     @extend_schema_field(ConfigSummaryOutput(allow_null=True))
     def get_config_summary(self, release: ModelRelease) -> dict[str, Any] | None:
         run = self._analysis_run(release)
-        config = presenters.analysed_config(release, run) if run else release.config
+        config = analysed_config(release, run) if run else release.config
         summary = config_summary(config)
         return None if summary is None else ConfigSummaryOutput(summary).data
 

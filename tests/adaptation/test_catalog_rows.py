@@ -290,7 +290,8 @@ def test_live_workers_are_read_in_one_place():
 
 
 def test_gib_is_defined_once():
-    from adaptation import charts, plan_presenters
+    from adaptation.charts import plan as charts
+    from adaptation.presenters import plan as plan_presenters
     from adaptation.templatetags import day0_format
     from engine import formatting, units
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adaptation import charts
+from adaptation.charts import precision as precision_charts
 from adaptation.models import LayerDrift, PrecisionResult
 from tests.factories import make_job
 
@@ -50,7 +50,7 @@ def test_drift_figure_plots_local_errors_against_each_dtypes_limit():
         run, "float16", passed=False, limit=0.02, layers=[(0, names[0], 0.001), (1, names[1], 0.3)]
     )
 
-    figure = charts.precision_layer_drift(PrecisionResult.objects.prefetch_related("layers"))
+    figure = precision_charts.layer_drift(PrecisionResult.objects.prefetch_related("layers"))
     traces = {trace["name"]: trace for trace in figure["data"]}
     assert list(traces["bfloat16 (passed)"]["y"]) == [0.004, 0.005]  # local, not accumulated
     assert list(traces["float16 (failed)"]["x"]) == names
@@ -60,13 +60,13 @@ def test_drift_figure_plots_local_errors_against_each_dtypes_limit():
 
 
 def test_no_figure_without_measured_layers():
-    assert charts.precision_layer_drift([]) is None
+    assert precision_charts.layer_drift([]) is None
 
 
 def test_the_time_to_day0_chart_never_ticks_in_seconds():
     from datetime import UTC, datetime, timedelta
 
-    from adaptation.charts import report_time_to_day0
+    from adaptation.charts.reports import time_to_day0 as report_time_to_day0
 
     at = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
     points = [

@@ -16,10 +16,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils.html import escape
 
-from adaptation import charts
-from adaptation.distributed_presenters import distributed_panel, exit_status_text
+from adaptation.charts import plan as plan_charts
 from adaptation.models import AcceleratorPool
-from adaptation.plan_presenters import measured_scaling, plan_panel
+from adaptation.presenters.plan import measured_scaling, plan_panel
 from engine.architecture import analyze_config
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
@@ -117,35 +116,76 @@ def verdict(panel: str) -> str:
 
 
 def fact(html: str, label: str) -> str:
-    match = re.search(rf"<dt>{re.escape(escape(label))}</dt><dd>(.*?)</dd>", html, re.S)
+    # The label as the template writes it, or escaped as a variable renders it.
+    written = "|".join(re.escape(form) for form in {label, escape(label)})
+    match = re.search(rf"<dt>(?:{written})</dt><dd>(.*?)</dd>", html, re.S)
     assert match, f"no fact {label!r}"
     return text(match[1])
 
 
-# --- the presenter ---------------------------------------------------------------------------
+# --- each run's panel, as the page renders it ---------------------------------------------------
 
 
-def test_presenter_of_a_passed_run(deepseek_analysis, h200_plan):
+def headline(panel: str, label: str) -> str:
+    """The figure of the headline row `label`, without its note."""
+    row = rf'<th scope="row">{re.escape(label)}</th><td class="num">'
+    match = re.search(rf'{row}(.*?)(?:<div class="note">|</td>)', panel, re.S)
+    assert match, f"no headline row {label!r}"
+    return text(match[1])
+
+
+def labels(facts: str) -> list[str]:
+    """The labels of a list of facts, in order."""
+    return [html_lib.unescape(label) for label in re.findall(r"<dt>(.*?)</dt>", facts)]
+
+
+def logged_ranks(panel: str) -> list[tuple[str, str]]:
+    """(rank, how it ended) of each rank's log in the folded "every rank's log"."""
+    logs = re.search(r'<details class="distributed-logs".*?</details>', panel, re.S)
+    assert logs, "no rank logs"
+    return [
+        (rank, ended)
+        for rank, ended in re.findall(r'<p class="meta">Rank (\S+?)(?: \((.*?)\))?</p>', logs[0])
+    ]
+
+
+def test_panel_of_a_passed_run(logged_in_client, deepseek_analysis, h200_plan):
     job = validated_job(deepseek_analysis, h200_plan, stored("pass"))
-    panel = distributed_panel(job)
+    panel = distributed_article(page(logged_in_client, job.release), job)
 
-    assert panel.state == "passed"
-    assert panel.reason.startswith("TP=2 EP=2 on 2 gloo processes matches the float32 reference")
-    assert panel.split_label == "TP=2 EP=2"
-    assert [(f.label, f.value) for f in panel.split] == [
+    assert "distributed-passed" in panel
+    assert verdict(panel).startswith(
+        "Passed: TP=2 EP=2 on 2 gloo processes matches the float32 reference"
+    )
+    assert text(re.search(r"<h4>Validated split.*?</h4>", panel, re.S)[0]) == (
+        "Validated split TP=2 EP=2"
+    )
+    split = re.search(r'<dl class="facts distributed-split".*?</dl>', panel, re.S)[0]
+    assert [(label, fact(split, label)) for label in labels(split)] == [
         ("Tensor parallel (TP)", "2"),
         ("Expert parallel (EP)", "2"),
         ("World size", "2 processes"),
         ("Backend", "gloo on cpu"),
         ("Threads per rank", "1"),
     ]
-    assert [(f.label, f.value) for f in panel.plan_split] == [
+    planned = re.search(r'<dl class="facts distributed-plan-split".*?</dl>', panel, re.S)[0]
+    assert [(label, fact(planned, label)) for label in labels(planned)] == [
         ("The plan's split", "TP8 PP1 EP8 DP1"),
         ("Devices on the worker", "2"),
     ]
-    assert panel.degree_reason.startswith("the plan's TP=8 needs more than the worker's 2 devices")
-    headline = {f.label: f.value for f in panel.headline}
-    assert headline == {
+    degree = re.search(r'<p class="note degree-reason">(.*?)</p>', panel, re.S)
+    assert text(degree[1]).startswith("the plan's TP=8 needs more than the worker's 2 devices")
+    assert {
+        label: headline(panel, label)
+        for label in (
+            "Decode step at TP=2 (measured, twin)",
+            "Decode step at TP=1 (measured, twin)",
+            "Decode at TP=2 (measured, twin)",
+            "Decode at TP=1 (measured, twin)",
+            "Time in collectives (measured, twin)",
+            "Scaling efficiency (measured, twin)",
+        )
+    } == {
         "Decode step at TP=2 (measured, twin)": "16.4 ms",
         "Decode step at TP=1 (measured, twin)": "5.49 ms",
         "Decode at TP=2 (measured, twin)": "122 tokens/s",
@@ -153,111 +193,123 @@ def test_presenter_of_a_passed_run(deepseek_analysis, h200_plan):
         "Time in collectives (measured, twin)": "11.1 %",
         "Scaling efficiency (measured, twin)": "16.7 % (0.17 x linear)",
     }
-    assert [
-        (r.rank, r.max_abs_error, r.tolerance, r.top1_agreement, r.first_divergent)
-        for r in panel.ranks
-    ] == [
-        ("0", "7.45e-07", "1.28e-04", "100.0 %", "none"),
-        ("1", "7.45e-07", "1.28e-04", "100.0 %", "none"),
+    assert [row[:5] for row in rank_rows(panel)] == [
+        ["0", "7.45e-07", "1.28e-04", "100.0 %", "none"],
+        ["1", "7.45e-07", "1.28e-04", "100.0 %", "none"],
     ]
-    assert [(r.step_time, r.comm_fraction) for r in panel.ranks] == [
-        ("16.4 ms", "12.5 %"),
-        ("16.3 ms", "9.7 %"),
-    ]
-    assert [(d.name, d.release, d.twin, d.degree, d.kept) for d in panel.divisibility] == [
-        ("query heads / TP", "64", "32", "2", True)
-    ]
-    assert panel.failed_log is None and panel.failed_rank == ""
-    assert [log.rank for log in panel.rank_logs] == ["0", "1"]
+    assert [row[5:] for row in rank_rows(panel)] == [["16.4 ms", "12.5 %"], ["16.3 ms", "9.7 %"]]
+    assert table_row(panel, "query heads / TP") == "64 (divisible) 32 (divisible) 2 yes"
+    assert "failed-log" not in panel and "Failed" not in verdict(panel)
+    assert [rank for rank, _ in logged_ranks(panel)] == ["0", "1"]
 
 
-def test_presenter_of_a_wrong_shard_names_the_rank_and_module(deepseek_analysis, h200_plan):
+def test_panel_of_a_wrong_shard_names_the_rank_and_module(
+    logged_in_client, deepseek_analysis, h200_plan
+):
     result, reason = failed("mismatch")
     job = validated_job(deepseek_analysis, h200_plan, result, status="failed", error=reason)
-    panel = distributed_panel(job)
+    panel = distributed_article(page(logged_in_client, job.release), job)
 
-    assert panel.state == "failed"
-    assert panel.reason == reason
-    assert panel.failed_rank == "0"  # the first rank off the reference
-    assert panel.failed_log.excerpt.startswith("[rank 0] joined gloo group of 2")
-    assert panel.ranks[0].max_abs_error == "9.03e-01"
-    assert panel.ranks[0].tolerance == "9.89e-05"
-    assert panel.ranks[0].top1_agreement == "5.0 %"
-    assert panel.ranks[0].first_divergent == (
-        "model.layers.1.self_attn (layer 1, attention; error 2.32e-01 > 2.97e-05)"
-    )
-    assert panel.ranks[0].passed is False
+    assert "distributed-failed" in panel
+    assert html_lib.unescape(re.search(r'<p class="reason">(.*?)</p>', panel, re.S)[1]) == reason
+    assert verdict(panel).startswith("Failed on rank 0 (TP=2)")  # the first rank off
+    log = re.search(r'id="distributed-job-\d+-failed-log">(.*?)</pre>', panel, re.S)
+    assert log[1].startswith("[rank 0] joined gloo group of 2")
+    first = rank_rows(panel)[0]
+    assert first[1:5] == [
+        "9.03e-01",
+        "9.89e-05",
+        "5.0 %",
+        "model.layers.1.self_attn (layer 1, attention; error 2.32e-01 > 2.97e-05)",
+    ]
+    assert '<tr class="crossed">' in panel  # rank 0 did not pass
     # The timings are still measured: a wrong shard is as fast as a right one.
-    assert {f.label: f.value for f in panel.headline}["Scaling efficiency (measured, twin)"] == (
-        "6.8 % (0.07 x linear)"
-    )
-    assert panel.injected == (
+    assert headline(panel, "Scaling efficiency (measured, twin)") == "6.8 % (0.07 x linear)"
+    injected = re.search(r'<p class="note injected"[^>]*>(.*?)</p>', panel, re.S)
+    assert text(injected[1]) == (
         "Broken on purpose by the job's inject option "
         "(wrong_shard model.layers.1.self_attn.o_proj.weight)."
     )
-    assert panel.notes == [
+    notes = re.findall(r'<ul class="notes">(.*?)</ul>', panel, re.S)
+    assert [text(n) for n in re.findall(r"<li>(.*?)</li>", notes[-1])] == [
         "model.layers.1.self_attn.o_proj.weight: shard split on dim 0 instead of dim 1",
     ]
 
 
-def test_presenter_of_a_killed_rank_shows_its_log(deepseek_analysis, h200_plan):
+def test_panel_of_a_killed_rank_shows_its_log(logged_in_client, deepseek_analysis, h200_plan):
     result, reason = failed("crash")
     job = validated_job(deepseek_analysis, h200_plan, result, status="failed", error=reason)
-    panel = distributed_panel(job)
+    panel = distributed_article(page(logged_in_client, job.release), job)
 
-    assert panel.state == "failed"
-    assert panel.failed_rank == "1"
-    assert panel.failed_log.exit_status == "killed by SIGKILL"
-    assert panel.failed_log.excerpt == (
+    assert "distributed-failed" in panel
+    assert verdict(panel).startswith("Failed on rank 1")
+    assert "Rank 1's log (killed by SIGKILL):" in text(panel)
+    log = re.search(r'id="distributed-job-\d+-failed-log">(.*?)</pre>', panel, re.S)
+    assert html_lib.unescape(log[1]) == (
         "[rank 1] joined gloo group of 2 (pid 7168)\n"
         "[rank 1] loaded LlamaForCausalLM with tp=2 ep=1\n"
         "[rank 1] injected: killing this rank with SIGKILL"
     )
-    assert panel.ranks == [] and panel.headline == []  # nothing measured
-    assert [(log.rank, log.exit_status, log.failing) for log in panel.rank_logs] == [
-        ("0", "killed by SIGTERM", False),
-        ("1", "killed by SIGKILL", True),
-    ]
+    assert "distributed-ranks" not in panel and "distributed-headline" not in panel
+    assert logged_ranks(panel) == [("0", "killed by SIGTERM"), ("1", "killed by SIGKILL")]
     assert measured_scaling(job.stage_runs.get(stage="distributed")) is None
 
 
-def test_presenter_of_a_split_that_could_not_be_validated(deepseek_analysis, h200_plan):
+def test_panel_of_a_split_that_could_not_be_validated(
+    logged_in_client, deepseek_analysis, h200_plan
+):
     job = validated_job(deepseek_analysis, h200_plan, stored("not_validated"))
-    panel = distributed_panel(job)
+    panel = distributed_article(page(logged_in_client, job.release), job)
 
-    assert panel.state == "not-validated"
-    assert panel.reason.startswith("transformers' FooForCausalLM has no tensor-parallel plan")
-    assert panel.split == [] and panel.ranks == [] and panel.headline == []
-    assert [(f.label, f.value) for f in panel.plan_split] == [
+    assert "distributed-not-validated" in panel
+    assert verdict(panel).startswith(
+        "Not validated: transformers' FooForCausalLM has no tensor-parallel plan"
+    )
+    assert "distributed-split" not in panel and "distributed-ranks" not in panel
+    assert "distributed-headline" not in panel
+    planned = re.search(r'<dl class="facts distributed-plan-split".*?</dl>', panel, re.S)[0]
+    assert [(label, fact(planned, label)) for label in labels(planned)] == [
         ("The plan's split", "TP1 PP1 EP1 DP1"),
         ("Devices on the worker", "2"),
     ]
     assert measured_scaling(job.stage_runs.get(stage="distributed")) is None
 
 
-def test_presenter_of_a_run_that_failed_before_launching(deepseek_analysis, h200_plan):
+def test_panel_of_a_run_that_failed_before_launching(
+    logged_in_client, deepseek_analysis, h200_plan
+):
     error = "the plan stage produced no split to validate"
     job = validated_job(deepseek_analysis, h200_plan, None, status="failed", error=error)
-    panel = distributed_panel(job)
+    panel = distributed_article(page(logged_in_client, job.release), job)
 
-    assert (panel.state, panel.reason) == ("failed", error)
-    assert panel.split == [] and panel.plan_split == [] and panel.failed_log is None
+    assert "distributed-failed" in panel
+    assert text(re.search(r'<p class="reason">(.*?)</p>', panel, re.S)[1]) == error
+    assert "distributed-split" not in panel and "distributed-plan-split" not in panel
+    assert "failed-log" not in panel
 
 
-def test_a_degree_below_two_is_said_once(deepseek_analysis, h200_plan):
+def test_a_degree_below_two_is_said_once(logged_in_client, deepseek_analysis, h200_plan):
     why = "the pool's worker holds 1 device: a split needs at least 2"
     result = stored("not_validated") | {"reason": why, "degree_reason": why}
-    panel = distributed_panel(validated_job(deepseek_analysis, h200_plan, result))
+    job = validated_job(deepseek_analysis, h200_plan, result)
+    panel = distributed_article(page(logged_in_client, job.release), job)
 
-    assert (panel.state, panel.reason, panel.degree_reason) == ("not-validated", why, "")
+    assert "distributed-not-validated" in panel
+    assert verdict(panel) == f"Not validated: {why}"
+    assert "degree-reason" not in panel
 
 
 @pytest.mark.parametrize(
     ("code", "shown"),
     [(-9, "killed by SIGKILL"), (-15, "killed by SIGTERM"), (1, "exit code 1"), (None, "")],
 )
-def test_exit_status_text(code, shown):
-    assert exit_status_text(code) == shown
+def test_how_a_rank_ended(logged_in_client, deepseek_analysis, h200_plan, code, shown):
+    result, reason = failed("crash")
+    result = copy.deepcopy(result)
+    result["rank_logs"][0]["exit_code"] = code
+    job = validated_job(deepseek_analysis, h200_plan, result, status="failed", error=reason)
+    panel = distributed_article(page(logged_in_client, job.release), job)
+    assert logged_ranks(panel)[0] == ("0", shown)
 
 
 # --- the release page ------------------------------------------------------------------------
@@ -343,9 +395,8 @@ def test_page_shows_a_killed_ranks_log_escaped(logged_in_client, deepseek_analys
     injected = re.search(
         r'<p class="note injected" id="distributed-job-\d+-injected">(.*?)</p>', panel
     )
-    assert (
-        injected
-        and injected[1] == "Broken on purpose by the job&#x27;s inject option (kill_rank 1)."
+    assert injected and html_lib.unescape(injected[1]) == (
+        "Broken on purpose by the job's inject option (kill_rank 1)."
     )
     assert panel.index("-injected") < panel.index("distributed-split")  # under the verdict
 
@@ -460,7 +511,9 @@ def test_scaling_chart_draws_the_measured_efficiency_on_its_own_axis(
     assert f"against {first} devices, the first count" in line
 
 
-def test_a_failed_comparison_still_draws_its_measured_timing(deepseek_analysis, h200_plan):
+def test_a_failed_comparison_still_draws_its_measured_timing(
+    logged_in_client, deepseek_analysis, h200_plan
+):
     result, reason = failed("mismatch")
     job = validated_job(deepseek_analysis, h200_plan, result, status="failed", error=reason)
     job = type(job).objects.prefetch_related("stage_runs").select_related("pool").get(pk=job.pk)
@@ -470,7 +523,9 @@ def test_a_failed_comparison_still_draws_its_measured_timing(deepseek_analysis, 
     assert trace["y"] == [result["scaling_efficiency"]]
     assert trace["name"] == "scaling efficiency measured on the twin (TP=2 vs TP=1)"
     assert "did not match the reference" in trace["hovertemplate"]
-    assert "its outputs did not match the float32 reference" in panel.measured_scaling
+    plan = section(page(logged_in_client, job.release), f"plan-job-{job.pk}")
+    measured = re.search(r'<p class="note measured-scaling".*?</p>', plan, re.S)[0]
+    assert "its outputs did not match the float32 reference" in text(measured)
 
 
 @pytest.mark.parametrize("name", ["crash", "not_validated"])
@@ -491,15 +546,15 @@ def test_no_measured_point_without_a_measured_efficiency(
 
 
 def test_plan_scaling_curve_keeps_the_two_ratios_apart(h200_plan):
-    measured = {"devices": 4, "efficiency": 0.61, "split": "TP=4", "passed": True}
-    chart = charts.plan_scaling_curve(h200_plan["scaling"], measured)
+    measured = {"devices": 4, "efficiency": 0.61, "tp": 4, "ep": 1, "passed": True}
+    chart = plan_charts.scaling_curve(h200_plan["scaling"], measured)
     trace = chart["data"][-1]
     assert (trace["x"], trace["y"], trace["yaxis"]) == ([4], [0.61], "y2")
     assert trace["marker"]["symbol"] == "diamond"
     assert "did not match" not in trace["hovertemplate"]
     assert chart["layout"]["xaxis"]["tickvals"][0] == 4
     # Without a measured point the chart is the planner's alone.
-    plain = charts.plan_scaling_curve(h200_plan["scaling"])
+    plain = plan_charts.scaling_curve(h200_plan["scaling"])
     assert [t["name"] for t in plain["data"]] == [
         "decode tokens/s (predicted)",
         f"efficiency per device vs {h200_plan['scaling'][0]['devices']} devices (predicted)",

@@ -113,3 +113,48 @@ def test_plain_config_values(value, shown):
 )
 def test_scientific_errors(value, shown):
     assert fmt.scientific(value) == shown
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (5775.99, "5,776 tokens/s"),
+        (42.26, "42.3 tokens/s"),
+        (8.456, "8.46 tokens/s"),
+        (None, "—"),
+        ("fast", "—"),
+    ],
+)
+def test_tokens_per_s_writes_the_rate_with_its_unit(value, shown):
+    assert fmt.tokens_per_s(value) == shown
+
+
+def test_signed_percent_keeps_the_sign():
+    assert fmt.signed_percent(0.0123) == "+1.2%"
+    assert fmt.signed_percent(-0.05) == "-5.0%"
+    assert fmt.signed_percent(0.2, 0) == "+20%"
+    assert fmt.signed_percent(None) == "—"
+
+
+def test_oneline_joins_the_stripped_lines_and_keeps_escaping():
+    from django.template import Context, Template
+
+    template = Template(
+        "{% load day0_text %}<b>{% oneline %}\n"
+        "  {% if n == 1 %}one thing\n"
+        "  {% else %}{{ n }} things, {{ name }}\n"
+        "  {% endif %}\n"
+        "{% endoneline %}</b>"
+    )
+    assert template.render(Context({"n": 1})) == "<b>one thing</b>"
+    assert template.render(Context({"n": 2, "name": "<x>"})) == "<b>2 things, &lt;x&gt;</b>"
+
+
+def test_words_includes_a_partial_on_one_line():
+    from django.template import Context, Template
+
+    template = Template(
+        '{% load day0_text %}<td>{% words "adaptation/partials/nodes.html" with nodes=2 '
+        "per_node=8 %}</td>"
+    )
+    assert template.render(Context()) == "<td>2 nodes of 8</td>"

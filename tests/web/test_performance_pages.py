@@ -14,7 +14,7 @@ import pytest
 from django.urls import reverse
 
 from adaptation.models import PerformancePoint
-from adaptation.performance_presenters import ms_text
+from engine.formatting import ms
 from tests.factories import make_job, make_release
 from tests.performance_rows import DENSE, MOE, OOM_BATCH, engine_results, h200_pool, measured_job
 
@@ -202,7 +202,7 @@ def test_knee_shown_is_the_stage_result_s(logged_in_client):
         row = re.search(rf'<tr data-dtype="{dtype}">(.*?)</tr>', panel, re.S)[1]
         batch = text(re.search(r'<td class="num knee-batch">(.*?)</td>', row, re.S)[1])
         assert batch.split()[0] == str(knee["batch_size"])
-        assert text(re.search(r'<td class="num knee-tpot">(.*?)</td>', row, re.S)[1]) == ms_text(
+        assert text(re.search(r'<td class="num knee-tpot">(.*?)</td>', row, re.S)[1]) == ms(
             knee["tpot_s"]
         )
         assert html_lib.escape(knee["reason"], quote=False) in row

@@ -16,7 +16,7 @@ from django.urls import reverse
 from adaptation.models import AcceleratorPool
 from engine.architecture import analyze_config
 from engine.catalog import load_catalog
-from engine.formatting import MISSING, gib
+from engine.formatting import MISSING, gib, ms, tokens_per_s
 from engine.stages.plan.errors import NoFittingPlan
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
@@ -187,7 +187,7 @@ def test_predicted_speeds_and_curves_are_labelled_predicted(
     batch_1, largest = predicted["batch_1"], predicted["largest_batch"]
 
     assert table_row(panel, "Decode at batch 1 (predicted)") == (
-        f"{batch_1['decode_tokens_per_s']:,.0f} tokens/s TPOT {batch_1['tpot_s'] * 1000:,.1f} ms"
+        f"{batch_1['decode_tokens_per_s']:,.0f} tokens/s TPOT {ms(batch_1['tpot_s'])}"
     )
     row = table_row(
         panel,
@@ -196,9 +196,7 @@ def test_predicted_speeds_and_curves_are_labelled_predicted(
     )
     assert row.startswith(f"{largest['decode_tokens_per_s']:,.0f} tokens/s TPOT ")
     for point in predicted["prefill"]:
-        assert table_row(panel, f"{point['prompt_tokens']:,} prompt tokens") == (
-            f"{point['ttft_s'] * 1000:,.1f} ms"
-        )
+        assert table_row(panel, f"{point['prompt_tokens']:,} prompt tokens") == ms(point["ttft_s"])
 
     decode = figure(html, f"plan-job-{job.pk}-decode-figure")
     prefill = figure(html, f"plan-job-{job.pk}-prefill-figure")
@@ -308,10 +306,7 @@ def test_the_calibrated_prediction_is_shown_beside_the_raw_one(
         predicted["batch_1"]["decode_tokens_per_s"] * 0.25
     )
     assert table_row(panel, "Decode at batch 1 (calibrated prediction)") == (
-        f"{batch_1['decode_tokens_per_s']:,.1f} tokens/s TPOT {batch_1['tpot_s'] * 1000:,.1f} ms"
-        if batch_1["decode_tokens_per_s"] < 100
-        else f"{batch_1['decode_tokens_per_s']:,.0f} tokens/s TPOT "
-        f"{batch_1['tpot_s'] * 1000:,.1f} ms"
+        f"{tokens_per_s(batch_1['decode_tokens_per_s'])} TPOT {ms(batch_1['tpot_s'])}"
     )
     row = table_row(
         panel,
@@ -319,13 +314,13 @@ def test_the_calibrated_prediction_is_shown_beside_the_raw_one(
         "that fits (calibrated prediction)",
     )
     assert row.startswith(
-        f"{largest['decode_tokens_per_s']:,.0f} tokens/s TPOT {largest['tpot_s'] * 1000:,.1f} ms"
+        f"{largest['decode_tokens_per_s']:,.0f} tokens/s TPOT {ms(largest['tpot_s'])}"
     )
     assert calibrated["prefill"]
     for point in calibrated["prefill"]:
         assert table_row(
             panel, f"{point['prompt_tokens']:,} prompt tokens (calibrated prediction)"
-        ) == (f"{point['ttft_s'] * 1000:,.1f} ms")
+        ) == ms(point["ttft_s"])
     assert fact(panel, "Decode factor") == "0.250"
     assert fact(panel, "Prefill factor") == "0.500"
     for key in ("basis", "caveat", "warning"):
@@ -781,12 +776,12 @@ def test_compare_pools_row_that_cannot_be_planned_says_why(logged_in_client, dee
 
 
 def test_fewest_devices_is_not_a_badge_when_every_fitting_row_needs_as_many():
-    from adaptation.plan_presenters import CompareRow, _marked
+    from adaptation.presenters.compare_pools import CompareRow, _marked
 
     def row(name, devices):
         return CompareRow(
-            name=name, source="catalog kind", accelerator=name, layout="", fits=True,
-            verdict="fits", devices=devices,
+            name=name, source="catalog kind", accelerator=name, fits=True,
+            verdict="fits-node", devices=devices,
         )  # fmt: skip
 
     assert not any(r.fewest_devices for r in _marked([row("a", 1), row("b", 1)]))

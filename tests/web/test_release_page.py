@@ -516,7 +516,7 @@ def test_the_release_config_is_what_sources_are_checked_against(logged_in_client
 
 def test_figure_config_keys_cover_the_engine_key_spellings():
     """The page's figure → config key map keeps up with the keys the engine reads."""
-    from adaptation.presenters import FIGURE_CONFIG_KEYS
+    from adaptation.presenters.figure_sources import FIGURE_CONFIG_KEYS
     from engine.architecture.config_reader import KEY_ALIASES
     from engine.architecture.moe import (
         EXPERT_COUNT_KEYS,

@@ -1,5 +1,5 @@
-"""The release page's "Known limitations" panel: notes grouped by severity, most severe
-first, open and mitigated ones shown, resolved ones apart (collapsed on the page)."""
+"""The release page's "Known limitations" panel: notes grouped by severity, most severe first,
+open and mitigated ones shown, resolved ones apart (collapsed on the page)."""
 
 from __future__ import annotations
 
@@ -9,32 +9,44 @@ from typing import Any
 from adaptation.limitation_forms import LimitationForm
 from adaptation.models import KnownLimitation, LimitationStatus, ModelRelease, Severity
 from adaptation.models.limitations import ACTIVE_STATUSES, SEVERITY_ORDER
-from adaptation.presenters import stage_title
+from adaptation.presenters.stages import stage_title
 from adaptation.roles import ADD_LIMITATION, CHANGE_LIMITATION
 from adaptation.selectors.limitations import release_limitations
 
-# The quick status buttons: the status a button sets and what it says.
-STATUS_ACTIONS: dict[str, str] = {
-    LimitationStatus.MITIGATED: "Mark mitigated",
-    LimitationStatus.RESOLVED: "Resolve",
-    LimitationStatus.OPEN: "Reopen",
-}
+# The statuses a note's quick buttons set, in button order (the template words each).
+STATUS_ACTIONS = (LimitationStatus.MITIGATED, LimitationStatus.RESOLVED, LimitationStatus.OPEN)
 
 
 @dataclass(frozen=True)
 class LimitationItem:
-    """One note as the panel shows it."""
+    """One note as the panel shows it: whether a stage raised it (its title and body are the
+    stage's), the raising stage's title ("" when unnamed) or the author's username ("" for a
+    former user), the pool it applies to (None: all pools) and the statuses its buttons may
+    set (all but its own)."""
 
     note: KnownLimitation
-    automatic: bool  # raised by a stage (its title and body are the stage's)
-    raised_by: str  # "Operator coverage stage" or the author's name
-    pool_label: str  # the pool's name or "all pools"
-    status_actions: list[tuple[str, str]]  # (status, button label) other than its own
+    automatic: bool
+    stage_title: str
+    author: str
+    pool_name: str | None
+    status_actions: list[str]
+
+
+def limitation_item(note: KnownLimitation) -> LimitationItem:
+    """A note with who raised it and where it applies (pool and author loaded)."""
+    return LimitationItem(
+        note=note,
+        automatic=bool(note.key),
+        stage_title=stage_title(note.stage) if note.stage else "",
+        author=note.author.get_username() if note.author else "",
+        pool_name=note.pool.name if note.pool else None,
+        status_actions=[str(status) for status in STATUS_ACTIONS if status != note.status],
+    )
 
 
 @dataclass(frozen=True)
 class SeverityGroup:
-    """The open and mitigated notes of one severity."""
+    """The open and mitigated notes of one severity (`label`: the severity's name)."""
 
     severity: str
     label: str
@@ -58,22 +70,6 @@ class LimitationsPanel:
         return not self.groups and not self.resolved
 
 
-def limitation_item(note: KnownLimitation) -> LimitationItem:
-    """A note with what the panel says about who raised it and where it applies."""
-    automatic = bool(note.key)
-    if automatic:
-        raised_by = f"{stage_title(note.stage)} stage" if note.stage else "a stage"
-    else:
-        raised_by = note.author.get_username() if note.author else "a former user"
-    return LimitationItem(
-        note=note,
-        automatic=automatic,
-        raised_by=raised_by,
-        pool_label=note.pool.name if note.pool else "all pools",
-        status_actions=[(s, label) for s, label in STATUS_ACTIONS.items() if s != note.status],
-    )
-
-
 def limitations_panel(
     release: ModelRelease,
     notes: list[KnownLimitation],
@@ -82,8 +78,8 @@ def limitations_panel(
     can_change: bool,
     add_form: Any = None,
 ) -> LimitationsPanel:
-    """The panel from the release's notes (`selectors.limitations.release_limitations`: pool and
-    author loaded, most severe first)."""
+    """The panel from the release's notes (`selectors.limitations.release_limitations`: pool
+    and author loaded, most severe first)."""
     active = [limitation_item(n) for n in notes if n.status in ACTIVE_STATUSES]
     groups = []
     for severity in SEVERITY_ORDER:

@@ -1,11 +1,12 @@
-"""Shapes the `operators` and `precision` stages' rows for the release page."""
+"""The release page's "Operators and precision" section: the `operators` and `precision`
+stages' rows for the release's scaled twin."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from adaptation import charts
+from adaptation.charts import precision as precision_charts
 from adaptation.models import ModelRelease, OperatorCheck, PrecisionResult, StageRun
 from adaptation.selectors.releases import release_latest_stage_run
 from adaptation.selectors.results import operator_checks, precision_results
@@ -13,33 +14,40 @@ from adaptation.selectors.results import operator_checks, precision_results
 
 @dataclass
 class OperatorCoverage:
-    """The operator table of one `operators` run (missing operators first)."""
+    """The operator table of one `operators` run (missing operators first), the count per
+    status, the device the twin ran on, and what the operators were checked against: the
+    pool's operator manifest (`manifest_accelerator`: its accelerator, "" when it names none)
+    or, when `against_manifest` is False, torch's dispatcher's `dispatch_key` kernels."""
 
     run: StageRun
     rows: list[OperatorCheck]
     counts: dict[str, int]
     notes: list[str]
     device: str
-    checked_against: str
+    against_manifest: bool
+    manifest_accelerator: str = ""
+    dispatch_key: str = ""
 
 
-# (label, measured key, limit key, direction) of the figures a dtype's verdict rests on.
+# The figures a dtype's verdict rests on: (measured key, limit key, direction). The template
+# names each by its measured key.
 _JUDGED = (
-    ("mean relative logit error", "relative_logit_error", "max_relative_logit_error", "<="),
-    ("worst row", "max_relative_logit_error", "max_row_relative_logit_error", "<="),
-    ("worst cosine (mean-centred)", "min_cosine_similarity", "min_cosine_similarity", ">="),
-    ("worst module's own error", "worst_local_relative_error", "max_local_relative_error", "<="),
-    ("top-1 agreement", "top1_agreement", "min_top1_agreement", ">="),
-    ("KL divergence", "kl_divergence", "max_kl_divergence", "<="),
-    ("mean abs error", "mean_abs_error", "max_mean_abs_error", "<="),
+    ("relative_logit_error", "max_relative_logit_error", "<="),
+    ("max_relative_logit_error", "max_row_relative_logit_error", "<="),
+    ("min_cosine_similarity", "min_cosine_similarity", ">="),
+    ("worst_local_relative_error", "max_local_relative_error", "<="),
+    ("top1_agreement", "min_top1_agreement", ">="),
+    ("kl_divergence", "max_kl_divergence", "<="),
+    ("mean_abs_error", "max_mean_abs_error", "<="),
 )
 
 
 @dataclass(frozen=True)
 class Judged:
-    """One figure a dtype was judged by, with its limit."""
+    """One figure a dtype was judged by (`figure`: its key in the stage's result), with its
+    limit and the direction it must keep ("<=" or ">=")."""
 
-    label: str
+    figure: str
     value: float
     op: str
     limit: float
@@ -48,17 +56,10 @@ class Judged:
     def within(self) -> bool:
         return self.value <= self.limit if self.op == "<=" else self.value >= self.limit
 
-    def _text(self, number: float) -> str:
-        # Similarities sit just under 1: show enough digits to tell them from their limit.
-        return f"{number:.6f}" if "cosine" in self.label else f"{number:.3g}"
-
     @property
-    def value_text(self) -> str:
-        return self._text(self.value)
-
-    @property
-    def limit_text(self) -> str:
-        return self._text(self.limit)
+    def similarity(self) -> bool:
+        """A similarity, just under 1: shown with enough digits to tell it from its limit."""
+        return "cosine" in self.figure
 
 
 @dataclass
@@ -73,8 +74,8 @@ class PrecisionRow:
 def _precision_row(row: PrecisionResult, measured: dict[str, Any]) -> PrecisionRow:
     thresholds = measured.get("thresholds") or {}
     judged = [
-        Judged(label, measured[key], op, thresholds[limit])
-        for label, key, limit, op in _JUDGED
+        Judged(key, measured[key], op, thresholds[limit])
+        for key, limit, op in _JUDGED
         if isinstance(measured.get(key), int | float)
         and isinstance(thresholds.get(limit), int | float)
     ]
@@ -83,12 +84,14 @@ def _precision_row(row: PrecisionResult, measured: dict[str, Any]) -> PrecisionR
 
 @dataclass
 class Precision:
-    """The per-dtype table, skipped dtypes and per-layer chart of one `precision` run."""
+    """The per-dtype table, skipped dtypes and per-layer chart of one `precision` run, and the
+    reference it compares against (dtype on device)."""
 
     run: StageRun
     rows: list[PrecisionRow]
     skipped: dict[str, str]
-    reference: str
+    reference_dtype: str
+    reference_device: str
     figure: dict[str, Any] | None
 
 
@@ -111,23 +114,17 @@ def _operators(release: ModelRelease) -> OperatorCoverage | None:
     for row in rows:
         counts[row.status] += 1
     result = run.result or {}
+    manifest = result.get("manifest") or {}
     return OperatorCoverage(
         run=run,
         rows=rows,
         counts=counts,
         notes=[str(n) for n in result.get("notes", [])],
         device=str(result.get("device") or run.job.pool.device),
-        checked_against=_checked_against(result, run),
+        against_manifest=result.get("checked_against") == "manifest" or bool(manifest),
+        manifest_accelerator=str(manifest.get("accelerator") or ""),
+        dispatch_key=str(result.get("dispatch_key") or run.job.pool.backend),
     )
-
-
-def _checked_against(result: dict[str, Any], run: StageRun) -> str:
-    """What the operators were checked against: the pool's manifest, or torch's dispatcher."""
-    manifest = result.get("manifest") or {}
-    if result.get("checked_against") == "manifest" or manifest:
-        return f"the operator manifest of {manifest.get('accelerator') or 'the pool'}"
-    key = result.get("dispatch_key") or run.job.pool.backend
-    return f"torch's dispatcher ({key} kernels)"
 
 
 def _precision(release: ModelRelease) -> Precision | None:
@@ -138,13 +135,13 @@ def _precision(release: ModelRelease) -> Precision | None:
     result = run.result or {}
     reference = result.get("reference") or {}
     measured = result.get("dtypes") or {}
-    rows = [_precision_row(row, measured.get(row.dtype) or {}) for row in stored]
     return Precision(
         run=run,
-        rows=rows,
+        rows=[_precision_row(row, measured.get(row.dtype) or {}) for row in stored],
         skipped={str(k): str(v) for k, v in (result.get("skipped_dtypes") or {}).items()},
-        reference=f"{reference.get('dtype', 'float32')} on {reference.get('device', 'cpu')}",
-        figure=charts.precision_layer_drift(stored),
+        reference_dtype=str(reference.get("dtype", "float32")),
+        reference_device=str(reference.get("device", "cpu")),
+        figure=precision_charts.layer_drift(stored),
     )
 
 

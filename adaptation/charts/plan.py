@@ -1,0 +1,290 @@
+"""The release page's plan charts: memory per device, the decode and prefill curves and the
+multi-device scaling of a plan. Every figure is the planner's prediction, never a measurement,
+but the scaling point the `distributed` stage measured on the twin, labelled so."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+from adaptation.charts.layout import COUNT_TICKS, MS_TICKS, SECOND_AXIS, SI_TICKS, figure_json
+from engine.formatting import finite as _number
+from engine.units import GIB
+
+# (key in the plan's memory_per_device_bytes, legend label, colour), bottom of the stack first.
+_PLAN_MEMORY_PARTS = (
+    ("weights", "weights", "#1d5fb4"),
+    ("kv_cache", "KV cache", "#4caf6a"),
+    ("activations_workspace", "activations + workspace", "#d9a521"),
+    ("runtime_overhead", "runtime overhead", "#8a6fd1"),
+    ("free", "free", "#d5dae0"),
+)
+
+
+def split_name(split: Mapping[str, Any]) -> str:
+    """A split as the planner writes it, for a chart's labels: "TP1 PP1 EP8 DP8"."""
+    return " ".join(f"{k.upper()}{split.get(k)}" for k in ("tp", "pp", "ep", "dp"))
+
+
+def validated_split_name(measured: Mapping[str, Any]) -> str:
+    """The split a `distributed` run validated, as its reason writes it: "TP=2 EP=2" (EP only
+    above 1)."""
+    ep = measured.get("ep")
+    return f"TP={measured.get('tp')}" + (f" EP={ep}" if isinstance(ep, int) and ep > 1 else "")
+
+
+def memory_per_device(
+    memory: Mapping[str, Any], *, split: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """One device's memory under the chosen split, in GiB, as a stacked bar: weights, KV cache,
+    activations + workspace, runtime overhead and the free rest up to the device's capacity,
+    with the budget (gpu_memory_utilization x capacity) as a dashed line.
+
+    `memory` is a plan result's `memory_per_device_bytes`. Returns None when it holds no
+    figures. Predicted by the planner from the analysis, not measured.
+    """
+    parts = [
+        (label, colour, max(_number(memory.get(key)) or 0.0, 0.0) / GIB)
+        for key, label, colour in _PLAN_MEMORY_PARTS
+        if _number(memory.get(key)) is not None
+    ]
+    if not parts:
+        return None
+    fig = go.Figure()
+    for label, colour, value in parts:
+        fig.add_trace(
+            go.Bar(
+                x=[value],
+                y=[split_name(split)],
+                orientation="h",
+                name=f"{label} (predicted)",
+                marker={"color": colour},
+                hovertemplate="%{x:,.1f} GiB<extra>%{fullData.name}</extra>",
+            )
+        )
+    budget, capacity = _number(memory.get("budget")), _number(memory.get("capacity"))
+    if budget:
+        share = budget / capacity if capacity else None
+        fig.add_vline(
+            x=budget / GIB,
+            line={"dash": "dash", "width": 2, "color": "#8f1d1d"},
+            annotation_text=f"budget {budget / GIB:,.1f} GiB"
+            + (f" ({share:.0%} of capacity)" if share else ""),
+            annotation_position="top left",
+        )
+    if capacity:
+        fig.add_vline(
+            x=capacity / GIB,
+            line={"width": 1, "color": "#1d232b"},
+            annotation_text=f"capacity {capacity / GIB:,.1f} GiB",
+            annotation_position="bottom right",
+        )
+    return figure_json(
+        fig,
+        title="Memory per device (predicted)",
+        height=280,
+        barmode="stack",
+        xaxis_title="GiB per device",
+        yaxis={"automargin": True},
+        legend={"orientation": "h", "y": -0.25, "x": 0, "traceorder": "normal"},
+    )
+
+
+def _tokens_per_s_and_right_axis(
+    fig: go.Figure,
+    *,
+    title: str,
+    x_title: str,
+    ticks: Sequence[Any],
+    right: dict[str, Any],
+) -> dict[str, Any]:
+    """A curve chart's layout: counts on a log x axis ticked at `ticks`, tokens/s on the left
+    axis from zero, and the `right` axis (its title and tick format) from zero."""
+    return figure_json(
+        fig,
+        title=title,
+        height=360,
+        xaxis={"title": x_title, "type": "log", "tickvals": ticks, **COUNT_TICKS},
+        yaxis={"title": "tokens/s", "rangemode": "tozero", **SI_TICKS},
+        yaxis2={
+            "title": right["title"],
+            "overlaying": "y",
+            "side": "right",
+            "rangemode": "tozero",
+            **SECOND_AXIS,
+            **{key: value for key, value in right.items() if key != "title"},
+        },
+    )
+
+
+def decode_curve(predicted: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Predicted decode throughput (tokens/s over all replicas) and TPOT (ms) against the
+    number of concurrent sequences, from batch 1 to the largest batch that fits.
+
+    `predicted` is a plan result's `predicted`; None when it has no decode curve."""
+    curve = [p for p in predicted.get("decode_curve") or [] if isinstance(p, Mapping)]
+    if not predicted.get("available") or not curve:
+        return None
+    x = [p.get("concurrent_sequences") for p in curve]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=[p.get("decode_tokens_per_s") for p in curve],
+            mode="lines+markers",
+            name="decode tokens/s (predicted)",
+            hovertemplate="%{x} sequences<br>%{y:,.0f} tokens/s<extra>%{fullData.name}</extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=[(_number(p.get("tpot_s")) or 0.0) * 1000 for p in curve],
+            mode="lines+markers",
+            yaxis="y2",
+            line={"dash": "dot"},
+            name="TPOT ms (predicted)",
+            hovertemplate="%{x} sequences<br>%{y:,.1f} ms per token<extra>%{fullData.name}</extra>",
+        )
+    )
+    return _tokens_per_s_and_right_axis(
+        fig,
+        title="Decode vs concurrent sequences (predicted)",
+        x_title="concurrent sequences",
+        ticks=x,
+        right={"title": "TPOT", **MS_TICKS},
+    )
+
+
+def prefill_curve(predicted: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Predicted time to first token (ms) of one prompt against its length in tokens.
+
+    `predicted` is a plan result's `predicted`; None when it has no prefill points."""
+    points = [p for p in predicted.get("prefill") or [] if isinstance(p, Mapping)]
+    if not predicted.get("available") or not points:
+        return None
+    x = [p.get("prompt_tokens") for p in points]
+    fig = go.Figure(
+        go.Scatter(
+            x=x,
+            y=[(_number(p.get("ttft_s")) or 0.0) * 1000 for p in points],
+            mode="lines+markers",
+            name="TTFT ms (predicted)",
+            hovertemplate="%{x:,} prompt tokens<br>%{y:,.1f} ms<extra>%{fullData.name}</extra>",
+        )
+    )
+    return figure_json(
+        fig,
+        title="Time to first token vs prompt length (predicted)",
+        height=360,
+        showlegend=True,
+        xaxis={"title": "prompt tokens", "type": "log", "tickvals": x, **COUNT_TICKS},
+        # a log axis labels its 2s and 5s without the suffix: the unit goes in the title
+        yaxis={"title": "TTFT (ms)", "type": "log", "tickformat": MS_TICKS["tickformat"]},
+    )
+
+
+def scaling_curve(
+    scaling: Sequence[Mapping[str, Any]], measured: Mapping[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """Predicted decode throughput and per-device efficiency as the device count grows (the
+    best fitting split at each count); counts past the pool's size are drawn hollow.
+
+    `scaling` is a plan result's `scaling`; None when no point has a predicted speed (a
+    pool without a roofline prediction: the panel says why instead).
+
+    `measured` ("devices" (processes), "efficiency", "tp", "ep", "passed") is the scaling
+    efficiency the `distributed` stage measured on the scaled twin, drawn as its own marker on
+    the efficiency axis. It is not the same ratio as the curve's: the measured one is the
+    twin's TP=N step against its TP=1 step on the worker, the predicted one the full model's
+    tokens/s per device against the curve's first device count; the legend and the hover say
+    so."""
+    points = [p for p in scaling if isinstance(p, Mapping) and p.get("devices")]
+    if not any(_number(p.get("decode_tokens_per_s")) is not None for p in points):
+        return None
+    x = [p["devices"] for p in points]
+    ticks = list(x)
+    splits = [
+        split_name(p) + ("" if p.get("within_pool", True) else ", past the pool's size")
+        for p in points
+    ]
+    symbols = ["circle" if p.get("within_pool", True) else "circle-open" for p in points]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=[p.get("decode_tokens_per_s") for p in points],
+            customdata=splits,
+            mode="lines+markers",
+            marker={"symbol": symbols, "size": 9},
+            name="decode tokens/s (predicted)",
+            hovertemplate="%{x} devices, %{customdata}<br>%{y:,.0f} tokens/s"
+            "<extra>%{fullData.name}</extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=[p.get("efficiency_per_device") for p in points],
+            customdata=splits,
+            mode="lines+markers",
+            marker={"symbol": symbols, "size": 9},
+            line={"dash": "dot"},
+            yaxis="y2",
+            name=f"efficiency per device vs {x[0]} {'device' if x[0] == 1 else 'devices'} "
+            "(predicted)",
+            hovertemplate="%{x} devices, %{customdata}<br>%{y:.2f} x the first count's"
+            "<extra>%{fullData.name}</extra>",
+        )
+    )
+    title = "Multi-device scaling (predicted)"
+    if measured is not None and _measured_scaling_trace(fig, measured, first_devices=x[0]):
+        ticks = sorted({*ticks, measured["devices"]})
+        title = "Multi-device scaling (predicted; one point measured on the twin)"
+    return _tokens_per_s_and_right_axis(
+        fig,
+        title=title,
+        x_title="devices",
+        ticks=ticks,
+        right={"title": "efficiency per device (1 = linear)", "tickformat": ".2~f"},
+    )
+
+
+def _measured_scaling_trace(
+    fig: go.Figure, measured: Mapping[str, Any], *, first_devices: Any
+) -> bool:
+    """Add the scaling efficiency measured on the twin to `fig`'s efficiency axis (y2) as a
+    single marker; False (nothing drawn) without a device count and an efficiency."""
+    devices, efficiency = measured.get("devices"), _number(measured.get("efficiency"))
+    if efficiency is None or not isinstance(devices, int) or isinstance(devices, bool):
+        return False
+    split = validated_split_name(measured)
+    caveat = (
+        "" if measured.get("passed") is not False else "<br>its outputs did not match the reference"
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[devices],
+            y=[efficiency],
+            mode="markers",
+            marker={
+                "symbol": "diamond",
+                "size": 14,
+                "color": "#c23b5a",
+                "line": {"width": 1, "color": "#5e1212"},
+            },
+            yaxis="y2",
+            name=f"scaling efficiency measured on the twin ({split} vs TP=1)",
+            hovertemplate=(
+                f"{devices} processes, {split}, on the scaled twin<br>"
+                "%{y:.2f} x linear: its TP=1 step time / "
+                f"({devices} x its {split.split()[0]} step time) (measured)<br>"
+                "the predicted efficiencies are the full model's per device against "
+                f"{first_devices} devices, the curve's first count{caveat}"
+                "<extra>measured on the twin</extra>"
+            ),
+        )
+    )
+    return True

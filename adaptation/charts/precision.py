@@ -1,0 +1,83 @@
+"""The release page's precision chart: each module's own error in the scaled twin against
+the float32 reference (measured on the pool's device)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import plotly.graph_objects as go
+
+from adaptation.charts.layout import figure_json
+from adaptation.models import LayerDrift, PrecisionResult
+
+
+def _point_label(drift: LayerDrift) -> str:
+    """A unique x label per measured module: its path in the twin when known."""
+    return drift.name or f"L{drift.layer} {drift.module}"
+
+
+def layer_drift(results: Iterable[PrecisionResult]) -> dict[str, Any] | None:
+    """Each decoder sub-module's own relative error (fed the reference's input) against the
+    float32 reference, one line per dtype on a log axis, with the dtype's limit as a dashed
+    line: a point above its line is where the port diverges.
+
+    `results` must have their `layers` prefetched. Returns the figure as a JSON-able dict, or
+    None when no module was measured. Every point is measured on the pool's device.
+    """
+    fig = go.Figure()
+    for result in results:
+        layers = [d for d in result.layers.all() if _local_error(d) is not None]
+        if not layers:
+            continue
+        x = [_point_label(d) for d in layers]
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=[max(_local_error(d), 1e-12) for d in layers],
+                mode="lines+markers",
+                name=f"{result.dtype} ({'passed' if result.passed else 'failed'})",
+                hovertemplate="%{x}<br>relative error %{y:.3g}<extra>%{fullData.name}</extra>",
+            )
+        )
+        if result.max_local_relative_error:
+            fig.add_trace(
+                go.Scatter(
+                    x=[x[0], x[-1]],
+                    y=[result.max_local_relative_error] * 2,
+                    mode="lines",
+                    line={"dash": "dash", "width": 1},
+                    name=f"{result.dtype} limit",
+                    hoverinfo="skip",
+                )
+            )
+        if result.first_divergent_layer is not None:
+            fig.add_annotation(
+                x=result.first_divergent_name
+                or f"L{result.first_divergent_layer} {result.first_divergent_module}",
+                y=0,
+                yref="paper",
+                text=f"{result.dtype} diverges",
+                showarrow=True,
+                arrowhead=2,
+            )
+    if not fig.data:
+        return None
+    return figure_json(
+        fig,
+        title="Per-module error of the scaled twin vs float32 (measured)",
+        height=440,
+        xaxis_title="decoder layer sub-module",
+        yaxis_title="relative error of the module's own output",
+        yaxis_type="log",
+        margin={"l": 60, "r": 20, "t": 50, "b": 170},
+        legend={"orientation": "h", "y": -0.45, "x": 0},
+    )
+
+
+def _local_error(drift: LayerDrift) -> float | None:
+    """The module's own error; rows stored before local errors were measured have only the
+    accumulated one."""
+    if drift.local_relative_error is not None:
+        return drift.local_relative_error
+    return drift.relative_error

@@ -1,0 +1,204 @@
+"""The Day-0 clock of a release (the board's clock column, the release page's clock and
+readiness table) and its timeline of events."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from adaptation.models import AdaptationJob, JobStatus, ModelRelease, StageRun
+from adaptation.presenters.stages import stage_title
+from adaptation.readiness import JobReadiness, readiness_from_runs, top_limitation
+from adaptation.selectors.jobs import latest_runs_by_stage
+
+
+@dataclass(frozen=True)
+class PoolReadiness:
+    """A release on one pool: the readiness of its latest job there (`adaptation.readiness`),
+    the stage blocking the next level, the most severe open limitation that applies there
+    (None when none), and when the release was first ready on the pool."""
+
+    pool_id: int
+    pool_name: str
+    job: AdaptationJob
+    level: JobReadiness
+    top_limitation: Any
+    ready_at: datetime | None
+
+    @property
+    def blocking_title(self) -> str:
+        """The blocking stage's title ("" when nothing blocks)."""
+        return stage_title(self.level.blocking_stage) if self.level.blocking_stage else ""
+
+
+def job_readiness(job: AdaptationJob) -> JobReadiness:
+    """The job's readiness from its prefetched stage runs (`adaptation.readiness`): its
+    `ready_at` is, per required stage, its earliest succeeded attempt, the latest of those; a
+    later re-run keeps the earlier success, so the time never moves."""
+    return readiness_from_runs(stages=job.stages or [], runs=job.stage_runs.all())
+
+
+def pool_readiness(
+    jobs: Iterable[AdaptationJob], *, limitations: Iterable[Any] = ()
+) -> list[PoolReadiness]:
+    """Per pool the release's jobs ran on (by pool name), its readiness: jobs newest first
+    with their stage runs and pool prefetched; `limitations` the release's open ones."""
+    limitations = list(limitations)
+    by_pool: dict[int, list[AdaptationJob]] = {}
+    for job in jobs:
+        by_pool.setdefault(job.pool_id, []).append(job)
+    rows = []
+    for pool_id, pool_jobs in by_pool.items():
+        latest = pool_jobs[0]
+        times = [at for at in (job_readiness(job).ready_at for job in pool_jobs) if at]
+        rows.append(
+            PoolReadiness(
+                pool_id=pool_id,
+                pool_name=latest.pool.name,
+                job=latest,
+                level=job_readiness(latest),
+                top_limitation=top_limitation(limitations, pool_id=pool_id),
+                ready_at=min(times) if times else None,
+            )
+        )
+    return sorted(rows, key=lambda row: row.pool_name)
+
+
+@dataclass(frozen=True)
+class Day0Clock:
+    """How long a release has been public and, once adapted, how long that took.
+
+    `ready_at` is the first time the release was adapted: the earliest Day 0 of its jobs
+    (`adaptation.readiness`: when every stage the `complete` level requires had passed). It
+    never moves later, so re-runs and manual re-adapts cannot make the clock worse.
+    `time_to_detect` is discovered - published; `ready_after` (time-to-Day-0) runs from the
+    hub's publication time to `ready_at`, or from discovery when the hub gave none
+    (`day0_basis` says which: "publication" or "discovery"). `since_published` runs from
+    publication to now (None without one). `newest_job_state` says what the newest job is
+    doing now when it is not a success ("pending", "running", "failed"), so the board can show
+    a re-run beside the first readiness. `pools`: the readiness per pool.
+    """
+
+    published_at: datetime | None
+    since_published: timedelta | None
+    ready_at: datetime | None
+    ready_after: timedelta | None
+    newest_job_state: str
+    discovered_at: datetime | None = None
+    time_to_detect: timedelta | None = None
+    day0_basis: str = ""
+    pools: tuple[PoolReadiness, ...] = ()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the release was adapted at least once."""
+        return self.ready_at is not None
+
+
+def day0_basis(release: ModelRelease) -> tuple[datetime, str]:
+    """Where the release's time-to-Day-0 runs from: its publication time when the hub gave
+    one ("publication"), else its discovery ("discovery")."""
+    if release.published_at is not None:
+        return release.published_at, "publication"
+    return release.discovered_at, "discovery"
+
+
+def _job_state(job: AdaptationJob | None) -> str:
+    """What the newest job is doing ("pending", "running", "failed"), or "" when it
+    succeeded or there is none."""
+    if job is None or job.status == JobStatus.SUCCEEDED:
+        return ""
+    return str(job.status)
+
+
+def day0_clock(
+    release: ModelRelease,
+    jobs: Iterable[AdaptationJob],
+    *,
+    now: datetime,
+    limitations: Iterable[Any] = (),
+) -> Day0Clock:
+    """The release's Day-0 clock at `now`, from its jobs (newest first, runs and pools
+    prefetched) and its open `limitations`."""
+    jobs = list(jobs)
+    pools = pool_readiness(jobs, limitations=limitations)
+    times = [row.ready_at for row in pools if row.ready_at is not None]
+    ready_at = min(times) if times else None
+    published = release.published_at
+    basis_at, basis = day0_basis(release)
+    return Day0Clock(
+        published_at=published,
+        since_published=now - published if published is not None else None,
+        ready_at=ready_at,
+        ready_after=ready_at - basis_at if ready_at else None,
+        newest_job_state=_job_state(jobs[0] if jobs else None),
+        discovered_at=release.discovered_at,
+        time_to_detect=release.time_to_detect,
+        day0_basis=basis,
+        pools=tuple(pools),
+    )
+
+
+@dataclass(frozen=True)
+class ClockEvent:
+    """One moment of a release's Day-0 timeline: what happened (`kind`: "published",
+    "discovered", "job_started", "stage_finished" or "pool_ready"), when, how long after the
+    clock's start (publication, else discovery), on which pool ("" for the release itself),
+    and the job and stage run it is about."""
+
+    kind: str
+    at: datetime
+    after: timedelta
+    pool: str = ""
+    job: AdaptationJob | None = None
+    run: StageRun | None = None
+
+    @property
+    def stage_title(self) -> str:
+        """The finished stage's title ("" for other events)."""
+        return stage_title(self.run.stage) if self.run is not None else ""
+
+    @property
+    def status(self) -> str:
+        """The finished stage's status, "ready" for a pool's Day 0, else ""."""
+        if self.run is not None:
+            return str(self.run.status)
+        return "ready" if self.kind == "pool_ready" else ""
+
+    @property
+    def anchor(self) -> str:
+        """The id on the page this event links to: its job, or its job's stage ("" when
+        none)."""
+        if self.job is None or self.kind == "pool_ready":
+            return ""
+        if self.run is not None:
+            return f"job-{self.job.pk}-stage-{self.run.stage}"
+        return f"job-{self.job.pk}"
+
+
+def day0_timeline(release: ModelRelease, clock: Day0Clock) -> list[ClockEvent]:
+    """The release's Day-0 timeline, oldest first: published (when known), discovered, and per
+    pool (its latest job) the job's start, each stage's latest attempt finished, and its
+    Day 0. Jobs come from `clock.pools`, runs prefetched."""
+    start, _ = day0_basis(release)
+    events: list[ClockEvent] = []
+
+    def add(kind: str, at: datetime | None, **about: Any) -> None:
+        if at is not None:
+            events.append(ClockEvent(kind=kind, at=at, after=at - start, **about))
+
+    add("published", release.published_at)
+    add("discovered", release.discovered_at)
+    for row in clock.pools:
+        job = row.job
+        add("job_started", job.started_at, pool=row.pool_name, job=job)
+        latest = latest_runs_by_stage(job)
+        for name in job.stages:
+            run = latest.get(name)
+            if run is not None:
+                add("stage_finished", run.finished_at, pool=row.pool_name, job=job, run=run)
+        add("pool_ready", row.ready_at, pool=row.pool_name, job=job)
+    events.sort(key=lambda event: event.at)
+    return events

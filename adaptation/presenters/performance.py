@@ -1,0 +1,302 @@
+"""The release page's Performance section: each job's newest finished `performance` attempt,
+drawn in the view the page's query string asks for, with its knee, out-of-memory stops,
+problems, calibration and a table of the same numbers.
+
+Curves are drawn from the job's `PerformancePoint` rows, the knee, the stops and the notes
+from the stage's result. Measured figures are the scaled twin's on the pool's device;
+predicted ones for the full-size model are the planner's roofline on the pool's accelerators;
+they live in separate panels of every chart, and every trace name says which it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.urls import reverse
+
+from adaptation.charts.performance_metrics import (
+    METRICS,
+    is_efficiency,
+    metric_info,
+)
+from adaptation.models import AdaptationJob, ModelRelease, StageRun, StageStatus
+from adaptation.presenters.chart_slot import ChartSlot
+from adaptation.presenters.performance_points import (
+    PERFORMANCE_STAGE,
+    PointTable,
+    finished_run,
+    jobs_with_performance,
+    point_rows,
+    point_table,
+)
+from adaptation.presenters.performance_predictions import (
+    CalibratedFullSize,
+    FullSizePrediction,
+    TwinCalibration,
+    calibrated_full_size,
+    full_size_prediction,
+    twin_calibration,
+)
+from adaptation.presenters.performance_view import (
+    PerformanceView,
+    chart_source,
+    off_axis,
+    performance_view,
+    view_charts,
+    x_choices,
+)
+from adaptation.presenters.stages import SkippedBecause, skipped_because
+from adaptation.selectors.jobs import latest_runs_by_stage
+from engine.formatting import finite
+from engine.stored import as_list, as_mapping
+
+# --- the release page's performance panel ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KneeRow:
+    """A dtype's recommended batch (the knee of its measured decode curve): TPOT median and
+    p95 (s) and decode tokens/s there, whether a knee was found (else the largest batch
+    measured), and why."""
+
+    dtype: str
+    prompt_len: Any
+    batch_size: Any
+    tpot_s: float | None
+    tpot_p95_s: float | None
+    tokens_per_s: float | None
+    found: bool
+    reason: str
+
+
+def knee_rows(result: Mapping[str, Any]) -> list[KneeRow]:
+    """The knee per dtype of a performance result."""
+    return [
+        KneeRow(
+            dtype=str(knee.get("dtype") or ""),
+            prompt_len=knee.get("prompt_len"),
+            batch_size=knee.get("batch_size"),
+            tpot_s=finite(knee.get("tpot_s")),
+            tpot_p95_s=finite(knee.get("tpot_p95_s")),
+            tokens_per_s=finite(knee.get("decode_tokens_per_s")),
+            found=bool(knee.get("found")),
+            reason=str(knee.get("reason") or ""),
+        )
+        for knee in (as_mapping(k) for k in as_mapping(result.get("knee_by_dtype")).values())
+    ]
+
+
+@dataclass(frozen=True)
+class Problems:
+    """What the sweep could not measure: points where the twin raised (dtype, prompt length,
+    batch, error), dtypes not measured (dtype, why) and prompt lengths not measured (length,
+    why)."""
+
+    errors: list[tuple[Any, Any, Any, Any]]
+    skipped_dtypes: list[tuple[str, Any]]
+    skipped_prompts: list[tuple[Any, Any]]
+
+    @property
+    def any(self) -> bool:
+        return bool(self.errors or self.skipped_dtypes or self.skipped_prompts)
+
+
+def _problems(result: Mapping[str, Any]) -> Problems:
+    return Problems(
+        errors=[
+            (e.get("dtype"), e.get("prompt_len"), e.get("batch_size"), e.get("error"))
+            for e in (as_mapping(e) for e in as_list(result.get("errors")))
+        ],
+        skipped_dtypes=list(as_mapping(result.get("skipped_dtypes")).items()),
+        skipped_prompts=[
+            (s.get("prompt_len"), s.get("reason"))
+            for s in (as_mapping(s) for s in as_list(result.get("skipped_prompt_lens")))
+        ],
+    )
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """How a performance run measured: the device and backend, the twin's parameters, the
+    timer and memory reading, the sweep (`swept`: the result says; batches 1 to
+    `max_batch_size`, the prompt lengths, the timed steps and warm-ups of decode and
+    prefill), the CPU threads and how long it took (s)."""
+
+    device: Any
+    backend: Any
+    twin_parameters: float | None
+    timer: str
+    memory_kind: str
+    memory_method: str
+    swept: bool
+    max_batch_size: Any
+    prompt_lens: list[Any]
+    repeats: Any
+    warmup: Any
+    prefill_repeats: Any
+    prefill_warmup: Any
+    threads: Any
+    duration_s: float | None
+
+
+# The sweep's options the panel says, as the stage's result names them.
+_SWEEP_OPTIONS = ("max_batch_size", "repeats", "warmup", "prefill_repeats", "prefill_warmup")
+
+
+def _sweep(result: Mapping[str, Any]) -> Sweep:
+    options = as_mapping(result.get("options"))
+    return Sweep(
+        device=result.get("device"),
+        backend=result.get("backend"),
+        twin_parameters=finite(as_mapping(result.get("twin")).get("parameters")),
+        timer=str(result.get("timer") or ""),
+        memory_kind=str(result.get("memory_kind") or ""),
+        memory_method=str(result.get("memory_method") or ""),
+        swept=bool(options),
+        prompt_lens=as_list(options.get("prompt_lens")),
+        **{key: options.get(key) for key in _SWEEP_OPTIONS},
+        threads=result.get("threads"),
+        duration_s=finite(result.get("duration_s")),
+    )
+
+
+@dataclass
+class PerformancePanel:
+    """One job's performance: its newest finished `performance` attempt (`run`; None while the
+    first has not finished) and its newest attempt whatever its status (`latest`). `state` is
+    "measured", "failed", "empty" or "waiting"; `failure` the failed run's error."""
+
+    job: AdaptationJob
+    run: StageRun | None
+    latest: StageRun
+    state: str = "waiting"
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    charts: list[ChartSlot] = field(default_factory=list)
+    off_axis: list[tuple[str, str]] = field(default_factory=list)  # curves the charts leave out
+    sweep: Sweep | None = None
+    knees: list[KneeRow] = field(default_factory=list)
+    knee_rule: str = ""
+    stops: list[tuple[Any, Any, Any]] = field(default_factory=list)  # (dtype, prompt, reason)
+    problems: Problems | None = None
+    twin_calibration: TwinCalibration | None = None
+    calibrated: CalibratedFullSize | None = None
+    notes: list[str] = field(default_factory=list)
+    full_size: FullSizePrediction | None = None
+    failed: bool = False
+    failure: str = ""
+    skipped: SkippedBecause | None = None
+    table: PointTable | None = None
+    # Other jobs with performance rows: (group, jobs), group "same-release", "same-pool" or
+    # "other".
+    compare_choices: list[tuple[str, list[AdaptationJob]]] = field(default_factory=list)
+
+    @property
+    def dom_id(self) -> str:
+        return f"performance-job-{self.job.pk}"
+
+    @property
+    def csv_url(self) -> str:
+        return reverse("adaptation:job_performance_csv", args=[self.job.pk])
+
+    @property
+    def showing_older(self) -> bool:
+        return self.run is not None and self.run.pk != self.latest.pk
+
+
+def _compare_choices(
+    job: AdaptationJob, candidates: Sequence[AdaptationJob]
+) -> list[tuple[str, list[AdaptationJob]]]:
+    """Other jobs with performance rows, grouped: same release on other pools, same pool with
+    other releases, the rest."""
+    groups: dict[str, list[AdaptationJob]] = {"same-release": [], "same-pool": [], "other": []}
+    for other in candidates:
+        if other.pk == job.pk:
+            continue
+        if other.release_id == job.release_id:
+            groups["same-release"].append(other)
+        elif other.pool_id == job.pool_id:
+            groups["same-pool"].append(other)
+        else:
+            groups["other"].append(other)
+    return [(group, jobs) for group, jobs in groups.items() if jobs]
+
+
+def performance_panel(
+    job: AdaptationJob,
+    view: PerformanceView,
+    *,
+    candidates: Sequence[AdaptationJob] = (),
+) -> PerformancePanel | None:
+    """The performance panel of `job` (stage runs prefetched), or None without a
+    `performance` run."""
+    runs = [r for r in job.stage_runs.all() if r.stage == PERFORMANCE_STAGE]
+    latest = latest_runs_by_stage(job).get(PERFORMANCE_STAGE)
+    if latest is None:
+        return None
+    run = finished_run(runs)
+    panel = PerformancePanel(job=job, run=run, latest=latest, skipped=skipped_because(job, latest))
+    if run is None:
+        return panel
+    result = as_mapping(run.result)
+    panel.rows = point_rows(run)
+    if run.status == StageStatus.FAILED:
+        panel.failed = True
+        panel.failure = str(run.error or result.get("reason") or "").strip()
+    if not panel.rows:
+        panel.state = "failed" if panel.failed else "empty"
+        return panel
+    panel.state = "failed" if panel.failed else "measured"
+    panel.charts = view_charts(
+        [chart_source(rows=panel.rows, result=result)], view, stem=panel.dom_id
+    )
+    panel.off_axis = off_axis(panel.rows, view)
+    panel.sweep = _sweep(result)
+    panel.knees = knee_rows(result)
+    panel.knee_rule = str(result.get("knee_rule") or "")
+    panel.stops = [
+        (s.get("dtype"), s.get("prompt_len"), s.get("reason"))
+        for s in (as_mapping(s) for s in as_list(result.get("stopped")))
+    ]
+    panel.problems = _problems(result)
+    panel.twin_calibration = twin_calibration(result)
+    panel.calibrated = calibrated_full_size(result)
+    panel.notes = [str(n) for n in as_list(result.get("notes"))]
+    panel.full_size = full_size_prediction(result)
+    panel.table = point_table(panel.rows)
+    panel.compare_choices = _compare_choices(job, candidates)
+    return panel
+
+
+@dataclass
+class PerformanceSection:
+    """The release page's performance section: the view and a panel per job."""
+
+    view: PerformanceView
+    panels: list[PerformancePanel]
+
+    @property
+    def x_choices(self) -> list[tuple[str, str]]:
+        return x_choices()
+
+    @property
+    def metric_choices(self) -> list[tuple[str, str]]:
+        present = {r["metric"]: r["unit"] for p in self.panels for r in p.rows}
+        names = [m for m in METRICS if m in present or m in ("decode_tokens_per_s",)]
+        names += sorted(m for m in present if is_efficiency(m))
+        return [(m, metric_info(m, present.get(m, "")).label) for m in names]
+
+
+def performance_section(release: ModelRelease, *, params: Mapping[str, Any]) -> PerformanceSection:
+    """Every job of the release (jobs and stage runs prefetched) with a performance run,
+    newest job first, drawn in the view `params` ask for."""
+    view = performance_view(params)
+    jobs = [
+        j
+        for j in release.jobs.all()
+        if any(r.stage == PERFORMANCE_STAGE for r in j.stage_runs.all())
+    ]
+    candidates = jobs_with_performance() if jobs else []
+    panels = [p for j in jobs if (p := performance_panel(j, view, candidates=candidates))]
+    return PerformanceSection(view=view, panels=panels)

@@ -1,0 +1,153 @@
+"""The compare-performance page (two jobs' performance curves overlaid on the same axes) and
+the performance CSV of one job."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.urls import reverse
+from django.utils.text import slugify
+
+from adaptation.models import AdaptationJob, StageRun
+from adaptation.presenters.chart_slot import ChartSlot
+from adaptation.presenters.performance import KneeRow, knee_rows
+from adaptation.presenters.performance_points import (
+    job_performance_run,
+    jobs_with_performance,
+    point_rows,
+)
+from adaptation.presenters.performance_view import (
+    PerformanceView,
+    chart_source,
+    off_axis,
+    view_charts,
+)
+from engine.stored import as_mapping
+
+
+class CompareError(Exception):
+    """A compare request that cannot be answered: `status` 400 (bad ids) or 404. The message
+    is the request's validation error, shown as it is."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def compare_job_ids(values: Sequence[str]) -> list[int]:
+    """Two distinct job ids from `jobs` values ("12,34", or two values "12" and "34").
+    Raises `CompareError` (400) naming what is wrong."""
+    parts = [p.strip() for v in values for p in str(v).split(",") if p.strip()]
+    if not parts:
+        raise CompareError("Name two jobs to compare: ?jobs=<id>,<id>.", 400)
+    bad = [p for p in parts if not p.isascii() or not p.isdigit() or len(p) > 12]
+    if bad:
+        raise CompareError(
+            f"Job ids are whole numbers; got {', '.join(repr(b[:20]) for b in bad)}.", 400
+        )
+    ids = [int(p) for p in parts]
+    if len(ids) != 2:
+        raise CompareError(
+            f"Compare takes two jobs; got {len(ids)} ({', '.join(map(str, ids))}).", 400
+        )
+    if ids[0] == ids[1]:
+        raise CompareError(f"Compare takes two different jobs; got job {ids[0]} twice.", 400)
+    return ids
+
+
+@dataclass
+class CompareJob:
+    """One job of a comparison, with its performance run's rows, result and knees."""
+
+    job: AdaptationJob
+    run: StageRun
+    rows: list[dict[str, Any]]
+    result: Mapping[str, Any]
+    knees: list[KneeRow]
+
+    @property
+    def csv_url(self) -> str:
+        return reverse("adaptation:job_performance_csv", args=[self.job.pk])
+
+
+@dataclass
+class Comparison:
+    """Two jobs' curves in one view: whether they are of the same release (on two pools) or
+    on the same pool (two releases), their charts, and the curves the charts leave out."""
+
+    view: PerformanceView
+    jobs: list[CompareJob]
+    charts: list[ChartSlot]
+    same_release: bool
+    same_pool: bool
+    off_axis: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def jobs_query(self) -> str:
+        return ",".join(str(c.job.pk) for c in self.jobs)
+
+
+def compare_performance(job_ids: Sequence[int], view: PerformanceView) -> Comparison:
+    """Both jobs' performance rows overlaid on the same axes. Raises `CompareError` (404) for
+    a job that does not exist or has no stored performance rows."""
+    found = {
+        j.pk: j
+        for j in AdaptationJob.objects.filter(pk__in=job_ids).select_related("release", "pool")
+    }
+    missing = [i for i in job_ids if i not in found]
+    if missing:
+        raise CompareError(f"No job {', '.join(map(str, missing))}.", 404)
+    jobs = []
+    for pk in job_ids:
+        job = found[pk]
+        run = job_performance_run(job)
+        rows = point_rows(run) if run is not None else []
+        if not rows:
+            raise CompareError(
+                f"Job {pk} ({job.release.repo_id} on {job.pool.name}) has no stored "
+                "performance rows: its performance stage has not finished with measurements.",
+                404,
+            )
+        result = as_mapping(run.result)
+        jobs.append(CompareJob(job, run, rows, result, knee_rows(result)))
+    a, b = (c.job for c in jobs)
+    sources = [
+        chart_source(
+            rows=c.rows, result=c.result, release=c.job.release.repo_id, pool=c.job.pool.name
+        )
+        for c in jobs
+    ]
+    slots = view_charts(sources, view, stem="compare-performance")
+    return Comparison(
+        view=view,
+        jobs=jobs,
+        charts=slots,
+        same_release=a.release_id == b.release_id,
+        same_pool=a.pool_id == b.pool_id,
+        off_axis=off_axis([r for c in jobs for r in c.rows], view) if slots else [],
+    )
+
+
+def compare_choices() -> list[AdaptationJob]:
+    """Jobs with stored performance rows, for the compare page's selects."""
+    return jobs_with_performance()
+
+
+def csv_filename(job: AdaptationJob) -> str:
+    """day0-job-12-deepseek-ai-deepseek-v3-h200x8-performance.csv"""
+    repo = slugify(job.release.repo_id.replace("/", "-"))
+    return f"day0-job-{job.pk}-{repo}-{slugify(job.pool.name)}-performance.csv"
+
+
+def csv_cell(value: Any) -> str:
+    """A CSV cell: "" for None, an integral float as an integer (bytes: 1189212160, not
+    1189212160.0), else the shortest exact repr of a float."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 2**53:
+            return str(int(value))
+        return repr(value)
+    return str(value)

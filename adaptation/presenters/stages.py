@@ -1,0 +1,76 @@
+"""What several pages say of a stage: its title, the board's columns, whether a run is still
+active, and why an attempt was skipped."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from adaptation.models import ACTIVE_STAGE_STATUSES, AdaptationJob, StageRun, StageStatus
+from adaptation.selectors.jobs import latest_runs_by_stage
+from engine.registry import get_stage, stage_names
+from engine.stored import as_mapping
+
+
+@dataclass(frozen=True)
+class StageColumn:
+    """One stage as a board column: its registry name and its title."""
+
+    name: str
+    title: str
+
+
+def stage_title(name: str) -> str:
+    """The registry title of a stage, or its name for a stage no longer registered."""
+    try:
+        return get_stage(name).title
+    except LookupError:
+        return name
+
+
+def stage_columns(stage_lists: Iterable[Iterable[str]]) -> list[StageColumn]:
+    """The union of the given jobs' stages: registered ones in registry order, then any
+    unregistered ones in the order first seen."""
+    seen: list[str] = []
+    for names in stage_lists:
+        for name in names:
+            if name not in seen:
+                seen.append(name)
+    registered = [name for name in stage_names() if name in seen]
+    others = [name for name in seen if name not in registered]
+    return [StageColumn(name=name, title=stage_title(name)) for name in registered + others]
+
+
+def is_active(run: StageRun) -> bool:
+    """Whether the run is queued or running."""
+    return run.status in ACTIVE_STAGE_STATUSES
+
+
+@dataclass(frozen=True)
+class SkippedBecause:
+    """Why a stage's attempt was skipped: the first earlier stage of its job that failed
+    ("" when none did: an earlier stage did not succeed otherwise) and that stage's reason,
+    without a final full stop ("" when it gave none)."""
+
+    failed_stage: str
+    reason: str
+
+
+def skipped_because(job: AdaptationJob, latest: StageRun) -> SkippedBecause | None:
+    """Why the `latest` attempt was skipped (None unless it was), from the job's prefetched
+    runs: its failed stage's stored reason, else the last line of that stage's error."""
+    if latest.status != StageStatus.SKIPPED:
+        return None
+    failed = [
+        r
+        for r in latest_runs_by_stage(job).values()
+        if r.status == StageStatus.FAILED and r.position < latest.position
+    ]
+    if not failed:
+        return SkippedBecause(failed_stage="", reason="")
+    first = min(failed, key=lambda r: r.position)
+    why = str(as_mapping(first.result).get("reason") or "").strip()
+    if not why:
+        lines = [line for line in str(first.error or "").strip().splitlines() if line.strip()]
+        why = lines[-1].strip() if lines else ""
+    return SkippedBecause(failed_stage=first.stage, reason=why.rstrip("."))
