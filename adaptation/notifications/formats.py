@@ -24,6 +24,7 @@ from typing import Any
 from standardwebhooks import Webhook
 
 from adaptation.models import NotificationEvent, NotificationFormat
+from engine.formatting import duration
 
 # Characters of a failure's error quoted in a Slack message (the payload has more).
 SLACK_ERROR_MAX_CHARS = 500
@@ -86,18 +87,6 @@ def _first_lines(error: str) -> str:
     return head
 
 
-def _duration_words(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    if hours:
-        return f"{hours} h {minutes} min"
-    if minutes:
-        return f"{minutes} min {secs} s"
-    return f"{secs} s"
-
-
 def _hours_words(value: Any) -> str:
     return "n/a" if value is None else f"{value:g} h"
 
@@ -153,7 +142,7 @@ def slack_text(payload: dict[str, Any]) -> tuple[str, str, str]:
         error = str(failed.get("error") or "")
         url = str(job.get("url") or "")
     else:
-        took = _duration_words(job.get("duration_s"))
+        took = duration(job.get("duration_s")) if job.get("duration_s") is not None else ""
         summary = f":white_check_mark: Job {job_id} *succeeded*: *{ref}* on pool *{pool}*"
         if took:
             summary += f" in {took}"
