@@ -21,9 +21,10 @@ from typing import Any
 from adaptation.models import AcceleratorKind, AcceleratorPool
 from adaptation.selectors.calibration import pool_measured_figures
 from adaptation.selectors.workers import live_workers
+from engine import formatting as fmt
 from engine.catalog import Accelerator, Catalog, CatalogError, cpu_accelerator, load_catalog
 from engine.stages.plan.layout import PoolLayout
-from engine.units import GIB, GIGA, TERA, gb_per_s_to_bytes_per_s
+from engine.units import gb_per_s_to_bytes_per_s
 
 
 def accelerator_kind_row_entry(kind: str) -> dict[str, Any] | None:
@@ -67,13 +68,13 @@ def pool_cpu_accelerator(pool: AcceleratorPool) -> tuple[Accelerator, str]:
         others = f", the smallest of {len(workers)} live workers" if len(workers) > 1 else ""
         note = (
             f"cpu is the machine of worker {worker.name} as it registered at start "
-            f"({worker.cpu_cores or '?'} cores, {cpu.memory_bytes / GIB:,.1f} GiB{others})"
+            f"({worker.cpu_cores or '?'} cores, {fmt.gib(cpu.memory_bytes)}{others})"
         )
     else:
         cpu = cpu_accelerator(measured_figures=measured)
         note = (
             f"no live worker on {pool.queue}: cpu is this machine as measured here "
-            f"({os.cpu_count() or 1} cores, {cpu.memory_bytes / GIB:,.1f} GiB); "
+            f"({os.cpu_count() or 1} cores, {fmt.gib(cpu.memory_bytes)}); "
             "the worker's machine may differ"
         )
     return cpu, note + measured_figures_note(cpu, measured)
@@ -84,8 +85,8 @@ def measured_figures_note(cpu: Accelerator, measured: dict[str, Any] | None) -> 
     missing, so there is no prediction."""
     if cpu.memory_bandwidth_bytes_per_s and cpu.dense_bf16_flops:
         return (
-            f"; memory bandwidth {cpu.memory_bandwidth_bytes_per_s / GIGA:,.1f} GB/s and BF16 "
-            f"{cpu.dense_bf16_flops / TERA:,.2f} TFLOP/s measured, not a datasheet's: "
+            f"; memory bandwidth {fmt.gb_per_s(cpu.memory_bandwidth_bytes_per_s)} and BF16 "
+            f"{fmt.tflops(cpu.dense_bf16_flops)} measured, not a datasheet's: "
             f"{(measured or {}).get('source', 'a performance run')}"
         )
     return "; no performance run on the pool measured its memory bandwidth and FLOP/s yet"

@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import math
 import signal
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from engine.units import GIB
+from engine.units import GIB, GIGA, TERA
 
 MISSING = "—"
 
@@ -65,6 +66,24 @@ def bytes_per_token(value: Any) -> str:
     """A per-token size in bytes: 70272 → "70,272 bytes/token"."""
     number = finite(value)
     return MISSING if number is None else f"{round(number):,} bytes/token"
+
+
+def bytes_per_step(value: Any) -> str:
+    """A memory slope, whole bytes per step: 123456.7 → "123,457 bytes/step"."""
+    number = finite(value)
+    return MISSING if number is None else f"{number:,.0f} bytes/step"
+
+
+def gb_per_s(value: Any) -> str:
+    """A bandwidth in bytes/s as decimal GB/s, as datasheets give it: 3.35e12 → "3,350.0 GB/s"."""
+    number = finite(value)
+    return MISSING if number is None else f"{number / GIGA:,.1f} GB/s"
+
+
+def tflops(value: Any) -> str:
+    """A compute rate in FLOP/s as TFLOP/s with two decimals: 9.89e14 → "989.00 TFLOP/s"."""
+    number = finite(value)
+    return MISSING if number is None else f"{number / TERA:,.2f} TFLOP/s"
 
 
 def mib(value: Any) -> str:
@@ -175,3 +194,29 @@ def exit_status(code: Any) -> str:
         except ValueError:
             return f"was killed by signal {-code}"
     return f"exited with code {code}"
+
+
+def _field(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, Mapping) else getattr(value, key, None)
+
+
+def split(value: Any) -> str:
+    """A parallel split (a mapping or an object with `tp`, `pp`, `ep`, `dp`) as the planner
+    writes it: "TP1 PP1 EP8 DP8"; `MISSING` for None."""
+    if value is None:
+        return MISSING
+    parts = []
+    for key in ("tp", "pp", "ep", "dp"):
+        size = _field(value, key)
+        parts.append(f"{key.upper()}{MISSING if size is None else size}")
+    return " ".join(parts)
+
+
+def validated_split(value: Any) -> str:
+    """The split a multi-device run validated (a mapping or an object with `tp`, `ep`):
+    "TP=2", "TP=2 EP=2" (EP only above 1); `MISSING` for None."""
+    if value is None:
+        return MISSING
+    tp, ep = _field(value, "tp"), _field(value, "ep")
+    more = f" EP={ep}" if isinstance(ep, int) and not isinstance(ep, bool) and ep > 1 else ""
+    return f"TP={MISSING if tp is None else tp}{more}"

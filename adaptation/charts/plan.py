@@ -10,6 +10,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from adaptation.charts.layout import COUNT_TICKS, MS_TICKS, SECOND_AXIS, SI_TICKS, figure_json
+from engine import formatting
 from engine.formatting import finite as _number
 from engine.units import GIB
 
@@ -21,18 +22,6 @@ _PLAN_MEMORY_PARTS = (
     ("runtime_overhead", "runtime overhead", "#8a6fd1"),
     ("free", "free", "#d5dae0"),
 )
-
-
-def split_name(split: Mapping[str, Any]) -> str:
-    """A split as the planner writes it, for a chart's labels: "TP1 PP1 EP8 DP8"."""
-    return " ".join(f"{k.upper()}{split.get(k)}" for k in ("tp", "pp", "ep", "dp"))
-
-
-def validated_split_name(measured: Mapping[str, Any]) -> str:
-    """The split a `distributed` run validated, as its reason writes it: "TP=2 EP=2" (EP only
-    above 1)."""
-    ep = measured.get("ep")
-    return f"TP={measured.get('tp')}" + (f" EP={ep}" if isinstance(ep, int) and ep > 1 else "")
 
 
 def memory_per_device(
@@ -57,7 +46,7 @@ def memory_per_device(
         fig.add_trace(
             go.Bar(
                 x=[value],
-                y=[split_name(split)],
+                y=[formatting.split(split)],
                 orientation="h",
                 name=f"{label} (predicted)",
                 marker={"color": colour},
@@ -207,7 +196,7 @@ def scaling_curve(
     x = [p["devices"] for p in points]
     ticks = list(x)
     splits = [
-        split_name(p) + ("" if p.get("within_pool", True) else ", past the pool's size")
+        formatting.split(p) + ("" if p.get("within_pool", True) else ", past the pool's size")
         for p in points
     ]
     symbols = ["circle" if p.get("within_pool", True) else "circle-open" for p in points]
@@ -260,7 +249,7 @@ def _measured_scaling_trace(
     devices, efficiency = measured.get("devices"), _number(measured.get("efficiency"))
     if efficiency is None or not isinstance(devices, int) or isinstance(devices, bool):
         return False
-    split = validated_split_name(measured)
+    split = formatting.validated_split(measured)
     caveat = (
         "" if measured.get("passed") is not False else "<br>its outputs did not match the reference"
     )

@@ -91,13 +91,9 @@ class KnownLimitation(models.Model):
         return f"{self.get_severity_display()}: {self.title}"
 
 
-# Most severe first: the order of the release page's groups and of the board's badge colour.
-SEVERITY_ORDER: tuple[str, ...] = (
-    Severity.BLOCKER,
-    Severity.MAJOR,
-    Severity.MINOR,
-    Severity.INFO,
-)
+# Most severe first: the order of the release page's groups and of the board's badge colour
+# (the engine's, which the stages' findings carry).
+SEVERITY_ORDER: tuple[str, ...] = findings.SEVERITIES
 SEVERITY_RANK: Mapping[str, int] = {severity: rank for rank, severity in enumerate(SEVERITY_ORDER)}
 # Statuses of a note still worth showing first: a mitigated one is still a limitation.
 ACTIVE_STATUSES = (LimitationStatus.OPEN, LimitationStatus.MITIGATED)

@@ -169,7 +169,9 @@ class PlanPanel:
     predicted_reason: str = ""  # why there is no prediction ("" when there is one)
     calibration: Calibration | None = None
     speeds_from: str = CATALOG
-    measured_bandwidth: str = ""  # the cpu figures measured, as the planner's note says them
+    # The cpu figures the plan predicted on ({"memory_bandwidth_bytes_per_s", "dense_bf16_flops",
+    # "source"}), measured by the pool's performance runs; empty when not a measured cpu plan.
+    measured_device: Mapping[str, Any] = field(default_factory=dict)
     charts: list[ChartSlot] = field(default_factory=list)
     scaling: list[ScalingRow] = field(default_factory=list)
     # No speed predicted for any device count: no scaling curve, and the reason ("" if none).
@@ -198,18 +200,16 @@ class PlanPanel:
         return any(row.above_one for row in self.scaling)
 
 
-def _speeds_from(result: Mapping[str, Any], predicted: Mapping[str, Any]) -> tuple[str, str]:
-    """Where the plan's speed figures come from, and for a cpu pool the bandwidth note the
-    planner wrote of its measured figures ("" when none)."""
+def _speeds_from(
+    result: Mapping[str, Any], predicted: Mapping[str, Any]
+) -> tuple[str, Mapping[str, Any]]:
+    """Where the plan's speed figures come from, and for a cpu pool the measured device
+    figures the planner predicted on (empty when none)."""
     if result.get("accelerator") != "cpu":
-        return CATALOG, ""
+        return CATALOG, {}
     if not predicted.get("available"):
-        return CPU_UNMEASURED, ""
-    measured = next(
-        (str(n) for n in as_list(result.get("notes")) if str(n).startswith("cpu memory bandwidth")),
-        "",
-    )
-    return CPU_MEASURED, measured
+        return CPU_UNMEASURED, {}
+    return CPU_MEASURED, as_mapping(result.get("measured_device"))
 
 
 def _charts(panel: PlanPanel, result: Mapping[str, Any]) -> list[ChartSlot]:
@@ -256,7 +256,7 @@ def _planned(
     if panel.predicted is None:
         panel.predicted_reason = str(predicted.get("reason") or "")
     panel.calibration = calibration(as_mapping(predicted.get("calibrated")))
-    panel.speeds_from, panel.measured_bandwidth = _speeds_from(result, predicted)
+    panel.speeds_from, panel.measured_device = _speeds_from(result, predicted)
     panel.measured = measured
     panel.charts = _charts(panel, result)
     scaling = [as_mapping(p) for p in as_list(result.get("scaling"))]

@@ -1,9 +1,7 @@
 """Filters for the Markdown templates (`templates/release_notes/`, the "markdown" engine,
 autoescape off): every string a result carries goes through `md` or `md_code`
-(`engine.markdown`), so it renders literally; numbers go through `day0_format`.
-
-The few formats here exist nowhere else: a split's notation ("TP 8 · PP 1 · EP 8 · DP 1"),
-a memory slope in bytes per step and a signed drift.
+(`engine.markdown`), so it renders literally; numbers and splits go through `day0_format`
+(`engine.formatting`, the one set of writers).
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ from typing import Any
 from django import template
 
 from engine import formatting, markdown
-from engine.stages.release_notes.run import SEVERITY_ORDER
+from engine.findings import SEVERITIES as SEVERITY_ORDER
 
 register = template.Library()
 
@@ -69,36 +67,6 @@ def exit_status(code: Any) -> str:
 def is_finite(value: Any) -> bool:
     """Whether `value` is a finite number (`engine.formatting.finite`; 0 is one)."""
     return formatting.finite(value) is not None
-
-
-@register.filter
-def parallel_split(split: Any) -> str:
-    """A plan's split as the notes write it: "TP 8 · PP 1 · EP 8 · DP 1"; "—" for none."""
-    if not split or not isinstance(split, Mapping):
-        return formatting.MISSING
-    return " · ".join(f"{key.upper()} {split.get(key)}" for key in ("tp", "pp", "ep", "dp"))
-
-
-@register.filter
-def validated_split(split: Any) -> str:
-    """The split the distributed stage ran: "TP 2", "TP 2 · EP 2" (EP only above 1)."""
-    split = split if isinstance(split, Mapping) else {}
-    ep = split.get("ep")
-    return f"TP {split.get('tp')}" + (f" · EP {ep}" if isinstance(ep, int) and ep > 1 else "")
-
-
-@register.filter
-def bytes_per_step(value: Any) -> str:
-    """A memory slope (bytes per step), whole bytes: 123456.7 → "123,457 bytes/step"."""
-    number = formatting.finite(value)
-    return formatting.MISSING if number is None else f"{number:,.0f} bytes/step"
-
-
-@register.filter
-def signed_percent(value: Any) -> str:
-    """A fraction as a signed percentage with one decimal: 0.012 → "+1.2%"."""
-    number = formatting.finite(value)
-    return formatting.MISSING if number is None else f"{number:+.1%}"
 
 
 @register.filter

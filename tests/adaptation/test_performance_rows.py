@@ -23,7 +23,8 @@ from tests.conftest import load_realconfig
 from tests.factories import make_job
 from workers import runner
 
-pytestmark = pytest.mark.django_db
+# Measures a scaled twin's performance (tests/performance_rows.py): left out of test-fast.
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 CPU = PoolSpec(name="cpu", backend="cpu", queue="pool.cpu")
 LLAMA = "meta-llama__Llama-3.1-8B"

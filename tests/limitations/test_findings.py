@@ -24,6 +24,7 @@ def by_key(findings) -> dict:
     return {f.key: f for f in findings}
 
 
+@pytest.mark.slow  # runs scaled twins
 def test_a_missing_operator_is_a_blocker_naming_the_feature(operators_on_npu):
     assert operators_on_npu["missing"] == ["aten::_grouped_mm.default"]  # the real manifest's gap
 
@@ -40,6 +41,7 @@ def test_a_missing_operator_is_a_blocker_naming_the_feature(operators_on_npu):
     assert "**MoE experts (grouped GEMM)**" in note.body
 
 
+@pytest.mark.slow  # runs scaled twins
 def test_a_fully_covered_run_raises_nothing(operators_with_grouped_mm):
     assert operators_with_grouped_mm["missing"] == []
     assert findings_for_stage("operators", operators_with_grouped_mm, pool="npu-x1") == []
@@ -74,6 +76,7 @@ def test_an_operator_lacking_only_some_dtypes_says_which():
     assert fallback.severity == "minor" and "`aten::mm`: MLP" in fallback.body
 
 
+@pytest.mark.slow  # runs scaled twins
 def test_a_failed_precision_check_raises_one_major_note_per_dtype(precision_results):
     failed = precision_results["failed"]
     entry = failed["dtypes"]["float16"]
@@ -96,6 +99,7 @@ def test_a_failed_precision_check_raises_one_major_note_per_dtype(precision_resu
     assert f"({entry['first_divergent_local_error'] / u:.3g}u)" in note.body
 
 
+@pytest.mark.slow  # runs scaled twins
 def test_a_passing_precision_run_raises_nothing(precision_results):
     assert findings_for_stage("precision", precision_results["passed"], pool="cpu") == []
 
@@ -221,6 +225,7 @@ def test_an_unknown_rope_type_and_shipped_modeling_code_are_analysis_notes():
     assert note.key == "analyze:remote-code" and note.severity == "major"
 
 
+@pytest.mark.slow  # runs scaled twins
 def test_out_of_memory_before_the_end_of_the_sweep_is_minor(twins):
     import torch
 
@@ -265,6 +270,7 @@ def test_out_of_memory_before_the_end_of_the_sweep_is_minor(twins):
     assert "Largest batch measured in `float32`: 2." in note.body
 
 
+@pytest.mark.slow  # runs scaled twins
 def test_nan_outputs_under_sustained_load_are_a_stability_note(twins):
     import torch
 

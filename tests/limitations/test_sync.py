@@ -58,6 +58,7 @@ def operators_job(pool, release=None):
     return job
 
 
+@pytest.mark.slow  # runs scaled twins
 def test_a_missing_operator_raises_a_blocker_that_a_fixed_rerun_resolves(
     npu_pool, operators_on_npu, operators_with_grouped_mm
 ):
@@ -94,6 +95,7 @@ def test_a_missing_operator_raises_a_blocker_that_a_fixed_rerun_resolves(
     assert KnownLimitation.objects.filter(release=job.release).count() == 1
 
 
+@pytest.mark.slow  # runs scaled twins
 def test_a_failed_precision_check_raises_a_per_dtype_note_resolved_by_a_passing_rerun(
     precision_results,
 ):
@@ -116,6 +118,7 @@ def test_a_failed_precision_check_raises_a_per_dtype_note_resolved_by_a_passing_
     assert note.status == "resolved"
 
 
+@pytest.mark.slow  # runs scaled twins
 def test_a_stage_that_fails_without_a_result_leaves_its_notes_alone(npu_pool, operators_on_npu):
     job = operators_job(npu_pool)
     stage_run_succeed(stage_run=running(job, "operators"), result=operators_on_npu)
@@ -188,6 +191,7 @@ def test_a_plan_that_does_not_fit_raises_what_would_fit_and_a_fitting_one_resolv
     assert capped.title == "Context capped at 32,768 of 163,840 tokens on pool h200-half"
 
 
+@pytest.mark.slow  # runs scaled twins
 def test_a_mitigated_note_stays_mitigated_while_found_and_updates_its_text(
     npu_pool, operators_on_npu
 ):
@@ -205,6 +209,7 @@ def test_a_mitigated_note_stays_mitigated_while_found_and_updates_its_text(
     assert note.title.startswith("aten::_grouped_mm is missing on pool npu-x1")
 
 
+@pytest.mark.slow  # runs scaled twins
 def test_peoples_notes_are_never_touched_by_a_sync(npu_pool, cast, operators_with_grouped_mm):
     job = operators_job(npu_pool)
     person = limitations.limitation_create(
@@ -242,6 +247,7 @@ def test_peoples_notes_are_never_touched_by_a_sync(npu_pool, cast, operators_wit
     assert after == before
 
 
+@pytest.mark.slow  # runs scaled twins
 def test_a_sync_error_never_breaks_the_stage_flow(monkeypatch, npu_pool, operators_on_npu):
     job = operators_job(npu_pool)
 

@@ -60,17 +60,17 @@ def test_a_passing_split_is_shown_against_the_plans_with_its_measured_figures():
 
     text = section(notes["markdown"], "Multi-device validation")
     assert (
-        "**Passed**: the twin split TP 2 · EP 2 across 2 processes (`gloo` on `cpu`) matches "
+        "**Passed**: the twin split TP=2 EP=2 across 2 processes (`gloo` on `cpu`) matches "
         "the single-process float32 reference on every rank; measured (twin)." in text
     )
     assert (
-        "Against the plan's split TP 8 · PP 1 · EP 8 · DP 1: the plan's TP=8 needs more than "
+        "Against the plan's split TP8 PP1 EP8 DP1: the plan's TP=8 needs more than "
         "the worker's 2 devices; TP=2, the largest divisor of 8 the worker holds, is the split "
         "to validate."
     ) in text
     for row in (
-        "| Validated split | TP 2 · EP 2 across 2 processes (`gloo` on `cpu`) |",
-        "| Plan's split | TP 8 · PP 1 · EP 8 · DP 1 |",
+        "| Validated split | TP=2 EP=2 across 2 processes (`gloo` on `cpu`) |",
+        "| Plan's split | TP8 PP1 EP8 DP1 |",
         "| Max \\|logit error\\| (worst rank) | 7.45e-07 (tolerance 1.28e-04) |",
         "| Top-1 agreement (worst rank) | 100.0 % |",
         "| Decode step, TP=2 | 16.4 ms (122 tokens/s), measured (twin) |",
@@ -93,7 +93,7 @@ def test_a_passing_split_is_shown_against_the_plans_with_its_measured_figures():
 
 def test_on_an_accelerator_the_cpu_reading_is_not_given():
     text = section(notes_for()["markdown"], "Multi-device validation")
-    assert "| Validated split | TP 2 across 2 processes (`nccl` on `cuda`) |" in text
+    assert "| Validated split | TP=2 across 2 processes (`nccl` on `cuda`) |" in text
     assert "gloo overhead" not in text
 
 
@@ -116,7 +116,7 @@ def test_a_split_off_the_reference_fails_with_its_reason_and_figures():
     }
     items = notes["sections"]["not_validated"]
     assert f"`distributed`: failed: {error.split(';')[0]}" in items[0]
-    assert "Serving on more than one device did not pass on the twin (TP 2)." in items
+    assert "Serving on more than one device did not pass on the twin (TP=2)." in items
     assert "multi-device TP=2 failed" in notes["summary"]
 
 
@@ -146,7 +146,7 @@ def test_a_split_that_could_not_be_validated_here_says_why():
     assert (
         "**Not validated** here: transformers' FooForCausalLM has no tensor-parallel plan "
         "(base_model_tp_plan): the split cannot be validated for this architecture. The "
-        "plan's split (TP 1 · PP 1 · EP 1 · DP 1) was not run across processes." in text
+        "plan's split (TP1 PP1 EP1 DP1) was not run across processes." in text
     )
     assert (
         "Serving on more than one device was not validated: transformers' FooForCausalLM has "
@@ -180,8 +180,8 @@ def test_a_job_without_the_stage_says_the_split_was_not_run():
     notes = notes_for(results)
     text = section(notes["markdown"], "Multi-device validation")
     assert (
-        "Not run: this job has no distributed stage. The plan's split (TP 1 · PP 1 · EP 1 · "
-        "DP 1) was not run across processes." in text
+        "Not run: this job has no distributed stage. The plan's split (TP1 PP1 EP1 "
+        "DP1) was not run across processes." in text
     )
     assert "multi-device" not in notes["summary"]
 

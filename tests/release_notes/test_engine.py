@@ -83,7 +83,7 @@ def test_the_notes_carry_the_plans_launch_commands_and_the_measured_knee():
     assert config["dtype_label"] == "checkpoint (mxfp4)"
     configuration = section(markdown, "Configuration")
     assert "| Recommended pool | `h200x8`: NVIDIA H200 SXM 141GB" in configuration
-    assert "| Parallel split | TP 1 · PP 1 · EP 1 · DP 1 on 1 device(s)" in configuration
+    assert "| Parallel split | TP1 PP1 EP1 DP1 on 1 device(s)" in configuration
     assert "| Context | 32,768 tokens per sequence |" in configuration
     assert "| Max concurrency | 148 sequences at the full context (sized for 4) |" in configuration
 
@@ -213,7 +213,7 @@ def test_what_was_not_validated_names_the_twin_one_device_and_short_prompts():
     assert "(2.3 M parameters, seeded weights)" in items[0]
     # the plan serves on one device; the distributed stage ran its next point, TP=2
     assert (
-        "Serving on more than one device was validated on the twin only (TP 2 across 2 "
+        "Serving on more than one device was validated on the twin only (TP=2 across 2 "
         "`nccl` processes)." in items
     )
     dtype = "serving dtype checkpoint (mxfp4) was not checked by `precision`"
@@ -229,14 +229,14 @@ def test_a_multi_device_plan_is_not_validated_on_many_devices():
     notes = notes_for(results)
     assert notes["sections"]["configuration"]["split"] == {"tp": 1, "pp": 1, "ep": 8, "dp": 8}
     assert (
-        "Multi-device serving was validated on the twin only (TP 2 across 2 `nccl` "
-        "processes); the plan's split TP 1 x PP 1 x EP 8 x DP 8 on 8 devices was not run at "
+        "Multi-device serving was validated on the twin only (TP=2 across 2 `nccl` "
+        "processes); the plan's split TP1 PP1 EP8 DP8 on 8 devices was not run at "
         "full size, its communication and scaling are predicted only."
     ) in notes["sections"]["not_validated"]
 
     del results["distributed"]  # a job without the distributed stage
     assert any(
-        i.startswith("Multi-device serving was not run: the split TP 1 x PP 1 x EP 8 x DP 8 on 8")
+        i.startswith("Multi-device serving was not run: the split TP1 PP1 EP8 DP8 on 8")
         for i in notes_for(results)["sections"]["not_validated"]
     )
 
@@ -300,7 +300,7 @@ def test_the_stage_reads_its_context():
     assert markdown.startswith(f"# Release notes: {REPO_ID} on pool h200x8\n")
     assert lines == [f"release notes: {result['summary']}"]
     assert result["summary"] == (
-        "TP1/PP1/EP1/DP1 on 1 device(s), checkpoint (mxfp4); knee batch 4 (measured (twin)); "
+        "TP1 PP1 EP1 DP1 on 1 device(s), checkpoint (mxfp4); knee batch 4 (measured (twin)); "
         "precision passed; multi-device TP=2 passed; stability passed; 1 open limitation(s)"
     )
 

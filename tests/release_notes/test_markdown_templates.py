@@ -8,7 +8,7 @@ import pytest
 from django.template import TemplateDoesNotExist, engines
 
 from adaptation.markdown_templates import trim_tag_lines
-from adaptation.templatetags import notes_markdown
+from adaptation.templatetags import day0_format, notes_markdown
 
 
 def test_a_line_holding_only_tags_leaves_nothing_behind():
@@ -36,16 +36,22 @@ def test_the_markdown_engine_escapes_for_markdown_not_html():
         engines["markdown"].get_template("adaptation/release_notes.html")
 
 
+def test_the_notes_formats_are_the_pages_filters():
+    """Splits, slopes and drifts in the notes are written by `engine.formatting`, the filters
+    every page uses (`day0_format`), not by a second set."""
+    filters = day0_format.register.filters
+    assert filters["bytes_per_step"](123456.7) == "123,457 bytes/step"
+    assert filters["signed_percent"](-0.034) == "-3.4%"
+    assert filters["signed_percent"](None) == filters["bytes_per_step"]("x") == "—"
+    assert filters["split"]({"tp": 8, "pp": 1, "ep": 8, "dp": 1}) == "TP8 PP1 EP8 DP1"
+    assert filters["split"](None) == "—"
+    assert filters["validated_split"]({"tp": 2, "ep": 2}) == "TP=2 EP=2"
+    assert filters["validated_split"]({"tp": 2, "ep": 1}) == "TP=2"
+    for name in ("split", "validated_split", "bytes_per_step", "signed_percent"):
+        assert name not in notes_markdown.register.filters
+
+
 def test_the_notes_filters_write_their_formats():
-    assert notes_markdown.bytes_per_step(123456.7) == "123,457 bytes/step"
-    assert notes_markdown.signed_percent(-0.034) == "-3.4%"
-    assert notes_markdown.signed_percent(None) == notes_markdown.bytes_per_step("x") == "—"
-    assert notes_markdown.parallel_split({"tp": 8, "pp": 1, "ep": 8, "dp": 1}) == (
-        "TP 8 · PP 1 · EP 8 · DP 1"
-    )
-    assert notes_markdown.parallel_split(None) == "—"
-    assert notes_markdown.validated_split({"tp": 2, "ep": 2}) == "TP 2 · EP 2"
-    assert notes_markdown.validated_split({"tp": 2, "ep": 1}) == "TP 2"
     assert notes_markdown.md_indent("a\n\n  b\n") == "  a\n\n    b"
     assert notes_markdown.full_stop("done.") == "done." and notes_markdown.full_stop("") == "."
     assert notes_markdown.is_finite(0.0) and not notes_markdown.is_finite(float("nan"))

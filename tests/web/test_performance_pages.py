@@ -18,7 +18,8 @@ from engine.formatting import ms
 from tests.factories import make_job, make_release
 from tests.performance_rows import DENSE, MOE, OOM_BATCH, engine_results, h200_pool, measured_job
 
-pytestmark = pytest.mark.django_db
+# Measures a scaled twin's performance (tests/performance_rows.py): left out of test-fast.
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 MIB = 2**20
 

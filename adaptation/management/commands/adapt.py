@@ -33,6 +33,7 @@ from adaptation.services.errors import ServiceError
 from adaptation.services.pools import pool_get
 from adaptation.services.releases import release_from_candidate
 from adaptation.targets import TargetError, resolve_target
+from engine import formatting as fmt
 from engine.registry import job_options_check
 
 POLL_EVERY_S = 0.5
@@ -199,7 +200,7 @@ class Command(BaseCommand):
         if run.attempt > 1:
             line += f" (attempt {run.attempt})"
         if run.duration is not None and run.status in ("succeeded", "failed"):
-            line += f" in {run.duration.total_seconds():.1f} s"
+            line += f" in {fmt.duration(run.duration)}"
         if run.worker_host:
             line += f" on {run.worker_host}"
         if run.error:

@@ -38,7 +38,6 @@ from engine.stages.plan.layout import MAX_DEVICES_PER_NODE, MAX_NODES, PoolLayou
 from engine.stages.plan.options import plan_options
 from engine.stages.plan.planner import plan_release
 from engine.stages.plan.run import no_fit_result
-from engine.units import GIB
 
 NO_FIT_EXIT_CODE = 2
 
@@ -139,14 +138,9 @@ def _tokens_per_s(point: dict | None) -> str:
     if not point:
         return fmt.MISSING
     return (
-        f"{point['decode_tokens_per_s']:,.1f} tokens/s "
-        f"(TPOT {point['tpot_s'] * 1000:,.1f} ms, {point['concurrent_sequences']:,} sequence(s))"
+        f"{fmt.tokens_per_s(point['decode_tokens_per_s'])} (TPOT {fmt.ms(point['tpot_s'])}, "
+        f"{fmt.count(point['concurrent_sequences'])} sequence(s))"
     )
-
-
-def _split(plan: dict) -> str:
-    """ "TP1 PP1 EP8 DP8", as the pages and the planner's reasons write a split."""
-    return f"TP{plan['tp']} PP{plan['pp']} EP{plan['ep']} DP{plan['dp']}"
 
 
 def summary_text(plan: dict, note: str) -> str:
@@ -158,7 +152,7 @@ def summary_text(plan: dict, note: str) -> str:
     lines = [
         f"{plan['release']} on {pool['devices']} x {plan['accelerator']}: "
         f"{plan['accelerator_name']}, {pool['nodes']} node(s) of {pool['devices_per_node']}",
-        f"  {'split':<14}{_split(plan)} on {plan['devices']} device(s), {plan['nodes']} node(s)",
+        f"  {'split':<14}{fmt.split(plan)} on {plan['devices']} device(s), {plan['nodes']} node(s)",
         f"  {'serving':<14}{plan['dtype_label']}; context {inputs['context_tokens']:,} tokens "
         f"x {inputs['concurrency']:,} sequence{'s' if inputs['concurrency'] != 1 else ''}",
         f"  {'memory/device':<14}weights {fmt.gib(mem['weights'])} + KV cache "
@@ -178,7 +172,7 @@ def summary_text(plan: dict, note: str) -> str:
         lines.append(f"  {'predicted':<14}{predicted.get('reason') or 'no prediction'}")
     lines += [f"  {'warning':<14}{flag}" for flag in plan.get("validity_flags", [])]
     for row in plan["runners_up"][:5]:
-        lines.append(f"  {'runner-up':<14}{_split(row)} on {row['devices']}: {row['why_lost']}")
+        lines.append(f"  {'runner-up':<14}{fmt.split(row)} on {row['devices']}: {row['why_lost']}")
     for name in ("vllm", "sglang"):
         command = plan["artifacts"].get(name)
         if command:
@@ -316,7 +310,7 @@ class Command(BaseCommand):
             if accelerator == "cpu":
                 cpu = cpu_accelerator()
                 catalog = catalog.with_cpu(cpu)
-                note = f"cpu is this machine as measured here ({cpu.memory_bytes / GIB:,.1f} GiB)"
+                note = f"cpu is this machine as measured here ({fmt.gib(cpu.memory_bytes)})"
             else:
                 note = ""
             layout = layout_for_devices(catalog, accelerator, count, per_node)

@@ -23,19 +23,12 @@ _REASON_LINES = 8
 _REASON_LINE_CHARS = 300
 
 
-def _validated_split(result: Mapping[str, Any]) -> str:
-    """The split the stage ran, as its reasons write it: "TP=2", "TP=2 EP=2"."""
-    ep = result.get("ep")
-    more = f" EP={ep}" if isinstance(ep, int) and not isinstance(ep, bool) and ep > 1 else ""
-    return f"TP={result.get('tp')}{more}"
-
-
 def _planned_split(result: Mapping[str, Any]) -> str:
     """The plan's split the stage was asked to validate, as the plan notes write it."""
     plan = result.get("plan")
     if not isinstance(plan, Mapping) or not plan.get("tp"):
         return "?"
-    return " ".join(f"{key.upper()}{plan.get(key)}" for key in ("tp", "pp", "ep", "dp"))
+    return fmt.split(plan)
 
 
 def _where(result: Mapping[str, Any], pool: str) -> str:
@@ -48,9 +41,9 @@ def _where(result: Mapping[str, Any], pool: str) -> str:
 
 def _degree_line(result: Mapping[str, Any]) -> str:
     planned = _planned_split(result)
-    line = f"- validated: {_validated_split(result)}"
+    line = f"- validated: {fmt.validated_split(result)}"
     if planned != "?":
-        line = f"- the plan's split: {planned}; validated: {_validated_split(result)}"
+        line = f"- the plan's split: {planned}; validated: {fmt.validated_split(result)}"
     if result.get("degree_reason"):
         line += f" ({md.text(result['degree_reason'])})"
     return line
@@ -87,7 +80,7 @@ def _distributed_not_validated(result: Mapping[str, Any], pool: str) -> Finding:
 
 
 def _distributed_mismatch(result: Mapping[str, Any], pool: str) -> Finding:
-    split = _validated_split(result)
+    split = fmt.validated_split(result)
     ranks = [row for row in result.get("ranks") or [] if isinstance(row, Mapping)]
     failing = [row for row in ranks if row.get("passed") is False]
     first: Mapping[str, Any] = failing[0] if failing else {}
@@ -154,7 +147,7 @@ def _distributed_mismatch(result: Mapping[str, Any], pool: str) -> Finding:
 
 
 def _distributed_rank_failed(result: Mapping[str, Any], pool: str) -> Finding:
-    split = _validated_split(result)
+    split = fmt.validated_split(result)
     reason = str(result.get("reason") or "")
     logs = [entry for entry in result.get("rank_logs") or [] if isinstance(entry, Mapping)]
     failed_rank = result.get("failed_rank")
@@ -221,7 +214,7 @@ def _distributed_ep_not_validated(result: Mapping[str, Any], pool: str) -> Findi
         else "The job's options asked for expert parallelism"
     )
     lines = [
-        f"{asked}; the `distributed` stage ran {_validated_split(result)} "
+        f"{asked}; the `distributed` stage ran {fmt.validated_split(result)} "
         f"across {_where(result, pool)}"
         + (f", and {verdict}" if verdict else "")
         + f", without expert parallelism (EP=1): {sentence(why)}",

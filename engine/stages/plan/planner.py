@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from engine import formatting as fmt
 from engine.catalog import Accelerator, Catalog, load_catalog
 
 from .artifacts import build_artifacts
@@ -200,10 +201,6 @@ def device_counts(devices_per_node: int, max_devices: int) -> Iterator[int]:
         nodes = nodes + 1 if nodes < 16 else nodes * 2
 
 
-def _gib(value: float) -> str:
-    return f"{value / 2**30:,.1f} GiB"
-
-
 def _positive_option(name: str, value: int | None, limit: int) -> int | None:
     if value is None:
         return None
@@ -282,8 +279,8 @@ def _why_lost(cand: Candidate, chosen: Candidate) -> str:
     assert cand.memory is not None
     if not cand.fits:
         return (
-            f"does not fit: needs {_gib(cand.memory.used)} per device, budget "
-            f"{_gib(cand.memory.budget)}"
+            f"does not fit: needs {fmt.gib(cand.memory.used)} per device, budget "
+            f"{fmt.gib(cand.memory.budget)}"
         )
     if cand.split.devices > chosen.split.devices:
         return f"uses more devices ({cand.split.devices} > {chosen.split.devices})"
@@ -293,7 +290,7 @@ def _why_lost(cand: Candidate, chosen: Candidate) -> str:
             f"lower predicted decode throughput at its largest batch ({theirs:,.0f} vs "
             f"{ours:,.0f} tokens/s)"
         )
-    return f"more memory per device ({_gib(cand.memory.used)} vs {_gib(chosen.memory.used)})"
+    return f"more memory per device ({fmt.gib(cand.memory.used)} vs {fmt.gib(chosen.memory.used)})"
 
 
 def _runner_up(cand: Candidate, chosen: Candidate) -> dict:
@@ -327,7 +324,7 @@ def _runners_up(cands: list[Candidate], chosen: Candidate, smaller: list[Candida
         row = _runner_up(best, chosen)
         row["why_lost"] = (
             f"fewer devices ({best.split.devices}) but does not fit: needs "
-            f"{_gib(best.memory.used)} per device, budget {_gib(best.memory.budget)}"
+            f"{fmt.gib(best.memory.used)} per device, budget {fmt.gib(best.memory.budget)}"
         )
         rows.append(row)
     return rows[:MAX_RUNNERS_UP]
@@ -347,15 +344,15 @@ def _no_fit_message(
         best_mem = min(valid, key=lambda c: c.memory.used)
     parts = [
         f"{release} does not fit {_pool_words(layout.devices, layout.devices_per_node, acc)}, "
-        f"{_gib(acc.memory_bytes)} each, at dtype "
+        f"{fmt.gib(acc.memory_bytes)} each, at dtype "
         f"{shape.dtype_label(dtype)}, context {context:,} tokens x {concurrency} sequences"
     ]
     if best_mem is not None:
         m = best_mem.memory
         parts.append(
-            f"the tightest split ({best_mem.split.label()}) needs {_gib(m.used)} per device "
-            f"(weights {_gib(m.weights)}, KV {_gib(m.kv_cache)}) against a budget of "
-            f"{_gib(m.budget)}"
+            f"the tightest split ({best_mem.split.label()}) needs {fmt.gib(m.used)} per device "
+            f"(weights {fmt.gib(m.weights)}, KV {fmt.gib(m.kv_cache)}) against a budget of "
+            f"{fmt.gib(m.budget)}"
         )
     elif cands:
         parts.append("no split of the pool is valid: " + "; ".join(cands[0].validity.reasons))

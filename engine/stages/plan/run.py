@@ -17,6 +17,7 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
+from engine import formatting as fmt
 from engine.catalog import Catalog, CatalogError, cpu_accelerator, load_catalog
 from engine.contract import StageContext, StageFailed
 
@@ -185,9 +186,15 @@ def run(ctx: StageContext) -> dict[str, Any]:
     predicted["calibrated"] = calibrated_predictions(predicted, calibration)
     device = catalog.accelerator(layout.accelerator)
     if layout.accelerator == "cpu" and device.memory_bandwidth_bytes_per_s:
+        # The figures a cpu plan predicted on: measured by the pool's performance runs.
+        result["measured_device"] = {
+            "memory_bandwidth_bytes_per_s": device.memory_bandwidth_bytes_per_s,
+            "dense_bf16_flops": device.dense_bf16_flops,
+            "source": device.sources.get("memory_bandwidth_bytes_per_s", ""),
+        }
         result["notes"].append(
-            f"cpu memory bandwidth {device.memory_bandwidth_bytes_per_s / 1e9:,.1f} GB/s and "
-            f"BF16 FLOP/s {device.dense_bf16_flops / 1e12:,.2f} TFLOP/s are measured, not a "
+            f"cpu memory bandwidth {fmt.gb_per_s(device.memory_bandwidth_bytes_per_s)} and "
+            f"BF16 FLOP/s {fmt.tflops(device.dense_bf16_flops)} are measured, not a "
             f"datasheet's: {device.sources.get('memory_bandwidth_bytes_per_s', '')}"
         )
     speed = ""

@@ -112,14 +112,11 @@ def _multi_device(configuration: Mapping[str, Any], distributed: Mapping[str, An
     always; on the twin, what the distributed stage did not run, pass or validate."""
     devices = configuration.get("devices") or 1
     split = configuration.get("split") or {}
-    planned = (
-        f"TP {split.get('tp')} x PP {split.get('pp')} x EP {split.get('ep')} x DP "
-        f"{split.get('dp')} on {devices} devices"
-    )
+    planned = f"{fmt.split(split)} on {devices} devices"
     if distributed.get("validated") and distributed.get("passed"):
         ran = distributed["split"]
         where = (
-            f"{_validated_text(ran)} across {fmt.count(ran.get('processes'))} "
+            f"{fmt.validated_split(ran)} across {fmt.count(ran.get('processes'))} "
             f"{code(ran.get('backend') or '?')} processes"
         )
         if devices > 1:
@@ -138,7 +135,7 @@ def _multi_device(configuration: Mapping[str, Any], distributed: Mapping[str, An
             )
         return f"Serving on more than one device was not validated: {why}."
     if distributed.get("validated"):  # it ran and failed: the stage's line above says why
-        ran = _validated_text(distributed["split"])
+        ran = fmt.validated_split(distributed["split"])
         if devices > 1:
             return (
                 f"Multi-device serving did not pass on the twin ({ran}, see `distributed`): "
@@ -151,9 +148,3 @@ def _multi_device(configuration: Mapping[str, Any], distributed: Mapping[str, An
             "scaling are predicted only."
         )
     return "Serving on more than one device was not validated."
-
-
-def _validated_text(split: Mapping[str, Any]) -> str:
-    """The split the distributed stage ran: "TP 2", "TP 2 · EP 2"."""
-    ep = split.get("ep")
-    return f"TP {split.get('tp')}" + (f" · EP {ep}" if isinstance(ep, int) and ep > 1 else "")

@@ -38,7 +38,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from engine import formatting as fmt
 from engine.contract import StageContext, StageDefinition, resolve_callable
+from engine.findings import SEVERITIES
 from engine.stages.release_notes.not_validated import not_validated
 from engine.stages.release_notes.states import (
     MEASURED_TWIN,
@@ -50,7 +52,6 @@ from engine.stages.release_notes.states import (
 # 2: the engine returns data only; the app writes the Markdown (format 1 carried it).
 NOTES_FORMAT = 2
 STAGE = "release_notes"
-SEVERITY_ORDER = ("blocker", "major", "minor", "info")
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ def _limitations(limitations: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
         for item in limitations
         if isinstance(item, Mapping)
     ]
-    rank = {name: i for i, name in enumerate(SEVERITY_ORDER)}
+    rank = {name: i for i, name in enumerate(SEVERITIES)}
     return sorted(rows, key=lambda r: rank.get(r["severity"], len(rank)))
 
 
@@ -191,8 +192,8 @@ def _summary(sections: Mapping[str, Mapping[str, Any]], limitations: Sequence[An
     if configuration.get("available"):
         split = configuration["split"]
         parts.append(
-            f"TP{split.get('tp')}/PP{split.get('pp')}/EP{split.get('ep')}/DP{split.get('dp')} "
-            f"on {configuration.get('devices')} device(s), {configuration.get('dtype_label')}"
+            f"{fmt.split(split)} on {configuration.get('devices')} device(s), "
+            f"{configuration.get('dtype_label')}"
         )
     else:
         parts.append("no fitting plan")
@@ -204,10 +205,7 @@ def _summary(sections: Mapping[str, Mapping[str, Any]], limitations: Sequence[An
         parts.append("precision " + ("passed" if precision["passed"] else "failed"))
     if distributed.get("validated"):
         split = distributed["split"]
-        ran = f"TP={split.get('tp')}" + (
-            f" EP={split['ep']}" if isinstance(split.get("ep"), int) and split["ep"] > 1 else ""
-        )
-        parts.append(f"multi-device {ran} {distributed['verdict']}")
+        parts.append(f"multi-device {fmt.validated_split(split)} {distributed['verdict']}")
     elif distributed.get("available"):
         parts.append("multi-device not validated")
     if stability.get("available"):

@@ -49,8 +49,8 @@ def findings(result: Mapping[str, Any], *, pool: str) -> list[Finding] | None:
                 key="stability:memory-leak",
                 title=cut_title(f"Memory leak on pool {pool}: {slope:,.0f} bytes per step"),
                 body=(
-                    f"{run}: memory grew {slope:,.0f} bytes/step ({growth:,.0f} bytes fitted "
-                    f"after the warm-up), over the limits of {leak_slope:,.0f} bytes/step and "
+                    f"{run}: memory grew {fmt.bytes_per_step(slope)} ({growth:,.0f} bytes fitted "
+                    f"after the warm-up), over the limits of {fmt.bytes_per_step(leak_slope)} and "
                     f"{leak_growth:,.0f} bytes of growth." + said("memory leak")
                 ),
                 severity=MAJOR,
