@@ -39,14 +39,14 @@ from adaptation.models import (
 )
 from adaptation.selectors.release_notes import NotesError, job_stage_states, notes_limitations
 from engine.contract import PoolSpec, ReleaseRef
-from engine.registry import STAGES
-from engine.stages.release_notes.run import build_release_notes
-from engine.stages.release_notes.states import (
+from engine.notes import (
     CALIBRATED_FULL,
     MEASURED_FULL,
     MEASURED_TWIN,
     PREDICTED_FULL,
 )
+from engine.registry import STAGES
+from engine.stages.release_notes.run import build_release_notes
 
 # Additions longer than this are refused (a notes page, not a wiki).
 ADDITIONS_MAX_CHARS = 50_000

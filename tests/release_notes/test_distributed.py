@@ -11,7 +11,7 @@ import pytest
 
 from adaptation.models import StageStatus
 from adaptation.services.release_notes import release_notes_regenerate
-from engine.stages.release_notes.states import MEASURED_TWIN
+from engine.notes import MEASURED_TWIN
 from tests.factories import make_job, make_release
 from tests.performance_rows import h200_pool
 from tests.release_notes.results import REPO_ID, full_results, recorded_distributed

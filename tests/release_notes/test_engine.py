@@ -14,9 +14,9 @@ import sys
 from adaptation.services.release_notes import release_notes_markdown
 from engine.contract import PoolSpec, ReleaseRef, StageContext
 from engine.markdown import code, first_line, text
+from engine.notes import MEASURED_TWIN, PREDICTED_FULL
 from engine.registry import STAGES
 from engine.stages.release_notes.run import build_release_notes, run
-from engine.stages.release_notes.states import MEASURED_TWIN, PREDICTED_FULL
 from tests.release_notes.results import (
     KNEE_BATCH,
     MEASURED_TOKENS_PER_S,

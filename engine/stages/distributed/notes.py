@@ -14,13 +14,13 @@ from typing import Any
 
 from engine import formatting as fmt
 from engine.markdown import first_line
-from engine.stages.distributed.degree import EP_NOT_VALIDATED
-from engine.stages.release_notes.states import (
+from engine.notes import (
     MEASURED_FULL,
     MEASURED_TWIN,
     NotesContext,
     StageState,
 )
+from engine.stages.distributed.degree import EP_NOT_VALIDATED
 
 PLACE = 20
 

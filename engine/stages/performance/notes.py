@@ -14,7 +14,7 @@ from typing import Any
 
 from engine import formatting as fmt
 from engine.markdown import first_line
-from engine.stages.release_notes.states import (
+from engine.notes import (
     CALIBRATED_FULL,
     MEASURED_FULL,
     MEASURED_TWIN,

@@ -13,7 +13,7 @@ from typing import Any
 
 from engine import formatting as fmt
 from engine.markdown import code, first_line, text
-from engine.stages.release_notes.states import NOT_RUN, StageState
+from engine.notes import NOT_RUN, StageState
 
 
 def not_validated(

@@ -2,10 +2,9 @@
 from the earlier stages' results as data; the app writes the Markdown from templates.
 
 Each earlier stage with a section names its function in the registry
-(`StageDefinition.notes`, "engine.stages.<name>.notes:section"; see
-`engine.stages.release_notes.states` for what it reads and may declare). This stage walks
-the registry's stages before it, in order, builds each section from the stage's state, and
-adds what is its own:
+(`StageDefinition.notes`, "engine.stages.<name>.notes:section"; see `engine.notes` for what
+it reads and may declare). This stage walks the registry's stages before it, in order,
+builds each section from the stage's state, and adds what is its own:
 
 - **stages**: each earlier stage's status and, when it did not succeed, why;
 - **limitations**: the release's open known limitations for the pool (or every pool), most
@@ -41,13 +40,13 @@ from typing import Any
 from engine import formatting as fmt
 from engine.contract import StageContext, StageDefinition, resolve_callable
 from engine.findings import SEVERITIES
-from engine.stages.release_notes.not_validated import not_validated
-from engine.stages.release_notes.states import (
+from engine.notes import (
     MEASURED_TWIN,
     NotesContext,
     StageState,
     stage_states,
 )
+from engine.stages.release_notes.not_validated import not_validated
 
 # 2: the engine returns data only; the app writes the Markdown (format 1 carried it).
 NOTES_FORMAT = 2
