@@ -11,7 +11,7 @@ import json
 import subprocess
 import sys
 
-from adaptation.services.release_notes import release_notes_markdown
+from adaptation.services.release_notes import release_notes_markdown, release_notes_summary
 from engine.contract import PoolSpec, ReleaseRef, StageContext
 from engine.markdown import code, first_line, text
 from engine.notes import MEASURED_TWIN, PREDICTED_FULL
@@ -48,7 +48,7 @@ H200 = PoolSpec(
 
 def notes_for(results=None, **kwargs):
     """The engine's notes for `results` (default: every stage passing), with the document
-    the app writes from them under "markdown"."""
+    and the one-line summary the app writes from them under "markdown" and "summary"."""
     notes = build_release_notes(
         release=RELEASE,
         pool=H200,
@@ -57,7 +57,10 @@ def notes_for(results=None, **kwargs):
         **kwargs,
     )
     json.dumps(notes, allow_nan=False)  # stored as JSON: no NaN, no Infinity
-    return notes | {"markdown": release_notes_markdown(notes)}
+    return notes | {
+        "markdown": release_notes_markdown(notes),
+        "summary": release_notes_summary(notes),
+    }
 
 
 def section(markdown: str, title: str) -> str:
@@ -298,8 +301,26 @@ def test_the_stage_reads_its_context():
     assert result["sections"]["limitations"][0]["title"] == "T"
     markdown = release_notes_markdown(result)
     assert markdown.startswith(f"# Release notes: {REPO_ID} on pool h200x8\n")
-    assert lines == [f"release notes: {result['summary']}"]
-    assert result["summary"] == (
+    assert lines == ["release notes: 7 sections, 7 item(s) not validated, 1 open limitation(s)"]
+    # The summary as values; the app writes its line (templates/release_notes/summary.txt).
+    assert "summary" not in result
+    assert result["sections"]["summary"] == {
+        "plan": {
+            "split": {"tp": 1, "pp": 1, "ep": 1, "dp": 1},
+            "devices": 1,
+            "dtype_label": "checkpoint (mxfp4)",
+        },
+        "knee": {"batch_size": 4, "label": MEASURED_TWIN, "capped_at": None},
+        "precision_passed": True,
+        "multi_device": {
+            "validated": True,
+            "split": result["sections"]["distributed"]["split"],
+            "verdict": "passed",
+        },
+        "stability_verdict": "passed",
+        "open_limitations": 1,
+    }
+    assert release_notes_summary(result) == (
         "TP1 PP1 EP1 DP1 on 1 device(s), checkpoint (mxfp4); knee batch 4 (measured (twin)); "
         "precision passed; multi-device TP=2 passed; stability passed; 1 open limitation(s)"
     )
