@@ -1,5 +1,6 @@
 """The release notes' sections: what a stage's `notes.py` reads to build its section of the
-notes (the stages' states, the notes' context) and the labels every figure carries.
+notes (the stages' states, the notes' context) and the keys of the labels every figure
+carries.
 
 A stage with a section names its function in the registry (`StageDefinition.notes`,
 "engine.stages.<name>.notes:section"); the `release_notes` stage
@@ -29,11 +30,12 @@ from typing import Any
 
 from engine.markdown import first_line
 
-# How each figure is labelled, in the document and in `sections`.
-MEASURED_TWIN = "measured (twin)"
-MEASURED_FULL = "measured (full-size, real weights)"
-PREDICTED_FULL = "predicted (full-size)"
-CALIBRATED_FULL = "calibrated prediction (full-size)"
+# How each figure is labelled: the key a section stores ("label"); the document words it
+# (`templates/release_notes/label.md`: "measured (twin)", "predicted (full-size)", ...).
+MEASURED_TWIN = "measured_twin"
+MEASURED_FULL = "measured_full"
+PREDICTED_FULL = "predicted_full"
+CALIBRATED_FULL = "calibrated_full"
 
 # The status of a stage the job does not have.
 NOT_RUN = "not run"

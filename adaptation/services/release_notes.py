@@ -40,12 +40,6 @@ from adaptation.models import (
 )
 from adaptation.selectors.release_notes import NotesError, job_stage_states, notes_limitations
 from engine.contract import PoolSpec, ReleaseRef
-from engine.notes import (
-    CALIBRATED_FULL,
-    MEASURED_FULL,
-    MEASURED_TWIN,
-    PREDICTED_FULL,
-)
 from engine.registry import STAGES
 from engine.stages.release_notes.run import build_release_notes
 
@@ -54,13 +48,6 @@ ADDITIONS_MAX_CHARS = 50_000
 DOCUMENT_TEMPLATE = "release_notes/document.md"
 # Plain text, through the default template engine (escaping off in the template).
 SUMMARY_TEMPLATE = "release_notes/summary.txt"
-# The labels the document's sentences name, as the engine labels its figures.
-LABELS = {
-    "measured_twin": MEASURED_TWIN,
-    "measured_full": MEASURED_FULL,
-    "predicted_full": PREDICTED_FULL,
-    "calibrated_full": CALIBRATED_FULL,
-}
 
 
 def section_template(stage: str) -> str:
@@ -82,7 +69,7 @@ def release_notes_markdown(notes: Mapping[str, Any]) -> str:
     document = (
         engines["markdown"]
         .get_template(DOCUMENT_TEMPLATE)
-        .render({"order": order, "sections": sections, "labels": LABELS})
+        .render({"order": order, "sections": sections})
     )
     return document.strip() + "\n"
 

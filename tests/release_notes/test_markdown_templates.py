@@ -9,6 +9,7 @@ from django.template import TemplateDoesNotExist, engines
 
 from adaptation.markdown_templates import trim_tag_lines
 from adaptation.templatetags import day0_format, notes_markdown
+from engine.notes import CALIBRATED_FULL, MEASURED_FULL, MEASURED_TWIN, PREDICTED_FULL
 
 
 def test_a_line_holding_only_tags_leaves_nothing_behind():
@@ -63,3 +64,21 @@ def test_the_notes_filters_write_their_formats():
         ("major", 2),
         (None, 2),
     ]
+
+
+@pytest.mark.parametrize(
+    ("key", "words"),
+    [
+        (MEASURED_TWIN, "measured (twin)"),
+        (MEASURED_FULL, "measured (full-size, real weights)"),
+        (PREDICTED_FULL, "predicted (full-size)"),
+        (CALIBRATED_FULL, "calibrated prediction (full-size)"),
+        ("a *new* label", "a \\*new\\* label"),  # a key not worded: as it is, escaped
+    ],
+)
+def test_a_figures_label_is_worded_by_its_template_on_one_line(key, words):
+    """The sections store a label's key (`engine.notes`); `label.md` words it, inline."""
+    template = engines["markdown"].from_string(
+        '{% load day0_text %}| **{% words "release_notes/label.md" with label=key %}** |\n'
+    )
+    assert template.render({"key": key}) == f"| **{words}** |\n"
