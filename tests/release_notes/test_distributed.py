@@ -131,6 +131,7 @@ def test_a_crashed_rank_is_named_with_its_exit_status():
         "by SIGKILL." in text
     )
     assert "| Failed rank | rank 1 was killed by SIGKILL |" in text
+    assert notes["sections"]["distributed"]["failed_rank_exit_code"] == -9  # the template words it
     assert "Decode step" not in text  # nothing was measured
     assert notes["sections"]["not_validated"][0] == (
         "`distributed`: failed: the distributed run failed (torchrun exited with code 1): "

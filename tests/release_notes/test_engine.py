@@ -133,6 +133,47 @@ def test_without_a_performance_run_the_prediction_comes_from_the_plan():
     assert perf["predicted"]["tpot_s"] == results["plan"]["predicted"]["decode_curve"][2]["tpot_s"]
 
 
+def test_sweeps_stopped_early_and_a_missing_knee_are_values_the_template_words():
+    results = full_results()
+    results["performance"]["stopped"] = [
+        {"dtype": "bfloat16", "prompt_len": 128, "batch_size": 8, "reason": "OOM: *x*\nmore"}
+    ]
+    notes = notes_for(results)
+    assert notes["sections"]["performance"]["stopped"] == [
+        {"dtype": "bfloat16", "prompt_len": 128, "batch_size": 8, "reason": "OOM: *x*"}
+    ]
+    assert "- bfloat16 prompt 128: stopped at batch 8 (OOM: \\*x\\*)\n" in notes["markdown"]
+
+    results["performance"]["knee"] = None
+    notes = notes_for(results)
+    assert notes["sections"]["performance"] == {
+        "available": False,
+        "status": "succeeded",
+        "reason": "",
+        "no_knee": True,
+    }
+    assert (
+        "No recommendation: the performance stage succeeded: no knee was found on the "
+        "measured points." in notes["markdown"]
+    )
+
+
+def test_without_a_prediction_the_notes_give_the_stages_reason_or_say_there_is_none():
+    results = full_results()
+    results["performance"]["points"] = [
+        p for p in results["performance"]["points"] if p["kind"] != "predicted"
+    ]
+    results["plan"]["predicted"] = {"kind": "predicted", "available": False}
+    results["performance"]["predicted"] = {"available": False, "reason": "no <roofline>"}
+    notes = notes_for(results)
+    assert notes["sections"]["performance"]["predicted_reason"] == "no <roofline>"
+    assert "No full-size prediction: no \\<roofline\\>." in notes["markdown"]
+    results["performance"]["predicted"] = {"available": False}
+    notes = notes_for(results)
+    assert notes["sections"]["performance"]["predicted_reason"] == ""
+    assert "No full-size prediction: the plan made no full-size prediction." in notes["markdown"]
+
+
 def test_the_precision_summary_gives_each_dtypes_verdict_agreement_and_error():
     results = full_results()
     results["precision"] = precision(float16_passes=False)
