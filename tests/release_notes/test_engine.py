@@ -70,6 +70,13 @@ def section(markdown: str, title: str) -> str:
     return markdown[start : end if end != -1 else None]
 
 
+def not_validated_lines(markdown: str) -> list[str]:
+    """The items of the document's "What was not validated" as written, one line each
+    without its "- " (the engine stores them as values: `sections["not_validated"]`)."""
+    text = section(markdown, "What was not validated")
+    return [line[2:] for line in text.splitlines() if line.startswith("- ")]
+
+
 def test_the_notes_carry_the_plans_launch_commands_and_the_measured_knee():
     results = full_results()
     notes = notes_for(results)
@@ -185,7 +192,7 @@ def test_the_precision_summary_gives_each_dtypes_verdict_agreement_and_error():
     assert "| `bfloat16` | passed | 100.0 % | 0.0312 | 0.99991 | 2.5e-05 |" in table
     assert "| `float16` | **failed** | 81.2 % | 3.75 | 0.97 | 0.03 |" in table
     assert "first divergent layer 2 (mlp)" in table
-    not_validated = notes["sections"]["not_validated"]
+    not_validated = not_validated_lines(notes["markdown"])
     assert "`precision`: failed: float16: top-1 agreement 0.8125 under 0.9." in not_validated[0]
     assert any("Precision in `int8` was not checked" in item for item in not_validated)
 
@@ -251,7 +258,7 @@ def test_limitations_are_listed_by_severity_with_their_scope_and_markdown_body()
 
 
 def test_what_was_not_validated_names_the_twin_one_device_and_short_prompts():
-    items = notes_for()["sections"]["not_validated"]
+    items = not_validated_lines(notes_for()["markdown"])
     assert items[0].startswith(
         "The full-size weights were never run: `operators`, `precision`, `distributed`, "
         "`performance`, `stability` ran a scaled twin"
@@ -268,6 +275,31 @@ def test_what_was_not_validated_names_the_twin_one_device_and_short_prompts():
     assert any(i.startswith("Stability ran for 20.0 s on the twin") for i in items)
 
 
+def test_what_was_not_validated_is_stored_as_values_the_template_words():
+    notes = notes_for()
+    items = notes["sections"]["not_validated"]
+    assert [item["kind"] for item in items] == [
+        "twin",
+        "multi_device",
+        "serving_dtype",
+        "full_size_speed",
+        "context",
+        "skipped_dtype",
+        "stability_duration",
+    ]
+    assert items[1] == {
+        "kind": "multi_device",
+        "outcome": "passed",
+        "devices": 1,
+        "plan_split": {"tp": 1, "pp": 1, "ep": 1, "dp": 1},
+        "split": notes["sections"]["distributed"]["split"],
+        "reason": "",
+    }
+    assert items[4] == {"kind": "context", "prompt_tokens": 128, "context_tokens": 32768}
+    assert "`" not in json.dumps(items)  # no Markdown: the template writes each sentence
+    assert len(not_validated_lines(notes["markdown"])) == len(items)
+
+
 def test_a_multi_device_plan_is_not_validated_on_many_devices():
     name = "deepseek-ai__DeepSeek-V3"
     results = full_results(plan(name))
@@ -278,12 +310,12 @@ def test_a_multi_device_plan_is_not_validated_on_many_devices():
         "Multi-device serving was validated on the twin only (TP=2 across 2 `nccl` "
         "processes); the plan's split TP1 PP1 EP8 DP8 on 8 devices was not run at "
         "full size, its communication and scaling are predicted only."
-    ) in notes["sections"]["not_validated"]
+    ) in not_validated_lines(notes["markdown"])
 
     del results["distributed"]  # a job without the distributed stage
     assert any(
         i.startswith("Multi-device serving was not run: the split TP1 PP1 EP8 DP8 on 8")
-        for i in notes_for(results)["sections"]["not_validated"]
+        for i in not_validated_lines(notes_for(results)["markdown"])
     )
 
 
@@ -311,7 +343,7 @@ def test_a_plan_that_fits_nothing_says_why_and_what_would_fit():
     assert f"- {kept['suggestions']['devices']:,} devices" in configuration
     assert "No recommendation: the performance stage skipped." in notes["markdown"]
     assert "Not run: the distributed stage skipped.\n" in notes["markdown"]
-    items = notes["sections"]["not_validated"]
+    items = not_validated_lines(notes["markdown"])
     assert items[:4] == [
         f"`plan`: failed: {text(first_line(error))}.",
         "`distributed`: skipped.",
@@ -324,7 +356,7 @@ def test_a_plan_that_fits_nothing_says_why_and_what_would_fit():
 def test_a_stage_the_job_does_not_run_is_listed_as_not_run():
     results = full_results()
     del results["operators"], results["stability"], results["distributed"]
-    items = notes_for(results)["sections"]["not_validated"]
+    items = not_validated_lines(notes_for(results)["markdown"])
     assert "`operators`: not run in this job." in items
     assert "`distributed`: not run in this job." in items
     assert "`stability`: not run in this job." in items

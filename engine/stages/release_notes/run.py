@@ -12,7 +12,7 @@ builds each section from the stage's state, and adds what is its own:
   `reads_limitations`);
 - **not_validated**: stages that failed, were skipped or did not run, and what a twin, the
   split run only on the twin (or not at all), short prompts and a short stability run leave
-  unproven (`not_validated`);
+  unproven, one item each: a kind and its values (`not_validated`);
 - **summary**: what the release page's one line says (the plan's split and dtype, the knee,
   the precision, multi-device and stability verdicts, the open limitations), as values.
 
@@ -49,8 +49,9 @@ from engine.notes import (
 )
 from engine.stages.release_notes.not_validated import not_validated
 
-# 3: the summary is data too (format 2 carried it as a sentence; format 1 carried the
-# Markdown); the app writes every word.
+# 3: the summary, what was not validated and the figures' labels are values too (format 2
+# carried them as sentences and words; format 1 carried the Markdown); the app writes every
+# word.
 NOTES_FORMAT = 3
 STAGE = "release_notes"
 
