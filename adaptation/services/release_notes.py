@@ -2,10 +2,11 @@
 
 The `release_notes` stage (`engine.stages.release_notes.run`) gathers the notes as data at
 the end of a job; when its result is stored (the stage's handler in
-`adaptation.services.stage_results`), `release_notes_store` writes the Markdown document from the
-templates (`release_notes_markdown`) and keeps it, with the data, as a new `ReleaseNotes`
-version. A version keeps the document as it was written: later template changes never
-touch it (nothing re-renders a stored version). Versions count up per (release, pool): a
+`adaptation.services.stage_results`), `release_notes_store` writes the Markdown document
+(`release_notes_markdown`) and the one-line summary (`release_notes_summary`) from the
+templates and keeps them, with the data, as a new `ReleaseNotes` version. A version keeps the
+document and the summary as they were written: later template changes never touch them
+(nothing re-renders a stored version). Versions count up per (release, pool): a
 re-run of any stage re-runs every later one, the notes included, so each re-run leaves a new
 version and the old ones stay readable.
 
@@ -41,23 +42,12 @@ from adaptation.selectors.release_notes import NotesError, job_stage_states, not
 from engine.contract import PoolSpec, ReleaseRef
 from engine.registry import STAGES
 from engine.stages.release_notes.run import build_release_notes
-from engine.stages.release_notes.states import (
-    CALIBRATED_FULL,
-    MEASURED_FULL,
-    MEASURED_TWIN,
-    PREDICTED_FULL,
-)
 
 # Additions longer than this are refused (a notes page, not a wiki).
 ADDITIONS_MAX_CHARS = 50_000
 DOCUMENT_TEMPLATE = "release_notes/document.md"
-# The labels the document's sentences name, as the engine labels its figures.
-LABELS = {
-    "measured_twin": MEASURED_TWIN,
-    "measured_full": MEASURED_FULL,
-    "predicted_full": PREDICTED_FULL,
-    "calibrated_full": CALIBRATED_FULL,
-}
+# Plain text, through the default template engine (escaping off in the template).
+SUMMARY_TEMPLATE = "release_notes/summary.txt"
 
 
 def section_template(stage: str) -> str:
@@ -79,9 +69,17 @@ def release_notes_markdown(notes: Mapping[str, Any]) -> str:
     document = (
         engines["markdown"]
         .get_template(DOCUMENT_TEMPLATE)
-        .render({"order": order, "sections": sections, "labels": LABELS})
+        .render({"order": order, "sections": sections})
     )
     return document.strip() + "\n"
+
+
+def release_notes_summary(notes: Mapping[str, Any]) -> str:
+    """The one-line summary of `notes` (the `release_notes` stage's result), from
+    `templates/release_notes/summary.txt` and the values in `sections["summary"]`: plain
+    text, nothing escaped (the pages escape it where they show it)."""
+    summary = notes["sections"]["summary"]
+    return engines["django"].get_template(SUMMARY_TEMPLATE).render({"summary": summary}).strip()
 
 
 def release_notes_store(
@@ -90,11 +88,14 @@ def release_notes_store(
     notes: Mapping[str, Any],
     stage_run: StageRun | None = None,
 ) -> ReleaseNotes:
-    """Write the document of `notes` (the stage's result) and store it with the notes'
-    sections as the next version of the notes of the job's release on its pool (the highest
-    version so far + 1). Two stores racing for one version: the unique constraint refuses
-    one, which takes the next number."""
+    """Write the document and the summary of `notes` (the stage's result) and store them with
+    the notes' sections as the next version of the notes of the job's release on its pool
+    (the highest version so far + 1). The version's `sections["summary"]` is the summary as
+    written (the release page shows it), in place of the values it was written from. Two
+    stores racing for one version: the unique constraint refuses one, which takes the next
+    number."""
     markdown = release_notes_markdown(notes)
+    sections = dict(notes["sections"]) | {"summary": release_notes_summary(notes)}
     for _ in range(5):
         latest = ReleaseNotes.objects.filter(
             release_id=job.release_id, pool_id=job.pool_id
@@ -108,7 +109,7 @@ def release_notes_store(
                     stage_run=stage_run,
                     version=(latest or 0) + 1,
                     markdown=markdown,
-                    sections=dict(notes["sections"]),
+                    sections=sections,
                 )
         except IntegrityError:
             continue

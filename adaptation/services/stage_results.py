@@ -137,11 +137,11 @@ def _store_release_notes(run: StageRun, result: dict[str, Any]) -> None:
     """The notes the `release_notes` stage gathered, written as Markdown and stored as the
     next version of the release's notes on the job's pool
     (`adaptation.services.release_notes.release_notes_store`). The run's stored result gets
-    the document too ("markdown", as written into the version), so that the run reads as
-    the notes it produced (the API shows it)."""
+    the document and the one-line summary too ("markdown" and "summary", as written into the
+    version), so that the run reads as the notes it produced (the API shows it)."""
     if isinstance(result.get("sections"), dict) and isinstance(result.get("order"), list):
         notes = release_notes_store(job=run.job, stage_run=run, notes=result)
-        run.result = {**result, "markdown": notes.markdown}
+        run.result = {**result, "markdown": notes.markdown, "summary": notes.sections["summary"]}
         StageRun.objects.filter(pk=run.pk).update(result=run.result)
 
 

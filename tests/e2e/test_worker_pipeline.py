@@ -27,6 +27,7 @@ from adaptation.models import (
     StageStatus,
 )
 from engine.architecture import analyze_config
+from engine.notes import MEASURED_TWIN
 from engine.stages.plan.errors import NoFittingPlan
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
@@ -255,7 +256,7 @@ def test_adapt_waits_and_prints_the_finished_job(celery_worker_process, tmp_path
         assert f"Recommended batch size: **{recommended}** sequences" in markdown
         assert f"| **measured (twin)** | {knee['batch_size']} | " in markdown
         measured = notes["result"]["sections"]["performance"]["measured"]
-        assert measured["tpot_s"] == knee["tpot_s"] and measured["label"] == "measured (twin)"
+        assert measured["tpot_s"] == knee["tpot_s"] and measured["label"] == MEASURED_TWIN
     else:
         later = ("distributed", "performance", "stability", "release_notes")
         assert [stages[s]["status"] for s in later] == ["skipped"] * 4

@@ -11,11 +11,11 @@ import pytest
 
 from adaptation.models import StageStatus
 from adaptation.services.release_notes import release_notes_regenerate
-from engine.stages.release_notes.states import MEASURED_TWIN
+from engine.notes import MEASURED_TWIN
 from tests.factories import make_job, make_release
 from tests.performance_rows import h200_pool
 from tests.release_notes.results import REPO_ID, full_results, recorded_distributed
-from tests.release_notes.test_engine import notes_for, section
+from tests.release_notes.test_engine import not_validated_lines, notes_for, section
 from tests.release_notes.test_store import STAGES
 
 NO_EP_PLAN = (
@@ -114,7 +114,7 @@ def test_a_split_off_the_reference_fails_with_its_reason_and_figures():
         "layer": 1,
         "kind": "attention",
     }
-    items = notes["sections"]["not_validated"]
+    items = not_validated_lines(notes["markdown"])
     assert f"`distributed`: failed: {error.split(';')[0]}" in items[0]
     assert "Serving on more than one device did not pass on the twin (TP=2)." in items
     assert "multi-device TP=2 failed" in notes["summary"]
@@ -131,8 +131,9 @@ def test_a_crashed_rank_is_named_with_its_exit_status():
         "by SIGKILL." in text
     )
     assert "| Failed rank | rank 1 was killed by SIGKILL |" in text
+    assert notes["sections"]["distributed"]["failed_rank_exit_code"] == -9  # the template words it
     assert "Decode step" not in text  # nothing was measured
-    assert notes["sections"]["not_validated"][0] == (
+    assert not_validated_lines(notes["markdown"])[0] == (
         "`distributed`: failed: the distributed run failed (torchrun exited with code 1): "
         "rank 1 was killed by SIGKILL."
     )
@@ -151,11 +152,11 @@ def test_a_split_that_could_not_be_validated_here_says_why():
     assert (
         "Serving on more than one device was not validated: transformers' FooForCausalLM has "
         "no tensor-parallel plan (base_model_tp_plan): the split cannot be validated for this "
-        "architecture." in notes["sections"]["not_validated"]
+        "architecture." in not_validated_lines(notes["markdown"])
     )
     assert "multi-device not validated" in notes["summary"]
     # it ran no twin
-    assert "`distributed`" not in notes["sections"]["not_validated"][0]
+    assert "`distributed`" not in not_validated_lines(notes["markdown"])[0]
 
 
 def test_expert_parallelism_left_out_is_listed_as_not_validated():
@@ -167,7 +168,7 @@ def test_expert_parallelism_left_out_is_listed_as_not_validated():
         "Expert parallelism was not validated on the twin: transformers' Qwen3MoeForCausalLM "
         "has no expert-parallel plan (ep_plan)."
     )
-    assert expected in notes["sections"]["not_validated"]
+    assert expected in not_validated_lines(notes["markdown"])
     assert (
         "Expert parallelism was not validated: transformers' Qwen3MoeForCausalLM has no "
         "expert-parallel plan (ep_plan)." in notes["markdown"]

@@ -11,12 +11,12 @@ import json
 import subprocess
 import sys
 
-from adaptation.services.release_notes import release_notes_markdown
+from adaptation.services.release_notes import release_notes_markdown, release_notes_summary
 from engine.contract import PoolSpec, ReleaseRef, StageContext
 from engine.markdown import code, first_line, text
+from engine.notes import MEASURED_TWIN, PREDICTED_FULL
 from engine.registry import STAGES
 from engine.stages.release_notes.run import build_release_notes, run
-from engine.stages.release_notes.states import MEASURED_TWIN, PREDICTED_FULL
 from tests.release_notes.results import (
     KNEE_BATCH,
     MEASURED_TOKENS_PER_S,
@@ -48,7 +48,7 @@ H200 = PoolSpec(
 
 def notes_for(results=None, **kwargs):
     """The engine's notes for `results` (default: every stage passing), with the document
-    the app writes from them under "markdown"."""
+    and the one-line summary the app writes from them under "markdown" and "summary"."""
     notes = build_release_notes(
         release=RELEASE,
         pool=H200,
@@ -57,7 +57,10 @@ def notes_for(results=None, **kwargs):
         **kwargs,
     )
     json.dumps(notes, allow_nan=False)  # stored as JSON: no NaN, no Infinity
-    return notes | {"markdown": release_notes_markdown(notes)}
+    return notes | {
+        "markdown": release_notes_markdown(notes),
+        "summary": release_notes_summary(notes),
+    }
 
 
 def section(markdown: str, title: str) -> str:
@@ -65,6 +68,13 @@ def section(markdown: str, title: str) -> str:
     start = markdown.index(f"\n## {title}\n")
     end = markdown.find("\n## ", start + 1)
     return markdown[start : end if end != -1 else None]
+
+
+def not_validated_lines(markdown: str) -> list[str]:
+    """The items of the document's "What was not validated" as written, one line each
+    without its "- " (the engine stores them as values: `sections["not_validated"]`)."""
+    text = section(markdown, "What was not validated")
+    return [line[2:] for line in text.splitlines() if line.startswith("- ")]
 
 
 def test_the_notes_carry_the_plans_launch_commands_and_the_measured_knee():
@@ -95,7 +105,7 @@ def test_the_notes_carry_the_plans_launch_commands_and_the_measured_knee():
     assert perf["measured"]["tpot_s"] == knee_tpot
     recommendations = section(markdown, "Performance recommendations")
     assert f"Recommended batch size: **{KNEE_BATCH}** sequences, the knee" in recommendations
-    assert f"| **{MEASURED_TWIN}** | 4 | 12.1 ms | 330 |" in recommendations
+    assert "| **measured (twin)** | 4 | 12.1 ms | 330 |" in recommendations
 
 
 def test_measured_and_predicted_figures_are_labelled_and_come_from_their_stages():
@@ -114,7 +124,9 @@ def test_measured_and_predicted_figures_are_labelled_and_come_from_their_stages(
     assert predicted["decode_tokens_per_s"] == curve_point["decode_tokens_per_s"]
     assert predicted["accelerator"] == "h200" and predicted["context_tokens"] == 32768
     markdown = notes_for(results)["markdown"]
-    row = next(line for line in markdown.splitlines() if line.startswith(f"| **{PREDICTED_FULL}"))
+    row = next(
+        line for line in markdown.splitlines() if line.startswith("| **predicted (full-size)")
+    )
     assert f"{curve_point['tpot_s'] * 1000:.3g} ms" in row and "roofline on h200" in row
     largest = results["plan"]["predicted"]["largest_batch"]
     assert perf["largest_batch"]["concurrent_sequences"] == largest["concurrent_sequences"] == 148
@@ -128,6 +140,47 @@ def test_without_a_performance_run_the_prediction_comes_from_the_plan():
     assert perf["predicted"]["tpot_s"] == results["plan"]["predicted"]["decode_curve"][2]["tpot_s"]
 
 
+def test_sweeps_stopped_early_and_a_missing_knee_are_values_the_template_words():
+    results = full_results()
+    results["performance"]["stopped"] = [
+        {"dtype": "bfloat16", "prompt_len": 128, "batch_size": 8, "reason": "OOM: *x*\nmore"}
+    ]
+    notes = notes_for(results)
+    assert notes["sections"]["performance"]["stopped"] == [
+        {"dtype": "bfloat16", "prompt_len": 128, "batch_size": 8, "reason": "OOM: *x*"}
+    ]
+    assert "- bfloat16 prompt 128: stopped at batch 8 (OOM: \\*x\\*)\n" in notes["markdown"]
+
+    results["performance"]["knee"] = None
+    notes = notes_for(results)
+    assert notes["sections"]["performance"] == {
+        "available": False,
+        "status": "succeeded",
+        "reason": "",
+        "no_knee": True,
+    }
+    assert (
+        "No recommendation: the performance stage succeeded: no knee was found on the "
+        "measured points." in notes["markdown"]
+    )
+
+
+def test_without_a_prediction_the_notes_give_the_stages_reason_or_say_there_is_none():
+    results = full_results()
+    results["performance"]["points"] = [
+        p for p in results["performance"]["points"] if p["kind"] != "predicted"
+    ]
+    results["plan"]["predicted"] = {"kind": "predicted", "available": False}
+    results["performance"]["predicted"] = {"available": False, "reason": "no <roofline>"}
+    notes = notes_for(results)
+    assert notes["sections"]["performance"]["predicted_reason"] == "no <roofline>"
+    assert "No full-size prediction: no \\<roofline\\>." in notes["markdown"]
+    results["performance"]["predicted"] = {"available": False}
+    notes = notes_for(results)
+    assert notes["sections"]["performance"]["predicted_reason"] == ""
+    assert "No full-size prediction: the plan made no full-size prediction." in notes["markdown"]
+
+
 def test_the_precision_summary_gives_each_dtypes_verdict_agreement_and_error():
     results = full_results()
     results["precision"] = precision(float16_passes=False)
@@ -139,7 +192,7 @@ def test_the_precision_summary_gives_each_dtypes_verdict_agreement_and_error():
     assert "| `bfloat16` | passed | 100.0 % | 0.0312 | 0.99991 | 2.5e-05 |" in table
     assert "| `float16` | **failed** | 81.2 % | 3.75 | 0.97 | 0.03 |" in table
     assert "first divergent layer 2 (mlp)" in table
-    not_validated = notes["sections"]["not_validated"]
+    not_validated = not_validated_lines(notes["markdown"])
     assert "`precision`: failed: float16: top-1 agreement 0.8125 under 0.9." in not_validated[0]
     assert any("Precision in `int8` was not checked" in item for item in not_validated)
 
@@ -205,7 +258,7 @@ def test_limitations_are_listed_by_severity_with_their_scope_and_markdown_body()
 
 
 def test_what_was_not_validated_names_the_twin_one_device_and_short_prompts():
-    items = notes_for()["sections"]["not_validated"]
+    items = not_validated_lines(notes_for()["markdown"])
     assert items[0].startswith(
         "The full-size weights were never run: `operators`, `precision`, `distributed`, "
         "`performance`, `stability` ran a scaled twin"
@@ -222,6 +275,31 @@ def test_what_was_not_validated_names_the_twin_one_device_and_short_prompts():
     assert any(i.startswith("Stability ran for 20.0 s on the twin") for i in items)
 
 
+def test_what_was_not_validated_is_stored_as_values_the_template_words():
+    notes = notes_for()
+    items = notes["sections"]["not_validated"]
+    assert [item["kind"] for item in items] == [
+        "twin",
+        "multi_device",
+        "serving_dtype",
+        "full_size_speed",
+        "context",
+        "skipped_dtype",
+        "stability_duration",
+    ]
+    assert items[1] == {
+        "kind": "multi_device",
+        "outcome": "passed",
+        "devices": 1,
+        "plan_split": {"tp": 1, "pp": 1, "ep": 1, "dp": 1},
+        "split": notes["sections"]["distributed"]["split"],
+        "reason": "",
+    }
+    assert items[4] == {"kind": "context", "prompt_tokens": 128, "context_tokens": 32768}
+    assert "`" not in json.dumps(items)  # no Markdown: the template writes each sentence
+    assert len(not_validated_lines(notes["markdown"])) == len(items)
+
+
 def test_a_multi_device_plan_is_not_validated_on_many_devices():
     name = "deepseek-ai__DeepSeek-V3"
     results = full_results(plan(name))
@@ -232,12 +310,12 @@ def test_a_multi_device_plan_is_not_validated_on_many_devices():
         "Multi-device serving was validated on the twin only (TP=2 across 2 `nccl` "
         "processes); the plan's split TP1 PP1 EP8 DP8 on 8 devices was not run at "
         "full size, its communication and scaling are predicted only."
-    ) in notes["sections"]["not_validated"]
+    ) in not_validated_lines(notes["markdown"])
 
     del results["distributed"]  # a job without the distributed stage
     assert any(
         i.startswith("Multi-device serving was not run: the split TP1 PP1 EP8 DP8 on 8")
-        for i in notes_for(results)["sections"]["not_validated"]
+        for i in not_validated_lines(notes_for(results)["markdown"])
     )
 
 
@@ -265,7 +343,7 @@ def test_a_plan_that_fits_nothing_says_why_and_what_would_fit():
     assert f"- {kept['suggestions']['devices']:,} devices" in configuration
     assert "No recommendation: the performance stage skipped." in notes["markdown"]
     assert "Not run: the distributed stage skipped.\n" in notes["markdown"]
-    items = notes["sections"]["not_validated"]
+    items = not_validated_lines(notes["markdown"])
     assert items[:4] == [
         f"`plan`: failed: {text(first_line(error))}.",
         "`distributed`: skipped.",
@@ -278,7 +356,7 @@ def test_a_plan_that_fits_nothing_says_why_and_what_would_fit():
 def test_a_stage_the_job_does_not_run_is_listed_as_not_run():
     results = full_results()
     del results["operators"], results["stability"], results["distributed"]
-    items = notes_for(results)["sections"]["not_validated"]
+    items = not_validated_lines(notes_for(results)["markdown"])
     assert "`operators`: not run in this job." in items
     assert "`distributed`: not run in this job." in items
     assert "`stability`: not run in this job." in items
@@ -298,8 +376,26 @@ def test_the_stage_reads_its_context():
     assert result["sections"]["limitations"][0]["title"] == "T"
     markdown = release_notes_markdown(result)
     assert markdown.startswith(f"# Release notes: {REPO_ID} on pool h200x8\n")
-    assert lines == [f"release notes: {result['summary']}"]
-    assert result["summary"] == (
+    assert lines == ["release notes: 7 sections, 7 item(s) not validated, 1 open limitation(s)"]
+    # The summary as values; the app writes its line (templates/release_notes/summary.txt).
+    assert "summary" not in result
+    assert result["sections"]["summary"] == {
+        "plan": {
+            "split": {"tp": 1, "pp": 1, "ep": 1, "dp": 1},
+            "devices": 1,
+            "dtype_label": "checkpoint (mxfp4)",
+        },
+        "knee": {"batch_size": 4, "label": MEASURED_TWIN, "capped_at": None},
+        "precision_passed": True,
+        "multi_device": {
+            "validated": True,
+            "split": result["sections"]["distributed"]["split"],
+            "verdict": "passed",
+        },
+        "stability_verdict": "passed",
+        "open_limitations": 1,
+    }
+    assert release_notes_summary(result) == (
         "TP1 PP1 EP1 DP1 on 1 device(s), checkpoint (mxfp4); knee batch 4 (measured (twin)); "
         "precision passed; multi-device TP=2 passed; stability passed; 1 open limitation(s)"
     )

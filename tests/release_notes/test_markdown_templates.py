@@ -9,6 +9,7 @@ from django.template import TemplateDoesNotExist, engines
 
 from adaptation.markdown_templates import trim_tag_lines
 from adaptation.templatetags import day0_format, notes_markdown
+from engine.notes import CALIBRATED_FULL, MEASURED_FULL, MEASURED_TWIN, PREDICTED_FULL
 
 
 def test_a_line_holding_only_tags_leaves_nothing_behind():
@@ -63,3 +64,62 @@ def test_the_notes_filters_write_their_formats():
         ("major", 2),
         (None, 2),
     ]
+
+
+@pytest.mark.parametrize(
+    ("key", "words"),
+    [
+        (MEASURED_TWIN, "measured (twin)"),
+        (MEASURED_FULL, "measured (full-size, real weights)"),
+        (PREDICTED_FULL, "predicted (full-size)"),
+        (CALIBRATED_FULL, "calibrated prediction (full-size)"),
+        ("a *new* label", "a \\*new\\* label"),  # a key not worded: as it is, escaped
+    ],
+)
+def test_a_figures_label_is_worded_by_its_template_on_one_line(key, words):
+    """The sections store a label's key (`engine.notes`); `label.md` words it, inline."""
+    template = engines["markdown"].from_string(
+        '{% load day0_text %}| **{% words "release_notes/label.md" with label=key %}** |\n'
+    )
+    assert template.render({"key": key}) == f"| **{words}** |\n"
+
+
+def test_every_kind_of_item_not_validated_has_its_sentence():
+    """One line per item the engine can return (`engine/stages/release_notes/not_validated.py`
+    lists the kinds; a kind the template does not know would be left out)."""
+    split = {"tp": 2, "ep": 1, "processes": 2, "backend": "gloo", "device_type": "cpu"}
+    plan = {"tp": 1, "pp": 1, "ep": 8, "dp": 8}
+    items = [
+        {"kind": "stage_not_run", "stage": "stability"},
+        {"kind": "stage_not_succeeded", "stage": "plan", "status": "failed", "reason": "x;"},
+        {"kind": "twin", "stages": ["operators"], "twin": None},
+        *(
+            {
+                "kind": "multi_device",
+                "outcome": outcome,
+                "devices": devices,
+                "plan_split": plan,
+                "split": split,
+                "reason": "",
+            }
+            for outcome in ("passed", "failed", "not_validated", "not_run")
+            for devices in (1, 8)
+        ),
+        {"kind": "expert_parallelism", "reason": "no ep plan."},
+        {"kind": "serving_dtype", "dtype": "fp8", "dtype_label": None, "checked": []},
+        {"kind": "full_size_speed", "predicted": True},
+        {"kind": "full_size_speed", "predicted": False},
+        {"kind": "context", "prompt_tokens": 128, "context_tokens": 32768},
+        {"kind": "skipped_dtype", "stage": "precision", "dtype": "int8", "reason": "no"},
+        {"kind": "skipped_dtype", "stage": "performance", "dtype": "int8", "reason": "no"},
+        {"kind": "stability_duration", "duration_s": 20.0},
+    ]
+    written = engines["markdown"].get_template("release_notes/not_validated.md")
+    lines = written.render({"section": items}).splitlines()
+    assert lines[:2] == ["## What was not validated", ""]
+    assert len(lines[2:]) == len(items)
+    assert len(set(lines[2:])) == len(items)  # each its own sentence
+    assert all(line.startswith("- ") and line.endswith(".") for line in lines[2:])
+    assert "- `stability`: not run in this job." in lines
+    assert "- `plan`: failed: x." in lines
+    assert "- The serving dtype fp8 was not checked by `precision` (checked: none)." in lines

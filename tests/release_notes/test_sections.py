@@ -5,6 +5,7 @@ of it."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from dataclasses import replace
@@ -16,9 +17,9 @@ from django.template import TemplateDoesNotExist, engines
 
 from adaptation.services.release_notes import release_notes_markdown, section_template
 from engine.contract import StageContext, StageDefinition
+from engine.notes import NotesContext, StageState
 from engine.registry import STAGES
 from engine.stages.release_notes.run import build_release_notes, notes_sections, read_stages, run
-from engine.stages.release_notes.states import NotesContext, StageState
 from tests.release_notes.results import full_results
 from tests.release_notes.test_engine import H200, RELEASE
 
@@ -60,6 +61,28 @@ def test_the_sections_keep_their_keys_and_the_document_its_order():
     assert [s["name"] for s in notes["sections"]["stages"]] == [
         stage.name for stage in STAGES[: [s.name for s in STAGES].index("release_notes")]
     ]
+
+
+def test_a_stages_notes_module_imports_no_other_stages_package():
+    """What every section reads is `engine.notes`, beside `engine.findings`: a stage's notes
+    module never reaches into another stage's folder (the release_notes stage's included)."""
+    for stage in STAGES:
+        if stage.notes is None:
+            continue
+        path = Path(settings.BASE_DIR) / "engine" / "stages" / stage.name / "notes.py"
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+        others = {
+            name
+            for name in imported
+            if name.startswith("engine.stages.")
+            and not name.startswith(f"engine.stages.{stage.name}.")
+        }
+        assert not others, f"{path}: {sorted(others)}"
 
 
 def extra_section(state: StageState, notes: NotesContext) -> dict:

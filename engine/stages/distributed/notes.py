@@ -12,15 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from engine import formatting as fmt
 from engine.markdown import first_line
-from engine.stages.distributed.degree import EP_NOT_VALIDATED
-from engine.stages.release_notes.states import (
+from engine.notes import (
     MEASURED_FULL,
     MEASURED_TWIN,
     NotesContext,
     StageState,
 )
+from engine.stages.distributed.degree import EP_NOT_VALIDATED
 
 PLACE = 20
 
@@ -36,9 +35,10 @@ def section(state: StageState, notes: NotesContext) -> dict[str, Any]:
     read, else the configuration's), "available" and "validated"; for a split it ran: the
     verdict, the split run ({"tp", "ep", "processes", "backend", "device_type"}), the worst
     max |logit error| and its tolerance, top-1 agreement, the first divergent module, a
-    failed rank with how its process ended, step times (s) and tokens/s at TP=N and TP=1,
-    the share of time in collectives, the scaling efficiency, and why expert parallelism
-    was left out ("ep_note", and "ep_reason" without its "could not be validated" lead)."""
+    failed rank with its process's exit code (None where unknown), step times (s) and
+    tokens/s at TP=N and TP=1, the share of time in collectives, the scaling efficiency, and
+    why expert parallelism was left out ("ep_note", and "ep_reason" without its "could not
+    be validated" lead)."""
     result = state.result or {}
     configuration = notes.sections.get("plan") or {}
     plan_split = result.get("plan") if isinstance(result.get("plan"), Mapping) else None
@@ -88,9 +88,9 @@ def section(state: StageState, notes: NotesContext) -> dict[str, Any]:
             else None
         ),
         "failed_rank": result.get("failed_rank"),
-        "failed_rank_status": next(
+        "failed_rank_exit_code": next(
             (
-                fmt.exit_status(entry.get("exit_code"))
+                entry.get("exit_code")
                 for entry in result.get("rank_logs") or []
                 if isinstance(entry, Mapping) and entry.get("rank") == result.get("failed_rank")
             ),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from engine.stages.release_notes.states import NotesContext, StageState
+from engine.notes import NotesContext, StageState
 
 PLACE = 50
 

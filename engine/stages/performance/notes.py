@@ -14,7 +14,7 @@ from typing import Any
 
 from engine import formatting as fmt
 from engine.markdown import first_line
-from engine.stages.release_notes.states import (
+from engine.notes import (
     CALIBRATED_FULL,
     MEASURED_FULL,
     MEASURED_TWIN,
@@ -82,13 +82,15 @@ def _predicted_at(
 
 
 def section(perf: StageState, notes: NotesContext) -> dict[str, Any]:
-    """The recommendation as data: "available" False with the stage's status and reason
-    when no knee was found; else the knee batch size and the recommended one (the knee,
-    capped at the sequences the plan fits at its context: "capped_by_plan"), the knee as
-    measured (twin or real weights, with its TPOT (s) and decode tokens/s), the plan's
-    full-size prediction at that batch (and its calibrated one) or why there is none, the
-    largest batch that fits, each dtype's knee, the sweeps that stopped early, the dtypes
-    skipped and the prompt lengths measured."""
+    """The recommendation as data: "available" False with the stage's status and reason when
+    no knee was found ("no_knee": the stage succeeded but found none); else the knee batch
+    size and the recommended one (the knee, capped at the sequences the plan fits at its
+    context: "capped_by_plan"), the knee as measured (twin or real weights, with its TPOT
+    (s) and decode tokens/s), the plan's full-size prediction at that batch (and its
+    calibrated one) or the stage's reason why there is none ("" when it gave none), the
+    largest batch that fits, each dtype's knee, the sweeps that stopped early ({"dtype",
+    "prompt_len", "batch_size", "reason"}), the dtypes skipped and the prompt lengths
+    measured."""
     plan = notes.state("plan")
     twin = notes.twin
     result = perf.result or {}
@@ -97,8 +99,8 @@ def section(perf: StageState, notes: NotesContext) -> dict[str, Any]:
         return {
             "available": False,
             "status": perf.status,
-            "reason": perf.reason
-            or ("no knee was found on the measured points" if perf.succeeded else ""),
+            "reason": perf.reason,
+            "no_knee": perf.succeeded,
         }
     measured_model = next(
         (
@@ -185,17 +187,17 @@ def section(perf: StageState, notes: NotesContext) -> dict[str, Any]:
         "capped_by_plan": cap,
         "measured": measured,
         "predicted": predicted,
-        "predicted_reason": (
-            ""
-            if predicted
-            else (prediction_info.get("reason") or "the plan made no full-size prediction")
-        ),
+        "predicted_reason": "" if predicted else str(prediction_info.get("reason") or ""),
         "largest_batch": largest,
         "by_dtype": by_dtype,
         "knee_rule": result.get("knee_rule") or "",
         "stopped": [
-            f"{s.get('dtype')} prompt {s.get('prompt_len')}: stopped at batch "
-            f"{s.get('batch_size')} ({first_line(s.get('reason'), 160)})"
+            {
+                "dtype": s.get("dtype"),
+                "prompt_len": s.get("prompt_len"),
+                "batch_size": s.get("batch_size"),
+                "reason": first_line(s.get("reason"), 160),
+            }
             for s in result.get("stopped") or []
             if isinstance(s, Mapping)
         ],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.stages.release_notes.states import NotesContext, StageState
+from engine.notes import NotesContext, StageState
 
 KEY = "configuration"
 PLACE = 10
@@ -20,8 +20,8 @@ PLACE = 10
 def section(state: StageState, notes: NotesContext) -> dict[str, Any]:
     """The serving configuration from the plan's result: "available" True with the split,
     devices, nodes, dtype, context and concurrency, memory per device (bytes by part) and
-    launch commands; or "available" False with the plan's status, reason and suggestions
-    (a failed plan keeps them on its run)."""
+    launch commands; or "available" False with the plan's status, reason ("" when neither
+    the plan nor its run gave one) and suggestions (a failed plan keeps them on its run)."""
     pool = notes.pool
     result = state.result or {}
     base = {
@@ -35,7 +35,7 @@ def section(state: StageState, notes: NotesContext) -> dict[str, Any]:
             "available": False,
             "fits": result.get("fits"),
             "status": state.status,
-            "reason": result.get("reason") or state.reason or f"the plan stage {state.status}",
+            "reason": result.get("reason") or state.reason,
             "suggestions": dict(result.get("suggestions") or {}),
             "context_tokens": inputs.get("context_tokens"),
             "concurrency": inputs.get("concurrency"),

@@ -1,7 +1,29 @@
 """The release notes' "What was not validated": what a job's stages leave unproven about
-serving the release on its pool, one Markdown line each (its words are sentences the engine
-writes from several sections, stored in `sections["not_validated"]`; the document's template
-lists them as they are).
+serving the release on its pool, one item each, as values (stored in
+`sections["not_validated"]`; `templates/release_notes/not_validated.md` writes each item's
+sentence by its "kind").
+
+The kinds, with their values:
+
+- "stage_not_run" {"stage"}: the job does not have the stage;
+- "stage_not_succeeded" {"stage", "status", "reason"}: it failed, was skipped, ...;
+- "twin" {"stages", "twin"}: the full-size weights were never run, the `stages` ran a
+  scaled twin (`twin`: {"parameters", "weights_source"}, None when none described it);
+- "multi_device" {"outcome", "devices", "plan_split", "split", "reason"}: serving on
+  several devices; "outcome" is "passed" (validated on the twin only), "failed" (the twin's
+  split did not pass), "not_validated" (the distributed stage could not validate it here:
+  "reason") or "not_run"; "devices" and "plan_split" are the plan's, "split" the twin's;
+- "expert_parallelism" {"reason"}: the distributed stage left expert parallelism out;
+- "serving_dtype" {"dtype", "dtype_label", "checked"}: the precision stage did not check
+  the plan's serving dtype (`checked`: the dtypes it did check, sorted);
+- "full_size_speed" {"predicted"}: full-size speed is the plan's prediction, or none;
+- "context" {"prompt_tokens", "context_tokens"}: the longest prompt measured is shorter
+  than the planned context;
+- "skipped_dtype" {"stage", "dtype", "reason"}: the precision or performance stage skipped
+  a dtype (`reason`: the stage's, its first line);
+- "stability_duration" {"duration_s"}: how long the stability run was.
+
+Reasons are the stages' own text; the items hold no sentence of the engine's.
 
 Plain Python: neither Django nor torch.
 """
@@ -12,8 +34,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine import formatting as fmt
-from engine.markdown import code, first_line, text
-from engine.stages.release_notes.states import NOT_RUN, StageState
+from engine.markdown import first_line
+from engine.notes import NOT_RUN, StageState
 
 
 def not_validated(
@@ -22,75 +44,86 @@ def not_validated(
     ran_twin: Sequence[str],
     twin: Mapping[str, Any] | None,
     real_weights: bool,
-) -> list[str]:
-    """What the notes leave unproven, one Markdown line each: the stages that failed, were
-    skipped or did not run (`states`, in job order); the stages that ran a scaled twin
-    (`ran_twin`; `twin` describes it) unless all ran the real weights; and from the
-    sections (`sections`, by stage name): serving on several devices, expert parallelism,
-    the serving dtype, full-size speed, the planned context, skipped dtypes and a short
-    stability run."""
+) -> list[dict[str, Any]]:
+    """What the notes leave unproven, one item each (see the module's docstring for the
+    kinds): the stages that failed, were skipped or did not run (`states`, in job order);
+    the stages that ran a scaled twin (`ran_twin`; `twin` describes it) unless all ran the
+    real weights; and from the sections (`sections`, by stage name): serving on several
+    devices, expert parallelism, the serving dtype, full-size speed, the planned context,
+    skipped dtypes and a short stability run."""
     configuration = sections.get("plan") or {}
     distributed = sections.get("distributed") or {}
     performance = sections.get("performance") or {}
     precision = sections.get("precision") or {}
     stability = sections.get("stability") or {}
-    items: list[str] = []
+    items: list[dict[str, Any]] = []
     for name, state in states.items():
         if state.succeeded:
             continue
         if state.status == NOT_RUN:
-            items.append(f"`{name}`: not run in this job.")
+            items.append({"kind": "stage_not_run", "stage": name})
         else:
-            why = f": {text(state.reason).rstrip(':; ')}" if state.reason else ""
-            items.append(f"`{name}`: {text(state.status)}{why}.")
+            items.append(
+                {
+                    "kind": "stage_not_succeeded",
+                    "stage": name,
+                    "status": state.status,
+                    "reason": state.reason,
+                }
+            )
     if ran_twin and not real_weights:
-        size = f" ({fmt.params(twin.get('parameters'))} parameters" if twin else " ("
-        weights = "seeded weights)" if (twin or {}).get("weights_source") != "real" else "real)"
         items.append(
-            "The full-size weights were never run: "
-            + ", ".join(f"`{n}`" for n in ran_twin)
-            + f" ran a scaled twin{size}, {weights} with the release's structure; its speed, "
-            "memory and errors are the twin's, not the full model's."
+            {
+                "kind": "twin",
+                "stages": list(ran_twin),
+                "twin": (
+                    {
+                        "parameters": twin.get("parameters"),
+                        "weights_source": twin.get("weights_source"),
+                    }
+                    if twin
+                    else None
+                ),
+            }
         )
     if configuration.get("available"):
         items.append(_multi_device(configuration, distributed))
         if distributed.get("ep_note"):
-            why = text(distributed.get("ep_reason") or "").rstrip(".")
-            items.append(f"Expert parallelism was not validated on the twin: {why}.")
+            items.append(
+                {"kind": "expert_parallelism", "reason": str(distributed.get("ep_reason") or "")}
+            )
         validated = {row["dtype"] for row in precision.get("dtypes") or []}
         dtype = configuration.get("dtype")
         serving = _serving_dtype(str(dtype or ""), str(configuration.get("dtype_label") or ""))
         if dtype and serving not in validated:
             items.append(
-                f"The serving dtype {text(configuration.get('dtype_label') or dtype)} was not "
-                "checked by `precision` (checked: "
-                + (", ".join(sorted(validated)) or "none")
-                + ")."
+                {
+                    "kind": "serving_dtype",
+                    "dtype": dtype,
+                    "dtype_label": configuration.get("dtype_label"),
+                    "checked": sorted(validated),
+                }
             )
-        if not performance.get("available") or performance.get("predicted") is None:
-            items.append("No full-size speed was predicted for the recommended batch.")
-        else:
-            items.append(
-                "Full-size speed is predicted by the plan's roofline, never measured here."
-            )
+        predicted = bool(performance.get("available")) and performance.get("predicted") is not None
+        items.append({"kind": "full_size_speed", "predicted": predicted})
         context = configuration.get("context_tokens")
         prompt_lens = performance.get("prompt_lens") or []
         if context and prompt_lens and max(prompt_lens) < context:
             items.append(
-                f"Prompts up to {max(prompt_lens):,} tokens were measured; the planned context "
-                f"of {context:,} tokens was not exercised."
+                {"kind": "context", "prompt_tokens": max(prompt_lens), "context_tokens": context}
             )
-    for dtype, why in (precision.get("skipped_dtypes") or {}).items():
-        why_text = text(first_line(why, 200))
-        items.append(f"Precision in {code(dtype)} was not checked: {why_text}.")
-    for dtype, why in (performance.get("skipped_dtypes") or {}).items():
-        why_text = text(first_line(why, 200))
-        items.append(f"Performance in {code(dtype)} was not measured: {why_text}.")
+    for stage, section in (("precision", precision), ("performance", performance)):
+        for dtype, why in (section.get("skipped_dtypes") or {}).items():
+            items.append(
+                {
+                    "kind": "skipped_dtype",
+                    "stage": stage,
+                    "dtype": dtype,
+                    "reason": first_line(why, 200),
+                }
+            )
     if stability.get("available") and fmt.finite(stability.get("duration_s")) is not None:
-        items.append(
-            f"Stability ran for {fmt.seconds(stability['duration_s'])} on the twin, not for hours "
-            "at full size under production traffic."
-        )
+        items.append({"kind": "stability_duration", "duration_s": stability["duration_s"]})
     return items
 
 
@@ -107,44 +140,24 @@ def _serving_dtype(dtype: str, label: str) -> str:
     return _DTYPE_ALIASES.get(dtype, dtype)
 
 
-def _multi_device(configuration: Mapping[str, Any], distributed: Mapping[str, Any]) -> str:
+def _multi_device(
+    configuration: Mapping[str, Any], distributed: Mapping[str, Any]
+) -> dict[str, Any]:
     """What was not validated of serving on several devices: the plan's split at full size
-    always; on the twin, what the distributed stage did not run, pass or validate."""
-    devices = configuration.get("devices") or 1
-    split = configuration.get("split") or {}
-    planned = f"{fmt.split(split)} on {devices} devices"
+    always; on the twin, whether the distributed stage passed, failed, could not validate
+    (with its reason) or did not run the split."""
+    item = {
+        "kind": "multi_device",
+        "outcome": "not_run",
+        "devices": configuration.get("devices") or 1,
+        "plan_split": configuration.get("split") or {},
+        "split": None,
+        "reason": "",
+    }
     if distributed.get("validated") and distributed.get("passed"):
-        ran = distributed["split"]
-        where = (
-            f"{fmt.validated_split(ran)} across {fmt.count(ran.get('processes'))} "
-            f"{code(ran.get('backend') or '?')} processes"
-        )
-        if devices > 1:
-            return (
-                f"Multi-device serving was validated on the twin only ({where}); the plan's "
-                f"split {planned} was not run at full size, its communication and scaling are "
-                "predicted only."
-            )
-        return f"Serving on more than one device was validated on the twin only ({where})."
+        return item | {"outcome": "passed", "split": distributed["split"]}
     if distributed.get("available") and not distributed.get("validated"):
-        why = text(distributed.get("reason") or "no reason given").rstrip(".")
-        if devices > 1:
-            return (
-                f"Multi-device serving was not validated: {why}; the split {planned}, its "
-                "communication and scaling are predicted only."
-            )
-        return f"Serving on more than one device was not validated: {why}."
-    if distributed.get("validated"):  # it ran and failed: the stage's line above says why
-        ran = fmt.validated_split(distributed["split"])
-        if devices > 1:
-            return (
-                f"Multi-device serving did not pass on the twin ({ran}, see `distributed`): "
-                f"the split {planned} is not validated."
-            )
-        return f"Serving on more than one device did not pass on the twin ({ran})."
-    if devices > 1:
-        return (
-            f"Multi-device serving was not run: the split {planned}, its communication and "
-            "scaling are predicted only."
-        )
-    return "Serving on more than one device was not validated."
+        return item | {"outcome": "not_validated", "reason": distributed.get("reason") or ""}
+    if distributed.get("validated"):  # it ran and failed: the stage's item above says why
+        return item | {"outcome": "failed", "split": distributed["split"]}
+    return item

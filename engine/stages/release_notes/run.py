@@ -2,10 +2,9 @@
 from the earlier stages' results as data; the app writes the Markdown from templates.
 
 Each earlier stage with a section names its function in the registry
-(`StageDefinition.notes`, "engine.stages.<name>.notes:section"; see
-`engine.stages.release_notes.states` for what it reads and may declare). This stage walks
-the registry's stages before it, in order, builds each section from the stage's state, and
-adds what is its own:
+(`StageDefinition.notes`, "engine.stages.<name>.notes:section"; see `engine.notes` for what
+it reads and may declare). This stage walks the registry's stages before it, in order,
+builds each section from the stage's state, and adds what is its own:
 
 - **stages**: each earlier stage's status and, when it did not succeed, why;
 - **limitations**: the release's open known limitations for the pool (or every pool), most
@@ -13,14 +12,16 @@ adds what is its own:
   `reads_limitations`);
 - **not_validated**: stages that failed, were skipped or did not run, and what a twin, the
   split run only on the twin (or not at all), short prompts and a short stability run leave
-  unproven (`not_validated`);
-- **summary**: one line for the release page.
+  unproven, one item each: a kind and its values (`not_validated`);
+- **summary**: what the release page's one line says (the plan's split and dtype, the knee,
+  the precision, multi-device and stability verdicts, the open limitations), as values.
 
 The result: {"format": `NOTES_FORMAT`, "sections": {"summary", <each stage's KEY>: its
-section, "limitations", "not_validated", "stages"}, "summary", "order": [{"stage",
-"section"}] (the stages' sections in the document's order)}. The app renders the document
-from `templates/release_notes/` when it stores the result
-(`adaptation.services.release_notes`), and keeps it on the version it writes.
+section, "limitations", "not_validated", "stages"}, "order": [{"stage", "section"}] (the
+stages' sections in the document's order)}. The app writes the document
+(`templates/release_notes/document.md`) and the one-line summary
+(`templates/release_notes/summary.txt`) when it stores the result
+(`adaptation.services.release_notes`), and keeps both on the version it writes.
 
 Plain Python: nothing here imports Django or torch (nor does any stage's `notes` module).
 `build_release_notes` is the engine; `run` is the stage (its predecessors all succeeded, or
@@ -38,19 +39,20 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from engine import formatting as fmt
 from engine.contract import StageContext, StageDefinition, resolve_callable
 from engine.findings import SEVERITIES
-from engine.stages.release_notes.not_validated import not_validated
-from engine.stages.release_notes.states import (
+from engine.notes import (
     MEASURED_TWIN,
     NotesContext,
     StageState,
     stage_states,
 )
+from engine.stages.release_notes.not_validated import not_validated
 
-# 2: the engine returns data only; the app writes the Markdown (format 1 carried it).
-NOTES_FORMAT = 2
+# 3: the summary, what was not validated and the figures' labels are values too (format 2
+# carried them as sentences and words; format 1 carried the Markdown); the app writes every
+# word.
+NOTES_FORMAT = 3
 STAGE = "release_notes"
 
 
@@ -142,7 +144,7 @@ def build_release_notes(
     dicts: title, body, severity, status, stage, pool name or None for every pool) and,
     where known, every stage's `states` (see `stage_states`).
 
-    Returns {"format", "sections", "summary", "order"}: see the module's docstring."""
+    Returns {"format", "sections", "order"}: see the module's docstring."""
     read = read_stages(stages)
     by_stage = stage_states([definition.name for definition in read], results, states)
     parts = notes_sections(read)
@@ -161,8 +163,7 @@ def build_release_notes(
         built[part.stage] = part.build(by_stage[part.stage], notes)
     document = sorted(parts, key=lambda p: p.place)
     open_limitations = _limitations(limitations)
-    summary = _summary(built, open_limitations)
-    sections: dict[str, Any] = {"summary": summary}
+    sections: dict[str, Any] = {"summary": _summary(built, open_limitations)}
     sections |= {part.key: built[part.stage] for part in document}
     sections |= {
         "limitations": open_limitations,
@@ -174,44 +175,59 @@ def build_release_notes(
     return {
         "format": NOTES_FORMAT,
         "sections": sections,
-        "summary": summary,
         "order": [{"stage": part.stage, "section": part.key} for part in document],
     }
 
 
-def _summary(sections: Mapping[str, Mapping[str, Any]], limitations: Sequence[Any]) -> str:
-    """One line from the stages' sections (by stage name): split and dtype (or why none),
-    knee, precision, multi-device and stability verdicts, and the count of open
-    limitations."""
+def _summary(
+    sections: Mapping[str, Mapping[str, Any]], limitations: Sequence[Any]
+) -> dict[str, Any]:
+    """What the one-line summary says, from the stages' sections (by stage name), as values:
+    "plan" ({"split", "devices", "dtype_label"}; None without a fitting plan), "knee"
+    ({"batch_size", "label", "capped_at": the plan's fit where it caps the recommended
+    batch, else None}; None without a knee), "precision_passed" and "stability_verdict"
+    (None where the stage left no verdict), "multi_device" ({"validated", "split",
+    "verdict"}; None where the distributed stage left nothing) and "open_limitations" (a
+    count)."""
     configuration = sections.get("plan") or {}
     distributed = sections.get("distributed") or {}
     performance = sections.get("performance") or {}
     precision = sections.get("precision") or {}
     stability = sections.get("stability") or {}
-    parts = []
+    plan = None
     if configuration.get("available"):
-        split = configuration["split"]
-        parts.append(
-            f"{fmt.split(split)} on {configuration.get('devices')} device(s), "
-            f"{configuration.get('dtype_label')}"
-        )
-    else:
-        parts.append("no fitting plan")
+        plan = {
+            "split": configuration["split"],
+            "devices": configuration.get("devices"),
+            "dtype_label": configuration.get("dtype_label"),
+        }
+    knee = None
     if performance.get("available"):
-        parts.append(f"knee batch {performance['knee_batch_size']} ({MEASURED_TWIN})")
-        if performance.get("capped_by_plan"):
-            parts.append(f"recommended batch {performance['recommended_batch_size']} (plan's fit)")
-    if precision.get("available"):
-        parts.append("precision " + ("passed" if precision["passed"] else "failed"))
+        knee = {
+            "batch_size": performance["knee_batch_size"],
+            # The summary calls the knee the twin's, as it always has.
+            "label": MEASURED_TWIN,
+            "capped_at": (
+                performance["recommended_batch_size"] if performance.get("capped_by_plan") else None
+            ),
+        }
+    multi_device = None
     if distributed.get("validated"):
-        split = distributed["split"]
-        parts.append(f"multi-device {fmt.validated_split(split)} {distributed['verdict']}")
+        multi_device = {
+            "validated": True,
+            "split": distributed["split"],
+            "verdict": distributed["verdict"],
+        }
     elif distributed.get("available"):
-        parts.append("multi-device not validated")
-    if stability.get("available"):
-        parts.append("stability " + stability["verdict"])
-    parts.append(f"{len(limitations)} open limitation(s)")
-    return "; ".join(parts)
+        multi_device = {"validated": False, "split": None, "verdict": None}
+    return {
+        "plan": plan,
+        "knee": knee,
+        "precision_passed": precision["passed"] if precision.get("available") else None,
+        "multi_device": multi_device,
+        "stability_verdict": stability["verdict"] if stability.get("available") else None,
+        "open_limitations": len(limitations),
+    }
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
@@ -230,5 +246,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
         stages=ctx.stages,
         limitations=ctx.limitations,
     )
-    ctx.log(f"release notes: {notes['summary']}")
+    sections = notes["sections"]
+    ctx.log(
+        f"release notes: {len(notes['order'])} sections, "
+        f"{len(sections['not_validated'])} item(s) not validated, "
+        f"{len(sections['limitations'])} open limitation(s)"
+    )
     return notes

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.markdown import first_line
-from engine.stages.release_notes.states import NotesContext, StageState
+from engine.notes import NotesContext, StageState
 
 PLACE = 60
 

@@ -1,10 +1,12 @@
-"""What a stage's section of the release notes reads: the stages' states, the notes' context
-and the labels every figure carries.
+"""The release notes' sections: what a stage's `notes.py` reads to build its section of the
+notes (the stages' states, the notes' context) and the keys of the labels every figure
+carries.
 
 A stage with a section names its function in the registry (`StageDefinition.notes`,
-"engine.stages.<name>.notes:section"); the `release_notes` stage calls it, in registry order,
-as `section(state, notes)` with the stage's `StageState` and the `NotesContext`, and stores
-the plain dict it returns under `sections[KEY]`. The stage's `notes` module may set:
+"engine.stages.<name>.notes:section"); the `release_notes` stage
+(`engine.stages.release_notes.run`) calls it, in registry order, as `section(state, notes)`
+with the stage's `StageState` and the `NotesContext`, and stores the plain dict it returns
+under `sections[KEY]`. The stage's `notes` module may set:
 
 - `KEY`: the section's key in `sections` (default: the stage's name; the plan's section is
   "configuration", the analysis's "release", as stored notes have always had them);
@@ -13,8 +15,9 @@ the plain dict it returns under `sections[KEY]`. The stage's `notes` module may 
 - `ran_twin(state) -> bool`: whether the stage ran a scaled twin (its figures are the
   twin's, not the full model's); a stage without it ran none.
 
-The Markdown is written by the app from each section's template
-(`templates/release_notes/sections/<stage>.md`); the data here holds values, never prose.
+A stage's `notes` module imports this module, never another stage's package. The Markdown is
+written by the app from each section's template (`templates/release_notes/sections/<stage>.md`);
+the data here holds values, never prose.
 
 Plain Python: neither Django nor torch.
 """
@@ -27,11 +30,12 @@ from typing import Any
 
 from engine.markdown import first_line
 
-# How each figure is labelled, in the document and in `sections`.
-MEASURED_TWIN = "measured (twin)"
-MEASURED_FULL = "measured (full-size, real weights)"
-PREDICTED_FULL = "predicted (full-size)"
-CALIBRATED_FULL = "calibrated prediction (full-size)"
+# How each figure is labelled: the key a section stores ("label"); the document words it
+# (`templates/release_notes/label.md`: "measured (twin)", "predicted (full-size)", ...).
+MEASURED_TWIN = "measured_twin"
+MEASURED_FULL = "measured_full"
+PREDICTED_FULL = "predicted_full"
+CALIBRATED_FULL = "calibrated_full"
 
 # The status of a stage the job does not have.
 NOT_RUN = "not run"
