@@ -13,11 +13,6 @@ from django.utils.text import slugify
 from adaptation.models import AdaptationJob, StageRun
 from adaptation.presenters.chart_slot import ChartSlot
 from adaptation.presenters.performance import KneeRow, knee_rows
-from adaptation.presenters.performance_points import (
-    job_performance_run,
-    jobs_with_performance,
-    point_rows,
-)
 from adaptation.presenters.performance_view import (
     PerformanceView,
     chart_source,
@@ -89,50 +84,49 @@ class Comparison:
         return ",".join(str(c.job.pk) for c in self.jobs)
 
 
-def compare_performance(job_ids: Sequence[int], view: PerformanceView) -> Comparison:
-    """Both jobs' performance rows overlaid on the same axes. Raises `CompareError` (404) for
-    a job that does not exist or has no stored performance rows."""
-    found = {
-        j.pk: j
-        for j in AdaptationJob.objects.filter(pk__in=job_ids).select_related("release", "pool")
-    }
-    missing = [i for i in job_ids if i not in found]
+def compare_performance(
+    job_ids: Sequence[int],
+    view: PerformanceView,
+    *,
+    jobs: Mapping[int, AdaptationJob],
+    runs: Mapping[int, StageRun | None],
+    rows_by_run: Mapping[int, list[dict[str, Any]]],
+) -> Comparison:
+    """Both jobs' performance rows overlaid on the same axes, from what the view read: `jobs`
+    by id (release and pool loaded), each one's newest finished performance run by job id,
+    and those runs' points by run id (`selectors.performance`). Raises `CompareError` (404)
+    for a job that does not exist or has no stored performance rows."""
+    missing = [i for i in job_ids if i not in jobs]
     if missing:
         raise CompareError(f"No job {', '.join(map(str, missing))}.", 404)
-    jobs = []
+    compared = []
     for pk in job_ids:
-        job = found[pk]
-        run = job_performance_run(job)
-        rows = point_rows(run) if run is not None else []
-        if not rows:
+        job, run = jobs[pk], runs.get(pk)
+        rows = list(rows_by_run.get(run.pk, ())) if run is not None else []
+        if run is None or not rows:
             raise CompareError(
                 f"Job {pk} ({job.release.repo_id} on {job.pool.name}) has no stored "
                 "performance rows: its performance stage has not finished with measurements.",
                 404,
             )
         result = as_mapping(run.result)
-        jobs.append(CompareJob(job, run, rows, result, knee_rows(result)))
-    a, b = (c.job for c in jobs)
+        compared.append(CompareJob(job, run, rows, result, knee_rows(result)))
+    a, b = (c.job for c in compared)
     sources = [
         chart_source(
             rows=c.rows, result=c.result, release=c.job.release.repo_id, pool=c.job.pool.name
         )
-        for c in jobs
+        for c in compared
     ]
     slots = view_charts(sources, view, stem="compare-performance")
     return Comparison(
         view=view,
-        jobs=jobs,
+        jobs=compared,
         charts=slots,
         same_release=a.release_id == b.release_id,
         same_pool=a.pool_id == b.pool_id,
-        off_axis=off_axis([r for c in jobs for r in c.rows], view) if slots else [],
+        off_axis=off_axis([r for c in compared for r in c.rows], view) if slots else [],
     )
-
-
-def compare_choices() -> list[AdaptationJob]:
-    """Jobs with stored performance rows, for the compare page's selects."""
-    return jobs_with_performance()
 
 
 def csv_filename(job: AdaptationJob) -> str:

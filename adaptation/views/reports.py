@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET
 from adaptation import reports
 from adaptation.charts import reports as report_charts
 from adaptation.models import AcceleratorPool
-from adaptation.views import VIEW_JOBS, permission_required
+from adaptation.views.access import VIEW_JOBS, permission_required
 
 # Releases per page of the report's table (the summary, the chart and the CSV cover them all).
 REPORT_ROWS_PER_PAGE = 50
