@@ -1,7 +1,8 @@
 """A release's page, and the job actions on it (re-run a stage, cancel a job) that go back
 to it. The page returns its full page, or, for an htmx request, only the live part that
 polls; its job panel polls only while its job runs, so the browser stops asking once that
-work is done."""
+work is done. Between its clock and known limitations and its job panel come the stages'
+panels, in registry order (`presenters.panels`)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from adaptation.models import AdaptationJob, ModelRelease
-from adaptation.presenters import analysis as analysis_presenters
 from adaptation.presenters import day0_clock as clock_presenters
-from adaptation.presenters import distributed as distributed_presenters
 from adaptation.presenters import job_timeline as timeline_presenters
 from adaptation.presenters import limitations as limitation_presenters
-from adaptation.presenters import performance as performance_presenters
-from adaptation.presenters import plan as plan_presenters
-from adaptation.presenters import stability as stability_presenters
-from adaptation.presenters import validation as validation_presenters
+from adaptation.presenters import panels as panel_presenters
 from adaptation.presenters.stages import stage_title
 from adaptation.roles import CANCEL_JOB, RERUN_STAGE
-from adaptation.selectors import performance as performance_selectors
 from adaptation.selectors import release_notes as notes_selectors
 from adaptation.selectors import releases as release_selectors
 from adaptation.selectors.workers import pools_without_live_worker
@@ -47,28 +42,22 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
     clock = clock_presenters.day0_clock(
         release, release.jobs.all(), now=timezone.now(), limitations=release.open_limitations
     )
-    performance_runs = performance_presenters.release_performance_runs(release)
+    notes = notes_selectors.release_notes_summaries(release)
+    page = panel_presenters.ReleasePage(
+        release=release,
+        params=page_params(request),
+        pools_without_worker=idle_pools,
+        release_notes=notes,
+    )
     context = {
         "release": release,
         "clock": clock,
         "day0_timeline": clock_presenters.day0_timeline(release, clock),
-        "analysis": analysis_presenters.analysis(release),
-        "validation": validation_presenters.validation(release),
-        "plans": plan_presenters.plan_panels(release, pools_without_worker=idle_pools),
-        "distributed_panels": distributed_presenters.distributed_panels(
-            release, pools_without_worker=idle_pools
-        ),
-        "performance": performance_presenters.performance_section(
-            release,
-            params=page_params(request),
-            rows_by_run=performance_selectors.point_rows_by_run(performance_runs),
-            candidates=performance_selectors.jobs_with_performance() if performance_runs else [],
-        ),
-        "stabilities": stability_presenters.stability_panels(release),
         "limitations": limitation_presenters.release_limitations_panel(
             release=release, user=request.user
         ),
-        "release_notes": notes_selectors.release_notes_summaries(release),
+        "panels": panel_presenters.release_panels(page),
+        "release_notes": notes,
         "timelines": timeline_presenters.job_timelines(release, pools_without_worker=idle_pools),
         "polling": active,
     }
