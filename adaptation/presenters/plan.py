@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
+from adaptation.catalog import pool_layout
 from adaptation.charts import plan as plan_charts
-from adaptation.inventory import plan_start_estimate
 from adaptation.models import (
     AcceleratorPool,
     AdaptationJob,
@@ -41,10 +41,10 @@ from adaptation.presenters.plan_tables import (
     Communication,
     RunnerUp,
     ScalingRow,
-    StartEstimate,
     communication,
     scaling_rows,
 )
+from adaptation.selectors.inventory import StartEstimate, plan_start_estimate
 from adaptation.selectors.jobs import latest_runs_by_stage
 from engine.formatting import finite
 from engine.stored import as_list, as_mapping
@@ -315,8 +315,9 @@ def plan_panel(
         devices = whole(result.get("devices"))
         # "When can it run" only while the job is active: a finished job has run.
         if job.status in (JobStatus.PENDING, JobStatus.RUNNING) and devices and devices >= 1:
-            estimate = plan_start_estimate(pool=job.pool, devices=devices, job=job)
-            panel.start = StartEstimate.of(estimate)
+            panel.start = plan_start_estimate(
+                pool=job.pool, devices=devices, job=job, layout_of=pool_layout
+            )
     elif run.status == StageStatus.FAILED:
         panel.state = "failed"
         panel.failure = _failure(run, result)

@@ -8,7 +8,9 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from adaptation import inventory
+from adaptation.catalog import pool_layout
+from adaptation.presenters import pools as pool_presenters
+from adaptation.selectors import inventory as inventory_selectors
 from adaptation.views.access import VIEW_POOLS, permission_required
 from adaptation.views.live import render_live
 
@@ -22,9 +24,11 @@ def pool_list(request: HttpRequest) -> HttpResponse:
     """Every pool with its live workers (host, devices, heartbeat, what each runs now), its
     stale or stopped workers, devices held and free, and its queue; refreshed every
     `POOLS_POLL_S` seconds."""
-    pools, catalog_error = inventory.pools_overview(now=timezone.now())
+    inventories, catalog_error = inventory_selectors.pools_overview(
+        layout_of=pool_layout, now=timezone.now()
+    )
     context = {
-        "pools": pools,
+        "pools": pool_presenters.pool_cards(inventories),
         "catalog_error": catalog_error,
         "pools_poll_s": POOLS_POLL_S,
         "stale_after_s": settings.DAY0_WORKER_STALE_S,
