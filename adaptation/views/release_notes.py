@@ -12,8 +12,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from adaptation import release_notes_presenters
 from adaptation.models import AcceleratorPool, ModelRelease
+from adaptation.presenters import release_notes as release_notes_presenters
 from adaptation.roles import CHANGE_NOTES_ADDITIONS, RERUN_STAGE
 from adaptation.selectors import jobs as job_selectors
 from adaptation.selectors import pools as pool_selectors
