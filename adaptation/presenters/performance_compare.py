@@ -23,12 +23,29 @@ from engine.stored import as_mapping
 
 
 class CompareError(Exception):
-    """A compare request that cannot be answered: `status` 400 (bad ids) or 404. The message
-    is the request's validation error, shown as it is."""
+    """A compare request that cannot be answered, and why (`problem`), for
+    `partials/compare_error.html` to say; `status` 400 (bad ids) or 404.
 
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
+    `problem` is "no-jobs" (none named), "not-whole-numbers" (`given`: the values that are
+    not, each cut to 20 characters), "not-two" (`ids`: the ids named), "same-twice" (`ids`:
+    the one named twice), "missing" (`ids`: those with no job) or "no-rows" (`job`: a job
+    without stored performance rows)."""
+
+    def __init__(
+        self,
+        problem: str,
+        status: int,
+        *,
+        ids: Sequence[int] = (),
+        given: Sequence[str] = (),
+        job: AdaptationJob | None = None,
+    ) -> None:
+        super().__init__(problem)
+        self.problem = problem
         self.status = status
+        self.ids = tuple(ids)
+        self.given = tuple(given)
+        self.job = job
 
 
 def compare_job_ids(values: Sequence[str]) -> list[int]:
@@ -36,19 +53,15 @@ def compare_job_ids(values: Sequence[str]) -> list[int]:
     Raises `CompareError` (400) naming what is wrong."""
     parts = [p.strip() for v in values for p in str(v).split(",") if p.strip()]
     if not parts:
-        raise CompareError("Name two jobs to compare: ?jobs=<id>,<id>.", 400)
+        raise CompareError("no-jobs", 400)
     bad = [p for p in parts if not p.isascii() or not p.isdigit() or len(p) > 12]
     if bad:
-        raise CompareError(
-            f"Job ids are whole numbers; got {', '.join(repr(b[:20]) for b in bad)}.", 400
-        )
+        raise CompareError("not-whole-numbers", 400, given=[b[:20] for b in bad])
     ids = [int(p) for p in parts]
     if len(ids) != 2:
-        raise CompareError(
-            f"Compare takes two jobs; got {len(ids)} ({', '.join(map(str, ids))}).", 400
-        )
+        raise CompareError("not-two", 400, ids=ids)
     if ids[0] == ids[1]:
-        raise CompareError(f"Compare takes two different jobs; got job {ids[0]} twice.", 400)
+        raise CompareError("same-twice", 400, ids=ids[:1])
     return ids
 
 
@@ -98,17 +111,13 @@ def compare_performance(
     for a job that does not exist or has no stored performance rows."""
     missing = [i for i in job_ids if i not in jobs]
     if missing:
-        raise CompareError(f"No job {', '.join(map(str, missing))}.", 404)
+        raise CompareError("missing", 404, ids=missing)
     compared = []
     for pk in job_ids:
         job, run = jobs[pk], runs.get(pk)
         rows = list(rows_by_run.get(run.pk, ())) if run is not None else []
         if run is None or not rows:
-            raise CompareError(
-                f"Job {pk} ({job.release.repo_id} on {job.pool.name}) has no stored "
-                "performance rows: its performance stage has not finished with measurements.",
-                404,
-            )
+            raise CompareError("no-rows", 404, job=job)
         result = as_mapping(run.result)
         compared.append(CompareJob(job, run, rows, result, knee_rows(result)))
     a, b = (c.job for c in compared)

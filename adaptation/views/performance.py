@@ -47,7 +47,7 @@ def compare_performance(request: HttpRequest) -> HttpResponse:
     context: dict[str, object] = {
         "view": view,
         "comparison": None,
-        "error": "",
+        "error": None,
         "choices": performance_selectors.jobs_with_performance(),
         "x_choices": performance_view.x_choices(),
         "metric_choices": [(name, metric.label) for name, metric in METRICS.items()],
@@ -67,5 +67,5 @@ def compare_performance(request: HttpRequest) -> HttpResponse:
             rows_by_run=performance_selectors.point_rows_by_run(r for r in runs.values() if r),
         )
     except compare_performance_presenters.CompareError as exc:
-        context["error"], status = str(exc), exc.status
+        context["error"], status = exc, exc.status
     return render(request, "adaptation/compare_performance.html", context, status=status)
