@@ -11,9 +11,9 @@ only; one that shows more (charts, figures shaped from its result, rows of its o
 presenter here, one line.
 
 A presenter is handed the `ReleasePage`: the release with its jobs and their stage attempts
-prefetched, and what the view read for every panel. The one that needs rows of its own (the
-performance points) reads them here, through `adaptation.selectors`, and hands them to its
-presenter.
+prefetched, and what the view read for every panel. Those that need more reads (the plan's
+start on its pool, the performance points) make them here, through `adaptation.selectors`,
+and hand the results to their presenter.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from typing import Any
 from django.template import TemplateDoesNotExist
 from django.template.loader import get_template
 
+from adaptation.catalog import pool_layout
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun
 from adaptation.presenters import analysis, distributed, performance, plan, stability, validation
+from adaptation.selectors import inventory as inventory_selectors
 from adaptation.selectors import performance as performance_selectors
 from adaptation.selectors.jobs import latest_runs_by_stage
 from adaptation.selectors.release_notes import NotesSummary
@@ -90,6 +92,19 @@ def stage_panel(page: ReleasePage, stage: str) -> StagePanel:
     return StagePanel(runs=runs)
 
 
+def _plans(page: ReleasePage) -> list[plan.PlanPanel]:
+    starts = {
+        job.pk: inventory_selectors.plan_start_estimate(
+            pool=job.pool, devices=devices, job=job, layout_of=pool_layout
+        )
+        for job in page.release.jobs.all()
+        if (devices := plan.start_devices(job)) is not None
+    }
+    return plan.plan_panels(
+        page.release, pools_without_worker=page.pools_without_worker, starts=starts
+    )
+
+
 def _performance(page: ReleasePage) -> performance.PerformanceSection:
     runs = performance.release_performance_runs(page.release)
     return performance.performance_section(
@@ -105,9 +120,7 @@ def _performance(page: ReleasePage) -> performance.PerformanceSection:
 PRESENTERS: dict[str, Callable[[ReleasePage], Any]] = {
     "analyze": lambda page: analysis.analysis(page.release),
     "operators": lambda page: validation.validation(page.release),
-    "plan": lambda page: plan.plan_panels(
-        page.release, pools_without_worker=page.pools_without_worker
-    ),
+    "plan": _plans,
     "distributed": lambda page: distributed.distributed_panels(
         page.release, pools_without_worker=page.pools_without_worker
     ),
