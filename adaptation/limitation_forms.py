@@ -1,4 +1,4 @@
-"""Forms of the known-limitation pages (`adaptation.limitation_views`)."""
+"""Forms of the known-limitation pages (`adaptation.views.limitations`)."""
 
 from __future__ import annotations
 

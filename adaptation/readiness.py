@@ -46,8 +46,6 @@ from adaptation.models.limitations import SEVERITY_ORDER
 
 # The levels above "none", lowest first: each needs its own stages and those of the ones before.
 LEVELS: tuple[str, ...] = (Readiness.EXPERIMENTAL, Readiness.FUNCTIONAL, Readiness.COMPLETE)
-# Every level, lowest first, "none" included: a level's rank is its index here.
-LEVEL_ORDER: tuple[str, ...] = (Readiness.NONE, *LEVELS)
 
 
 class RunLike(Protocol):
@@ -171,11 +169,6 @@ def level_label(level: str) -> str:
     if level == Readiness.NONE:
         return "None yet"
     return Readiness(level).label if level in Readiness.values else level
-
-
-def level_rank(level: str) -> int:
-    """0 for "none" up to 3 for "complete" (-1 for anything else)."""
-    return LEVEL_ORDER.index(level) if level in LEVEL_ORDER else -1
 
 
 def top_limitation(limitations: Iterable[Any], *, pool_id: int | None) -> Any | None:

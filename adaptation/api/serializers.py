@@ -10,7 +10,6 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from adaptation.api.filters import ID_MAX
-from adaptation.inventory import PoolInventory, WorkerState
 from adaptation.models import (
     AcceleratorPool,
     AdaptationJob,
@@ -22,6 +21,8 @@ from adaptation.models import (
     WebhookKind,
 )
 from adaptation.presenters.analysis import analysed_config, latest_analysis_run
+from adaptation.presenters.pools import device_warning_text, device_warnings
+from adaptation.selectors.inventory import PoolInventory, WorkerState
 from adaptation.selectors.limitations import release_open_limitations_all
 from adaptation.services.errors import ServiceError
 from adaptation.services.pools import pool_get
@@ -515,7 +516,7 @@ class WorkerOutput(serializers.Serializer):
 
 class PoolOutput(serializers.ModelSerializer):
     """A pool with its layout, workers (live first), devices and queue, as the pools page
-    shows it (`adaptation.inventory.pool_inventory`)."""
+    shows it (`adaptation.selectors.inventory.pool_inventory`)."""
 
     layout_devices = serializers.SerializerMethodField()
     layout_error = serializers.SerializerMethodField()
@@ -600,7 +601,7 @@ class PoolOutput(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_warnings(self, pool: AcceleratorPool) -> list[str]:
-        return self._inventory(pool).device_warnings
+        return [device_warning_text(w) for w in device_warnings(self._inventory(pool))]
 
     @extend_schema_field(WorkerOutput(many=True))
     def get_workers(self, pool: AcceleratorPool) -> list[dict[str, Any]]:

@@ -27,10 +27,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 
-from adaptation import inventory
 from adaptation.api import filters, serializers
 from adaptation.api.exceptions import Conflict
 from adaptation.api.permissions import ActionPermission
+from adaptation.catalog import pool_layout
 from adaptation.models import (
     AcceleratorKind,
     AcceleratorPool,
@@ -42,6 +42,7 @@ from adaptation.models import (
     Worker,
 )
 from adaptation.roles import CANCEL_JOB, RERUN_STAGE, TRIGGER_JOB
+from adaptation.selectors import inventory
 from adaptation.selectors.jobs import jobs_with_stage_runs, stage_runs_with_jobs
 from adaptation.selectors.releases import releases_with_latest_job
 from adaptation.services.errors import ServiceError
@@ -234,7 +235,11 @@ class PoolViewSet(ThrottleRefusalsMixin, viewsets.ReadOnlyModelViewSet):
         except CatalogError:
             catalog = None  # each pool then shows the error
         inventories = inventory.pool_inventories(
-            pools=pools, now=timezone.now(), workers=list(Worker.objects.all()), catalog=catalog
+            pools=pools,
+            layout_of=pool_layout,
+            now=timezone.now(),
+            workers=list(Worker.objects.all()),
+            catalog=catalog,
         )
         return {item.pool.pk: item for item in inventories}
 

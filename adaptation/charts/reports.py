@@ -18,7 +18,7 @@ def time_to_day0(
     or discovery where the hub gave no publication time: marked differently), with the
     `within_h` target as a dashed line: the managers' report chart.
 
-    `points` are `adaptation.reports.chart_points` ({"at", "hours", "repo_id", "basis"}),
+    `points` are `adaptation.presenters.reports.chart_points` ({"at", "hours", "repo_id", "basis"}),
     oldest first. Returns the figure as a JSON-able dict, or None without a ready release.
     The figure is validated without its template, which is attached as plotly's own JSON
     afterwards: validating the template again costs more than the rest (the report page

@@ -27,7 +27,8 @@ class NotificationEvent(models.TextChoices):
     STAGE_FAILED = "stage.failed", "Stage failed"
     JOB_SUCCEEDED = "job.succeeded", "Job succeeded"
     JOB_FAILED = "job.failed", "Job failed"
-    # The managers' weekly summary (adaptation/reports.py), sent to subscriptions that opt in.
+    # The managers' weekly summary (adaptation/presenters/reports.py), sent to subscriptions
+    # that opt in.
     REPORT_WEEKLY = "report.weekly", "Weekly summary"
 
 

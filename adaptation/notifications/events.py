@@ -190,8 +190,8 @@ def weekly_summary_dedupe_key(*, now: datetime) -> str:
 
 def weekly_summary_payload(*, summary: dict[str, Any], query: Any, now: datetime) -> dict[str, Any]:
     """`report.weekly`: the summary figures of the report of `query` (an
-    `adaptation.reports.ReportQuery`; `summary` is its `ReportSummary.as_dict()`), the period
-    and pools it covers, and a link to that report."""
+    `adaptation.selectors.reports.ReportQuery`; `summary` is its `ReportSummary.as_dict()`),
+    the period and pools it covers, and a link to that report."""
     path = reverse("adaptation:report") + "?" + urlencode(query.params())
     return {
         "type": NotificationEvent.REPORT_WEEKLY.value,

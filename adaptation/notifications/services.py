@@ -263,7 +263,8 @@ def report_weekly_send(*, now: datetime | None = None) -> list[NotificationDeliv
     subscription, sent after commit. At most once per subscription and ISO week of `now`
     (dedupe key "report.weekly:2025-W29"), however often it runs. Returns the deliveries
     created."""
-    from adaptation.reports import ReportQuery, release_report
+    from adaptation.presenters.reports import release_report
+    from adaptation.selectors.reports import ReportQuery, report_rows
 
     now = now or timezone.now()
     today = now.astimezone(UTC).date()
@@ -287,7 +288,7 @@ def report_weekly_send(*, now: datetime | None = None) -> list[NotificationDeliv
                 date_from=today - timedelta(days=7), date_to=today - timedelta(days=1), pools=pools
             )
             payloads[pools] = weekly_summary_payload(
-                summary=release_report(query).summary.as_dict(), query=query, now=now
+                summary=release_report(report_rows(query)).summary.as_dict(), query=query, now=now
             )
         delivery = _record_once(
             subscription=subscription,

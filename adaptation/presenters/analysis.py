@@ -2,7 +2,7 @@
 (each with its value, how it is written and where it comes from), its notes, what is new
 against known families, and how the engine counts its figures.
 
-Every label, note and unit is the template's (`partials/analysis.html` and the
+Every label, note and unit is the template's (`panels/analyze.html` and the
 `analysis_*.html` partials it includes); a figure says only which it is (`key`), what it
 holds and how to write it (`unit`).
 """

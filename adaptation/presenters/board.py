@@ -3,9 +3,10 @@ a column per stage."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun, StageStatus
 from adaptation.presenters.day0_clock import Day0Clock, day0_clock
@@ -15,28 +16,46 @@ from engine.formatting import finite
 from engine.stored import as_mapping
 
 
+def _missing_operators(result: Mapping[str, Any]) -> int:
+    return int(finite(as_mapping(result.get("counts")).get("missing")) or 0)
+
+
+# A stage's figure on its board cells, from a run's stored result: a count the cell shows
+# when it is not zero, worded by `templates/adaptation/board_cells/<stage>.html`.
+CELL_FIGURES: dict[str, Callable[[Mapping[str, Any]], int]] = {
+    "operators": _missing_operators,
+}
+
+
+def cell_figure_template(stage: str) -> str:
+    """The template that words `stage`'s board-cell figure."""
+    return f"adaptation/board_cells/{stage}.html"
+
+
 @dataclass(frozen=True)
 class StageCell:
     """The latest attempt of one stage of a release's newest job, as a board cell: the run,
     the pool no live worker serves when the run is queued there (None otherwise), the first
-    line of its error (the cell's tooltip) and, for `operators`, how many operators are
-    missing."""
+    line of its error (the cell's tooltip) and, for a stage in `CELL_FIGURES`, its figure
+    (`figure_template` words it)."""
 
     run: StageRun
     waiting_for: AcceleratorPool | None
     error_summary: str
-    missing_operators: int = 0
+    figure: int = 0
+    figure_template: str = ""
 
 
 def stage_cell(run: StageRun, *, idle_pool: AcceleratorPool | None = None) -> StageCell:
     """A board cell from a stage run; `idle_pool`: its pool, when no live worker serves it."""
     error = run.error.strip()
-    counts = as_mapping(as_mapping(run.result).get("counts")) if run.stage == "operators" else {}
+    figure = CELL_FIGURES.get(run.stage)
     return StageCell(
         run=run,
         waiting_for=idle_pool if run.status == StageStatus.QUEUED else None,
         error_summary=error.splitlines()[0] if error else "",
-        missing_operators=int(finite(counts.get("missing")) or 0),
+        figure=figure(as_mapping(run.result)) if figure is not None else 0,
+        figure_template=cell_figure_template(run.stage) if figure is not None else "",
     )
 
 

@@ -2,10 +2,11 @@
 drawn in the view the page's query string asks for, with its knee, out-of-memory stops,
 problems, calibration and a table of the same numbers.
 
-Curves are drawn from the job's `PerformancePoint` rows, the knee, the stops and the notes
-from the stage's result. Measured figures are the scaled twin's on the pool's device;
-predicted ones for the full-size model are the planner's roofline on the pool's accelerators;
-they live in separate panels of every chart, and every trace name says which it is.
+Curves are drawn from the job's `PerformancePoint` rows (read by `selectors.performance` and
+handed in), the knee, the stops and the notes from the stage's result. Measured figures are
+the scaled twin's on the pool's device; predicted ones for the full-size model are the
+planner's roofline on the pool's accelerators; they live in separate panels of every chart,
+and every trace name says which it is.
 """
 
 from __future__ import annotations
@@ -23,14 +24,7 @@ from adaptation.charts.performance_metrics import (
 )
 from adaptation.models import AdaptationJob, ModelRelease, StageRun, StageStatus
 from adaptation.presenters.chart_slot import ChartSlot
-from adaptation.presenters.performance_points import (
-    PERFORMANCE_STAGE,
-    PointTable,
-    finished_run,
-    jobs_with_performance,
-    point_rows,
-    point_table,
-)
+from adaptation.presenters.performance_points import PointTable, point_table
 from adaptation.presenters.performance_predictions import (
     CalibratedFullSize,
     FullSizePrediction,
@@ -47,8 +41,9 @@ from adaptation.presenters.performance_view import (
     view_charts,
     x_choices,
 )
-from adaptation.presenters.stages import SkippedBecause, skipped_because
+from adaptation.presenters.stages import SkippedBecause, finished_run, skipped_because
 from adaptation.selectors.jobs import latest_runs_by_stage
+from adaptation.selectors.performance import PERFORMANCE_STAGE
 from engine.formatting import finite
 from engine.stored import as_list, as_mapping
 
@@ -223,24 +218,37 @@ def _compare_choices(
     return [(group, jobs) for group, jobs in groups.items() if jobs]
 
 
+def job_performance_run(job: AdaptationJob) -> StageRun | None:
+    """The job's newest finished `performance` attempt (stage runs prefetched): the one its
+    panel draws."""
+    return finished_run(r for r in job.stage_runs.all() if r.stage == PERFORMANCE_STAGE)
+
+
+def release_performance_runs(release: ModelRelease) -> list[StageRun]:
+    """The runs the release's Performance section draws (jobs and stage runs prefetched): each
+    job's newest finished `performance` attempt, newest job first."""
+    return [run for job in release.jobs.all() if (run := job_performance_run(job)) is not None]
+
+
 def performance_panel(
     job: AdaptationJob,
     view: PerformanceView,
     *,
+    rows_by_run: Mapping[int, list[dict[str, Any]]],
     candidates: Sequence[AdaptationJob] = (),
 ) -> PerformancePanel | None:
     """The performance panel of `job` (stage runs prefetched), or None without a
-    `performance` run."""
-    runs = [r for r in job.stage_runs.all() if r.stage == PERFORMANCE_STAGE]
+    `performance` run; `rows_by_run` holds its drawn run's points
+    (`selectors.performance.point_rows_by_run`)."""
     latest = latest_runs_by_stage(job).get(PERFORMANCE_STAGE)
     if latest is None:
         return None
-    run = finished_run(runs)
+    run = job_performance_run(job)
     panel = PerformancePanel(job=job, run=run, latest=latest, skipped=skipped_because(job, latest))
     if run is None:
         return panel
     result = as_mapping(run.result)
-    panel.rows = point_rows(run)
+    panel.rows = list(rows_by_run.get(run.pk, ()))
     if run.status == StageStatus.FAILED:
         panel.failed = True
         panel.failure = str(run.error or result.get("reason") or "").strip()
@@ -288,15 +296,21 @@ class PerformanceSection:
         return [(m, metric_info(m, present.get(m, "")).label) for m in names]
 
 
-def performance_section(release: ModelRelease, *, params: Mapping[str, Any]) -> PerformanceSection:
+def performance_section(
+    release: ModelRelease,
+    *,
+    params: Mapping[str, Any],
+    rows_by_run: Mapping[int, list[dict[str, Any]]],
+    candidates: Sequence[AdaptationJob] = (),
+) -> PerformanceSection:
     """Every job of the release (jobs and stage runs prefetched) with a performance run,
-    newest job first, drawn in the view `params` ask for."""
+    newest job first, drawn in the view `params` ask for: `rows_by_run` holds the points of
+    `release_performance_runs(release)`, `candidates` the jobs offered to compare with
+    (`selectors.performance`)."""
     view = performance_view(params)
-    jobs = [
-        j
-        for j in release.jobs.all()
-        if any(r.stage == PERFORMANCE_STAGE for r in j.stage_runs.all())
+    panels = [
+        panel
+        for job in release.jobs.all()
+        if (panel := performance_panel(job, view, rows_by_run=rows_by_run, candidates=candidates))
     ]
-    candidates = jobs_with_performance() if jobs else []
-    panels = [p for j in jobs if (p := performance_panel(j, view, candidates=candidates))]
     return PerformanceSection(view=view, panels=panels)

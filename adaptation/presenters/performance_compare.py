@@ -13,11 +13,6 @@ from django.utils.text import slugify
 from adaptation.models import AdaptationJob, StageRun
 from adaptation.presenters.chart_slot import ChartSlot
 from adaptation.presenters.performance import KneeRow, knee_rows
-from adaptation.presenters.performance_points import (
-    job_performance_run,
-    jobs_with_performance,
-    point_rows,
-)
 from adaptation.presenters.performance_view import (
     PerformanceView,
     chart_source,
@@ -28,12 +23,29 @@ from engine.stored import as_mapping
 
 
 class CompareError(Exception):
-    """A compare request that cannot be answered: `status` 400 (bad ids) or 404. The message
-    is the request's validation error, shown as it is."""
+    """A compare request that cannot be answered, and why (`problem`), for
+    `partials/compare_error.html` to say; `status` 400 (bad ids) or 404.
 
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
+    `problem` is "no-jobs" (none named), "not-whole-numbers" (`given`: the values that are
+    not, each cut to 20 characters), "not-two" (`ids`: the ids named), "same-twice" (`ids`:
+    the one named twice), "missing" (`ids`: those with no job) or "no-rows" (`job`: a job
+    without stored performance rows)."""
+
+    def __init__(
+        self,
+        problem: str,
+        status: int,
+        *,
+        ids: Sequence[int] = (),
+        given: Sequence[str] = (),
+        job: AdaptationJob | None = None,
+    ) -> None:
+        super().__init__(problem)
+        self.problem = problem
         self.status = status
+        self.ids = tuple(ids)
+        self.given = tuple(given)
+        self.job = job
 
 
 def compare_job_ids(values: Sequence[str]) -> list[int]:
@@ -41,19 +53,15 @@ def compare_job_ids(values: Sequence[str]) -> list[int]:
     Raises `CompareError` (400) naming what is wrong."""
     parts = [p.strip() for v in values for p in str(v).split(",") if p.strip()]
     if not parts:
-        raise CompareError("Name two jobs to compare: ?jobs=<id>,<id>.", 400)
+        raise CompareError("no-jobs", 400)
     bad = [p for p in parts if not p.isascii() or not p.isdigit() or len(p) > 12]
     if bad:
-        raise CompareError(
-            f"Job ids are whole numbers; got {', '.join(repr(b[:20]) for b in bad)}.", 400
-        )
+        raise CompareError("not-whole-numbers", 400, given=[b[:20] for b in bad])
     ids = [int(p) for p in parts]
     if len(ids) != 2:
-        raise CompareError(
-            f"Compare takes two jobs; got {len(ids)} ({', '.join(map(str, ids))}).", 400
-        )
+        raise CompareError("not-two", 400, ids=ids)
     if ids[0] == ids[1]:
-        raise CompareError(f"Compare takes two different jobs; got job {ids[0]} twice.", 400)
+        raise CompareError("same-twice", 400, ids=ids[:1])
     return ids
 
 
@@ -89,50 +97,45 @@ class Comparison:
         return ",".join(str(c.job.pk) for c in self.jobs)
 
 
-def compare_performance(job_ids: Sequence[int], view: PerformanceView) -> Comparison:
-    """Both jobs' performance rows overlaid on the same axes. Raises `CompareError` (404) for
-    a job that does not exist or has no stored performance rows."""
-    found = {
-        j.pk: j
-        for j in AdaptationJob.objects.filter(pk__in=job_ids).select_related("release", "pool")
-    }
-    missing = [i for i in job_ids if i not in found]
+def compare_performance(
+    job_ids: Sequence[int],
+    view: PerformanceView,
+    *,
+    jobs: Mapping[int, AdaptationJob],
+    runs: Mapping[int, StageRun | None],
+    rows_by_run: Mapping[int, list[dict[str, Any]]],
+) -> Comparison:
+    """Both jobs' performance rows overlaid on the same axes, from what the view read: `jobs`
+    by id (release and pool loaded), each one's newest finished performance run by job id,
+    and those runs' points by run id (`selectors.performance`). Raises `CompareError` (404)
+    for a job that does not exist or has no stored performance rows."""
+    missing = [i for i in job_ids if i not in jobs]
     if missing:
-        raise CompareError(f"No job {', '.join(map(str, missing))}.", 404)
-    jobs = []
+        raise CompareError("missing", 404, ids=missing)
+    compared = []
     for pk in job_ids:
-        job = found[pk]
-        run = job_performance_run(job)
-        rows = point_rows(run) if run is not None else []
-        if not rows:
-            raise CompareError(
-                f"Job {pk} ({job.release.repo_id} on {job.pool.name}) has no stored "
-                "performance rows: its performance stage has not finished with measurements.",
-                404,
-            )
+        job, run = jobs[pk], runs.get(pk)
+        rows = list(rows_by_run.get(run.pk, ())) if run is not None else []
+        if run is None or not rows:
+            raise CompareError("no-rows", 404, job=job)
         result = as_mapping(run.result)
-        jobs.append(CompareJob(job, run, rows, result, knee_rows(result)))
-    a, b = (c.job for c in jobs)
+        compared.append(CompareJob(job, run, rows, result, knee_rows(result)))
+    a, b = (c.job for c in compared)
     sources = [
         chart_source(
             rows=c.rows, result=c.result, release=c.job.release.repo_id, pool=c.job.pool.name
         )
-        for c in jobs
+        for c in compared
     ]
     slots = view_charts(sources, view, stem="compare-performance")
     return Comparison(
         view=view,
-        jobs=jobs,
+        jobs=compared,
         charts=slots,
         same_release=a.release_id == b.release_id,
         same_pool=a.pool_id == b.pool_id,
-        off_axis=off_axis([r for c in jobs for r in c.rows], view) if slots else [],
+        off_axis=off_axis([r for c in compared for r in c.rows], view) if slots else [],
     )
-
-
-def compare_choices() -> list[AdaptationJob]:
-    """Jobs with stored performance rows, for the compare page's selects."""
-    return jobs_with_performance()
 
 
 def csv_filename(job: AdaptationJob) -> str:

@@ -1,62 +1,19 @@
-"""The stored points of a performance run: reading them (for the charts, the table, the CSV and
-the compare page) and the table view of the same numbers, a line per point."""
+"""The stored points of a performance run (read by `selectors.performance`) as a table, a line
+per point, and as the CSV's columns."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import F, QuerySet
-
 from adaptation.charts.performance_metrics import METRICS, P95_METRICS, Metric, metric_info
 from adaptation.charts.performance_series import curve_label, dtype_key
-from adaptation.models import AdaptationJob, PerformancePoint, StageRun, StageStatus
+from adaptation.selectors.performance import POINT_FIELDS
 from engine.formatting import finite
 
-PERFORMANCE_STAGE = "performance"
-CSV_COLUMNS = ("kind", "model", "dtype", "batch_size", "prompt_len", "metric", "value", "unit")
-FINISHED = (StageStatus.SUCCEEDED, StageStatus.FAILED)
-# Jobs offered to compare with (newest first).
-COMPARE_CHOICES_LIMIT = 60
-
-
-def point_rows(run: StageRun) -> list[dict[str, Any]]:
-    """The `PerformancePoint` rows of one performance run as dicts of `CSV_COLUMNS`, in a
-    stable order: kind, model, dtype, prompt length (none first), batch size, metric."""
-    rows: QuerySet = PerformancePoint.objects.filter(stage_run=run).order_by(
-        "kind",
-        "model",
-        "dtype",
-        F("prompt_len").asc(nulls_first=True),
-        F("batch_size").asc(nulls_first=True),
-        "metric",
-        "id",
-    )
-    return list(rows.values(*CSV_COLUMNS))
-
-
-def finished_run(runs: Iterable[StageRun]) -> StageRun | None:
-    """The newest finished attempt among `runs`."""
-    done = [r for r in runs if r.status in FINISHED]
-    return max(done, key=lambda r: r.attempt) if done else None
-
-
-def job_performance_run(job: AdaptationJob) -> StageRun | None:
-    """The newest finished attempt of the job's performance stage (what its CSV holds)."""
-    return finished_run(StageRun.objects.filter(job=job, stage=PERFORMANCE_STAGE))
-
-
-def jobs_with_performance(*, limit: int = COMPARE_CHOICES_LIMIT) -> list[AdaptationJob]:
-    """Jobs with stored performance rows, newest first (release and pool loaded)."""
-    ids = (
-        PerformancePoint.objects.order_by().values_list("job_id", flat=True).distinct()
-    )  # the DISTINCT needs no ordering
-    return list(
-        AdaptationJob.objects.filter(pk__in=ids)
-        .select_related("release", "pool")
-        .order_by("-created_at", "-id")[:limit]
-    )
+# The CSV of a job's performance prints every stored field of each point.
+CSV_COLUMNS = POINT_FIELDS
 
 
 @dataclass(frozen=True)

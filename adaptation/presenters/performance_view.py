@@ -1,8 +1,8 @@
 """The performance charts' view, read from the page's query string (`perf_x`, `perf_metric`) so
 that a link reproduces it, and the charts it draws over one job's or two jobs' stored points.
 
-A bad value falls back to the default view with a message saying what is shown instead: the
-messages are the query's validation errors (as a form's are), written here.
+A bad value falls back to the default view, and the view keeps what was wrong
+(`ViewProblem`): `partials/perf_view_problem.html` says what is shown instead.
 """
 
 from __future__ import annotations
@@ -28,13 +28,23 @@ _EFFICIENCY_NAME = re.compile(r"[a-z0-9_]{1,64}")
 
 
 @dataclass(frozen=True)
+class ViewProblem:
+    """A query parameter of the view (`param`: "perf_x" or "perf_metric") whose value
+    (`given`, its first 64 characters) is not one of `choices`: the default is shown."""
+
+    param: str
+    given: str
+    choices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class PerformanceView:
     """The chart view a URL asks for: `x` the swept field on the x axis, `metric` one metric
-    to draw (None: the throughput and latency charts), and why a bad value was replaced."""
+    to draw (None: the throughput and latency charts), and the bad values replaced."""
 
     x: str = "batch_size"
     metric: str | None = None
-    messages: tuple[str, ...] = ()
+    problems: tuple[ViewProblem, ...] = ()
 
     def params(self) -> dict[str, str]:
         params = {}
@@ -67,25 +77,19 @@ def x_choices() -> list[tuple[str, str]]:
 
 def performance_view(params: Mapping[str, Any]) -> PerformanceView:
     """The view named by `perf_x` and `perf_metric` in `params` (a QueryDict or a dict);
-    an unknown value is dropped with a message saying what is shown instead."""
-    messages = []
+    an unknown value is dropped, and kept in the view's `problems`."""
+    problems = []
     x = str(params.get("perf_x") or "batch_size").strip()
     if x not in X_TITLES:
-        messages.append(
-            f"Unknown x axis {x[:64]!r} (perf_x): showing batch size; choose one of "
-            f"{', '.join(X_TITLES)}."
-        )
+        problems.append(ViewProblem(param="perf_x", given=x[:64], choices=tuple(X_TITLES)))
         x = "batch_size"
     metric: str | None = str(params.get("perf_metric") or "").strip() or None
     if metric is not None and not (
         metric in METRICS or (_EFFICIENCY_NAME.fullmatch(metric) and is_efficiency(metric))
     ):
-        messages.append(
-            f"Unknown metric {metric[:64]!r} (perf_metric): showing throughput and latency; "
-            f"choose one of {', '.join(METRICS)}."
-        )
+        problems.append(ViewProblem(param="perf_metric", given=metric[:64], choices=tuple(METRICS)))
         metric = None
-    return PerformanceView(x=x, metric=metric, messages=tuple(messages))
+    return PerformanceView(x=x, metric=metric, problems=tuple(problems))
 
 
 def chart_source(

@@ -15,7 +15,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from adaptation.charts import plan as plan_charts
-from adaptation.inventory import plan_start_estimate
 from adaptation.models import (
     AcceleratorPool,
     AdaptationJob,
@@ -41,10 +40,10 @@ from adaptation.presenters.plan_tables import (
     Communication,
     RunnerUp,
     ScalingRow,
-    StartEstimate,
     communication,
     scaling_rows,
 )
+from adaptation.selectors.inventory import StartEstimate
 from adaptation.selectors.jobs import latest_runs_by_stage
 from engine.formatting import finite
 from engine.stored import as_list, as_mapping
@@ -290,12 +289,30 @@ def _planned(
     panel.validity_flags = [str(flag) for flag in as_list(result.get("validity_flags"))]
 
 
+def start_devices(job: AdaptationJob) -> int | None:
+    """The devices whose start on its pool the job's plan panel shows ("When can it run"):
+    those its latest `plan` attempt chose when it succeeded and the job is still active (a
+    finished job has run); None otherwise (stage runs prefetched)."""
+    run = latest_runs_by_stage(job).get(PLAN_STAGE)
+    if run is None or run.status != StageStatus.SUCCEEDED:
+        return None
+    if job.status not in (JobStatus.PENDING, JobStatus.RUNNING):
+        return None
+    devices = whole(as_mapping(run.result).get("devices"))
+    return devices if devices and devices >= 1 else None
+
+
 def plan_panel(
-    job: AdaptationJob, *, pools_without_worker: Mapping[int, AcceleratorPool] | None = None
+    job: AdaptationJob,
+    *,
+    pools_without_worker: Mapping[int, AcceleratorPool] | None = None,
+    start: StartEstimate | None = None,
 ) -> PlanPanel | None:
     """The plan panel of `job` (stage runs prefetched), or None when it has no `plan` run.
     `pools_without_worker` (by id, `selectors.workers.pools_without_live_worker`) marks a
-    pending or queued plan whose pool no live worker serves as waiting for one."""
+    pending or queued plan whose pool no live worker serves as waiting for one; `start` is
+    when the plan can start on its pool (`selectors.inventory.plan_start_estimate` for
+    `start_devices(job)`), shown while the job is active."""
     latest = latest_runs_by_stage(job)
     run = latest.get(PLAN_STAGE)
     if run is None:
@@ -312,11 +329,9 @@ def plan_panel(
     )
     if run.status == StageStatus.SUCCEEDED and result:
         _planned(panel, result, measured_scaling(latest.get(DISTRIBUTED_STAGE)))
-        devices = whole(result.get("devices"))
         # "When can it run" only while the job is active: a finished job has run.
-        if job.status in (JobStatus.PENDING, JobStatus.RUNNING) and devices and devices >= 1:
-            estimate = plan_start_estimate(pool=job.pool, devices=devices, job=job)
-            panel.start = StartEstimate.of(estimate)
+        if start_devices(job) is not None:
+            panel.start = start
     elif run.status == StageStatus.FAILED:
         panel.state = "failed"
         panel.failure = _failure(run, result)
@@ -326,13 +341,23 @@ def plan_panel(
 
 
 def plan_panels(
-    release: ModelRelease, *, pools_without_worker: Mapping[int, AcceleratorPool] | None = None
+    release: ModelRelease,
+    *,
+    pools_without_worker: Mapping[int, AcceleratorPool] | None = None,
+    starts: Mapping[int, StartEstimate] | None = None,
 ) -> list[PlanPanel]:
     """A plan panel per job of the release with a `plan` run, newest job first (jobs and
     their stage runs prefetched, as `selectors.release_detail` does); `pools_without_worker`
-    as for `plan_panel`."""
+    as for `plan_panel`, `starts` each active job's start by job id."""
     return [
         panel
         for job in release.jobs.all()
-        if (panel := plan_panel(job, pools_without_worker=pools_without_worker)) is not None
+        if (
+            panel := plan_panel(
+                job,
+                pools_without_worker=pools_without_worker,
+                start=(starts or {}).get(job.pk),
+            )
+        )
+        is not None
     ]

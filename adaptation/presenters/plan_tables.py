@@ -6,10 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
-
-from django.utils.dateparse import parse_datetime
 
 from adaptation.presenters.plan_figures import Split, as_count
 from engine.formatting import finite
@@ -118,35 +115,3 @@ class Artifact:
 
 
 ARTIFACT_KINDS = ("vllm", "sglang", "kubernetes_deployment")
-
-
-@dataclass(frozen=True)
-class StartEstimate:
-    """When a planned job can start on its pool (`inventory.plan_start_estimate`): now or not,
-    the devices it needs against those counted (`devices_source`: "reported" by live workers,
-    or how else they are counted) and free, the jobs ahead of it, and the estimated start with
-    its basis (an estimate, never a promise), or why there is none."""
-
-    can_start_now: bool
-    devices_needed: Any
-    devices_reported: Any
-    devices_source: str
-    devices_free: Any
-    queue_position: Any
-    start_at: datetime | None
-    basis: str
-    reason: str
-
-    @classmethod
-    def of(cls, estimate: Mapping[str, Any]) -> StartEstimate:
-        return cls(
-            can_start_now=bool(estimate.get("can_start_now")),
-            devices_needed=estimate.get("devices_needed"),
-            devices_reported=estimate.get("devices_reported"),
-            devices_source=str(estimate.get("devices_source") or "reported"),
-            devices_free=estimate.get("devices_free"),
-            queue_position=estimate.get("queue_position"),
-            start_at=parse_datetime(str(estimate.get("estimated_start_at") or "")),
-            basis=str(estimate.get("estimate_basis") or ""),
-            reason=str(estimate.get("reason") or ""),
-        )

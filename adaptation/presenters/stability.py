@@ -11,8 +11,7 @@ from typing import Any
 from adaptation.charts import stability as stability_charts
 from adaptation.models import AdaptationJob, ModelRelease, StageRun, StageStatus
 from adaptation.presenters.chart_slot import ChartSlot
-from adaptation.presenters.performance_points import finished_run
-from adaptation.presenters.stages import SkippedBecause, skipped_because
+from adaptation.presenters.stages import SkippedBecause, finished_run, skipped_because
 from adaptation.selectors.jobs import latest_runs_by_stage
 from engine.formatting import finite
 from engine.stored import as_list, as_mapping, numbers

@@ -1,5 +1,5 @@
-"""What several pages say of a stage: its title, the board's columns, whether a run is still
-active, and why an attempt was skipped."""
+"""What several pages say of a stage: its title, the board's columns, its newest finished
+attempt, whether a run is still active, and why an attempt was skipped."""
 
 from __future__ import annotations
 
@@ -39,6 +39,12 @@ def stage_columns(stage_lists: Iterable[Iterable[str]]) -> list[StageColumn]:
     registered = [name for name in stage_names() if name in seen]
     others = [name for name in seen if name not in registered]
     return [StageColumn(name=name, title=stage_title(name)) for name in registered + others]
+
+
+def finished_run(runs: Iterable[StageRun]) -> StageRun | None:
+    """The newest finished (succeeded or failed) attempt among `runs`."""
+    done = [r for r in runs if r.status in (StageStatus.SUCCEEDED, StageStatus.FAILED)]
+    return max(done, key=lambda r: r.attempt) if done else None
 
 
 def is_active(run: StageRun) -> bool:

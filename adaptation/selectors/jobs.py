@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import (
@@ -12,6 +13,7 @@ from django.db.models import (
 from adaptation.models import (
     ACTIVE_STAGE_STATUSES,
     AdaptationJob,
+    ModelRelease,
     StageRun,
     StageStatus,
 )
@@ -89,3 +91,19 @@ def jobs_with_stage_runs() -> QuerySet[AdaptationJob]:
 def stage_runs_with_jobs() -> QuerySet[StageRun]:
     """Every stage attempt with its job, release and pool loaded (logs left out)."""
     return StageRun.objects.select_related("job__release", "job__pool").defer("log")
+
+
+def jobs_by_id(ids: Iterable[int]) -> dict[int, AdaptationJob]:
+    """The jobs of `ids` that exist, by id (release and pool loaded)."""
+    jobs = AdaptationJob.objects.filter(pk__in=list(ids)).select_related("release", "pool")
+    return {job.pk: job for job in jobs}
+
+
+def jobs_with_release_and_pool() -> QuerySet[AdaptationJob]:
+    """Every job with its release and pool loaded (a job's own pages, its notes)."""
+    return AdaptationJob.objects.select_related("release", "pool")
+
+
+def release_recent_jobs(release: ModelRelease, *, limit: int = 10) -> list[AdaptationJob]:
+    """The release's newest `limit` jobs, newest first (pool loaded)."""
+    return list(release.jobs.select_related("pool").order_by("-created_at", "-id")[:limit])

@@ -106,3 +106,9 @@ def release_limitations(release: ModelRelease) -> Sequence[KnownLimitation]:
     """Every note of `release` with its pool and author (one query), in `sort_key` order."""
     notes = KnownLimitation.objects.filter(release=release).select_related("pool", "author")
     return sorted(notes, key=sort_key)
+
+
+def limitation_get(*, limitation_id: int) -> KnownLimitation:
+    """The known limitation `limitation_id` with its release and pool loaded; raises
+    `KnownLimitation.DoesNotExist`."""
+    return KnownLimitation.objects.select_related("release", "pool").get(pk=limitation_id)

@@ -3,7 +3,7 @@ page's summaries, a release named on the command line, and what the `release_not
 reads (the job's stages' states, the open known limitations).
 
 Writes are in `adaptation.services.release_notes`; the documents (Markdown download,
-printable page) in `adaptation.release_notes_presenters`.
+printable page) in `adaptation.presenters.release_notes`.
 """
 
 from __future__ import annotations

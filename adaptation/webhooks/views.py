@@ -26,7 +26,7 @@ from django.views.decorators.http import require_GET
 
 from adaptation.models import DeliveryVerdict, WebhookEndpoint, WebhookKind
 from adaptation.page_links import job_page_url
-from adaptation.views import login_required
+from adaptation.views.access import login_required
 from adaptation.webhooks.deliveries import (
     BodyTooLarge,
     DeliveryRecorder,

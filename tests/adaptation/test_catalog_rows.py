@@ -282,8 +282,7 @@ def test_pool_catalog_reuses_a_loaded_catalog_and_names_the_figures_origin():
 
 def test_live_workers_are_read_in_one_place():
     """The cpu kind's worker comes from the workers selector's `live_workers`, the only one."""
-    from adaptation import inventory
-    from adaptation.selectors import workers
+    from adaptation.selectors import inventory, workers
 
     assert site_catalog.live_workers is workers.live_workers
     assert not hasattr(inventory, "live_workers")

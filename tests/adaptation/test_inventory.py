@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import html
 from datetime import timedelta
 
 import pytest
+from django.template.loader import render_to_string
 from django.utils import timezone
 
-from adaptation import inventory
+from adaptation.catalog import pool_layout
 from adaptation.models import AcceleratorPool, AdaptationJob, StageRun, Worker
+from adaptation.presenters.pools import device_warning_text, device_warnings
+from adaptation.selectors import inventory
 from adaptation.selectors.workers import live_workers, pools_without_live_worker
 from adaptation.services.errors import ServiceError
 from adaptation.services.workers import worker_heartbeat, worker_register, worker_stop
@@ -25,6 +29,39 @@ def gpu_pool(**fields) -> AcceleratorPool:
 
 def set_times(job: AdaptationJob, stage: str, **times) -> None:
     StageRun.objects.filter(job=job, stage=stage).update(**times)
+
+
+def pool_inventory(**arguments) -> inventory.PoolInventory:
+    return inventory.pool_inventory(layout_of=pool_layout, **arguments)
+
+
+def plan_start_estimate(**arguments) -> inventory.StartEstimate:
+    return inventory.plan_start_estimate(layout_of=pool_layout, **arguments)
+
+
+def said(template: str, **context) -> str:
+    """What the pages say from `template` rendered with `context`, as plain text."""
+    return " ".join(html.unescape(render_to_string(template, context)).split())
+
+
+def reason(answer: inventory.StartEstimate) -> str:
+    """Why the plan can or cannot start now, as the plan panel says it."""
+    return said("adaptation/partials/start_reason.html", start=answer)
+
+
+def basis(answer: inventory.StartEstimate) -> str:
+    """How its start was estimated, as the plan panel says it."""
+    return said("adaptation/partials/start_basis.html", start=answer)
+
+
+def devices_counted(declared: bool) -> str:
+    """How the pools page and the plan panel say a pool's devices were counted."""
+    return said("adaptation/partials/devices_counted.html", declared=declared)
+
+
+def warnings(inv: inventory.PoolInventory) -> list[str]:
+    """The pool's device warnings as the pools page (and the API) words them."""
+    return [device_warning_text(warning) for warning in device_warnings(inv)]
 
 
 # --- services -------------------------------------------------------------------------------
@@ -126,7 +163,7 @@ def test_pool_inventory_lists_workers_devices_runs_and_queue(settings):
     set_times(second, "fetch", queued_at=now - timedelta(seconds=30))
     make_job(statuses={"fetch": "queued"})  # another pool's queue
 
-    inv = inventory.pool_inventory(pool=pool, now=now)
+    inv = pool_inventory(pool=pool, now=now)
 
     assert [s.worker.name for s in inv.live_workers] == ["h200@a", "h200@b"]
     assert [s.worker.name for s in inv.inactive_workers] == ["h200@silent", "h200@gone"]
@@ -154,7 +191,7 @@ def test_pool_inventory_lists_workers_devices_runs_and_queue(settings):
 
 def test_pool_inventory_keeps_a_catalog_error_instead_of_raising():
     pool = gpu_pool(name="mystery", accelerator="tpu-v9")
-    inv = inventory.pool_inventory(pool=pool)
+    inv = pool_inventory(pool=pool)
     assert inv.layout is None
     assert "tpu-v9" in inv.layout_error
 
@@ -208,28 +245,28 @@ def test_estimate_waits_for_running_and_earlier_jobs_by_median_stage_duration(se
     set_times(running, "fetch", started_at=now - timedelta(seconds=10))
     ahead = created(make_job(pool=pool, statuses={"fetch": "queued"}), now - timedelta(minutes=2))
 
-    answer = inventory.plan_start_estimate(pool=pool, devices=1, now=now)
+    answer = plan_start_estimate(pool=pool, devices=1, now=now)
 
-    assert answer["can_start_now"] is False
-    assert answer["devices_needed"] == 1
-    assert answer["devices_reported"] == 1
-    assert answer["devices_held"] == 1
-    assert answer["devices_free"] == 0
-    assert answer["queue_position"] == 1
-    assert answer["median_stage_s"] == 30.0
-    assert answer["history_stages"] == 3
-    assert answer["estimated_wait_s"] == 110.0
-    assert answer["estimated_start_at"] == (now + timedelta(seconds=110)).isoformat()
-    assert answer["estimate_basis"].startswith("estimate")
-    assert "30.0 s over its last 3 succeeded stage(s)" in answer["estimate_basis"]
-    assert answer["reason"] == (
+    assert answer.can_start_now is False
+    assert answer.devices_needed == 1
+    assert answer.devices_reported == 1
+    assert answer.devices_held == 1
+    assert answer.devices_free == 0
+    assert answer.queue_position == 1
+    assert answer.median_stage_s == 30.0
+    assert answer.history_stages == 3
+    assert answer.estimated_wait_s == 110.0
+    assert answer.estimated_start_at.isoformat() == (now + timedelta(seconds=110)).isoformat()
+    assert basis(answer).startswith("estimate")
+    assert "30.0 s over its last 3 succeeded stage(s)" in basis(answer)
+    assert reason(answer) == (
         "waits: 1 job(s) waiting ahead of it; 0 of 1 device(s) free, 1 held by 1 running job(s)"
     )
 
     # The waiting job's own plan: it is first in the queue; only the running job is ahead.
-    own = inventory.plan_start_estimate(pool=pool, devices=1, job=ahead, now=now)
-    assert own["queue_position"] == 0
-    assert own["estimated_wait_s"] == 50.0
+    own = plan_start_estimate(pool=pool, devices=1, job=ahead, now=now)
+    assert own.queue_position == 0
+    assert own.estimated_wait_s == 50.0
 
 
 def test_estimate_uses_the_running_jobs_plan_devices(settings):
@@ -247,29 +284,29 @@ def test_estimate_uses_the_running_jobs_plan_devices(settings):
     )
     set_times(job, "operators", started_at=now - timedelta(seconds=1))
 
-    fits = inventory.plan_start_estimate(pool=pool, devices=4, now=now)
-    assert fits["can_start_now"] is True
-    assert (fits["devices_held"], fits["devices_free"]) == (4, 4)
-    assert fits["estimated_start_at"] == now.isoformat()
-    assert fits["reason"] == "4 of 8 device(s) free and no job waiting ahead: it can start now"
+    fits = plan_start_estimate(pool=pool, devices=4, now=now)
+    assert fits.can_start_now is True
+    assert (fits.devices_held, fits.devices_free) == (4, 4)
+    assert fits.estimated_start_at.isoformat() == now.isoformat()
+    assert reason(fits) == "4 of 8 device(s) free and no job waiting ahead: it can start now"
 
-    whole = inventory.plan_start_estimate(pool=pool, devices=8, now=now)
-    assert whole["can_start_now"] is False and whole["queue_position"] == 0
-    assert whole["median_stage_s"] == 3.0 and whole["history_stages"] == 2
-    assert whole["estimated_wait_s"] == 2.0  # 3 s median - 1 s so far, no stage after it
+    whole = plan_start_estimate(pool=pool, devices=8, now=now)
+    assert whole.can_start_now is False and whole.queue_position == 0
+    assert whole.median_stage_s == 3.0 and whole.history_stages == 2
+    assert whole.estimated_wait_s == 2.0  # 3 s median - 1 s so far, no stage after it
 
     # Its own plan does not wait for itself.
-    own = inventory.plan_start_estimate(pool=pool, devices=8, job=job, now=now)
-    assert own["can_start_now"] is True and own["devices_held"] == 0
+    own = plan_start_estimate(pool=pool, devices=8, job=job, now=now)
+    assert own.can_start_now is True and own.devices_held == 0
 
 
 def test_estimate_says_when_the_pool_is_too_small(settings):
     pool = gpu_pool()
     make_worker(queues=("pool.h200",), devices=cuda_devices(8))
-    answer = inventory.plan_start_estimate(pool=pool, devices=16)
-    assert answer["can_start_now"] is False
-    assert answer["estimated_start_at"] is None
-    assert answer["reason"] == (
+    answer = plan_start_estimate(pool=pool, devices=16)
+    assert answer.can_start_now is False
+    assert answer.estimated_start_at is None
+    assert reason(answer) == (
         "needs 16 device(s), live workers report 8: the pool is too small as it is now"
     )
 
@@ -278,29 +315,29 @@ def test_estimate_without_a_live_worker(settings):
     settings.DAY0_WORKER_STALE_S = 60
     pool = cpu_pool()
     make_worker(heartbeat_age_s=120)
-    answer = inventory.plan_start_estimate(pool=pool, devices=1)
-    assert answer["can_start_now"] is False
-    assert answer["devices_reported"] == 0
-    assert answer["estimated_start_at"] is None
-    assert answer["reason"] == (
+    answer = plan_start_estimate(pool=pool, devices=1)
+    assert answer.can_start_now is False
+    assert answer.devices_reported == 0
+    assert answer.estimated_start_at is None
+    assert reason(answer) == (
         "no live worker on pool cpu (queue pool.cpu): jobs wait until one starts"
     )
-    assert answer["estimate_basis"].startswith("no estimate")
+    assert basis(answer).startswith("no estimate")
 
 
 def test_estimate_without_history_invents_no_number():
     pool = cpu_pool()
     make_worker()
     make_job(pool=pool, statuses={"fetch": "running"})
-    answer = inventory.plan_start_estimate(pool=pool, devices=1)
-    assert answer["can_start_now"] is False
-    assert answer["estimated_start_at"] is None and answer["estimated_wait_s"] is None
-    assert answer["estimate_basis"] == "no estimate: no finished stage on this pool yet"
+    answer = plan_start_estimate(pool=pool, devices=1)
+    assert answer.can_start_now is False
+    assert answer.estimated_start_at is None and answer.estimated_wait_s is None
+    assert basis(answer) == "no estimate: no finished stage on this pool yet"
 
 
 def test_estimate_refuses_a_device_count_below_one():
     with pytest.raises(ValueError, match="positive integer"):
-        inventory.plan_start_estimate(pool=cpu_pool(), devices=0)
+        plan_start_estimate(pool=cpu_pool(), devices=0)
 
 
 # --- which devices count: backend pools, the cpu pool, manifest pools ----------------------
@@ -326,20 +363,20 @@ def test_a_manifest_pools_devices_are_its_declared_layout_not_its_workers_cpu(se
     now = timezone.now()
     make_worker(name="manifest@box", queues=("pool.gaudi3",), now=now)  # one cpu device
 
-    inv = inventory.pool_inventory(pool=pool, now=now)
+    inv = pool_inventory(pool=pool, now=now)
 
     assert inv.has_live_worker
     assert inv.declares_devices and inv.devices_declared == 16
     assert inv.devices_reported == 16 and inv.devices_free == 16
-    assert inv.devices_label == (
+    assert devices_counted(inv.declares_devices) == (
         "declared (manifest pool: its accelerators are not attached to a worker here)"
     )
-    assert inv.device_warnings == []
-    answer = inventory.plan_start_estimate(pool=pool, devices=16, now=now)
-    assert answer["can_start_now"] is True and answer["devices_reported"] == 16
-    assert answer["devices_source"] == inv.devices_label
-    too_big = inventory.plan_start_estimate(pool=pool, devices=24, now=now)
-    assert too_big["reason"] == (
+    assert warnings(inv) == []
+    answer = plan_start_estimate(pool=pool, devices=16, now=now)
+    assert answer.can_start_now is True and answer.devices_reported == 16
+    assert devices_counted(answer.devices_declared) == devices_counted(inv.declares_devices)
+    too_big = plan_start_estimate(pool=pool, devices=24, now=now)
+    assert reason(too_big) == (
         "needs 24 device(s), the pool declares 16: the pool is too small as it is now"
     )
 
@@ -351,12 +388,12 @@ def test_a_manifest_pool_without_a_live_worker_still_waits(settings):
     pool = manifest_pool()
     make_worker(queues=("pool.gaudi3",), heartbeat_age_s=120)
 
-    inv = inventory.pool_inventory(pool=pool)
-    answer = inventory.plan_start_estimate(pool=pool, devices=8)
+    inv = pool_inventory(pool=pool)
+    answer = plan_start_estimate(pool=pool, devices=8)
 
     assert not inv.has_live_worker and inv.devices_reported == 16
-    assert answer["can_start_now"] is False and answer["estimated_start_at"] is None
-    assert answer["reason"] == (
+    assert answer.can_start_now is False and answer.estimated_start_at is None
+    assert reason(answer) == (
         "no live worker on pool gaudi3 (queue pool.gaudi3): jobs wait until one starts"
     )
 
@@ -371,16 +408,16 @@ def test_a_backend_pool_counts_only_workers_of_its_backend_and_says_so(settings)
     make_worker(name="h200@gpu", queues=("pool.h200",), devices=cuda_devices(1), now=now)
     make_worker(name="h200@laptop", queues=("pool.h200",), now=now)  # backend cpu
 
-    inv = inventory.pool_inventory(pool=pool, now=now)
+    inv = pool_inventory(pool=pool, now=now)
 
     assert [s.worker.name for s in inv.counted_workers] == ["h200@gpu"]
-    assert inv.devices_reported == 1 and inv.devices_label == "reported"
-    assert inv.device_warnings == [
+    assert inv.devices_reported == 1 and devices_counted(inv.declares_devices) == "reported"
+    assert warnings(inv) == [
         "worker h200@laptop runs on cpu, not cuda: its 1 device(s) are not counted",
         "layout says 8 per node x 1 node; live workers report 1",
     ]
-    answer = inventory.plan_start_estimate(pool=pool, devices=2, now=now)
-    assert answer["reason"] == (
+    answer = plan_start_estimate(pool=pool, devices=2, now=now)
+    assert reason(answer) == (
         "needs 2 device(s), live workers report 1: the pool is too small as it is now"
     )
 
@@ -390,8 +427,8 @@ def test_a_pool_whose_workers_report_its_layout_has_no_warning(settings):
     pool = gpu_pool(nodes=2)
     for node in ("a", "b"):
         make_worker(name=f"h200@{node}", queues=("pool.h200",), devices=cuda_devices(8))
-    inv = inventory.pool_inventory(pool=pool)
-    assert inv.devices_reported == 16 and inv.device_warnings == []
+    inv = pool_inventory(pool=pool)
+    assert inv.devices_reported == 16 and warnings(inv) == []
 
 
 def test_the_cpu_pool_counts_each_live_workers_machine_once(settings):
@@ -401,6 +438,6 @@ def test_the_cpu_pool_counts_each_live_workers_machine_once(settings):
     pool = cpu_pool()
     make_worker(name="cpu@gpu-host", queues=("pool.cpu",), devices=cuda_devices(8))
     make_worker(name="cpu@box")
-    inv = inventory.pool_inventory(pool=pool)
+    inv = pool_inventory(pool=pool)
     assert inv.devices_reported == 2
-    assert inv.device_warnings == []
+    assert warnings(inv) == []

@@ -185,7 +185,7 @@ def test_idle_board_shows_a_new_release_without_a_reload(live_server, browser, m
     the page keeps its scroll position and focus."""
     from playwright.sync_api import expect
 
-    monkeypatch.setattr("adaptation.views.BOARD_POLL_IDLE_S", 1)  # 20 s in production
+    monkeypatch.setattr("adaptation.views.board.BOARD_POLL_IDLE_S", 1)  # 20 s in production
     AcceleratorPool.objects.get_or_create(
         name="cpu", defaults={"backend": "cpu", "queue": "pool.cpu"}
     )

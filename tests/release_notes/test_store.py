@@ -13,7 +13,7 @@ from adaptation.models import (
     Severity,
     StageStatus,
 )
-from adaptation.release_notes_presenters import release_notes_document
+from adaptation.presenters.release_notes import release_notes_document
 from adaptation.selectors.release_notes import (
     NotesError,
     release_notes_additions,

@@ -7,10 +7,13 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.template.loader import get_template
 from django.urls import reverse
 from django.utils import timezone
 
 from adaptation.models import StageRun
+from adaptation.presenters.board import CELL_FIGURES, cell_figure_template
+from engine.registry import stage_names
 from tests.factories import make_job, make_release, make_watch
 from tests.worker_rows import make_worker
 
@@ -359,3 +362,10 @@ def test_missing_operators_show_on_the_board(logged_in_client):
     row = html[html.index(f'id="release-row-{job.release_id}"') :]
     cell = row[row.index('data-stage="operators"') :]
     assert "2 operator(s) missing" in cell[: cell.index("</td>")]
+
+
+def test_every_board_cell_figure_is_a_registered_stage_with_its_template():
+    assert CELL_FIGURES
+    for stage in CELL_FIGURES:
+        assert stage in stage_names()
+        get_template(cell_figure_template(stage))  # raises TemplateDoesNotExist without one

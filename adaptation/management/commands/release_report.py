@@ -21,7 +21,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from adaptation.models import AcceleratorPool, AdaptationJob, JobStatus
-from adaptation.release_notes_presenters import release_notes_document, render_notes_html
+from adaptation.presenters.release_notes import release_notes_document, render_notes_html
 from adaptation.selectors.release_notes import (
     NotesError,
     release_notes_additions,

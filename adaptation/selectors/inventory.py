@@ -1,5 +1,8 @@
 """What each accelerator pool has now: its live workers and the devices they report, the
-devices its running jobs hold, its queue, and when a plan could start on it. Reads only.
+devices its running jobs hold, its queue, and when a plan could start on it. Reads only: the
+pools page shapes these values in `adaptation.presenters.pools`, and the templates word them
+(`partials/pools_live.html`, and `partials/start_reason.html` and `start_basis.html` for a
+plan's start).
 
 A worker is live when it has not stopped and its last heartbeat is at most
 `DAY0_WORKER_STALE_S` seconds old; it serves every pool whose queue is among its queues.
@@ -23,15 +26,13 @@ from __future__ import annotations
 
 import heapq
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db.models import Count, Min, Prefetch
 from django.utils import timezone
 
-from adaptation.catalog import pool_layout
 from adaptation.models import (
     AcceleratorKind,
     AcceleratorPool,
@@ -40,12 +41,14 @@ from adaptation.models import (
     StageStatus,
     Worker,
 )
-from adaptation.selectors.workers import (
-    serves,
-    worker_state,
-)
+from adaptation.selectors.workers import serves, worker_state
 from engine.catalog import Catalog, CatalogError
 from engine.stages.plan.layout import PoolLayout
+
+# How a pool's layout is found: `adaptation.catalog.pool_layout` (the pool, and the catalog
+# when the caller loaded it; raises `CatalogError`). It is handed in: the site catalog reads
+# the workers' selectors, so this module cannot import it.
+LayoutOf = Callable[[AcceleratorPool, Catalog | None], PoolLayout]
 
 # Stopped or stale workers are listed with their pool for this long after their last
 # heartbeat, then left out.
@@ -57,9 +60,6 @@ _UNFINISHED = (StageStatus.PENDING, StageStatus.QUEUED, StageStatus.RUNNING)
 # A pool whose accelerators are described by an operator manifest, not attached to a worker.
 MANIFEST_BACKEND = "manifest"
 CPU_BACKEND = "cpu"
-DECLARED_DEVICES_LABEL = (
-    "declared (manifest pool: its accelerators are not attached to a worker here)"
-)
 
 
 def _now(now: datetime | None) -> datetime:
@@ -82,20 +82,6 @@ class WorkerState:
     @property
     def device_count(self) -> int:
         return len(self.worker.devices or [])
-
-    @property
-    def device_groups(self) -> list[tuple[int, str, int | None]]:
-        """The reported devices as (count, name, memory_bytes), alike ones together, in the
-        order first reported: eight identical GPUs are one line."""
-        groups: dict[tuple[str, int | None], int] = {}
-        for device in self.worker.devices or []:
-            if isinstance(device, dict):
-                key = (
-                    str(device.get("name") or device.get("type") or "?"),
-                    device.get("memory_bytes"),
-                )
-                groups[key] = groups.get(key, 0) + 1
-        return [(count, name, memory) for (name, memory), count in groups.items()]
 
 
 @dataclass(frozen=True)
@@ -149,11 +135,6 @@ class PoolInventory:
         return self.pool.backend == MANIFEST_BACKEND
 
     @property
-    def devices_label(self) -> str:
-        """How `devices_reported` was counted, in words: "reported" or "declared (...)"."""
-        return DECLARED_DEVICES_LABEL if self.declares_devices else "reported"
-
-    @property
     def devices_declared(self) -> int | None:
         """Devices the pool's layout declares (devices per node x nodes), None without one."""
         return self.layout.devices if self.layout is not None else None
@@ -179,27 +160,32 @@ class PoolInventory:
         return sum(state.device_count for state in self.counted_workers)
 
     @property
-    def device_warnings(self) -> list[str]:
-        """Where the live workers and the pool's layout disagree (a backend pool, not cpu or
-        manifest): a worker on another backend, whose devices do not count, and a layout
-        declaring more devices than the live workers report. Empty without a live worker
-        (the pool then says it has none)."""
-        if self.declares_devices or self.pool.backend == CPU_BACKEND or not self.live_workers:
+    def checks_backend(self) -> bool:
+        """Whether the pool's live workers must run on its backend for their devices to count
+        (a backend pool with a live worker; not a cpu or manifest pool)."""
+        return (
+            not self.declares_devices
+            and self.pool.backend != CPU_BACKEND
+            and bool(self.live_workers)
+        )
+
+    @property
+    def other_backend_workers(self) -> list[WorkerState]:
+        """The live workers whose devices do not count because they run on another backend
+        than the pool's (empty unless `checks_backend`)."""
+        if not self.checks_backend:
             return []
-        warnings = [
-            f"worker {s.worker.name} runs on {s.worker.backend or 'an unreported backend'}, "
-            f"not {self.pool.backend}: its {s.device_count} device(s) are not counted"
-            for s in self.live_workers
-            if s.worker.backend != self.pool.backend
-        ]
-        layout = self.layout
-        if layout is not None and layout.devices > self.devices_reported:
-            warnings.append(
-                f"layout says {layout.devices_per_node} per node x {layout.nodes} "
-                f"node{'s' if layout.nodes != 1 else ''}; live workers report "
-                f"{self.devices_reported}"
-            )
-        return warnings
+        return [s for s in self.live_workers if s.worker.backend != self.pool.backend]
+
+    @property
+    def layout_exceeds_reported(self) -> bool:
+        """Whether the pool's layout declares more devices than its live workers report
+        (False unless `checks_backend`)."""
+        return (
+            self.checks_backend
+            and self.layout is not None
+            and self.layout.devices > self.devices_reported
+        )
 
     @property
     def devices_held(self) -> int:
@@ -339,6 +325,7 @@ def _jobs_by_state(jobs: list[AdaptationJob]) -> tuple[list[JobHolding], list[Wa
 def pool_inventory(
     *,
     pool: AcceleratorPool,
+    layout_of: LayoutOf,
     now: datetime | None = None,
     workers: Iterable[Worker] | None = None,
     catalog: Catalog | None = None,
@@ -347,17 +334,20 @@ def pool_inventory(
     or stopped workers, the jobs holding devices and those waiting, and the queue.
 
     `workers` (all worker rows) and `catalog` spare a page listing many pools repeated
-    queries (`pool_inventories` reads many pools at once). The layout comes from
-    `adaptation.catalog.pool_layout`; a `CatalogError` (an unknown kind, a pool naming none)
-    is kept in `layout_error`, not raised.
+    queries (`pool_inventories` reads many pools at once). The layout comes from `layout_of`
+    (`adaptation.catalog.pool_layout`); a `CatalogError` (an unknown kind, a pool naming
+    none) is kept in `layout_error`, not raised.
     """
-    (inventory,) = pool_inventories(pools=[pool], now=now, workers=workers, catalog=catalog)
+    (inventory,) = pool_inventories(
+        pools=[pool], layout_of=layout_of, now=now, workers=workers, catalog=catalog
+    )
     return inventory
 
 
 def pool_inventories(
     *,
     pools: Iterable[AcceleratorPool],
+    layout_of: LayoutOf,
     now: datetime | None = None,
     workers: Iterable[Worker] | None = None,
     catalog: Catalog | None = None,
@@ -370,10 +360,24 @@ def pool_inventories(
     activity = _pools_activity(pools)
     return [
         _pool_inventory(
-            pool=pool, now=now, workers=rows, catalog=catalog, activity=activity[pool.pk]
+            pool=pool,
+            now=now,
+            workers=rows,
+            layout=_layout(layout_of, pool, catalog),
+            activity=activity[pool.pk],
         )
         for pool in pools
     ]
+
+
+def _layout(
+    layout_of: LayoutOf, pool: AcceleratorPool, catalog: Catalog | None
+) -> tuple[PoolLayout | None, str]:
+    """The pool's layout, or None and the catalog's error."""
+    try:
+        return layout_of(pool, catalog), ""
+    except CatalogError as exc:
+        return None, str(exc)
 
 
 def _pool_inventory(
@@ -381,7 +385,7 @@ def _pool_inventory(
     pool: AcceleratorPool,
     now: datetime,
     workers: list[Worker],
-    catalog: Catalog | None,
+    layout: tuple[PoolLayout | None, str],
     activity: _PoolActivity,
 ) -> PoolInventory:
     """One pool's inventory from the workers and what `_pools_activity` read for it."""
@@ -400,11 +404,6 @@ def _pool_inventory(
             inactive.append(WorkerState(worker, state, age))
     inactive.sort(key=lambda s: s.worker.last_heartbeat_at, reverse=True)
     holdings, waiting = _jobs_by_state(activity.active_jobs)
-    layout, layout_error = None, ""
-    try:
-        layout = pool_layout(pool, catalog)
-    except CatalogError as exc:
-        layout_error = str(exc)
     return PoolInventory(
         pool=pool,
         now=now,
@@ -415,12 +414,14 @@ def _pool_inventory(
         queued_stage_runs=activity.queue_depth,
         oldest_queued_at=activity.oldest_queued_at,
         unmatched_running=[run for runs in by_host.values() for run in runs],
-        layout=layout,
-        layout_error=layout_error,
+        layout=layout[0],
+        layout_error=layout[1],
     )
 
 
-def pools_overview(*, now: datetime | None = None) -> tuple[list[PoolInventory], str]:
+def pools_overview(
+    *, layout_of: LayoutOf, now: datetime | None = None
+) -> tuple[list[PoolInventory], str]:
     """The inventory of every pool, enabled ones first, by name; and the catalog's error
     ("" when it loaded; a pool whose layout needs the catalog then shows that error)."""
     now = _now(now)
@@ -431,7 +432,9 @@ def pools_overview(*, now: datetime | None = None) -> tuple[list[PoolInventory],
     except CatalogError as exc:
         catalog_error = str(exc)
     pools = AcceleratorPool.objects.order_by("-enabled", "name")
-    inventories = pool_inventories(pools=pools, now=now, workers=workers, catalog=catalog)
+    inventories = pool_inventories(
+        pools=pools, layout_of=layout_of, now=now, workers=workers, catalog=catalog
+    )
     return inventories, catalog_error
 
 
@@ -502,101 +505,93 @@ def _simulate_start_s(
     return clock if wait_until_free(devices) else None
 
 
+@dataclass(frozen=True)
+class StartEstimate:
+    """When a plan needing `devices_needed` devices can start on pool `pool` (queue `queue`),
+    against the pool as it was at `as_of`. The start time is an estimate, never a promise:
+    `basis` says how it was made.
+
+    `blocked_by` says why it cannot start now: "no-live-worker", "pool-too-small" (the
+    pool's devices, `devices_reported`, are fewer than it needs), "waits" (for the
+    `queue_position` jobs ahead of it, and for devices while `devices_free` <
+    `devices_needed`), or "" when it can. `basis` is "now" (enough devices are free),
+    "median-stage" (the estimate: each of the `running_jobs` and `queue_position` jobs ahead
+    frees its devices after its remaining stages x the median stage duration on the pool,
+    `median_stage_s` over its last `history_stages` succeeded stages, a running stage less
+    its time so far), or why there is no estimate: "no-live-worker", "pool-too-small",
+    "no-history", "never-frees" (the running jobs would never free enough).
+    `devices_declared`: the pool's devices are its declared layout (a manifest pool), not
+    what its workers report."""
+
+    pool: str
+    queue: str
+    as_of: datetime
+    devices_needed: int
+    devices_reported: int
+    devices_declared: bool
+    devices_held: int
+    devices_free: int
+    queue_position: int
+    running_jobs: int
+    blocked_by: str
+    basis: str
+    estimated_start_at: datetime | None = None
+    estimated_wait_s: float | None = None
+    median_stage_s: float | None = None
+    history_stages: int = 0
+
+    @property
+    def can_start_now(self) -> bool:
+        return self.blocked_by == ""
+
+
 def plan_start_estimate(
     *,
     pool: AcceleratorPool,
     devices: int,
+    layout_of: LayoutOf,
     job: AdaptationJob | None = None,
     now: datetime | None = None,
-) -> dict[str, Any]:
+) -> StartEstimate:
     """When a plan needing `devices` devices can start on `pool`, against the pool as it is
     at `now` (default: now); `job` is the plan's own job (its own holding and place are not
-    counted against it; None: the plan would join the end of the queue).
-
-    Returns JSON-able values: can_start_now (bool), devices_needed, devices_reported
-    (the pool's devices: what its live workers report, or a manifest pool's declared
-    layout), devices_source (how they were counted: "reported" or "declared (...)"),
-    devices_held (by other running jobs), devices_free,
-    queue_position (jobs on the pool created before `job`, with a stage queued and none
-    running; 0 when none), estimated_start_at (ISO 8601 UTC, or None when no estimate is
-    possible), estimated_wait_s (seconds, or None), median_stage_s and history_stages (the
-    estimate's basis figures, None/0 without history), estimate_basis and reason (plain
-    words), pool, queue and as_of (ISO 8601). The start time is an estimate, never a
-    promise: its basis says how it was made. Raises `ValueError` when `devices` < 1.
-    """
+    counted against it; None: the plan would join the end of the queue); `layout_of` as for
+    `pool_inventory`. Raises
+    `ValueError` when `devices` < 1."""
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise ValueError(f"devices must be a positive integer, got {devices!r}")
     now = _now(now)
-    inventory = pool_inventory(pool=pool, now=now)
+    inventory = pool_inventory(pool=pool, layout_of=layout_of, now=now)
     holdings = [h for h in inventory.holdings if job is None or h.job.pk != job.pk]
     ahead = [w for w in inventory.waiting if _ahead(w.job, job)]
     reported = inventory.devices_reported
     held = sum(h.devices for h in holdings)
     free = max(reported - held, 0)
-    answer: dict[str, Any] = {
+    facts = {
         "pool": pool.name,
         "queue": pool.queue,
-        "as_of": now.isoformat(),
-        "can_start_now": False,
+        "as_of": now,
         "devices_needed": devices,
         "devices_reported": reported,
-        "devices_source": inventory.devices_label,
+        "devices_declared": inventory.declares_devices,
         "devices_held": held,
         "devices_free": free,
         "queue_position": len(ahead),
-        "estimated_start_at": None,
-        "estimated_wait_s": None,
-        "median_stage_s": None,
-        "history_stages": 0,
-        "estimate_basis": "",
-        "reason": "",
+        "running_jobs": len(holdings),
     }
     if not inventory.has_live_worker:
-        answer["reason"] = (
-            f"no live worker on pool {pool.name} (queue {pool.queue}): jobs wait until one starts"
-        )
-        answer["estimate_basis"] = "no estimate: no live worker takes the pool's jobs"
-        return answer
+        return StartEstimate(**facts, blocked_by="no-live-worker", basis="no-live-worker")
     if reported < devices:
-        counted = (
-            f"the pool declares {reported}"
-            if inventory.declares_devices
-            else f"live workers report {reported}"
-        )
-        answer["reason"] = (
-            f"needs {devices} device(s), {counted}: the pool is too small as it is now"
-        )
-        answer["estimate_basis"] = (
-            "no estimate: it cannot start until the pool's layout declares enough"
-            if inventory.declares_devices
-            else "no estimate: it cannot start until workers report enough"
-        )
-        return answer
+        return StartEstimate(**facts, blocked_by="pool-too-small", basis="pool-too-small")
     if free >= devices and not ahead:
-        answer.update(
-            can_start_now=True,
-            estimated_start_at=now.isoformat(),
-            estimated_wait_s=0.0,
-            reason=f"{free} of {reported} device(s) free and no job waiting ahead: it can "
-            "start now",
-            estimate_basis="now: enough devices are free",
+        return StartEstimate(
+            **facts, blocked_by="", basis="now", estimated_start_at=now, estimated_wait_s=0.0
         )
-        return answer
-    waits = []
-    if ahead:
-        waits.append(f"{len(ahead)} job(s) waiting ahead of it")
-    if free < devices:
-        waits.append(
-            f"{free} of {reported} device(s) free, {held} held by {len(holdings)} running job(s)"
-        )
-    answer["reason"] = f"waits: {'; '.join(waits)}"
     durations = stage_durations_s(pool)
     if not durations:
-        answer["estimate_basis"] = "no estimate: no finished stage on this pool yet"
-        return answer
+        return StartEstimate(**facts, blocked_by="waits", basis="no-history")
     median_s = statistics.median(durations)
-    answer["median_stage_s"] = round(median_s, 3)
-    answer["history_stages"] = len(durations)
+    history = {"median_stage_s": round(median_s, 3), "history_stages": len(durations)}
     wait_s = _simulate_start_s(
         devices=devices,
         reported=reported,
@@ -607,23 +602,22 @@ def plan_start_estimate(
         now=now,
     )
     if wait_s is None:
-        answer["estimate_basis"] = "no estimate: the running jobs would never free enough"
-        return answer
-    answer["estimated_wait_s"] = round(wait_s, 3)
-    answer["estimated_start_at"] = (now + timedelta(seconds=wait_s)).isoformat()
-    answer["estimate_basis"] = (
-        f"estimate, first come first served: each of the {len(holdings)} running and "
-        f"{len(ahead)} waiting job(s) ahead frees its devices after its remaining stages x "
-        f"the median stage duration on this pool ({median_s:.1f} s over its last "
-        f"{len(durations)} succeeded stage(s)), a running stage less its time so far"
+        return StartEstimate(**facts, **history, blocked_by="waits", basis="never-frees")
+    return StartEstimate(
+        **facts,
+        **history,
+        blocked_by="waits",
+        basis="median-stage",
+        estimated_wait_s=round(wait_s, 3),
+        estimated_start_at=now + timedelta(seconds=wait_s),
     )
-    return answer
 
 
 __all__ = [
     "ESTIMATE_HISTORY_STAGES",
     "JobHolding",
     "PoolInventory",
+    "StartEstimate",
     "WaitingJob",
     "WorkerState",
     "plan_devices",

@@ -9,7 +9,7 @@ its status (mitigated, resolved, open again)."""
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
@@ -18,8 +18,16 @@ from adaptation.limitation_forms import LimitationForm, LimitationStatusForm
 from adaptation.models import KnownLimitation, LimitationStatus, ModelRelease
 from adaptation.presenters import limitations as limitation_presenters
 from adaptation.roles import ADD_LIMITATION, CHANGE_LIMITATION
+from adaptation.selectors.limitations import limitation_get
 from adaptation.services import limitations
-from adaptation.views import permission_required
+from adaptation.views.access import permission_required
+
+
+def _note_or_404(pk: int) -> KnownLimitation:
+    try:
+        return limitation_get(limitation_id=pk)
+    except KnownLimitation.DoesNotExist:
+        raise Http404(f"No known limitation {pk}.") from None
 
 
 def _back_to(release_id: int, anchor: str = "limitations") -> str:
@@ -52,12 +60,12 @@ def limitation_add(request: HttpRequest, pk: int) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def limitation_edit(request: HttpRequest, pk: int) -> HttpResponse:
     """Edit note `pk`: a person's note in full, a stage's in status only."""
-    note = get_object_or_404(KnownLimitation.objects.select_related("release", "pool"), pk=pk)
+    note = _note_or_404(pk)
     form_class = LimitationStatusForm if note.key else LimitationForm
     prefix = "limitation"
     form = form_class(request.POST or None, instance=note, prefix=prefix)
     if request.method == "POST" and form.is_valid():
-        fresh = KnownLimitation.objects.get(pk=note.pk)  # the form changed `note` in place
+        fresh = limitation_get(limitation_id=note.pk)  # the form changed `note` in place
         try:
             limitations.limitation_update(limitation=fresh, **form.cleaned_data)
         except limitations.LimitationError as exc:
@@ -66,7 +74,7 @@ def limitation_edit(request: HttpRequest, pk: int) -> HttpResponse:
             messages.success(request, f"Known limitation saved: {fresh.title}")
             return redirect(_back_to(note.release_id, f"limitation-{note.pk}"))
     if request.method == "POST":  # show the stored note beside the form's errors
-        note = KnownLimitation.objects.select_related("release", "pool").get(pk=note.pk)
+        note = limitation_get(limitation_id=note.pk)
     context = {
         "release": note.release,
         "form": form,
@@ -81,7 +89,7 @@ def limitation_edit(request: HttpRequest, pk: int) -> HttpResponse:
 def limitation_set_status(request: HttpRequest, pk: int) -> HttpResponse:
     """The panel's quick buttons: set note `pk`'s status (`status` in the POST), then back to
     the release page."""
-    note = get_object_or_404(KnownLimitation, pk=pk)
+    note = _note_or_404(pk)
     status = request.POST.get("status", "")
     try:
         limitations.limitation_update(limitation=note, status=status)

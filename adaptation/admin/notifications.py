@@ -17,7 +17,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from adaptation.admin_messages import secret_show_once
+from adaptation.admin.messages import secret_show_once
 from adaptation.models import (
     NotificationDelivery,
     NotificationEvent,

@@ -3,7 +3,8 @@
 
 Read-only, for every role that reads jobs (`adaptation.view_adaptationjob`: managers,
 engineers, admins); anonymous visitors go to the login page, a signed-in user without the
-permission gets 403. Figures come from `adaptation.reports`, in a fixed number of queries.
+permission gets 403. Rows are read by `adaptation.selectors.reports`, in a fixed number of
+queries, and reduced to figures by `adaptation.presenters.reports`.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from adaptation import reports
 from adaptation.charts import reports as report_charts
 from adaptation.models import AcceleratorPool
-from adaptation.views import VIEW_JOBS, permission_required
+from adaptation.presenters import reports
+from adaptation.selectors import reports as report_selectors
+from adaptation.selectors.reports import ReportQuery
+from adaptation.views.access import VIEW_JOBS, permission_required
 
 # Releases per page of the report's table (the summary, the chart and the CSV cover them all).
 REPORT_ROWS_PER_PAGE = 50
@@ -54,7 +57,7 @@ class ReportForm(forms.Form):
         today = datetime.now(UTC).date()
         date_to = data.get("date_to") or today
         date_from = data.get("date_from") or date_to - timedelta(
-            days=reports.DEFAULT_PERIOD_DAYS - 1
+            days=report_selectors.DEFAULT_PERIOD_DAYS - 1
         )
         if date_from > date_to:
             raise forms.ValidationError("The period's start comes after its end.")
@@ -65,17 +68,17 @@ class ReportForm(forms.Form):
         data["date_from"], data["date_to"] = date_from, date_to
         return data
 
-    def query(self) -> reports.ReportQuery:
+    def query(self) -> ReportQuery:
         """The report query of a valid form."""
         pools = tuple(sorted(pool.name for pool in self.cleaned_data.get("pools") or []))
-        return reports.ReportQuery(
+        return ReportQuery(
             date_from=self.cleaned_data["date_from"],
             date_to=self.cleaned_data["date_to"],
             pools=pools,
         )
 
 
-def _form(request: HttpRequest) -> tuple[ReportForm, reports.ReportQuery | None]:
+def _form(request: HttpRequest) -> tuple[ReportForm, ReportQuery | None]:
     """The form bound to the query string (unbound values take the defaults), and its query,
     or None when the parameters are invalid."""
     params = request.GET.copy()
@@ -90,7 +93,7 @@ def _form(request: HttpRequest) -> tuple[ReportForm, reports.ReportQuery | None]
     return form, query
 
 
-def _url(name: str, query: reports.ReportQuery, **extra: str) -> str:
+def _url(name: str, query: ReportQuery, **extra: str) -> str:
     return f"{reverse(name)}?{urlencode([*query.params(), *extra.items()])}"
 
 
@@ -103,7 +106,7 @@ def report(request: HttpRequest) -> HttpResponse:
     form, query = _form(request)
     if query is None:
         return render(request, "adaptation/reports.html", {"form": form}, status=400)
-    result = reports.release_report(query)
+    result = reports.release_report(report_selectors.report_rows(query))
     page = Paginator(result.rows, REPORT_ROWS_PER_PAGE).get_page(request.GET.get("page"))
     context = {
         "form": form,
@@ -127,7 +130,7 @@ def report_csv(request: HttpRequest) -> HttpResponse:
     if query is None:
         errors = "; ".join(str(error) for errors in form.errors.values() for error in errors)
         return HttpResponse(errors, status=400, content_type="text/plain; charset=utf-8")
-    result = reports.release_report(query)
+    result = reports.release_report(report_selectors.report_rows(query))
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = (
         f'attachment; filename="day0-releases-{_stamp(query.date_from)}-'
@@ -153,7 +156,8 @@ def report_readiness(request: HttpRequest) -> HttpResponse:
     form, query = _form(request)
     if query is None:
         return render(request, "adaptation/readiness_board.html", {"form": form}, status=400)
-    board = reports.readiness_board(query, page_number=request.GET.get("page") or 1)
+    rows = report_selectors.readiness_rows(query, page_number=request.GET.get("page") or 1)
+    board = reports.readiness_board(rows)
     context = {
         "form": form,
         "board": board,

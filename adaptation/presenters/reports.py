@@ -1,12 +1,7 @@
-"""The managers' reports: how fast releases are adapted, read with a fixed number of queries.
-
-Everything here reads the columns `services.job_refresh_status` keeps on `AdaptationJob`
-(`status`, `readiness`, `blocking_stage`, `ready_at`), one query per kind of row, never one
-per release: `release_report` costs five queries whatever the number of releases (the
-releases, their jobs' stored columns, their first Day 0 per release, their open limitations
-counted per release, their failed stage attempts), `readiness_board` four (the pools, a
-count, a page of releases, their jobs). The per-release and per-pool figures are reduced
-from those rows in Python.
+"""The managers' reports: how fast releases are adapted, reduced from the rows
+`adaptation.selectors.reports` reads (`report_rows`: five queries whatever the number of
+releases; `readiness_rows`: four) to the per-release and per-pool figures the pages, the CSV
+and the weekly summary show.
 
 Definitions (the page, the CSV and the weekly summary share them):
 
@@ -34,32 +29,25 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time, timedelta
-from typing import Any, NamedTuple
+from datetime import UTC, datetime
+from typing import Any
 
-from django.core.paginator import Page, Paginator
-from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet
-from django.db.models.functions import Left, Right
+from django.core.paginator import Page
 
-from adaptation.models import (
-    AcceleratorPool,
-    AdaptationJob,
-    JobStatus,
-    KnownLimitation,
-    LimitationStatus,
-    ModelRelease,
-    StageRun,
-    StageStatus,
-)
+from adaptation.models import JobStatus
 from adaptation.presenters.stages import stage_title
 from adaptation.readiness import level_label
+from adaptation.selectors.reports import (
+    FailedAttempt,
+    JobFacts,
+    ReadinessRows,
+    ReleaseFacts,
+    ReportQuery,
+    ReportRows,
+)
 
 DAY_S = 24 * 3600
 WITHIN_S = DAY_S  # "adapted within 24 h"
-DEFAULT_PERIOD_DAYS = 30
-# Characters of a failed stage's error read from the database: its start (a stage's own
-# reason) and its end (the last line of a traceback).
-ERROR_READ_CHARS = 600
 EXCERPT_CHARS = 200
 
 
@@ -93,62 +81,6 @@ def error_excerpt(head: str, tail: str) -> str:
     else:
         line = head.splitlines()[0].strip() if head else ""
     return line if len(line) <= EXCERPT_CHARS else line[: EXCERPT_CHARS - 1] + "…"
-
-
-# --- the query ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReportQuery:
-    """What a report covers: releases discovered from `date_from` to `date_to` (inclusive,
-    UTC dates) with a job on one of `pools` (names; every pool when empty)."""
-
-    date_from: date
-    date_to: date
-    pools: tuple[str, ...] = ()
-
-    @classmethod
-    def last_days(
-        cls, days: int = DEFAULT_PERIOD_DAYS, *, today: date | None = None, pools=()
-    ) -> ReportQuery:
-        """The `days` days up to and including `today` (UTC)."""
-        today = today or datetime.now(UTC).date()
-        return cls(date_from=today - timedelta(days=days - 1), date_to=today, pools=tuple(pools))
-
-    @property
-    def start(self) -> datetime:
-        return datetime.combine(self.date_from, time.min, tzinfo=UTC)
-
-    @property
-    def end(self) -> datetime:
-        """The first moment after the period."""
-        return datetime.combine(self.date_to + timedelta(days=1), time.min, tzinfo=UTC)
-
-    def params(self) -> list[tuple[str, str]]:
-        """The query as URL parameters (`date_from`, `date_to`, `pools` repeated)."""
-        return [
-            ("date_from", self.date_from.isoformat()),
-            ("date_to", self.date_to.isoformat()),
-            *(("pools", name) for name in self.pools),
-        ]
-
-
-def _jobs(query: ReportQuery) -> QuerySet[AdaptationJob]:
-    """The jobs a report counts: every job, or those on the chosen pools."""
-    jobs = AdaptationJob.objects.all()
-    if query.pools:
-        jobs = jobs.filter(pool__name__in=query.pools)
-    return jobs
-
-
-def _releases(query: ReportQuery) -> QuerySet[ModelRelease]:
-    """The releases a report covers (see `ReportQuery`)."""
-    releases = ModelRelease.objects.filter(
-        discovered_at__gte=query.start, discovered_at__lt=query.end
-    )
-    if query.pools:
-        releases = releases.filter(Exists(_jobs(query).filter(release=OuterRef("pk"))))
-    return releases
 
 
 # --- per release ----------------------------------------------------------------------------------
@@ -225,106 +157,21 @@ class ReleaseRow:
         return self.published_at if self.published_at is not None else self.discovered_at
 
 
-class JobFacts(NamedTuple):
-    """The stored columns of one job a report counts (no times: reading a time costs more
-    than the rest of the row on SQLite, and a report reads thousands)."""
-
-    release_id: int
-    pool: str
-    status: str
-    readiness: str
-    blocking_stage: str
-
-
-def release_rows(query: ReportQuery) -> tuple[list[ReleaseRow], list[JobFacts]]:
-    """The releases of `query`, newest discovered first, with their figures, and the jobs
-    counted (four queries: the releases, their jobs' stored columns newest first, their
-    first Day 0 aggregated per release, their open limitations counted per release)."""
-    releases = (
-        _releases(query)
-        .order_by("-discovered_at", "-id")
-        .values_list("id", "repo_id", "revision", "published_at", "discovered_at")
+def release_row(facts: ReleaseFacts, newest_job: JobFacts | None) -> ReleaseRow:
+    """A report row of a release, with its newest counted job's status, level and blocking
+    stage (blank without one)."""
+    return ReleaseRow(
+        release_id=facts.release_id,
+        repo_id=facts.repo_id,
+        revision=facts.revision,
+        published_at=facts.published_at,
+        discovered_at=facts.discovered_at,
+        status=newest_job.status if newest_job else "",
+        readiness=newest_job.readiness if newest_job else "",
+        blocking_stage=newest_job.blocking_stage if newest_job else "",
+        ready_at=facts.ready_at,
+        open_limitations=facts.open_limitations,
     )
-    in_period = _jobs(query).filter(
-        release__discovered_at__gte=query.start, release__discovered_at__lt=query.end
-    )
-    jobs = [
-        JobFacts(*values)
-        for values in in_period.order_by("-created_at", "-id").values_list(
-            "release_id", "pool__name", "status", "readiness", "blocking_stage"
-        )
-    ]
-    ready = dict(
-        in_period.filter(ready_at__isnull=False)
-        .order_by()
-        .values("release_id")
-        .annotate(first=Min("ready_at"))
-        .values_list("release_id", "first")
-    )
-    limitations = KnownLimitation.objects.filter(
-        status=LimitationStatus.OPEN,
-        release__discovered_at__gte=query.start,
-        release__discovered_at__lt=query.end,
-    )
-    if query.pools:
-        limitations = limitations.filter(Q(pool__isnull=True) | Q(pool__name__in=query.pools))
-    open_counts = dict(
-        limitations.order_by().values("release").annotate(n=Count("id")).values_list("release", "n")
-    )
-    newest: dict[int, JobFacts] = {}
-    for job in jobs:  # newest first
-        newest.setdefault(job.release_id, job)
-    rows = []
-    for pk, repo_id, revision, published, discovered in releases:
-        job = newest.get(pk)
-        rows.append(
-            ReleaseRow(
-                release_id=pk,
-                repo_id=repo_id,
-                revision=revision,
-                published_at=published,
-                discovered_at=discovered,
-                status=job.status if job else "",
-                readiness=job.readiness if job else "",
-                blocking_stage=job.blocking_stage if job else "",
-                ready_at=ready.get(pk),
-                open_limitations=open_counts.get(pk, 0),
-            )
-        )
-    return rows, jobs
-
-
-@dataclass(frozen=True)
-class FailedAttempt:
-    release_id: int
-    stage: str
-    pool: str
-    error: str
-
-
-def failed_attempts(query: ReportQuery) -> list[FailedAttempt]:
-    """Every failed stage attempt of the report's releases on its pools, newest first (one
-    query; only the start and end of each error are read)."""
-    runs = StageRun.objects.filter(
-        status=StageStatus.FAILED,
-        job__release__discovered_at__gte=query.start,
-        job__release__discovered_at__lt=query.end,
-    )
-    if query.pools:
-        runs = runs.filter(job__pool__name__in=query.pools)
-    rows = runs.order_by("-finished_at", "-id").values_list(
-        "job__release_id",
-        "stage",
-        "job__pool__name",
-        Left("error", ERROR_READ_CHARS),
-        Right("error", ERROR_READ_CHARS),
-    )
-    return [
-        FailedAttempt(
-            release_id=release_id, stage=stage, pool=pool, error=error_excerpt(head, tail)
-        )
-        for release_id, stage, pool, head, tail in rows
-    ]
 
 
 def _failed_stages(attempts: Iterable[FailedAttempt]) -> list[FailedStage]:
@@ -337,7 +184,7 @@ def _failed_stages(attempts: Iterable[FailedAttempt]) -> list[FailedStage]:
             stage=stage,
             attempts=len(items),
             pools=tuple(sorted({item.pool for item in items})),
-            error=items[0].error,
+            error=error_excerpt(items[0].error_head, items[0].error_tail),
         )
         for stage, items in grouped.items()
     ]
@@ -445,17 +292,20 @@ def summarize(
     )
 
 
-def release_report(query: ReportQuery) -> Report:
-    """The report of `query`: its rows (newest discovered first, each with its failed
-    stages) and summary. Five queries, whatever the number of releases."""
-    rows, jobs = release_rows(query)
-    attempts = failed_attempts(query)
+def release_report(read: ReportRows) -> Report:
+    """The report of what `selectors.reports.report_rows` read: its rows (newest discovered
+    first, each with its failed stages) and summary."""
+    newest: dict[int, JobFacts] = {}
+    for job in read.jobs:  # newest first
+        newest.setdefault(job.release_id, job)
+    rows = [release_row(facts, newest.get(facts.release_id)) for facts in read.releases]
     by_release: dict[int, list[FailedAttempt]] = {}
-    for attempt in attempts:
+    for attempt in read.attempts:
         by_release.setdefault(attempt.release_id, []).append(attempt)
     for row in rows:
         row.failed_stages = _failed_stages(by_release.get(row.release_id, []))
-    return Report(query=query, rows=rows, summary=summarize(rows, attempts, pool_rates(jobs)))
+    summary = summarize(rows, read.attempts, pool_rates(read.jobs))
+    return Report(query=read.query, rows=rows, summary=summary)
 
 
 def chart_points(rows: Iterable[ReleaseRow]) -> list[dict[str, Any]]:
@@ -569,40 +419,22 @@ class ReadinessBoard:
     page: Page
 
 
-READINESS_ROWS_PER_PAGE = 100
-
-
-def readiness_board(query: ReportQuery, *, page_number: Any = 1) -> ReadinessBoard:
-    """Rows of releases (newest discovered first, a page of `READINESS_ROWS_PER_PAGE`),
-    columns of pools (the chosen ones, else every pool by name), each cell the release's
-    readiness there. Four queries, whatever the number of releases."""
-    pools = list(query.pools) or list(
-        AcceleratorPool.objects.order_by("name").values_list("name", flat=True)
-    )
-    releases = _releases(query).order_by("-discovered_at", "-id")
-    fields = ("id", "repo_id", "revision", "published_at", "discovered_at")
-    page = Paginator(releases.values_list(*fields), READINESS_ROWS_PER_PAGE).get_page(page_number)
-    shown = list(page.object_list)
-    jobs = (
-        _jobs(query)
-        .filter(release_id__in=[row[0] for row in shown])
-        .order_by("-created_at", "-id")
-        .values_list(
-            "id", "release_id", "pool__name", "status", "readiness", "blocking_stage", "ready_at"
-        )
-    )
-    latest: dict[tuple[int, str], tuple] = {}
+def readiness_board(read: ReadinessRows) -> ReadinessBoard:
+    """Rows of releases (what `selectors.reports.readiness_rows` read: a page, newest
+    discovered first), columns of pools, each cell the release's readiness there: its latest
+    job on the pool and its first ready one."""
+    latest: dict[tuple[int, str], Any] = {}
     first_ready: dict[tuple[int, str], datetime] = {}
-    for job in jobs:
-        key = (job[1], job[2])
+    for job in read.jobs:  # newest first
+        key = (job.release_id, job.pool)
         latest.setdefault(key, job)
-        if job[6] is not None and (key not in first_ready or job[6] < first_ready[key]):
-            first_ready[key] = job[6]
+        if job.ready_at is not None and (key not in first_ready or job.ready_at < first_ready[key]):
+            first_ready[key] = job.ready_at
     rows = []
-    for pk, repo_id, revision, published, discovered in shown:
+    for pk, repo_id, revision, published, discovered in read.releases:
         start = published if published is not None else discovered
         cells: list[ReadinessCell] = []
-        for pool in pools:
+        for pool in read.pools:
             job = latest.get((pk, pool))
             ready = first_ready.get((pk, pool))
             cells.append(
@@ -610,10 +442,10 @@ def readiness_board(query: ReportQuery, *, page_number: Any = 1) -> ReadinessBoa
                 if job is None
                 else ReadinessCell(
                     pool=pool,
-                    job_id=job[0],
-                    status=job[3],
-                    readiness=job[4],
-                    blocking_stage=job[5],
+                    job_id=job.job_id,
+                    status=job.status,
+                    readiness=job.readiness,
+                    blocking_stage=job.blocking_stage,
                     ready_at=ready,
                     time_to_day0_h=hours((ready - start).total_seconds()) if ready else None,
                 )
@@ -627,4 +459,4 @@ def readiness_board(query: ReportQuery, *, page_number: Any = 1) -> ReadinessBoa
                 cells=cells,
             )
         )
-    return ReadinessBoard(pools=pools, rows=rows, page=page)
+    return ReadinessBoard(pools=read.pools, rows=rows, page=read.page)

@@ -14,7 +14,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from adaptation.admin_messages import secret_show_once
+from adaptation.admin.messages import secret_show_once
 from adaptation.models import PendingUpload, WebhookDelivery, WebhookEndpoint
 from adaptation.webhooks.endpoints import (
     webhook_endpoint_create,

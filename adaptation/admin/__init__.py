@@ -1,0 +1,16 @@
+"""The admin, a module per kind of row: `pools` (pools, accelerator kinds, workers),
+`releases` (hub watches, releases, jobs and their stage attempts, stored results),
+`limitations`, `release_notes`, `webhooks` (endpoints, deliveries, uploads),
+`notifications` (teams, subscriptions, deliveries) and `users` (superuser-only fields
+guarded); `messages` holds what the admin tells a person once (a new secret).
+"""
+
+from adaptation.admin import (  # noqa: F401  (each module registers its rows)
+    limitations,
+    notifications,
+    pools,
+    release_notes,
+    releases,
+    users,
+    webhooks,
+)

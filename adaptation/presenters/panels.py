@@ -1,0 +1,169 @@
+"""The release page's stage panels: one per registered stage that has a panel template, in
+registry order (`engine.registry`).
+
+A stage's panel is `templates/adaptation/panels/<stage>.html`. The release page includes each
+(`{% for panel in panels %}{% include panel.template %}`), and its live partial includes them
+again with `oob`, so that a poll swaps each panel by its id. The template finds `panel` in its
+context: the stage's `name` and `title`, and `values`, what the stage's presenter in
+`PRESENTERS` returns. A stage with a template and no presenter gets a `StagePanel` (each job's
+latest attempt of the stage with its stored result), so a new stage's panel needs its template
+only; one that shows more (charts, figures shaped from its result, rows of its own) adds its
+presenter here, one line.
+
+A presenter is handed the `ReleasePage`: the release with its jobs and their stage attempts
+prefetched, and what the view read for every panel. Those that need more reads (the plan's
+start on its pool, the performance points) make them here, through `adaptation.selectors`,
+and hand the results to their presenter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.template import TemplateDoesNotExist
+from django.template.loader import get_template
+
+from adaptation.catalog import pool_layout
+from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun
+from adaptation.presenters import analysis, distributed, performance, plan, stability, validation
+from adaptation.selectors import inventory as inventory_selectors
+from adaptation.selectors import performance as performance_selectors
+from adaptation.selectors.jobs import latest_runs_by_stage
+from adaptation.selectors.release_notes import NotesSummary
+from engine.registry import STAGES
+from engine.stored import as_mapping
+
+
+@dataclass(frozen=True)
+class ReleasePage:
+    """What each panel presenter is handed: the release (its jobs, newest first, with their
+    stage attempts prefetched: `selectors.releases.release_detail`), the page's query string
+    (a chart view, `?perf_x=`), the pools no live worker serves (by id: their queued stages
+    say they wait for one) and the release's latest notes per pool (the job panel links them
+    too)."""
+
+    release: ModelRelease
+    params: Mapping[str, Any] = field(default_factory=dict)
+    pools_without_worker: Mapping[int, AcceleratorPool] = field(default_factory=dict)
+    release_notes: list[NotesSummary] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class JobStageRun:
+    """A job's latest attempt of a stage, and that attempt's stored result ({} without one)."""
+
+    job: AdaptationJob
+    run: StageRun
+    result: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class StagePanel:
+    """The values of a panel whose stage has no presenter: each job's latest attempt of the
+    stage, newest job first (jobs without one left out)."""
+
+    runs: list[JobStageRun]
+
+    @property
+    def latest(self) -> JobStageRun | None:
+        """The newest job's attempt, or None when no job ran the stage."""
+        return self.runs[0] if self.runs else None
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One stage's panel: its registry `name` and `title`, its `template` and its `values`."""
+
+    name: str
+    title: str
+    template: str
+    values: Any
+
+
+def stage_panel(page: ReleasePage, stage: str) -> StagePanel:
+    """The generic values of `stage`'s panel: each job's latest attempt with its result."""
+    runs = []
+    for job in page.release.jobs.all():
+        run = latest_runs_by_stage(job).get(stage)
+        if run is not None:
+            runs.append(JobStageRun(job=job, run=run, result=as_mapping(run.result)))
+    return StagePanel(runs=runs)
+
+
+def _plans(page: ReleasePage) -> list[plan.PlanPanel]:
+    starts = {
+        job.pk: inventory_selectors.plan_start_estimate(
+            pool=job.pool, devices=devices, job=job, layout_of=pool_layout
+        )
+        for job in page.release.jobs.all()
+        if (devices := plan.start_devices(job)) is not None
+    }
+    return plan.plan_panels(
+        page.release, pools_without_worker=page.pools_without_worker, starts=starts
+    )
+
+
+def _performance(page: ReleasePage) -> performance.PerformanceSection:
+    runs = performance.release_performance_runs(page.release)
+    return performance.performance_section(
+        page.release,
+        params=page.params,
+        rows_by_run=performance_selectors.point_rows_by_run(runs),
+        candidates=performance_selectors.jobs_with_performance() if runs else [],
+    )
+
+
+# Each stage's presenter: what its template reads as `panel.values`. The `precision` stage
+# has no panel of its own: the operators panel ("Operators and precision") shows it.
+PRESENTERS: dict[str, Callable[[ReleasePage], Any]] = {
+    "analyze": lambda page: analysis.analysis(page.release),
+    "operators": lambda page: validation.validation(page.release),
+    "plan": _plans,
+    "distributed": lambda page: distributed.distributed_panels(
+        page.release, pools_without_worker=page.pools_without_worker
+    ),
+    "performance": _performance,
+    "stability": lambda page: stability.stability_panels(page.release),
+    "release_notes": lambda page: page.release_notes,
+}
+
+
+def panel_template(stage: str) -> str:
+    """The name of `stage`'s panel template (it may not exist)."""
+    return f"adaptation/panels/{stage}.html"
+
+
+def has_panel(stage: str) -> bool:
+    """Whether `stage` has a panel template."""
+    try:
+        get_template(panel_template(stage))
+    except TemplateDoesNotExist:
+        return False
+    return True
+
+
+def panel_stages() -> list[str]:
+    """The registered stages that have a panel, in registry order."""
+    return [stage.name for stage in STAGES if has_panel(stage.name)]
+
+
+def release_panels(page: ReleasePage) -> list[Panel]:
+    """The release page's stage panels, in registry order: each stage with a panel template,
+    with the values of its presenter (`PRESENTERS`), else of `stage_panel`."""
+    panels = []
+    for stage in STAGES:
+        if not has_panel(stage.name):
+            continue
+        present = PRESENTERS.get(stage.name)
+        values = present(page) if present is not None else stage_panel(page, stage.name)
+        panels.append(
+            Panel(
+                name=stage.name,
+                title=stage.title,
+                template=panel_template(stage.name),
+                values=values,
+            )
+        )
+    return panels
