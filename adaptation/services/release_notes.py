@@ -17,7 +17,7 @@ what did not run: `manage.py release_report --regenerate` and the "Regenerate" b
 
 People's additions (`ReleaseNotesAdditions`, Markdown) belong to (release, pool), not to a
 version: every version is printed with them, after the generated part
-(`adaptation.release_notes_presenters.release_notes_document`).
+(`adaptation.presenters.release_notes.release_notes_document`).
 """
 
 from __future__ import annotations
