@@ -25,9 +25,11 @@ from engine.architecture.rope import TRANSFORMERS_ROPE_TYPES
 from engine.contract import StageFailed
 
 from .shrink import (
+    CPU_TWIN,
     PROMPT_BATCH,
     PROMPT_TOKENS,
     TWIN_MAX_PARAMETERS,
+    TwinSizes,
     invariants,
     shrink_config,
 )
@@ -115,6 +117,7 @@ def build_twin(
     remote_code_dir: str | None = None,
     org: str | None = None,
     parallel_degree: int = 1,
+    sizes: TwinSizes = CPU_TWIN,
 ) -> Twin:
     """A scaled twin of the release whose `config.json` is `config`.
 
@@ -124,11 +127,11 @@ def build_twin(
     "original", "twin", "kept"}], "dropped": [{"key", "original", "why"}], "notes": [...],
     "prompt": {"batch", "tokens"}}.
 
-    `parallel_degree` > 1 shapes the twin for a TP/EP split of that degree (see
-    `shrink.shrink_config`). Raises `StageFailed` when the config cannot be analysed, when
-    transformers rejects the
-    config or the twin (naming the error), or when transformers lacks the architecture and
-    remote code is not allowed (naming the org).
+    `parallel_degree` > 1 shapes the twin for a TP/EP split of that degree, `sizes` picks its
+    widths and parameter cap (see `shrink.shrink_config`). Raises `StageFailed` when the
+    config cannot be analysed, when transformers rejects the config or the twin (naming the
+    error), or when transformers lacks the architecture and remote code is not allowed
+    (naming the org).
     """
     try:
         original = analyze_config(config).to_dict()
@@ -185,12 +188,16 @@ def build_twin(
         )
 
     plan = shrink_config(
-        raw, original, keep_auto_map=code_source == "remote", parallel_degree=parallel_degree
+        raw,
+        original,
+        keep_auto_map=code_source == "remote",
+        parallel_degree=parallel_degree,
+        sizes=sizes,
     )
     try:
         twin_config = config_cls(**_config_kwargs(plan.config))
         twin_config._attn_implementation = None
-        check_parameter_cap(model_cls, twin_config, raw, arch)
+        check_parameter_cap(model_cls, twin_config, raw, arch, cap=sizes.max_parameters)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = model_cls(twin_config)
@@ -234,10 +241,10 @@ def build_twin(
         kept.append({"name": "attention sinks", "original": True, "twin": sinks, "kept": sinks})
 
     parameters = sum(p.numel() for p in model.parameters())
-    if parameters > TWIN_MAX_PARAMETERS:  # a class the meta-device pre-check could not build
+    cap = sizes.max_parameters or TWIN_MAX_PARAMETERS
+    if parameters > cap:  # a class the meta-device pre-check could not build
         raise StageFailed(
-            f"the twin of {arch} has {parameters:,} parameters, over the cap of "
-            f"{TWIN_MAX_PARAMETERS:,} (TWIN_MAX_PARAMETERS)"
+            f"the twin of {arch} has {parameters:,} parameters, over the cap of {cap:,}"
         )
     init_range = getattr(twin_config, "initializer_range", None)
     input_ids = prompt_ids(twin_config.vocab_size, seed, getattr(twin_config, "pad_token_id", None))
@@ -300,9 +307,10 @@ _NOT_WIDTHS = ("position", "token_id", "window", "seq", "rope", "original_max")
 
 
 def check_parameter_cap(
-    model_cls: Any, twin_config: Any, raw: Mapping[str, Any], arch: str
+    model_cls: Any, twin_config: Any, raw: Mapping[str, Any], arch: str, *, cap: int | None = None
 ) -> None:
-    """Refuse a twin over `TWIN_MAX_PARAMETERS` parameters before allocating its weights.
+    """Refuse a twin over `cap` (default `TWIN_MAX_PARAMETERS`) parameters before allocating
+    its weights.
 
     Counts parameters on torch's "meta" device (shapes only, no memory). Raises `StageFailed`
     naming the size-like integer keys (>= 64) the built config still holds at their release
@@ -319,7 +327,8 @@ def check_parameter_cap(
         key=lambda item: -math.prod(item[1]),
     )
     total = sum(math.prod(shape) for _name, shape in shapes)
-    if total <= TWIN_MAX_PARAMETERS:
+    cap = cap or TWIN_MAX_PARAMETERS
+    if total <= cap:
         return
     built = twin_config.to_dict()
     unshrunk = sorted(
@@ -334,7 +343,7 @@ def check_parameter_cap(
     largest = ", ".join(f"{name} {list(shape)}" for name, shape in shapes[:3])
     raise StageFailed(
         f"the twin of {arch} would have {total:,} parameters, over the cap of "
-        f"{TWIN_MAX_PARAMETERS:,} (TWIN_MAX_PARAMETERS): config keys left at their release "
+        f"{cap:,} (the twin's parameter cap): config keys left at their release "
         f"size: {', '.join(unshrunk) or 'none found'}; largest tensors: {largest}"
     )
 

