@@ -78,6 +78,11 @@ class PoolSpec:
     direction; None = the catalog's). `accelerator_entry` is the kind's entry in the catalog
     file's format when an admin's `AcceleratorKind` row defines it (it replaces the shipped
     file's entry), else None.
+
+    `engine` is the pool's serving engine as `engine.stages.serve.options.engine_settings`
+    returns it ({} for none; a launched kind's `python` filled in from the worker's
+    `DAY0_ENGINE_PYTHON` when the pool names none): what the `serve` stage launches or
+    attaches to.
     """
 
     name: str
@@ -95,6 +100,7 @@ class PoolSpec:
     intra_node_bandwidth_bytes_per_s: float | None = None
     inter_node_bandwidth_bytes_per_s: float | None = None
     accelerator_entry: Mapping[str, Any] | None = None
+    engine: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _ignore(_message: str) -> None:
