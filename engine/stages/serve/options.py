@@ -14,7 +14,9 @@ A pool's `engine` is one of:
 - `{"kind": "openai", "base_url": ..., "api_key_env": ..., "model": ...}`: attach to an
   OpenAI-compatible endpoint a team already runs. The key is read from the worker's environment
   variable `api_key_env`, never stored; `model` is the served model name (default: the first of
-  `/v1/models`).
+  `/v1/models`); `reference` a folder on the worker holding the same checkpoint the endpoint
+  serves, for the float32 reference of the precision check (without it, precision through
+  the endpoint is not measured and the result says so).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ _ENGINE_KEYS = {
         "memory_fraction",
         "start_timeout_s",
     ),
-    "openai": ("kind", "base_url", "api_key_env", "model", "start_timeout_s"),
+    "openai": ("kind", "base_url", "api_key_env", "model", "reference", "start_timeout_s"),
 }
 _ENGINE_KEYS["sglang"] = _ENGINE_KEYS["vllm"]
 
@@ -143,7 +145,7 @@ def engine_settings(value: Mapping[str, Any] | None) -> dict[str, Any]:
         raise ValueError(f"engine kind must be one of {', '.join(ENGINE_KINDS)}, got {kind!r}")
     check_names("engine", value, _ENGINE_KEYS[kind])
     checked: dict[str, Any] = {"kind": kind}
-    for name in ("python", "image", "model"):
+    for name in ("python", "image", "model", "reference"):
         if value.get(name) is not None:
             checked[name] = _text(name, value[name])
     if value.get("env") is not None:
