@@ -1,0 +1,86 @@
+"""The serve stage's known limitations and its knee, from literal results."""
+
+from engine.registry import findings_for_stage, unjudged_keys
+from engine.stages.serve.findings import (
+    SERVE_CANNOT_SERVE,
+    SERVE_MULTI_DEVICE,
+    SERVE_PRECISION,
+    SERVE_SWEEP,
+)
+from engine.stages.serve.run import knee
+
+ENGINE = {"name": "vllm", "version": "0.32.0", "launched_command": "python -m vllm..."}
+
+
+def _point(concurrency, tokens_per_s, errors=0):
+    return {
+        "concurrency": concurrency,
+        "completed": 4 - errors,
+        "errors": errors,
+        "output_tokens_per_s": tokens_per_s,
+        "tpot_s_p50": 0.01 * concurrency,
+    }
+
+
+def test_a_refusal_is_a_blocker_titled_by_engine_architecture_and_pool():
+    result = {
+        "status": "failed",
+        "engine": ENGINE,
+        "failure": {
+            "phase": "launch",
+            "reason": "the engine exited with status 1 before it answered",
+            "engine_lines": ["ValueError: Head size 16 is not supported"],
+            "culprit": "release",
+        },
+    }
+    [note] = findings_for_stage("serve", result, pool="cpu", analysis={"architecture": "X"})
+    assert note.key == SERVE_CANNOT_SERVE and note.severity == "blocker"
+    assert note.title == (
+        "vllm 0.32.0 cannot serve X on pool cpu: the engine exited with status 1 before it answered"
+    )
+    assert note.body.index("Head size 16") < note.body.index("exited with status 1")
+    assert "At fault: the release" in note.body
+    assert unjudged_keys("serve", result) == {SERVE_PRECISION, SERVE_MULTI_DEVICE, SERVE_SWEEP}
+
+
+def test_precision_tp_and_sweep_failures_each_raise_their_note():
+    result = {
+        "status": "served",
+        "engine": ENGINE,
+        "precision": {
+            "dtype": "bfloat16",
+            "prompts": 10,
+            "tokens_compared": 160,
+            "token_agreement": 0.9,
+            "first_divergence": {"prompt": 3, "position": 5},
+            "max_abs_logprob_diff": 1.5,
+            "kl_top_k": 0.2,
+            "limits": {"max_abs_logprob_diff": 0.25, "kl_top_k": 0.02, "source": "measured"},
+            "passed": False,
+        },
+        "tp": {"planned": 2, "launched": 2, "greedy_match": False, "tokens_compared": 160},
+        "sweep": [_point(1, 50.0), _point(2, 80.0, errors=1)],
+    }
+    notes = findings_for_stage("serve", result, pool="cpu")
+    assert [n.key for n in notes] == [SERVE_PRECISION, SERVE_MULTI_DEVICE, SERVE_SWEEP]
+    assert "max |Δ logprob| 1.5" in notes[0].title
+    assert "prompt 3, token 5" in notes[0].body
+    assert "TP=2 greedy tokens differ from TP=1" in notes[1].title
+    assert "1 request(s) failed" in notes[2].title
+    assert unjudged_keys("serve", result) == frozenset()
+
+
+def test_a_pool_without_an_engine_judges_nothing():
+    result = {"status": "not_configured", "mode": None, "passed": None}
+    assert findings_for_stage("serve", result, pool="cpu") is None
+    assert SERVE_CANNOT_SERVE in unjudged_keys("serve", result)
+
+
+def test_knee_is_the_level_after_which_throughput_grows_under_ten_percent():
+    sweep = [_point(1, 50.0), _point(2, 95.0), _point(4, 100.0), _point(8, 101.0)]
+    assert knee(sweep)["concurrency"] == 2
+    assert knee(sweep)["reason"] == "growth_below_threshold"
+    rising = [_point(1, 50.0), _point(2, 95.0), _point(4, 180.0)]
+    assert knee(rising)["concurrency"] == 4
+    assert knee(rising)["reason"] == "largest_measured"
+    assert knee([]) is None
