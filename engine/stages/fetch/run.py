@@ -1,7 +1,11 @@
 """The `fetch` stage: get a release's describing files from its hub and parse them.
 
-Only `config.json`, `generation_config.json`, `model.safetensors.index.json` and `README.md`
-are fetched; without an index, the safetensors headers are read (never the weights).
+`config.json`, `generation_config.json`, `model.safetensors.index.json` and `README.md` are
+fetched and parsed; without an index, the safetensors headers are read (never the weights).
+The release's tokenizer files (`tokenizer.json`, `tokenizer_config.json`, a sentencepiece or
+tiktoken model, ...) are fetched too and stored content-addressed on the worker's disk for
+the `serve` stage (`tokenizer.py`: which files, the caps, where they are kept); the result's
+`tokenizer` says where and what.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 from engine.contract import StageContext, StageFailed, StageTransientError
 from engine.hubs import HubSpec, hub_source
 from engine.hubs.base import HubError, ReleaseFiles, tensor_nbytes
+from engine.stages.fetch.tokenizer import fetch_tokenizer
 
 README_EXCERPT_CHARS = 4000
 
@@ -137,11 +142,16 @@ def parse_release_files(fetched: ReleaseFiles) -> dict[str, Any]:
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
-    """Fetch and parse the release's files from its hub."""
+    """Fetch and parse the release's files from its hub, then fetch its tokenizer files.
+
+    The result is `parse_release_files`'s with `tokenizer` added (`fetch_tokenizer`'s: the
+    folder, the files stored, those skipped and why, the kind).
+    """
     release = ctx.release
     spec = HubSpec(kind=release.hub_kind, endpoint=release.hub_endpoint)
     try:
-        fetched = hub_source(spec).fetch_release(release.repo_id, release.revision)
+        source = hub_source(spec)
+        fetched = source.fetch_release(release.repo_id, release.revision)
     except HubError as exc:
         if exc.transient:
             raise StageTransientError(
@@ -151,4 +161,11 @@ def run(ctx: StageContext) -> dict[str, Any]:
     except ValueError as exc:  # unknown hub kind
         raise StageFailed(str(exc)) from exc
     ctx.log(f"fetched {', '.join(sorted(fetched.files))} from {release.hub_kind}")
-    return parse_release_files(fetched)
+    result = parse_release_files(fetched)
+    tokenizer = fetch_tokenizer(source, fetched.repo_id, fetched.revision, fetched.file_sizes)
+    stored = ", ".join(entry["name"] for entry in tokenizer["files"]) or "none"
+    ctx.log(f"tokenizer ({tokenizer['kind']}): {stored}")
+    for entry in tokenizer["skipped"]:
+        ctx.log(f"tokenizer file {entry['name']} skipped: {entry['reason']}")
+    result["tokenizer"] = tokenizer
+    return result
