@@ -27,7 +27,15 @@ from django.template.loader import get_template
 
 from adaptation.catalog import pool_layout
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun
-from adaptation.presenters import analysis, distributed, performance, plan, stability, validation
+from adaptation.presenters import (
+    analysis,
+    distributed,
+    performance,
+    plan,
+    serve,
+    stability,
+    validation,
+)
 from adaptation.selectors import inventory as inventory_selectors
 from adaptation.selectors import performance as performance_selectors
 from adaptation.selectors.jobs import latest_runs_by_stage
@@ -122,6 +130,9 @@ PRESENTERS: dict[str, Callable[[ReleasePage], Any]] = {
     "operators": lambda page: validation.validation(page.release),
     "plan": _plans,
     "distributed": lambda page: distributed.distributed_panels(
+        page.release, pools_without_worker=page.pools_without_worker
+    ),
+    "serve": lambda page: serve.serve_panels(
         page.release, pools_without_worker=page.pools_without_worker
     ),
     "performance": _performance,
