@@ -1,5 +1,6 @@
 """Outbound HTTP: the one way day0 makes a request to a URL somebody else chose (notification
-subscriptions).
+subscriptions; a pool's attached serving engine is checked by `resolve_checked` here and
+called by the worker's serve stage).
 
 Every request goes through `post`, which
 
@@ -127,7 +128,8 @@ def resolve_checked(host: str, port: int, *, allow_private_network: bool) -> lis
             if reason:
                 raise OutboundBlocked(
                     f"{host} resolves to {text}, a {reason} address; requests to private "
-                    "networks are refused unless an admin allows them for this subscription."
+                    "networks are refused unless an admin allows them (for this subscription, "
+                    "or this pool's engine)."
                 )
     return addresses
 

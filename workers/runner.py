@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from adaptation import outbound_http
 from adaptation.catalog import accelerator_kind_row_entry
 from adaptation.models import AcceleratorPool, StageRun
 from adaptation.selectors.calibration import pool_calibration
@@ -41,6 +42,7 @@ from engine.contract import (
     never_cancelled,
 )
 from engine.registry import STAGES, get_stage
+from engine.stages.serve.options import LAUNCHED_KINDS, engine_settings
 from engine.units import gb_per_s_to_bytes_per_s
 
 logger = logging.getLogger(__name__)
@@ -113,7 +115,8 @@ class Heartbeat:
 def pool_spec(pool: AcceleratorPool) -> PoolSpec:
     """The plain description of a pool the engine gets: its settings, its layout
     (bandwidths in bytes/s) and, when an admin's `AcceleratorKind` row defines the pool's
-    accelerator kind, that row as a catalog entry (it replaces the shipped file's)."""
+    accelerator kind, that row as a catalog entry (it replaces the shipped file's), and its
+    serving engine (`pool_engine`)."""
     return PoolSpec(
         name=pool.name,
         backend=pool.backend,
@@ -134,7 +137,65 @@ def pool_spec(pool: AcceleratorPool) -> PoolSpec:
             pool.inter_node_bandwidth_gb_per_s
         ),
         accelerator_entry=accelerator_kind_row_entry(pool.accelerator),
+        engine=pool_engine(pool),
     )
+
+
+def pool_engine(pool: AcceleratorPool) -> dict[str, Any]:
+    """The pool's serving engine as the serve stage reads it (`engine_settings`: {} for
+    none), with `python` the worker's `DAY0_ENGINE_PYTHON` for a launched kind (vllm,
+    sglang) whose pool names none (a worker in the engine's image has it set there). {} for
+    an engine its checks refuse (saved around them): `serve_engine_check` fails the serve
+    stage with the reason before it runs, and no other stage reads it."""
+    try:
+        engine = engine_settings(pool.engine)
+    except ValueError:
+        return {}
+    if engine.get("kind") in LAUNCHED_KINDS and not engine.get("python"):
+        engine["python"] = settings.DAY0_ENGINE_PYTHON
+    return engine
+
+
+# The stage that talks to a pool's serving engine (docs/stages/serve.md).
+SERVE_STAGE = "serve"
+
+
+def _serve_refused(reason: str) -> StageFailed:
+    """The serve stage failed before it ran, by the infrastructure: `reason` in the stage's
+    own failure shape (docs/stages/serve.md)."""
+    return StageFailed(
+        reason,
+        result={
+            "status": "failed",
+            "passed": False,
+            "failure": {
+                "phase": "launch",
+                "reason": reason,
+                "engine_lines": [],
+                "culprit": "infrastructure",
+            },
+        },
+    )
+
+
+def serve_engine_check(pool: AcceleratorPool) -> None:
+    """What the worker checks of the pool's engine before the serve stage runs: that its
+    checks still accept it (`engine_settings`), and for an `openai` engine where its
+    `base_url` points now, through the outbound-address guard (`AcceleratorPool.
+    engine_endpoint_check`: private and loopback addresses only with the admin's leave), as
+    the name may resolve elsewhere than when the pool was saved. Raises `StageFailed` with
+    the reason (culprit infrastructure) for a refused engine or address and
+    `StageTransientError` for a name that does not resolve now."""
+    try:
+        engine = engine_settings(pool.engine)
+    except ValueError as exc:
+        raise _serve_refused(f"The pool's engine is refused: {exc}") from exc
+    try:
+        pool.engine_endpoint_check(engine)
+    except outbound_http.OutboundBlocked as exc:
+        raise _serve_refused(f"The pool's engine base_url is refused: {exc.reason}") from exc
+    except outbound_http.OutboundError as exc:
+        raise StageTransientError(f"The pool's engine base_url: {exc.reason}") from exc
 
 
 def _stage_options(options: object, stage: str) -> Any:
@@ -212,6 +273,8 @@ def execute_stage_run(
     try:
         definition = get_stage(run.stage)
         limit_s = definition.time_limits_s(_stage_options(run.job.options, run.stage))[0]
+        if definition.name == SERVE_STAGE:
+            serve_engine_check(run.job.pool)
         with Heartbeat(run.pk, settings.DAY0_HEARTBEAT_EVERY_S) as heartbeat:
             result = definition(stage_context(run, definition, log, heartbeat.cancelled.is_set))
         log(f"finished {run.stage}")

@@ -1,11 +1,17 @@
 """Admin for the accelerator pools and kinds people configure (the shipped catalog file's
-kinds shown above the rows they override), and a read-only view of the workers."""
+kinds shown above the rows they override), and a read-only view of the workers.
+
+Only a superuser may let a pool's attached engine reach private or loopback addresses
+(`engine_allow_private_network`, as a notification subscription's `allow_private_network`),
+and an engine endpoint another user changes loses that leave.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.html import format_html
@@ -15,8 +21,66 @@ from engine.catalog import CatalogError, load_catalog
 from engine.units import GIB, TERA
 
 
+class AcceleratorPoolForm(forms.ModelForm):
+    """The pool's fields; `allows_private_network` (set by the admin per request) says whether
+    the user may keep `engine_allow_private_network` for a changed engine endpoint."""
+
+    allows_private_network = False
+
+    class Meta:
+        model = AcceleratorPool
+        fields = (
+            "name",
+            "backend",
+            "queue",
+            "device",
+            "enabled",
+            "description",
+            "accelerator",
+            "devices_per_node",
+            "nodes",
+            "intra_node_bandwidth_gb_per_s",
+            "inter_node_bandwidth_gb_per_s",
+            "dtypes",
+            "operator_manifest",
+            "trust_remote_code_orgs",
+            "precision_thresholds",
+            "real_weights_max_bytes",
+            "engine",
+            "engine_allow_private_network",
+        )
+        help_texts = {
+            "engine": 'JSON: {"kind": "vllm", "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}, '
+            '"memory_fraction": 0.1}; {"kind": "sglang", ...}; or {"kind": "openai", '
+            '"base_url": "https://...", "api_key_env": "NAME", "model": "..."} to attach to a '
+            "running endpoint; {} for none (the serve stage then does not run). Every key: "
+            "docs/stages/serve.md.",
+        }
+
+    def clean(self) -> dict:
+        """Drop the leave to reach private networks when a user who may not give it changes
+        where the engine points (the model's clean then checks the new address)."""
+        cleaned = super().clean()
+        pool = self.instance
+        if (
+            not self.allows_private_network
+            and pool.engine_allow_private_network
+            and _endpoint(cleaned.get("engine")) != _endpoint(self.initial.get("engine"))
+        ):
+            pool.engine_allow_private_network = False
+        return cleaned
+
+
+def _endpoint(engine: Any) -> tuple[Any, Any]:
+    """An engine object's kind and base_url (what decides where the worker connects)."""
+    if not isinstance(engine, dict):
+        return (None, None)
+    return (engine.get("kind"), engine.get("base_url"))
+
+
 @admin.register(AcceleratorPool)
 class AcceleratorPoolAdmin(admin.ModelAdmin):
+    form = AcceleratorPoolForm
     list_display = (
         "name",
         "backend",
@@ -59,7 +123,28 @@ class AcceleratorPoolAdmin(admin.ModelAdmin):
                 )
             },
         ),
+        (
+            "Serving engine (the serve stage)",
+            {
+                "description": "The engine the serve stage launches on the pool (vLLM, SGLang) "
+                "or the OpenAI-compatible endpoint it attaches to: docs/stages/serve.md.",
+                "fields": ("engine", "engine_allow_private_network"),
+            },
+        ),
     )
+
+    def get_readonly_fields(self, request: HttpRequest, obj=None) -> tuple[str, ...]:
+        """`engine_allow_private_network` unless the user is a superuser (it lets the worker
+        reach the internal network)."""
+        fields = tuple(super().get_readonly_fields(request, obj))
+        if not request.user.is_superuser:
+            fields += ("engine_allow_private_network",)
+        return fields
+
+    def get_form(self, request: HttpRequest, obj=None, change: bool = False, **kwargs: Any):
+        form = super().get_form(request, obj, change, **kwargs)
+        form.allows_private_network = bool(request.user.is_superuser)
+        return form
 
 
 def _shipped_entry(kind: str) -> dict | None:

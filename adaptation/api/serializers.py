@@ -516,7 +516,8 @@ class WorkerOutput(serializers.Serializer):
 
 class PoolOutput(serializers.ModelSerializer):
     """A pool with its layout, workers (live first), devices and queue, as the pools page
-    shows it (`adaptation.selectors.inventory.pool_inventory`)."""
+    shows it (`adaptation.selectors.inventory.pool_inventory`), and its serving `engine`
+    (docs/stages/serve.md; set in the admin, as every pool field)."""
 
     layout_devices = serializers.SerializerMethodField()
     layout_error = serializers.SerializerMethodField()
@@ -544,6 +545,8 @@ class PoolOutput(serializers.ModelSerializer):
             "devices_per_node",
             "nodes",
             "description",
+            "engine",
+            "engine_allow_private_network",
             "layout_devices",
             "layout_error",
             "devices_reported",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -10,6 +11,7 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from adaptation import outbound_http
 from engine.catalog import (
     Catalog,
     CatalogError,
@@ -19,6 +21,7 @@ from engine.catalog import (
 )
 from engine.contract import DEFAULT_REAL_WEIGHTS_MAX_BYTES
 from engine.stages.precision.thresholds import RETIRED_KEYS, THRESHOLD_KEYS
+from engine.stages.serve.options import engine_settings
 from engine.units import GIB, TERA, gb_per_s_to_bytes_per_s
 
 
@@ -127,6 +130,19 @@ class AcceleratorPool(models.Model):
         help_text="Network GB/s (decimal) per device and direction across nodes; blank: the "
         "catalog's.",
     )
+    engine = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='The serving engine the serve stage launches or attaches to: {"kind": "vllm", '
+        '"env": {...}, "flags": [...], "memory_fraction": 0.1}, or {"kind": "openai", '
+        '"base_url": ..., "api_key_env": ..., "model": ...}; {}: none, the stage does not run '
+        "(docs/stages/serve.md).",
+    )
+    engine_allow_private_network = models.BooleanField(
+        default=False,
+        help_text="Let an openai engine's base_url resolve to a private or loopback address "
+        "(an admin's decision: it lets the worker reach the internal network).",
+    )
     description = models.TextField(blank=True)
     enabled = models.BooleanField(default=True)
 
@@ -168,8 +184,47 @@ class AcceleratorPool(models.Model):
         ):
             errors["operator_manifest"] = 'An object with an "operators" map (see its README).'
         errors.update(self._layout_errors())
+        errors.update(self._engine_errors())
         if errors:
             raise ValidationError(errors)
+
+    def _engine_errors(self) -> dict[str, str]:
+        """What is wrong with the pool's `engine` (`engine.stages.serve.options.
+        engine_settings`), else {} with `engine` normalised as the stage reads it. An openai
+        engine's `base_url` must resolve, here and now, to public addresses only, unless
+        `engine_allow_private_network` is set (then it is not resolved: a name only the
+        worker's network knows is private anyway); the worker checks it again before each
+        run (`engine_endpoint_check`)."""
+        try:
+            engine = engine_settings(self.engine)
+        except ValueError as err:
+            return {"engine": f"{err} (see docs/stages/serve.md)."}
+        if engine.get("kind") == "openai" and not self.engine_allow_private_network:
+            try:
+                self.engine_endpoint_check(engine)
+            except outbound_http.OutboundError as err:
+                return {"engine": f"base_url: {err.reason}"}
+        self.engine = engine
+        return {}
+
+    def engine_endpoint_check(self, engine: Mapping[str, Any] | None = None) -> list[str]:
+        """The addresses an `openai` engine's `base_url` resolves to now (`engine`, default
+        the pool's, already checked by `engine_settings`), through the outbound-address guard
+        (`adaptation.outbound_http.check_url` and `resolve_checked`): private, loopback and
+        other internal addresses are refused unless `engine_allow_private_network`. [] for a
+        pool without an openai engine.
+
+        Raises `outbound_http.OutboundBlocked` for a refused scheme or address and
+        `OutboundError` for a URL that is malformed or a name that does not resolve."""
+        engine = self.engine if engine is None else engine
+        if not isinstance(engine, Mapping) or engine.get("kind") != "openai":
+            return []
+        parsed = outbound_http.check_url(str(engine.get("base_url") or ""))
+        host = parsed.raw_host.decode("ascii")
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        return outbound_http.resolve_checked(
+            host, port, allow_private_network=self.engine_allow_private_network
+        )
 
     def _layout_errors(self) -> dict[str, str]:
         """What is wrong with the pool's accelerator layout, per field.

@@ -100,6 +100,15 @@ class PerformancePoint(models.Model):
     full-size prediction corrected by the pool's running calibration (kind "predicted",
     model "full-size", metrics "calibrated_tpot_s", "calibrated_decode_tokens_per_s",
     "calibrated_ttft_s", "calibrated_prefill_tokens_per_s").
+
+    Serving-engine rows (the `serve` stage's load sweep, docs/stages/serve.md): `engine`
+    names the engine ("vllm"; blank for every in-process row above) and `engine_version` its
+    version; one row per sweep level and metric, kind "measured", model "twin" (or "release"
+    for the real weights), `concurrency` the level's concurrent requests, `prompt_len` the
+    sweep's input tokens, no `batch_size` (the engine batches); metrics "ttft_s_p50",
+    "ttft_s_p95", "tpot_s_p50", "tpot_s_p95", "e2e_s_p99" (s), "output_tokens_per_s"
+    (tokens/s) and "requests_per_s" (requests/s). Readers of the in-process curves keep to
+    the performance stage's runs.
     """
 
     class Kind(models.TextChoices):
@@ -114,10 +123,22 @@ class PerformancePoint(models.Model):
     )
     pool = models.ForeignKey(AcceleratorPool, on_delete=models.CASCADE, related_name="+")
     kind = models.CharField(max_length=16, choices=Kind.choices)
-    model = models.CharField(max_length=16, help_text='"twin" or "full-size".')
+    model = models.CharField(
+        max_length=16,
+        help_text='"twin", "full-size" (predicted) or "release" (its real weights, measured).',
+    )
     dtype = models.CharField(max_length=32)
     batch_size = models.PositiveIntegerField(null=True, blank=True)
     prompt_len = models.PositiveIntegerField(null=True, blank=True)
+    concurrency = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Concurrent requests of a serving engine's sweep level."
+    )
+    engine = models.CharField(
+        max_length=32,
+        blank=True,
+        help_text='The serving engine that measured it ("vllm"); blank: in process.',
+    )
+    engine_version = models.CharField(max_length=64, blank=True)
     metric = models.CharField(max_length=64)
     value = models.FloatField()
     unit = models.CharField(max_length=16)
