@@ -1,5 +1,7 @@
 """Reads of a performance run's stored points (`PerformancePoint` rows): for the charts, the
-table and the CSV of one job, the release page's jobs, and the compare page's choices."""
+table and the CSV of one job, the release page's jobs, and the compare page's choices. They
+read the performance stage's runs only: the serve stage's rows (`engine` set) are a serving
+engine's sweep, not these curves."""
 
 from __future__ import annotations
 
@@ -61,9 +63,14 @@ def job_performance_run(job: AdaptationJob) -> StageRun | None:
 
 
 def jobs_with_performance(*, limit: int = COMPARE_CHOICES_LIMIT) -> list[AdaptationJob]:
-    """Jobs with stored performance rows, newest first (release and pool loaded)."""
+    """Jobs with stored performance rows, newest first (release and pool loaded): rows of
+    the performance stage, not a serving engine's (the serve stage's sweep is no curve of
+    the twin in process, and the compare page reads `job_performance_run`)."""
     ids = (
-        PerformancePoint.objects.order_by().values_list("job_id", flat=True).distinct()
+        PerformancePoint.objects.filter(stage_run__stage=PERFORMANCE_STAGE)
+        .order_by()
+        .values_list("job_id", flat=True)
+        .distinct()
     )  # the DISTINCT needs no ordering
     return list(
         AdaptationJob.objects.filter(pk__in=ids)

@@ -119,6 +119,87 @@ def _store_performance_points(run: StageRun, result: dict[str, Any]) -> None:
     )
 
 
+# The serve stage's sweep figures stored as rows, with their units (docs/stages/serve.md).
+SERVE_METRICS: dict[str, str] = {
+    "ttft_s_p50": "s",
+    "ttft_s_p95": "s",
+    "tpot_s_p50": "s",
+    "tpot_s_p95": "s",
+    "e2e_s_p99": "s",
+    "output_tokens_per_s": "tokens/s",
+    "requests_per_s": "requests/s",
+}
+
+
+def _serve_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of a serve result's load sweep: per level (`concurrency`) each figure of
+    `SERVE_METRICS` it has, kind "measured", model "twin" ("release" for a checkpoint of the
+    real weights), the dtype served (the precision check's, else the checkpoint's), the
+    sweep's input tokens as `prompt_len`, and the engine's name and version."""
+    checkpoint = result.get("checkpoint") if isinstance(result.get("checkpoint"), dict) else {}
+    precision = result.get("precision") if isinstance(result.get("precision"), dict) else {}
+    engine = result.get("engine") if isinstance(result.get("engine"), dict) else {}
+    sweep_settings = result.get("sweep_settings")
+    input_tokens = sweep_settings.get("input_tokens") if isinstance(sweep_settings, dict) else None
+    key = {
+        "kind": "measured",
+        "model": "release" if checkpoint.get("kind") == "real" else "twin",
+        "dtype": precision.get("dtype") or checkpoint.get("dtype") or "",
+        "prompt_len": input_tokens if _is_count(input_tokens) else None,
+        "engine": engine.get("name") or "",
+        "engine_version": str(engine.get("version") or ""),
+    }
+    rows = []
+    for level in result.get("sweep") or []:
+        if not isinstance(level, dict) or not _is_count(level.get("concurrency")):
+            continue
+        for metric, unit in SERVE_METRICS.items():
+            value = level.get(metric)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                rows.append(
+                    key
+                    | {
+                        "concurrency": level["concurrency"],
+                        "metric": metric,
+                        "value": value,
+                        "unit": unit,
+                    }
+                )
+    return rows
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _store_serve_points(run: StageRun, result: dict[str, Any]) -> None:
+    """A serve run's load sweep as `PerformancePoint` rows, one metric each (`_serve_rows`),
+    marked with the engine that measured them: the in-process performance curves, the
+    compare page and the pool's calibration keep to the performance stage's rows. A failed
+    run stores the levels it measured before failing."""
+    job = run.job
+    PerformancePoint.objects.bulk_create(
+        PerformancePoint(
+            stage_run=run,
+            job=job,
+            pool=job.pool,
+            kind=row["kind"],
+            model=_fitting(row, "model"),
+            dtype=_fitting(row, "dtype"),
+            prompt_len=row["prompt_len"],
+            concurrency=row["concurrency"],
+            engine=_fitting(row, "engine"),
+            engine_version=row["engine_version"][
+                : PerformancePoint._meta.get_field("engine_version").max_length
+            ],
+            metric=_fitting(row, "metric"),
+            value=float(row["value"]),
+            unit=_fitting(row, "unit"),
+        )
+        for row in _serve_rows(result)
+    )
+
+
 def _fitting(row: dict[str, Any], name: str) -> str:
     """`row[name]` as text, refused when longer than `PerformancePoint.<name>` holds: the
     names come from the stage's code, so one that does not fit is the stage's bug, never cut
@@ -150,6 +231,7 @@ HANDLERS: dict[str, Handler] = {
     "analyze": _store_architecture,
     "operators": _store_operator_checks,
     "precision": _store_precision,
+    "serve": _store_serve_points,
     "performance": _store_performance_points,
     "release_notes": _store_release_notes,
 }
