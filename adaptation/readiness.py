@@ -11,6 +11,10 @@ level are `DAY0_READINESS` (settings, JSON in the environment):
                                                           a known-limitation note says why)
     complete      + performance, stability, release_notes
 
+On a pool with a serving engine (`AcceleratorPool.engine`), `functional` also needs the `serve`
+stage (the release loads, answers correctly and keeps up on the engine teams deploy), unless
+`DAY0_READINESS` already names it for some level; a pool without one does not run it.
+
 A stage the job does not run counts as not passed: a job of `fetch` and `analyze` only stays
 below `experimental`, as nothing validated the release further. The **blocking stage** is the
 first stage, in the job's run order (then the level's own order for stages the job does not
@@ -46,6 +50,9 @@ from adaptation.models.limitations import SEVERITY_ORDER
 
 # The levels above "none", lowest first: each needs its own stages and those of the ones before.
 LEVELS: tuple[str, ...] = (Readiness.EXPERIMENTAL, Readiness.FUNCTIONAL, Readiness.COMPLETE)
+# The stage a pool with a serving engine needs passed at `ENGINE_LEVEL` (docs/stages/serve.md).
+SERVE_STAGE = "serve"
+ENGINE_LEVEL = Readiness.FUNCTIONAL
 
 
 class RunLike(Protocol):
@@ -105,16 +112,35 @@ def readiness_thresholds() -> dict[str, list[str]]:
     return {level: list(configured.get(level) or []) for level in LEVELS}
 
 
+def pool_has_engine(pool: Any) -> bool:
+    """Whether `pool` (an `AcceleratorPool`) names a serving engine: its jobs then need the
+    `serve` stage passed to be `functional`."""
+    return bool(getattr(pool, "engine", None))
+
+
+def with_engine_stage(thresholds: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """`thresholds` for a job on a pool with a serving engine: `SERVE_STAGE` added to
+    `ENGINE_LEVEL`'s stages, unless some level already names it."""
+    levels = {level: list(thresholds.get(level) or []) for level in LEVELS}
+    if not any(SERVE_STAGE in stages for stages in levels.values()):
+        levels[ENGINE_LEVEL].append(SERVE_STAGE)
+    return levels
+
+
 def readiness_from_runs(
     *,
     stages: Sequence[str],
     runs: Iterable[RunLike],
     thresholds: Mapping[str, Sequence[str]] | None = None,
+    engine: bool = False,
 ) -> JobReadiness:
     """The readiness of a job running `stages` (in order) from its stage attempts `runs`
-    (every attempt, any order), under `thresholds` (default: `DAY0_READINESS`). Queries
-    nothing: `runs` may be prefetched rows."""
+    (every attempt, any order), under `thresholds` (default: `DAY0_READINESS`), with the
+    `serve` stage required at `functional` when `engine` (the job's pool has a serving
+    engine: `pool_has_engine`). Queries nothing: `runs` may be prefetched rows."""
     levels = readiness_thresholds() if thresholds is None else thresholds
+    if engine:
+        levels = with_engine_stage(levels)
     latest: dict[str, RunLike] = {}
     first_success: dict[str, datetime] = {}
     for run in runs:
@@ -158,9 +184,10 @@ def readiness_from_runs(
 
 
 def job_readiness(*, job: AdaptationJob) -> JobReadiness:
-    """The job's readiness from its stage attempts as stored now (one query)."""
+    """The job's readiness from its stage attempts as stored now (one query; one more when
+    its pool is not loaded)."""
     runs = StageRun.objects.filter(job=job).only("stage", "attempt", "status", "finished_at")
-    return readiness_from_runs(stages=job.stages or [], runs=runs)
+    return readiness_from_runs(stages=job.stages or [], runs=runs, engine=pool_has_engine(job.pool))
 
 
 def level_label(level: str) -> str:

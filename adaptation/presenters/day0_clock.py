@@ -10,7 +10,12 @@ from typing import Any
 
 from adaptation.models import AdaptationJob, JobStatus, ModelRelease, StageRun
 from adaptation.presenters.stages import stage_title
-from adaptation.readiness import JobReadiness, readiness_from_runs, top_limitation
+from adaptation.readiness import (
+    JobReadiness,
+    pool_has_engine,
+    readiness_from_runs,
+    top_limitation,
+)
 from adaptation.selectors.jobs import latest_runs_by_stage
 
 
@@ -36,8 +41,11 @@ class PoolReadiness:
 def job_readiness(job: AdaptationJob) -> JobReadiness:
     """The job's readiness from its prefetched stage runs (`adaptation.readiness`): its
     `ready_at` is, per required stage, its earliest succeeded attempt, the latest of those; a
-    later re-run keeps the earlier success, so the time never moves."""
-    return readiness_from_runs(stages=job.stages or [], runs=job.stage_runs.all())
+    later re-run keeps the earlier success, so the time never moves. On a pool with a
+    serving engine (loaded with the job) `functional` needs the `serve` stage too."""
+    return readiness_from_runs(
+        stages=job.stages or [], runs=job.stage_runs.all(), engine=pool_has_engine(job.pool)
+    )
 
 
 def pool_readiness(

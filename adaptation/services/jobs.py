@@ -116,21 +116,23 @@ def job_refresh_status(*, job: AdaptationJob) -> AdaptationJob:
 
 def jobs_readiness_refresh(*, batch_size: int = 500) -> int:
     """Recompute every job's stored readiness, blocking stage and Day-0 time from its stage
-    runs under the current `DAY0_READINESS` (after the setting changed; `manage.py
-    readiness_refresh`). Batches of `batch_size` jobs, two queries each. Returns how many
-    jobs changed."""
+    runs under the current `DAY0_READINESS` and their pools' engines (after the setting or
+    an engine changed; `manage.py readiness_refresh`). Batches of `batch_size` jobs, two
+    queries each. Returns how many jobs changed."""
     changed = 0
     ids = list(AdaptationJob.objects.order_by("pk").values_list("pk", flat=True))
     for start in range(0, len(ids), batch_size):
         jobs = list(
-            AdaptationJob.objects.filter(pk__in=ids[start : start + batch_size]).prefetch_related(
-                "stage_runs"
-            )
+            AdaptationJob.objects.filter(pk__in=ids[start : start + batch_size])
+            .select_related("pool")
+            .prefetch_related("stage_runs")
         )
         stale = []
         for job in jobs:
             level = readiness.readiness_from_runs(
-                stages=job.stages or [], runs=job.stage_runs.all()
+                stages=job.stages or [],
+                runs=job.stage_runs.all(),
+                engine=readiness.pool_has_engine(job.pool),
             )
             now = (level.readiness, level.blocking_stage, level.ready_at)
             if now != (job.readiness, job.blocking_stage, job.ready_at):

@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.test import override_settings
 from django.utils import timezone
 
-from adaptation.models import AdaptationJob, Readiness, StageRun
+from adaptation.models import AcceleratorPool, AdaptationJob, Readiness, StageRun
 from adaptation.readiness import (
     job_readiness,
     readiness_from_runs,
@@ -71,8 +71,8 @@ def test_levels_climb_stage_by_stage():
         job = job_with_runs(release, stages=ALL, outcomes=passed(*ALL[:upto]))
         job.refresh_from_db()
         seen.append((job.readiness, job.blocking_stage))
-    # fetch, analyze, operators, precision, plan, distributed, performance, stability,
-    # release_notes
+    # fetch, analyze, operators, precision, plan, distributed, serve, performance, stability,
+    # release_notes (the cpu pool of these tests has no serving engine: serve is not required)
     assert seen == [
         ("none", "fetch"),
         ("none", "analyze"),
@@ -80,6 +80,7 @@ def test_levels_climb_stage_by_stage():
         ("none", "plan"),
         ("none", "plan"),
         ("experimental", "distributed"),  # functional also needs the split validated
+        ("functional", "performance"),
         ("functional", "performance"),
         ("functional", "stability"),
         ("functional", "release_notes"),
@@ -146,6 +147,70 @@ def test_ready_at_keeps_day0_through_a_rerun_while_the_level_follows_it():
         "performance",
     )
     assert job.ready_at == first_ready
+
+
+@pytest.fixture
+def engine_pool(db) -> AcceleratorPool:
+    """A pool with a serving engine (the serve stage launches vLLM there)."""
+    return AcceleratorPool.objects.create(
+        name="served", backend="cpu", engine={"kind": "vllm"}, queue="pool.served"
+    )
+
+
+def test_on_a_pool_with_an_engine_functional_needs_the_serve_stage(engine_pool):
+    release = make_release()
+    # fetch, analyze, operators, precision, plan, distributed passed
+    without_serve = passed(*ALL[:6])
+    job = job_with_runs(release, stages=ALL, outcomes=without_serve, pool=engine_pool)
+    job.refresh_from_db()
+    assert (job.readiness, job.blocking_stage) == ("experimental", "serve")
+    failed = without_serve | {"serve": ("failed", timezone.now())}
+    job = job_with_runs(release, stages=ALL, outcomes=failed, pool=engine_pool)
+    job.refresh_from_db()
+    assert (job.readiness, job.blocking_stage) == ("experimental", "serve")
+    served = passed(*ALL[:7])
+    job = job_with_runs(release, stages=ALL, outcomes=served, pool=engine_pool)
+    job.refresh_from_db()
+    assert (job.readiness, job.blocking_stage) == ("functional", "performance")
+    # Day 0 needs it too: every stage passed, the serve stage last.
+    outcomes = passed(*[name for name in ALL if name != "serve"], "serve")
+    job = job_with_runs(release, stages=ALL, outcomes=outcomes, pool=engine_pool)
+    job.refresh_from_db()
+    assert (job.readiness, job.ready_at) == ("complete", outcomes["serve"][1])
+    # A job that does not run it stays below functional there, as for any required stage.
+    short = [name for name in ALL if name != "serve"]
+    job = job_with_runs(release, stages=short, outcomes=passed(*short), pool=engine_pool)
+    job.refresh_from_db()
+    assert (job.readiness, job.blocking_stage, job.ready_at) == ("experimental", "serve", None)
+
+
+def test_on_a_pool_without_an_engine_the_serve_stage_is_not_required():
+    short = [name for name in ALL if name != "serve"]
+    job = job_with_runs(make_release(), stages=short, outcomes=passed(*short))
+    job.refresh_from_db()
+    assert (job.readiness, job.blocking_stage) == ("complete", "")
+    level = readiness_from_runs(stages=short, runs=StageRun.objects.filter(job=job))
+    assert level.readiness == "complete"
+    level = readiness_from_runs(stages=short, runs=StageRun.objects.filter(job=job), engine=True)
+    assert (level.readiness, level.blocking_stage) == ("experimental", "serve")
+
+
+@override_settings(
+    DAY0_READINESS={"experimental": ["fetch"], "functional": [], "complete": ["serve"]}
+)
+def test_thresholds_naming_the_serve_stage_keep_it_where_they_put_it(engine_pool):
+    job = job_with_runs(make_release(), stages=ALL, outcomes=passed("fetch"), pool=engine_pool)
+    job.refresh_from_db()
+    assert (job.readiness, job.blocking_stage) == ("functional", "serve")
+
+
+def test_refresh_follows_an_engine_given_to_a_pool_later():
+    job = job_with_runs(make_release(), stages=ALL, outcomes=passed(*ALL[:6]))
+    assert AdaptationJob.objects.get(pk=job.pk).readiness == "functional"
+    AcceleratorPool.objects.filter(pk=job.pool_id).update(engine={"kind": "vllm"})
+    call_command("readiness_refresh", stdout=io.StringIO())
+    job.refresh_from_db()
+    assert (job.readiness, job.blocking_stage) == ("experimental", "serve")
 
 
 @pytest.mark.usefixtures("fetch_analyze_readiness")
@@ -221,7 +286,7 @@ def test_env_reader_reads_json_and_defaults(monkeypatch):
 def test_backfill_migration_agrees_with_the_live_rule():
     migration = importlib.import_module("adaptation.migrations.0007_backfill_readiness")
     release = make_release()
-    jobs = [job_with_runs(release, stages=ALL, outcomes=passed(*ALL[:n])) for n in (0, 2, 6, 9)]
+    jobs = [job_with_runs(release, stages=ALL, outcomes=passed(*ALL[:n])) for n in (0, 2, 6, 10)]
     expected = {
         job.pk: (job.readiness, job.blocking_stage, job.ready_at)
         for job in AdaptationJob.objects.filter(pk__in=[j.pk for j in jobs]).order_by("pk")
