@@ -17,6 +17,7 @@ from typing import Any
 from engine.contract import StageDefinition, resolve_callable
 from engine.findings import Finding
 from engine.stages.distributed.options import distributed_time_limits
+from engine.stages.serve.options import SERVE_SOFT_TIME_LIMIT_S, SERVE_TIME_LIMIT_S
 from engine.stages.stability.options import stability_time_limits
 
 _STABILITY_DEFAULT_LIMITS_S = stability_time_limits({})
@@ -114,6 +115,29 @@ STAGES: tuple[StageDefinition, ...] = (
         ),
         soft_time_limit_s=_DISTRIBUTED_DEFAULT_LIMITS_S[0],
         time_limit_s=_DISTRIBUTED_DEFAULT_LIMITS_S[1],
+    ),
+    StageDefinition(
+        name="serve",
+        title="Serving engine",
+        run="engine.stages.serve.run:run",
+        check_options="engine.stages.serve.options:serve_options",
+        findings="engine.stages.serve.findings:findings",
+        notes="engine.stages.serve.notes:section",
+        unjudged_keys="engine.stages.serve.findings:unjudged_keys",
+        findings_read_analysis=True,
+        description=(
+            "Saves the scaled twin (or the release's real weights) as a checkpoint with the "
+            "release's tokenizer, launches the pool's serving engine (vLLM, SGLang) from the "
+            "plan's own command, or attaches to an OpenAI-compatible endpoint, and measures "
+            "through its API: load time and memory, greedy tokens and log-probabilities "
+            "against transformers in float32, a load sweep of concurrent requests (TTFT, "
+            "TPOT, end-to-end latency, tokens/s and requests/s per level, the knee), the "
+            "engine's Prometheus metrics during the sweep, and the plan's TP against TP=1. "
+            "Does not run on a pool without an engine."
+        ),
+        # Two launches (the plan's TP and TP=1), the precision check and the sweep.
+        soft_time_limit_s=SERVE_SOFT_TIME_LIMIT_S,
+        time_limit_s=SERVE_TIME_LIMIT_S,
     ),
     StageDefinition(
         name="performance",

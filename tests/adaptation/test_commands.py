@@ -90,10 +90,10 @@ def test_adapt_without_wait_creates_a_manual_job(tmp_path):
     assert job.release.repo_id == "meta-llama/Llama-3.1-8B"
     names = [s["name"] for s in summary["stages"]]
     assert names == [
-        "fetch", "analyze", "operators", "precision", "plan", "distributed", "performance",
-        "stability", "release_notes",
+        "fetch", "analyze", "operators", "precision", "plan", "distributed", "serve",
+        "performance", "stability", "release_notes",
     ]  # fmt: skip
-    assert [s["status"] for s in summary["stages"]] == ["queued"] + ["pending"] * 8
+    assert [s["status"] for s in summary["stages"]] == ["queued"] + ["pending"] * 9
     assert job.options == {}
 
 

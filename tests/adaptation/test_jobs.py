@@ -47,10 +47,10 @@ def test_job_create_queues_only_the_first_stage_after_commit(django_capture_on_c
         job = job_create(release=release, pool=cpu_pool(), trigger="manual")
     runs = list(job.stage_runs.order_by("position"))
     assert [r.stage for r in runs] == [
-        "fetch", "analyze", "operators", "precision", "plan", "distributed", "performance",
-        "stability", "release_notes",
+        "fetch", "analyze", "operators", "precision", "plan", "distributed", "serve",
+        "performance", "stability", "release_notes",
     ]  # fmt: skip
-    assert [r.status for r in runs] == [StageStatus.QUEUED] + [StageStatus.PENDING] * 8
+    assert [r.status for r in runs] == [StageStatus.QUEUED] + [StageStatus.PENDING] * 9
     assert job.status == JobStatus.RUNNING
     assert len(callbacks) == 1  # one message, sent only once the transaction commits
 

@@ -124,7 +124,7 @@ def test_polled_releases_run_on_a_real_worker(
     assert fetch.status == StageStatus.FAILED
     assert "config.json is not valid JSON" in fetch.error
     assert "line 3 column 23" in fetch.error
-    assert [run.status for run in later] == [StageStatus.SKIPPED] * 8
+    assert [run.status for run in later] == [StageStatus.SKIPPED] * 9
 
     fits = {
         "acme/llama-8b": fits_this_machine("meta-llama__Llama-3.1-8B"),
@@ -147,7 +147,7 @@ def test_polled_releases_run_on_a_real_worker(
             assert plan.status == StageStatus.FAILED and job.status == JobStatus.FAILED
             assert "does not fit 1 x cpu" in plan.error and "would fit" in plan.error
             assert plan.result["fits"] is False and plan.result["suggestions"]["devices"] > 1
-            later = ("distributed", "performance", "stability", "release_notes")
+            later = ("distributed", "serve", "performance", "stability", "release_notes")
             assert {runs[s].status for s in later} == {"skipped"}
         assert runs["analyze"].result["total_params"] == total
         assert runs["operators"].result["missing"] == []  # the cpu pool runs every operator
@@ -217,8 +217,8 @@ def test_adapt_waits_and_prints_the_finished_job(celery_worker_process, tmp_path
     assert finished["status"] == ("succeeded" if fits else "failed")
     stages = {s["name"]: s for s in finished["stages"]}
     assert list(stages) == [
-        "fetch", "analyze", "operators", "precision", "plan", "distributed", "performance",
-        "stability", "release_notes",
+        "fetch", "analyze", "operators", "precision", "plan", "distributed", "serve",
+        "performance", "stability", "release_notes",
     ]  # fmt: skip
     if fits:
         performance = stages["performance"]["result"]
@@ -258,8 +258,8 @@ def test_adapt_waits_and_prints_the_finished_job(celery_worker_process, tmp_path
         measured = notes["result"]["sections"]["performance"]["measured"]
         assert measured["tpot_s"] == knee["tpot_s"] and measured["label"] == MEASURED_TWIN
     else:
-        later = ("distributed", "performance", "stability", "release_notes")
-        assert [stages[s]["status"] for s in later] == ["skipped"] * 4
+        later = ("distributed", "serve", "performance", "stability", "release_notes")
+        assert [stages[s]["status"] for s in later] == ["skipped"] * 5
     measured = [stages[name] for name in ("fetch", "analyze", "operators", "precision")]
     assert all(s["status"] == "succeeded" and s["attempt"] == 1 for s in measured)
     plan = stages["plan"]["result"]

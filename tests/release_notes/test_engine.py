@@ -331,6 +331,7 @@ def test_a_plan_that_fits_nothing_says_why_and_what_would_fit():
         "precision": {"status": "succeeded"},
         "plan": {"status": "failed", "error": error, "result": kept},
         "distributed": {"status": "skipped", "error": ""},
+        "serve": {"status": "skipped", "error": ""},
         "performance": {"status": "skipped", "error": ""},
         "stability": {"status": "skipped", "error": ""},
     }
@@ -344,9 +345,10 @@ def test_a_plan_that_fits_nothing_says_why_and_what_would_fit():
     assert "No recommendation: the performance stage skipped." in notes["markdown"]
     assert "Not run: the distributed stage skipped.\n" in notes["markdown"]
     items = not_validated_lines(notes["markdown"])
-    assert items[:4] == [
+    assert items[:5] == [
         f"`plan`: failed: {text(first_line(error))}.",
         "`distributed`: skipped.",
+        "`serve`: skipped.",
         "`performance`: skipped.",
         "`stability`: skipped.",
     ]
@@ -376,7 +378,7 @@ def test_the_stage_reads_its_context():
     assert result["sections"]["limitations"][0]["title"] == "T"
     markdown = release_notes_markdown(result)
     assert markdown.startswith(f"# Release notes: {REPO_ID} on pool h200x8\n")
-    assert lines == ["release notes: 7 sections, 7 item(s) not validated, 1 open limitation(s)"]
+    assert lines == ["release notes: 8 sections, 7 item(s) not validated, 1 open limitation(s)"]
     # The summary as values; the app writes its line (templates/release_notes/summary.txt).
     assert "summary" not in result
     assert result["sections"]["summary"] == {

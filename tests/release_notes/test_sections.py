@@ -44,6 +44,7 @@ def test_the_sections_keep_their_keys_and_the_document_its_order():
         {"stage": "analyze", "section": "release"},
         {"stage": "plan", "section": "configuration"},
         {"stage": "distributed", "section": "distributed"},
+        {"stage": "serve", "section": "serve"},
         {"stage": "performance", "section": "performance"},
         {"stage": "precision", "section": "precision"},
         {"stage": "operators", "section": "operators"},
@@ -117,6 +118,7 @@ def test_the_notes_stage_reads_only_the_stages_before_it():
         "operators",
         "precision",
         "distributed",
+        "serve",
         "performance",
         "stability",
     ]
@@ -136,7 +138,7 @@ def test_walking_the_registry_imports_neither_django_nor_torch():
         "from engine.contract import PoolSpec, ReleaseRef; "
         "notes = build_release_notes(release=ReleaseRef('h', 'e', 'a/b', 'r'), "
         "pool=PoolSpec(name='p', backend='cpu', queue='q'), results={}, stages=STAGES); "
-        "assert len(notes['order']) == 7, notes['order']; "
+        "assert len(notes['order']) == 8, notes['order']; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('django', 'torch', 'transformers')]; "
         "sys.exit(1 if bad else 0)"
     )

@@ -1,5 +1,5 @@
-"""The performance and stability stages in the registry: order, titles, option checkers and
-time limits that follow the stability run's duration, all without loading torch."""
+"""The performance, stability and serve stages in the registry: order, titles, option checkers
+and time limits that follow the stability run's duration, all without loading torch."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from engine.contract import StageDefinition
 from engine.registry import get_stage, stage_names
+from engine.stages.serve.options import SERVE_SOFT_TIME_LIMIT_S, SERVE_TIME_LIMIT_S
 from engine.stages.stability.options import (
     STABILITY_HARD_GRACE_S,
     STABILITY_SETUP_S,
@@ -19,8 +20,8 @@ from engine.stages.stability.options import (
 
 def test_performance_and_stability_run_after_the_plan():
     assert stage_names() == [
-        "fetch", "analyze", "operators", "precision", "plan", "distributed", "performance",
-        "stability", "release_notes",
+        "fetch", "analyze", "operators", "precision", "plan", "distributed", "serve",
+        "performance", "stability", "release_notes",
     ]  # fmt: skip
     performance, stability = get_stage("performance"), get_stage("stability")
     assert (performance.title, stability.title) == ("Performance", "Stability run")
@@ -47,6 +48,26 @@ def test_their_options_are_checked_by_the_stages_own_checkers():
         performance.checked_options({"batch": 4})
     with pytest.raises(ValueError, match="duration_s must be a number"):
         stability.checked_options({"duration_s": 0})
+
+
+def test_the_serve_stage_runs_between_distributed_and_performance():
+    serve = get_stage("serve")
+    assert stage_names().index("serve") == stage_names().index("distributed") + 1
+    assert serve.title == "Serving engine" and serve.description
+    assert serve.time_limits_s({}) == (SERVE_SOFT_TIME_LIMIT_S, SERVE_TIME_LIMIT_S) == (1500, 1560)
+    assert serve.checked_options({"max_concurrency": 4, "compare_tp": False}) == {
+        "max_concurrency": 4,
+        "compare_tp": False,
+    }
+    with pytest.raises(ValueError, match="unknown serve option"):
+        serve.checked_options({"warp": 1})
+    assert (serve.run, serve.findings, serve.unjudged_keys, serve.notes) == (
+        "engine.stages.serve.run:run",
+        "engine.stages.serve.findings:findings",
+        "engine.stages.serve.findings:unjudged_keys",
+        "engine.stages.serve.notes:section",
+    )
+    assert serve.findings_read_analysis is True and not serve.reads_pool_calibration
 
 
 def test_the_stability_limits_follow_its_duration():
@@ -76,6 +97,7 @@ def test_reading_the_registry_and_checking_options_does_not_load_torch():
         "[s.time_limits_s({'duration_s': 60}) for s in STAGES]; "
         "get_stage('performance').checked_options({'max_batch_size': 8}); "
         "get_stage('stability').checked_options({'duration_s': 5}); "
+        "get_stage('serve').checked_options({'max_concurrency': 4}); "
         "import engine.stages.plan.calibration; "
         "print('torch' in sys.modules)"
     )
