@@ -474,14 +474,25 @@ def _compare_tp(
     """Greedy tokens of the plan's TP against a TP=1 launch of the same checkpoint."""
     from transformers import AutoTokenizer
 
-    from .precision import EngineRequestError, compare_greedy, greedy_tokens, load_prompts
+    from .precision import EngineRequestError, engine_completions, limits_for, load_prompts
+    from .tp_check import compare_tp
 
     result = measured.result
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.folder))
     prompt_ids = [tokenizer(text)["input_ids"] for text in load_prompts()]
-    max_tokens = DEFAULT_PRECISION_TOKENS
+    dtype = _serving_dtype(launch, checkpoint.dtype)
+
+    def ask(engine: EngineProcess, served: str) -> list[Any]:
+        return engine_completions(
+            base_url=engine.base_url,
+            model=served,
+            prompt_ids_list=prompt_ids,
+            max_tokens=DEFAULT_PRECISION_TOKENS,
+            top_k=5,
+        )
+
     try:
-        main = greedy_tokens(process.base_url, launch.served_model_name, prompt_ids, max_tokens)
+        main = ask(process, launch.served_model_name)
     except EngineRequestError as exc:
         raise measured.fail("tp", str(exc), culprit="infrastructure") from exc
     process.stop()
@@ -497,15 +508,14 @@ def _compare_tp(
     processes.append(single_process)
     try:
         _wait(ctx, single_process, settings)
-        one = greedy_tokens(
-            single_process.base_url, single.served_model_name, prompt_ids, max_tokens
-        )
+        one = ask(single_process, single.served_model_name)
     except (EngineRefused, EngineRequestError) as exc:
         result["tp"]["reason"] = f"the TP=1 launch failed: {exc}"
         return
     finally:
         single_process.stop()
-    result["tp"].update({"compared_with": 1, **compare_greedy(main, one)})
+    margin = float(limits_for(dtype)["max_abs_logprob_diff"])
+    result["tp"].update({"compared_with": 1, **compare_tp(main, one, tie_margin=margin)})
 
 
 def _attach(
