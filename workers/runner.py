@@ -42,7 +42,7 @@ from engine.contract import (
     never_cancelled,
 )
 from engine.registry import STAGES, get_stage
-from engine.stages.serve.options import LAUNCHED_KINDS, engine_settings
+from engine.stages.serve.options import engine_settings
 from engine.units import gb_per_s_to_bytes_per_s
 
 logger = logging.getLogger(__name__)
@@ -143,15 +143,17 @@ def pool_spec(pool: AcceleratorPool) -> PoolSpec:
 
 def pool_engine(pool: AcceleratorPool) -> dict[str, Any]:
     """The pool's serving engine as the serve stage reads it (`engine_settings`: {} for
-    none), with `python` the worker's `DAY0_ENGINE_PYTHON` for a launched kind (vllm,
-    sglang) whose pool names none (a worker in the engine's image has it set there). {} for
-    an engine its checks refuse (saved around them): `serve_engine_check` fails the serve
-    stage with the reason before it runs, and no other stage reads it."""
+    none), with `python` the worker's `DAY0_ENGINE_PYTHON` where the pool names none (the
+    engine a launched kind starts; the load generator of any kind; a worker in the engine's
+    image has it set there). {} for an engine its checks refuse (saved around them):
+    `serve_engine_check` fails the serve stage with the reason before it runs, and no other
+    stage reads it."""
     try:
         engine = engine_settings(pool.engine)
     except ValueError:
         return {}
-    if engine.get("kind") in LAUNCHED_KINDS and not engine.get("python"):
+    # An attached endpoint's load sweep runs vLLM's benchmark module from that environment too.
+    if engine and not engine.get("python"):
         engine["python"] = settings.DAY0_ENGINE_PYTHON
     return engine
 

@@ -12,6 +12,7 @@ import os
 
 import pytest
 from django.apps import apps
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.test import override_settings
 
@@ -257,6 +258,7 @@ def test_the_runner_hands_the_engine_over_with_the_workers_engine_python():
     assert runner.pool_spec(pool).engine == {
         "kind": "openai",
         "base_url": "https://llm.example.com/v1",
+        "python": "/srv/engines/vllm/bin/python",
     }
     pool.engine = {}
     assert runner.pool_spec(pool).engine == {}
@@ -297,7 +299,13 @@ def test_the_worker_checks_the_endpoint_again_before_the_stage_runs(monkeypatch)
     seen: list = []
     run = serve_run(monkeypatch, pool, seen)
     assert run.status == StageStatus.SUCCEEDED, run.error
-    assert seen == [{"kind": "openai", "base_url": f"https://{PUBLIC}/v1"}]
+    assert seen == [
+        {
+            "kind": "openai",
+            "base_url": f"https://{PUBLIC}/v1",
+            "python": settings.DAY0_ENGINE_PYTHON,
+        }
+    ]
     # The name now points inside: the stage does not run.
     fake_getaddrinfo(monkeypatch, {PUBLIC: ["169.254.169.254"]})
     run = serve_run(monkeypatch, pool, seen)

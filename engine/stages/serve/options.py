@@ -16,7 +16,8 @@ A pool's `engine` is one of:
   variable `api_key_env`, never stored; `model` is the served model name (default: the first of
   `/v1/models`); `reference` a folder on the worker holding the same checkpoint the endpoint
   serves, for the float32 reference of the precision check (without it, precision through
-  the endpoint is not measured and the result says so).
+  the endpoint is not measured and the result says so); `python` the interpreter whose vLLM
+  drives the load sweep (default: the worker's `DAY0_ENGINE_PYTHON`).
 """
 
 from __future__ import annotations
@@ -42,7 +43,15 @@ _ENGINE_KEYS = {
         "memory_fraction",
         "start_timeout_s",
     ),
-    "openai": ("kind", "base_url", "api_key_env", "model", "reference", "start_timeout_s"),
+    "openai": (
+        "kind",
+        "base_url",
+        "api_key_env",
+        "model",
+        "reference",
+        "python",
+        "start_timeout_s",
+    ),
 }
 _ENGINE_KEYS["sglang"] = _ENGINE_KEYS["vllm"]
 

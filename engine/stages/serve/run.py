@@ -585,7 +585,7 @@ def _attach(
         dtype=dtype if dtype in ("bfloat16", "float16", "float32") else "bfloat16",
         options=options,
         plan=ctx.previous.get("plan") if isinstance(ctx.previous.get("plan"), Mapping) else None,
-        python=None,
+        python=str(settings["python"]) if settings.get("python") else None,
         alive=lambda: True,
         headers=headers,
     )
