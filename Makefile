@@ -46,7 +46,8 @@ run: install engine
 	$(PY) manage.py poll_hubs --force || echo "Some hub watches could not be polled; see the board."
 	@echo ""
 	@echo "day0 is starting at http://$${DAY0_HOST:-127.0.0.1}:$${DAY0_PORT:-8000}/  (login: demo / day0-demo)"
-	@echo "Web, a Celery worker for the cpu pool and beat run below; Ctrl-C stops them all."
+	@echo "Web, the control worker (queue day0), the cpu pool's worker (pool.cpu) and beat run below;"
+	@echo "a worker that dies is restarted (workers/supervise.py). Ctrl-C stops them all."
 	@echo ""
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/honcho start -f Procfile
 
