@@ -32,6 +32,7 @@ from typing import Any
 
 from engine.contract import StageContext, StageFailed, never_cancelled
 from engine.formatting import exit_status
+from engine.paths import var_dir
 
 from .degree import BACKENDS, EP_NOT_VALIDATED, divisibility, validated_tp
 from .failures import failure_reason
@@ -73,7 +74,7 @@ def work_root() -> Path:
     """Where runs keep their work folders (the saved twin, inputs, rank outputs and logs):
     `distributed/` under DAY0_VAR_DIR when the worker has one, else under the system's
     temporary folder. Folders older than `STALE_WORK_S` there are removed first."""
-    root = Path(os.environ.get("DAY0_VAR_DIR") or tempfile.gettempdir()) / "distributed"
+    root = var_dir("distributed")
     root.mkdir(parents=True, exist_ok=True)
     now = time.time()
     for entry in root.glob("day0-distributed-*"):

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -43,6 +42,7 @@ from typing import Any
 
 from engine.contract import StageTransientError
 from engine.hubs.base import HubError, HubSource
+from engine.paths import var_dir
 
 # In the order they are taken when the total cap leaves room for only some: the config and
 # the vocabulary first.
@@ -74,7 +74,7 @@ _TIKTOKEN_LINE = re.compile(rb"^[A-Za-z0-9+/]+=* \d+\r?$")
 def tokenizer_store_root() -> Path:
     """Where tokenizer folders are kept: `tokenizers/` under DAY0_VAR_DIR when the worker has
     one, else under the system's temporary folder (read now, not at import)."""
-    return Path(os.environ.get("DAY0_VAR_DIR") or tempfile.gettempdir()) / "tokenizers"
+    return var_dir("tokenizers")
 
 
 def tokenizer_file_names(file_names: Iterable[str]) -> list[str]:

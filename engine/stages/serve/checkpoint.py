@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.contract import StageContext, StageFailed
+from engine.paths import var_dir
 
 CHECKPOINT_FORMAT = 1  # bump when what is saved changes, so old folders are not reused
 SAVE_DTYPE = "bfloat16"
@@ -33,7 +33,7 @@ class ServedCheckpoint:
 
     folder: Path
     kind: str
-    parameters: int
+    parameters: int | None  # None for real weights: their headers give bytes, not a count
     bytes: int
     dtype: str
     tokenizer: str
@@ -53,8 +53,7 @@ class ServedCheckpoint:
 
 
 def checkpoints_root() -> Path:
-    root = Path(os.environ.get("DAY0_VAR_DIR") or tempfile.gettempdir())
-    return root / "serve" / "checkpoints"
+    return var_dir("serve", "checkpoints")
 
 
 def _tokenizer(ctx: StageContext) -> tuple[Path | None, str]:
@@ -89,7 +88,7 @@ def _real_checkpoint(ctx: StageContext, config: Mapping[str, Any]) -> ServedChec
     return ServedCheckpoint(
         folder=checkpoint.folder,
         kind="real",
-        parameters=0,
+        parameters=None,
         bytes=checkpoint.total_bytes,
         dtype=str(raw.get("torch_dtype") or raw.get("dtype") or "checkpoint"),
         tokenizer="fast" if (checkpoint.folder / "tokenizer.json").is_file() else "slow",

@@ -38,6 +38,8 @@ MEMORY_FLAG = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-sta
 CONTEXT_FLAG = {"vllm": "--max-model-len", "sglang": "--context-length"}
 MODEL_FLAG = {"vllm": "--model", "sglang": "--model-path"}
 _SHORT_TP = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size"}
+# SGLang's multi-node flags (the plan's head node): one worker launches one node.
+MULTI_NODE_FLAGS = ("--nnodes", "--node-rank", "--dist-init-addr")
 
 
 class CommandError(ValueError):
@@ -140,13 +142,15 @@ def launch_command(
     extra_flags: Sequence[str] = (),
     host: str = "127.0.0.1",
     tp: int | None = None,
+    device: str = "cpu",
 ) -> Launch:
     """The argv that launches `planned` (the plan's command line) on this worker.
 
     `devices` is how many devices (cores on a cpu pool) the worker holds for one engine,
     `max_context` the checkpoint config's `max_position_embeddings`, `tp` a forced tensor
-    parallel size (the TP=1 comparison launch). Raises `CommandError` for a command of another
-    program.
+    parallel size (the TP=1 comparison launch), `device` the pool's device kind ("cpu": FP8
+    quantization is dropped, TP > 1 runs vLLM's multiprocessing executor). Raises
+    `CommandError` for a command of another program.
     """
     try:
         words = shlex.split(planned)
@@ -234,9 +238,47 @@ def launch_command(
             continue
         if name in ("--host", "--port"):
             continue
+        if name in MULTI_NODE_FLAGS:
+            diff.append(
+                {
+                    "flag": name,
+                    "planned": value or "",
+                    "launched": "",
+                    "why": "one worker launches one node: the plan's other nodes are not started",
+                }
+            )
+            continue
+        if name == "--quantization" and value == "fp8" and device == "cpu":
+            diff.append(
+                {
+                    "flag": name,
+                    "planned": value,
+                    "launched": "",
+                    "why": "the CPU build has no FP8 kernels: served in the plan's --dtype",
+                }
+            )
+            continue
+        if name == "--distributed-executor-backend":
+            continue  # set below for a cpu pool's TP, kept otherwise
         args += group
     if launch.tp == 1 and tp is not None and tp_flag not in args:
         launch.tp = tp
+    planned_backend = next(
+        (g[1] for g in groups if g[0] == "--distributed-executor-backend" and len(g) == 2), None
+    )
+    if kind == "vllm" and device == "cpu" and launch.tp > 1:
+        args += ["--distributed-executor-backend", "mp"]
+        if planned_backend != "mp":
+            diff.append(
+                {
+                    "flag": "--distributed-executor-backend",
+                    "planned": planned_backend or "",
+                    "launched": "mp",
+                    "why": "TP on a cpu pool runs one process per rank (Ray is not installed)",
+                }
+            )
+    elif planned_backend is not None:
+        args += ["--distributed-executor-backend", planned_backend]
     if MEMORY_FLAG[kind] not in args:
         args += [MEMORY_FLAG[kind], f"{memory_fraction:g}"]
         diff.append(

@@ -8,9 +8,15 @@ process group (`process.EngineProcess.stop`).
 """
 
 import ctypes
+import os
 import runpy
 import signal
 import sys
+
+# This folder's modules (metrics.py, process.py, options.py...) must not shadow the engine's
+# own imports of the same names: drop the script's folder from the path.
+_HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != _HERE]
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -24,7 +30,10 @@ def _die_with_parent() -> None:
 
 
 if __name__ == "__main__":
+    parent = os.getppid()
     _die_with_parent()
+    if os.getppid() != parent:  # the worker died before the request took effect
+        sys.exit(1)
     module = sys.argv[1]
     sys.argv = [module, *sys.argv[2:]]
     runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -180,42 +180,42 @@ def findings(
     result: Mapping[str, Any], *, pool: str, analysis: Mapping[str, Any] | None = None
 ) -> list[Finding] | None:
     """The serve stage's notes from its result (see the module docstring). None for a result
-    that is not a serve run, or a pool without an engine (nothing was judged)."""
+    that is not a serve run, or a pool without an engine (nothing was judged). A failure the
+    infrastructure caused after the engine started (it died, an endpoint stopped answering)
+    raises no note about the release."""
     status = result.get("status")
     if status not in ("served", "attached", "failed"):
         return None
     failure = _mapping(result.get("failure"))
-    found: list[Finding] = []
-    if failure.get("phase") == "launch":
+    if failure.get("phase") in ("checkpoint", "launch"):
         return [_cannot_serve(result, failure, pool, _architecture(analysis, result))]
+    found: list[Finding] = []
     if _mapping(result.get("precision")).get("passed") is False:
         found.append(_precision(result, pool))
     if _mapping(result.get("tp")).get("greedy_match") is False:
         found.append(_multi_device(result, pool))
     sweep = [p for p in result.get("sweep") or [] if isinstance(p, Mapping)]
-    if failure.get("phase") == "sweep" or any(p.get("errors") for p in sweep):
+    blamed = failure.get("culprit") == "release"
+    if any(p.get("errors") for p in sweep) and (blamed or not failure):
         found.append(_sweep(result, pool))
-    if failure.get("phase") in ("precision", "tp") and not found:
-        found.append(_cannot_serve(result, failure, pool, _architecture(analysis, result)))
     return found
 
 
 def unjudged_keys(result: Mapping[str, Any]) -> frozenset[str]:
-    """Notes a run could not judge: a pool without an engine judges nothing; a launch that
-    failed says nothing of precision, TP or load; a run stopped before the sweep says nothing
-    of it; a run without a TP comparison says nothing of multi-device."""
+    """Notes a run could not judge: a pool without an engine judges nothing; a run that never
+    served says nothing of precision, TP or load; a check the run did not reach (the
+    infrastructure stopped it first) says nothing of that check."""
     status = result.get("status")
     if status not in ("served", "attached", "failed"):
         return ALL_KEYS
     failure = _mapping(result.get("failure"))
-    phase = failure.get("phase")
-    if phase == "launch":
+    if failure.get("phase") in ("checkpoint", "launch"):
         return frozenset({SERVE_PRECISION, SERVE_MULTI_DEVICE, SERVE_SWEEP})
     unjudged = set()
     if _mapping(result.get("precision")).get("passed") is None:
         unjudged.add(SERVE_PRECISION)
     if _mapping(result.get("tp")).get("greedy_match") is None:
         unjudged.add(SERVE_MULTI_DEVICE)
-    if phase in ("precision",) or not result.get("sweep"):
+    if failure.get("culprit") == "infrastructure" or not result.get("sweep"):
         unjudged.add(SERVE_SWEEP)
     return frozenset(unjudged)

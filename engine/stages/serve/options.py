@@ -59,12 +59,37 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Variables a pool may not set for its engine: they would redirect what the launched process
 # loads or where it reads its checkpoint from, which day0 decides.
 _RESERVED_ENV = frozenset({"PYTHONPATH", "PYTHONHOME", "LD_PRELOAD", "LD_LIBRARY_PATH"})
-# Flags the launch sets itself (the checkpoint, host and port: `command.launch_argv`).
-RESERVED_FLAGS = frozenset({"--model", "--host", "--port", "--model-path", "--served-model-name"})
+# Flags the launch sets itself (`command.launch_command`).
+# The parallel sizes are the plan's (a pool flag would leave the stage reading a stale TP); an
+# API key or TLS files would be stored in the launched command and lock day0's own checks out.
+RESERVED_FLAGS = frozenset(
+    {
+        "--model",
+        "--host",
+        "--port",
+        "--model-path",
+        "--served-model-name",
+        "--tensor-parallel-size",
+        "-tp",
+        "--pipeline-parallel-size",
+        "-pp",
+        "--data-parallel-size",
+        "-dp",
+        "--tp-size",
+        "--pp-size",
+        "--dp-size",
+        "--ep-size",
+        "--api-key",
+        "--ssl-keyfile",
+        "--ssl-certfile",
+        "--ssl-ca-certs",
+    }
+)
 
 DEFAULT_MEMORY_FRACTION = 0.1
 DEFAULT_START_TIMEOUT_S = 600
-MAX_START_TIMEOUT_S = 3600
+# Two launches must fit the stage's soft limit with the checks: 2 x 600 s + about 300 s.
+MAX_START_TIMEOUT_S = 600
 MAX_FLAGS = 64
 MAX_TEXT = 2048
 
@@ -122,7 +147,8 @@ def _flags(value: Any) -> list[str]:
             raise ValueError(f"engine flag {flag!r} must be a non-empty string")
         if flag.split("=", 1)[0] in RESERVED_FLAGS:
             raise ValueError(
-                f"engine flag {flag} is set by day0 itself (the checkpoint, host and port)"
+                f"engine flag {flag} is set by day0 itself (the checkpoint, host, port, "
+                "parallel sizes) or would lock day0's checks out (API key, TLS)"
             )
         flags.append(flag)
     return flags
@@ -216,8 +242,3 @@ def serve_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
             raise ValueError(f"compare_tp must be true or false, got {compare!r}")
         checked["compare_tp"] = compare
     return checked
-
-
-def serve_time_limits(options: Mapping[str, Any] | None) -> tuple[int, int]:
-    """(soft, hard) time limits of the stage in seconds; the start timeout of a pool is inside."""
-    return SERVE_SOFT_TIME_LIMIT_S, SERVE_TIME_LIMIT_S

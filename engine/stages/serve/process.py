@@ -30,6 +30,12 @@ from .engine_log import error_lines, excerpt
 
 CHILD = Path(__file__).with_name("engine_child.py")
 RUN_TAG = "DAY0_ENGINE_RUN"
+# The pid of the day0 process that launched the engine: an engine whose owner is gone (a worker
+# SIGKILLed, whose PR_SET_PDEATHSIG reached only the API server) is stopped by `reap_orphans`.
+OWNER_TAG = "DAY0_ENGINE_OWNER"
+# Never handed to the engine even under an allowed prefix: a key would make the engine demand it
+# from day0's own health and model checks.
+ENV_DENIED = frozenset({"VLLM_API_KEY"})
 # What the engine inherits from the worker's environment (names, or prefixes ending in "_").
 ENV_ALLOWED = (
     "PATH",
@@ -70,35 +76,63 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def engine_environment(extra: Mapping[str, str], run_id: str) -> dict[str, str]:
-    env = {
+def allowed_environment() -> dict[str, str]:
+    """The worker's variables a child it launches may see (`ENV_ALLOWED`, less `ENV_DENIED`):
+    never its database or broker URL, secret key, hub token or webhook keys."""
+    return {
         name: value
         for name, value in os.environ.items()
-        if any(
+        if name not in ENV_DENIED
+        and any(
             name == allowed or (allowed.endswith("_") and name.startswith(allowed))
             for allowed in ENV_ALLOWED
         )
     }
+
+
+def engine_environment(extra: Mapping[str, str], run_id: str) -> dict[str, str]:
+    """The engine's environment: `allowed_environment()`, the pool's `extra`, and the tags
+    that find its processes (`RUN_TAG`) and its owner (`OWNER_TAG`)."""
+    env = allowed_environment()
     env.update(extra)
     env[RUN_TAG] = run_id
+    env[OWNER_TAG] = str(os.getpid())
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def _environ(pid_dir: Path) -> list[bytes]:
+    try:
+        return (pid_dir / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def _live_pids() -> list[Path]:
+    return [entry for entry in Path("/proc").iterdir() if entry.name.isdigit()]
 
 
 def tagged_pids(run_id: str) -> list[int]:
     """Pids of live processes whose environment carries `DAY0_ENGINE_RUN=run_id`."""
     needle = f"{RUN_TAG}={run_id}".encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    return [int(entry.name) for entry in _live_pids() if needle in _environ(entry)]
+
+
+def reap_orphans() -> list[int]:
+    """SIGKILL every engine process whose owner (`DAY0_ENGINE_OWNER`) is no longer alive: what a
+    worker killed mid-stage left behind. Returns the pids killed."""
+    prefix = f"{OWNER_TAG}=".encode()
+    killed = []
+    for entry in _live_pids():
+        owner = next(
+            (item[len(prefix) :] for item in _environ(entry) if item.startswith(prefix)), None
+        )
+        if owner is None or not owner.isdigit() or Path(f"/proc/{int(owner)}").exists():
             continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0"):
-            pids.append(int(entry.name))
-    return pids
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(int(entry.name), signal.SIGKILL)
+            killed.append(int(entry.name))
+    return killed
 
 
 def _rss_bytes(pid: int) -> int:
@@ -130,6 +164,7 @@ class EngineProcess:
         self.peak_memory_bytes = 0
         self._sampling = threading.Event()
         self._sampler: threading.Thread | None = None
+        self._stopped = False
 
     def start(self) -> None:
         """Launch `python engine_child.py <module> <args>` in a new session."""
@@ -200,8 +235,9 @@ class EngineProcess:
         """Kill the engine's process group and every tagged process; returns the pids that had
         to be killed with SIGKILL. Safe to call twice."""
         self._sampling.set()
-        if self.proc is None:
+        if self.proc is None or self._stopped:
             return []
+        self._stopped = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s

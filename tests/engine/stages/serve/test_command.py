@@ -42,6 +42,7 @@ def test_vllm_command_changed_only_where_the_pool_must():
         "--tensor-parallel-size", "2", "--pipeline-parallel-size", "1",
         "--dtype", "bfloat16", "--max-model-len", "8192", "--max-num-seqs", "4",
         "--max-num-batched-tokens", "8192", "--gpu-memory-utilization", "0.1",
+        "--distributed-executor-backend", "mp",
         "--host", "127.0.0.1", "--port", "40123", "--enforce-eager",
     ]  # fmt: skip
     assert launch.tp == 2
@@ -52,6 +53,7 @@ def test_vllm_command_changed_only_where_the_pool_must():
         "--tensor-parallel-size": ("4", "2"),
         "--max-model-len": ("131072", "8192"),
         "--gpu-memory-utilization": ("0.9", "0.1"),
+        "--distributed-executor-backend": ("", "mp"),
         "--host/--port": ("", "127.0.0.1:40123"),
         "--enforce-eager": ("", "--enforce-eager"),
     }
@@ -104,3 +106,27 @@ def test_planned_command_reads_the_plans_artifacts():
     assert planned_command({"artifacts": {"vllm": PLANNED}}, "vllm") == PLANNED
     assert planned_command({"artifacts": {}}, "sglang") == ""
     assert planned_command({}, "vllm") == ""
+
+
+def test_what_a_single_cpu_worker_cannot_honour_is_dropped_with_its_reason():
+    fp8 = PLANNED.replace("--dtype bfloat16", "--dtype bfloat16 --quantization fp8")
+    on_cpu = _launch(fp8)
+    assert "--quantization" not in on_cpu.argv
+    row = next(r for r in on_cpu.diff if r["flag"] == "--quantization")
+    assert (row["planned"], row["launched"]) == ("fp8", "")
+    on_gpu = _launch(fp8, device="cuda", devices=8)
+    assert flag_value(on_gpu.argv, "--quantization") == "fp8"
+    assert "--distributed-executor-backend" not in on_gpu.argv
+    split = Split(tp=2, pp=1, ep=1, dp=1)
+    sglang = sglang_command("org/m", split, "bfloat16", context_tokens=4096, max_num_seqs=8,
+                            nodes=2)  # fmt: skip
+    launched = _launch(sglang, kind="sglang")
+    assert not {"--nnodes", "--node-rank", "--dist-init-addr"} & set(launched.argv)
+    assert {"--nnodes", "--node-rank", "--dist-init-addr"} <= {r["flag"] for r in launched.diff}
+
+
+def test_a_planned_executor_backend_becomes_mp_on_a_cpu_pool():
+    launch = _launch(PLANNED + " --distributed-executor-backend ray")
+    assert launch.argv.count("--distributed-executor-backend") == 1
+    assert flag_value(launch.argv, "--distributed-executor-backend") == "mp"
+    assert launch.argv[-2:] == ["--port", "40123"]  # no stray "mp" word after the flags

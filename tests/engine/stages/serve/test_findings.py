@@ -7,7 +7,7 @@ from engine.stages.serve.findings import (
     SERVE_PRECISION,
     SERVE_SWEEP,
 )
-from engine.stages.serve.run import knee
+from engine.stages.serve.verdict import knee, refusal_culprit
 
 ENGINE = {"name": "vllm", "version": "0.32.0", "launched_command": "python -m vllm..."}
 
@@ -76,11 +76,44 @@ def test_a_pool_without_an_engine_judges_nothing():
     assert SERVE_CANNOT_SERVE in unjudged_keys("serve", result)
 
 
-def test_knee_is_the_level_after_which_throughput_grows_under_ten_percent():
+def test_knee_follows_the_performance_stages_rule():
     sweep = [_point(1, 50.0), _point(2, 95.0), _point(4, 100.0), _point(8, 101.0)]
     assert knee(sweep)["concurrency"] == 2
-    assert knee(sweep)["reason"] == "growth_below_threshold"
+    assert (knee(sweep)["found"], knee(sweep)["reason"]) == (True, "found")
     rising = [_point(1, 50.0), _point(2, 95.0), _point(4, 180.0)]
-    assert knee(rising)["concurrency"] == 4
-    assert knee(rising)["reason"] == "largest_measured"
+    assert (knee(rising)["concurrency"], knee(rising)["reason"]) == (4, "beyond_sweep")
+    # One stalled level is no knee when throughput climbs again after it.
+    stalled = [_point(1, 50.0), _point(2, 52.0), _point(4, 200.0)]
+    assert (knee(stalled)["concurrency"], knee(stalled)["found"]) == (4, False)
+    assert knee([_point(1, 50.0)])["reason"] == "one_level"
+    assert knee([_point(1, 50.0, errors=4)]) is None
     assert knee([]) is None
+
+
+def test_refusals_blame_the_release_only_for_what_its_build_cannot_load():
+    head = ["ValueError: Head size 16 is not supported by the CPU attention backend"]
+    assert refusal_culprit("exited", head, []) == "release"
+    flag = ["api_server.py: error: unrecognized arguments: --no-such-flag"]
+    assert refusal_culprit("exited", flag, ["--no-such-flag"]) == "infrastructure"
+    assert refusal_culprit("exited", ["RuntimeError: Not enough allowed NUMA nodes"], []) == (
+        "infrastructure"
+    )
+    oom = ["torch.OutOfMemoryError: out of memory"]
+    assert refusal_culprit("exited", oom, []) == "infrastructure"
+    assert refusal_culprit("the engine did not answer /health within 600 s", [], []) == (
+        "infrastructure"
+    )
+    assert refusal_culprit("exited", ["SomethingError: what"], []) == "infrastructure"
+
+
+def test_an_engine_that_died_mid_sweep_raises_no_release_note():
+    result = {
+        "status": "failed",
+        "engine": ENGINE,
+        "precision": {"passed": True},
+        "sweep": [_point(1, 50.0), _point(2, 0.0, errors=4)],
+        "failure": {"phase": "sweep", "reason": "the engine died", "culprit": "infrastructure"},
+    }
+    assert findings_for_stage("serve", result, pool="cpu") == []
+    assert SERVE_SWEEP in unjudged_keys("serve", result)
+    assert SERVE_PRECISION not in unjudged_keys("serve", result)
