@@ -8,9 +8,12 @@ Reads one JSON object on stdin:
 
     {"base_url": "http://127.0.0.1:8000", "model": "/ckpt", "tokenizer_dir": "/ckpt",
      "levels": [1, 2, 4, 8], "input_tokens": 128, "output_tokens": 32,
-     "requests_per_level": 8, "seed": 0, "percentiles": [50, 95, 99]}
+     "requests_per_level": 8, "seed": 0, "percentiles": [50, 95, 99], "api_key": null}
 
-(`requests_per_level` null: four requests per concurrent slot at each level)
+(`requests_per_level` null: four requests per concurrent slot at each level; `api_key`, when
+set, the endpoint's key: it becomes `OPENAI_API_KEY` in this process's environment, which
+vLLM's benchmark reads for every request's `Authorization: Bearer` header; it is never put on
+a command line or printed)
 and for each level (the client's maximum concurrency) runs `vllm.benchmarks.serve.main_async`
 (what `vllm bench serve` runs) with the random dataset: `requests_per_level` prompts of exactly
 `input_tokens` tokens, `output_tokens` tokens each (`--ignore-eos`), all sent at once
@@ -79,6 +82,17 @@ REQUIRED = (
     "output_tokens",
     "requests_per_level",
 )
+
+
+def use_api_key(spec: dict, environ=os.environ) -> None:
+    """The spec's `api_key` as `OPENAI_API_KEY` in `environ` (vLLM's benchmark reads it from
+    there at each request, `vllm.benchmarks.lib.endpoint_request_func._get_headers`); without
+    one, no key at all, whatever the environment held."""
+    key = spec.get("api_key")
+    if key:
+        environ["OPENAI_API_KEY"] = str(key)
+    else:
+        environ.pop("OPENAI_API_KEY", None)
 
 
 def requests_for(spec: dict, level: int) -> int:
@@ -186,6 +200,7 @@ def main() -> int:
     except ValueError as exc:
         emit(out, {"level": None, "error": f"bad spec: {exc}"})
         return EXIT_BAD_SPEC
+    use_api_key(spec)
     # vLLM prints its progress and tables to stdout: send them to stderr with the logs.
     with contextlib.redirect_stdout(sys.stderr):
         return asyncio.run(run_levels(spec, out))

@@ -21,6 +21,14 @@ result's `sweep` points (`point_from_line`, in seconds):
 
 A child that fails, runs past `timeout_s`, is cancelled, or finds the engine gone (its requests
 refused or cut off) ends the sweep with `SweepError`, which keeps the levels finished before.
+
+The child's environment is the engine's allow-list (`process.engine_environment`: PATH, HOME,
+locale, TMPDIR, the HF cache folders, ...) with `HF_HUB_OFFLINE=1` and what the caller adds:
+the worker's secrets (database and broker URLs, SECRET_KEY, hub tokens, OPENAI_API_KEY) stay
+out. An endpoint's API key (`api_key`, attach mode) travels in the stdin spec, never in argv or
+the environment the child is started with, and is never logged; the child sets it as
+`OPENAI_API_KEY` in its own environment, where vLLM's benchmark reads it for its
+`Authorization: Bearer` header.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -41,11 +50,14 @@ from typing import Any
 from engine.contract import never_cancelled
 
 from . import bench_child
+from .process import engine_environment, tagged_pids
 
 BENCH_CHILD = Path(bench_child.__file__).resolve()
 LOAD_GENERATOR = "vllm.benchmarks.serve"
 PERCENTILES = (50, 95, 99)
 DEFAULT_SEED = 0
+# Set in the child's environment whatever the caller passes: the sweep never downloads.
+CHILD_ENV = {"HF_HUB_OFFLINE": "1"}
 
 # Seconds a child gets to exit after SIGTERM before its group is killed.
 _KILL_GRACE_S = 5.0
@@ -93,10 +105,13 @@ def levels_for(plan_concurrency: int | None, cap: int) -> list[int]:
     return levels
 
 
-def load_generator_name(python: str | os.PathLike) -> str:
+def load_generator_name(python: str | os.PathLike, version: str | None = None) -> str:
     """ "vllm.benchmarks.serve (vLLM 0.32.0)": the benchmark module and the version of the vLLM
-    installed beside `python` (read from the package metadata, without importing vLLM), or
-    just the module's name when it cannot be read."""
+    installed beside `python`. `version` is that version when the caller already read it (the
+    stage reads it once, for the engine); without it the package metadata is read by starting
+    `python` (without importing vLLM). Just the module's name when neither gives a version."""
+    if version:
+        return f"{LOAD_GENERATOR} (vLLM {version})"
     probe = (
         "import importlib.metadata as m\n"
         "dists = m.packages_distributions().get('vllm') or ['vllm']\n"
@@ -187,14 +202,17 @@ def run_sweep(
     cancelled: Callable[[], bool] | None = None,
     seed: int = DEFAULT_SEED,
     child: str | os.PathLike = BENCH_CHILD,
+    api_key: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run the load sweep against the engine at `base_url`; one point per level, in order.
 
     `python` is the engine environment's interpreter (it runs `child`, bench_child.py);
-    `requests_per_level` None sends four times each level's concurrency. `env` adds to this
-    process's environment for the child. `log` gets one line per finished level; `cancelled` is
-    polled while the child runs. Raises `SweepError` (keeping the finished points) when the
-    child fails, exceeds `timeout_s`, is cancelled, or the engine stops answering.
+    `requests_per_level` None sends four times each level's concurrency. The child's
+    environment is the engine's allow-list with `CHILD_ENV` and `env` added (see the module
+    docstring); `api_key`, the endpoint's key, goes to the child in its stdin spec only. `log`
+    gets one line per finished level; `cancelled` is polled while the child runs. Raises
+    `SweepError` (keeping the finished points) when the child fails, exceeds `timeout_s`, is
+    cancelled, or the engine stops answering.
     """
     log = log or (lambda _line: None)
     cancelled = cancelled or never_cancelled
@@ -209,7 +227,11 @@ def run_sweep(
         "requests_per_level": None if requests_per_level is None else int(requests_per_level),
         "seed": int(seed),
         "percentiles": list(PERCENTILES),
+        "api_key": api_key or None,
     }
+    # The child and anything it starts carry this tag, so that none outlives the sweep even
+    # after leaving the child's session.
+    run_tag = f"sweep-{uuid.uuid4().hex}"
     try:
         process = subprocess.Popen(
             [str(python), str(child)],
@@ -217,7 +239,7 @@ def run_sweep(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, **dict(env or {})},
+            env=engine_environment({**CHILD_ENV, **dict(env or {})}, run_tag),
             start_new_session=True,
         )
     except OSError as exc:
@@ -313,6 +335,9 @@ def run_sweep(
             _kill_group(process)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
+        for pid in tagged_pids(run_tag):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         stdout_reader.join(timeout=5)
         stderr_reader.join(timeout=5)
 

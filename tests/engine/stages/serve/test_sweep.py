@@ -139,9 +139,9 @@ def test_the_child_summarizes_failed_requests():
     assert line["connection_errors"] == 2
 
 
-# A stand-in for bench_child.py, run with this interpreter: it records the spec and its pid,
-# replays FAKE_LINES (a jsonl file), then does FAKE_THEN: "exit:N", "sleep" (with a grandchild
-# in its session) or "crash".
+# A stand-in for bench_child.py, run with this interpreter: it records the spec, its argv,
+# environment and pid, replays FAKE_LINES (a jsonl file), then does FAKE_THEN: "exit:N",
+# "sleep" (with a grandchild in its session) or "crash".
 FAKE_CHILD = textwrap.dedent(
     """
     import json, os, subprocess, sys, time
@@ -149,6 +149,8 @@ FAKE_CHILD = textwrap.dedent(
     spec = json.loads(sys.stdin.read())
     with open(os.path.join(record, "spec.json"), "w") as f:
         json.dump(spec, f)
+    with open(os.path.join(record, "child.json"), "w") as f:
+        json.dump({"argv": sys.argv, "environ": dict(os.environ)}, f)
     grandchild = subprocess.Popen(["sleep", "300"])
     with open(os.path.join(record, "pids.json"), "w") as f:
         json.dump({"child": os.getpid(), "grandchild": grandchild.pid}, f)
@@ -232,7 +234,54 @@ def test_a_full_sweep_returns_one_point_per_level_in_order(fake_sweep):
         "requests_per_level": 4,
         "seed": 0,
         "percentiles": [50, 95, 99],
+        "api_key": None,
     }
+
+
+# What a worker's environment holds that the load generator must not see.
+WORKER_SECRETS = {
+    "DATABASE_URL": "postgres://day0:pw@db/day0",
+    "CELERY_BROKER_URL": "redis://:pw@redis:6379/0",
+    "SECRET_KEY": "django-secret",
+    "HF_TOKEN": "hf_secret",
+    "OPENAI_API_KEY": "sk-worker",
+    "DAY0_GITHUB_WEBHOOK_SECRET": "hook-secret",
+}
+
+
+def test_the_child_gets_an_allow_listed_environment(fake_sweep, monkeypatch):
+    for name, value in WORKER_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HF_HOME", "/cache/hf")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    fake_sweep(sample_lines(), "exit:0")
+    environ = json.loads((fake_sweep.record / "child.json").read_text())["environ"]
+    assert not set(WORKER_SECRETS) & set(environ)
+    assert not any(value in environ.values() for value in WORKER_SECRETS.values())
+    assert environ["PATH"] and environ["HF_HOME"] == "/cache/hf"
+    assert environ["HF_HUB_OFFLINE"] == "1"  # the worker's own setting does not pass
+    assert environ["FAKE_THEN"] == "exit:0"  # what the caller passes does
+
+
+def test_the_api_key_travels_in_the_spec_only(fake_sweep):
+    logged = []
+    fake_sweep(sample_lines(), "exit:0", api_key="sk-endpoint", log=logged.append)
+    spec = json.loads((fake_sweep.record / "spec.json").read_text())
+    assert spec["api_key"] == "sk-endpoint"
+    child = json.loads((fake_sweep.record / "child.json").read_text())
+    assert not any("sk-endpoint" in arg for arg in child["argv"])
+    assert "sk-endpoint" not in json.dumps(child["environ"])
+    assert not any("sk-endpoint" in line for line in logged)
+
+
+def test_the_child_sets_the_key_where_vllm_reads_it():
+    environ = {"OPENAI_API_KEY": "sk-inherited"}
+    bench_child.use_api_key({"api_key": "sk-endpoint"}, environ)
+    assert environ == {"OPENAI_API_KEY": "sk-endpoint"}
+    bench_child.use_api_key({"api_key": None}, environ)
+    assert environ == {}
+    bench_child.use_api_key({}, environ)
+    assert environ == {}
 
 
 def test_a_timeout_kills_the_childs_group_and_keeps_the_finished_levels(fake_sweep):
@@ -316,6 +365,18 @@ def test_load_generator_name_without_vllm_is_the_module_alone():
     # day0's own environment has no vLLM (it must never import it).
     assert load_generator_name(sys.executable) == LOAD_GENERATOR
     assert load_generator_name("/nonexistent/python") == LOAD_GENERATOR
+
+
+def test_load_generator_name_takes_a_version_already_read_without_a_probe(monkeypatch):
+    import subprocess
+
+    def no_probe(*args, **kwargs):
+        raise AssertionError("the engine's Python was started again")
+
+    monkeypatch.setattr(subprocess, "run", no_probe)
+    assert load_generator_name("/nonexistent/python", version="0.32.0") == (
+        f"{LOAD_GENERATOR} (vLLM 0.32.0)"
+    )
 
 
 @pytest.mark.slow
