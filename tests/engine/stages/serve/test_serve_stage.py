@@ -10,12 +10,14 @@ attach mode against a second engine.
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from engine.contract import PoolSpec, ReleaseRef, StageContext, StageFailed
@@ -236,8 +238,17 @@ def test_an_engine_killed_mid_sweep_fails_cleanly(mirror, var_dir):
 def test_attach_mode_measures_a_running_endpoint(served, var_dir, monkeypatch):
     folder = Path(served["meta-llama/Llama-3.1-8B"]["checkpoint"]["folder"])
     assert folder.is_dir()
-    monkeypatch.setenv("TEAM_ENGINE_KEY", "not-checked-by-vllm")
-    with EngineServer(engine_python(), folder, log_path=var_dir / "attach.log") as server:
+    # The endpoint refuses /v1 requests without this key (vLLM's --api-key; /health and
+    # /metrics stay open): precision, the load sweep and /v1/models must all send it.
+    secret = "team-endpoint-key-0451"
+    monkeypatch.setenv("TEAM_ENGINE_KEY", secret)
+    with EngineServer(
+        engine_python(),
+        folder,
+        log_path=var_dir / "attach.log",
+        extra_args=("--api-key", secret),
+    ) as server:
+        assert httpx.get(f"{server.base_url}/v1/models", timeout=10).status_code == 401
         pool = PoolSpec(
             name="gpu-team",
             backend="cuda",
@@ -265,3 +276,4 @@ def test_attach_mode_measures_a_running_endpoint(served, var_dir, monkeypatch):
     assert all(p["errors"] == 0 for p in result["sweep"])
     assert result["metrics"]["series"]
     assert result["passed"] is True
+    assert secret not in json.dumps(result)  # read from the environment, never stored
