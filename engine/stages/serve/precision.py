@@ -16,6 +16,12 @@ Figures (over all positions of all prompts):
 - `token_agreement`: the fraction of positions where the engine's token is the reference's
   argmax. `first_divergence`: the first position (prompt order, then position) where it is not,
   `{"prompt", "position", "engine_token", "reference_token", "margin", "tie"}`, else None.
+- `tokens_until_divergence`: the tokens the engine and the reference agree on until the first
+  divergence that is not a tie (see `ties`), summed over the prompts: for each prompt the
+  number of positions before its first such divergence (all its positions when it has none).
+  Equal to `tokens_compared` when every disagreement is a near-tie; each prompt's count, and
+  where that divergence is, are in `per_prompt` (`tokens_until_divergence`,
+  `first_non_tie_divergence`).
 - `max_abs_logprob_diff`: the largest |engine logprob of its chosen token - reference logprob of
   that token|.
 - `kl_top_k`: the mean over positions of KL(P_engine || P_ref) TRUNCATED to the engine's top-k
@@ -300,58 +306,6 @@ def engine_completions(
     return completions
 
 
-def greedy_tokens(
-    base_url: str,
-    model: str,
-    prompt_ids_list: Sequence[Sequence[int]],
-    max_tokens: int,
-    headers: Mapping[str, str] | None = None,
-    *,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> list[list[int]]:
-    """The engine's greedy token ids for each prompt (the plan's TP against TP=1: run it on both
-    launches, then `compare_greedy`)."""
-    completions = engine_completions(
-        base_url=base_url,
-        model=model,
-        prompt_ids_list=prompt_ids_list,
-        max_tokens=max_tokens,
-        top_k=1,
-        headers=headers,
-        timeout_s=timeout_s,
-    )
-    return [c.tokens for c in completions]
-
-
-def compare_greedy(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]) -> dict[str, Any]:
-    """Token-by-token comparison of two runs' greedy tokens (same prompts, same order).
-
-    `tokens_compared` counts the positions both runs have; a run that is shorter (or has fewer
-    prompts) diverges where it ends, its token there None. `first_divergence` is
-    `{"prompt", "position", "a_token", "b_token"}` or None.
-    """
-    compared = 0
-    first = None
-    for index in range(max(len(a), len(b))):
-        seq_a = list(a[index]) if index < len(a) else []
-        seq_b = list(b[index]) if index < len(b) else []
-        compared += min(len(seq_a), len(seq_b))
-        if first is not None:
-            continue
-        for position in range(max(len(seq_a), len(seq_b))):
-            token_a = seq_a[position] if position < len(seq_a) else None
-            token_b = seq_b[position] if position < len(seq_b) else None
-            if token_a != token_b:
-                first = {
-                    "prompt": index,
-                    "position": position,
-                    "a_token": token_a,
-                    "b_token": token_b,
-                }
-                break
-    return {"greedy_match": first is None, "tokens_compared": compared, "first_divergence": first}
-
-
 # --- The reference's side -------------------------------------------------------------------
 
 
@@ -451,9 +405,11 @@ def compare(
     kl_sum = 0.0
     first = None
     per_prompt = []
+    until_divergence = 0
     for index, (completion, reference) in enumerate(zip(completions, references, strict=True)):
         prompt_agreed = 0
         prompt_first = None
+        prompt_first_non_tie = None
         for position, (token, ref) in enumerate(zip(completion.tokens, reference, strict=True)):
             compared += 1
             engine_logprob = completion.logprobs[position]
@@ -469,16 +425,25 @@ def compare(
             margin = ref.logprobs[ref.argmax] - ref.logprobs[token]
             tie = margin <= logprob_limit
             ties += tie
+            divergence = {
+                "prompt": index,
+                "position": position,
+                "engine_token": token,
+                "reference_token": ref.argmax,
+                "margin": margin,
+                "tie": tie,
+            }
             if prompt_first is None:
-                prompt_first = {
-                    "prompt": index,
-                    "position": position,
-                    "engine_token": token,
-                    "reference_token": ref.argmax,
-                    "margin": margin,
-                    "tie": tie,
-                }
+                prompt_first = divergence
+            if prompt_first_non_tie is None and not tie:
+                prompt_first_non_tie = divergence
         agreed += prompt_agreed
+        prompt_until = (
+            prompt_first_non_tie["position"]
+            if prompt_first_non_tie is not None
+            else len(completion.tokens)
+        )
+        until_divergence += prompt_until
         if first is None:
             first = prompt_first
         per_prompt.append(
@@ -487,6 +452,8 @@ def compare(
                 "tokens": len(completion.tokens),
                 "agreement": prompt_agreed / len(completion.tokens) if completion.tokens else 1.0,
                 "first_divergence": prompt_first,
+                "tokens_until_divergence": prompt_until,
+                "first_non_tie_divergence": prompt_first_non_tie,
             }
         )
     finite = compared - non_finite
@@ -503,6 +470,7 @@ def compare(
         "prompts": len(completions),
         "tokens_compared": compared,
         "token_agreement": agreed / compared if compared else 0.0,
+        "tokens_until_divergence": until_divergence,
         "first_divergence": first,
         "max_abs_logprob_diff": max_diff,
         "kl_top_k": kl_top_k,
@@ -530,9 +498,11 @@ def measure_precision(
     """The serve stage's `precision`: the engine at `base_url` serving `model` (the checkpoint
     at `checkpoint_dir` in `dtype`) against transformers float32 on that folder.
 
-    Returns `{"dtype", "prompts", "tokens_compared", "token_agreement", "first_divergence",
-    "max_abs_logprob_diff", "kl_top_k", "limits", "passed"}` and the extras `ties`,
-    `non_finite` and `per_prompt` (`{"prompt", "tokens", "agreement", "first_divergence"}`).
+    Returns `{"dtype", "prompts", "tokens_compared", "token_agreement",
+    "tokens_until_divergence", "first_divergence", "max_abs_logprob_diff", "kl_top_k",
+    "limits", "passed"}` and the extras `ties`, `non_finite` and `per_prompt` (`{"prompt",
+    "tokens", "agreement", "first_divergence", "tokens_until_divergence",
+    "first_non_tie_divergence"}`).
     Raises EngineRequestError when the engine errs or is gone, ValueError for a dtype without
     limits.
     """
@@ -558,7 +528,8 @@ def measure_precision(
     result = {"dtype": dtype, **compare(completions, references, limits=limits)}
     log(
         f"precision: agreement {result['token_agreement']:.3f} over "
-        f"{result['tokens_compared']} tokens, max |dlogprob| {result['max_abs_logprob_diff']:.4f}, "
+        f"{result['tokens_compared']} tokens ({result['tokens_until_divergence']} until the "
+        f"first divergence beyond a tie), max |dlogprob| {result['max_abs_logprob_diff']:.4f}, "
         f"kl_top_k {result['kl_top_k']:.2e}, passed {result['passed']}"
     )
     return result

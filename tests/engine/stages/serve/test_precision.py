@@ -17,7 +17,6 @@ from engine.stages.serve.precision import (
     EngineCompletion,
     EngineRequestError,
     compare,
-    compare_greedy,
     engine_completions,
     limits_for,
     load_prompts,
@@ -92,6 +91,8 @@ def test_compare_exact_figures_ties_and_first_divergence():
     assert result["prompts"] == 2
     assert result["tokens_compared"] == 4
     assert result["token_agreement"] == 0.75
+    # The one disagreement is a tie: every token counts as agreeing until a divergence.
+    assert result["tokens_until_divergence"] == 4
     assert result["max_abs_logprob_diff"] == pytest.approx(0.08, abs=1e-6)
     assert result["kl_top_k"] == pytest.approx(expected_kl, rel=1e-5)
     assert result["ties"] == 1
@@ -103,6 +104,39 @@ def test_compare_exact_figures_ties_and_first_divergence():
     assert result["passed"] is True
     assert [p["agreement"] for p in result["per_prompt"]] == [1.0, 0.5]
     assert result["per_prompt"][0]["first_divergence"] is None
+    assert [p["tokens_until_divergence"] for p in result["per_prompt"]] == [2, 2]
+    assert result["per_prompt"][1]["first_non_tie_divergence"] is None
+
+
+def test_tokens_until_divergence_stop_at_each_prompts_first_divergence_beyond_a_tie():
+    # Prompt 0: position 0 agrees, position 1 a near-tie (0.36 against 0.34), position 2 picks
+    # token 1 where the reference prefers token 0 by ln(0.6/0.2) ≈ 1.1: 2 tokens until then.
+    ref0 = rows([0.7, 0.1, 0.1, 0.1], [0.36, 0.34, 0.2, 0.1], [0.6, 0.2, 0.1, 0.1])
+    engine0 = EngineCompletion(
+        tokens=[0, 1, 1],
+        logprobs=[LN(0.7), LN(0.34), LN(0.2)],
+        top_logprobs=[{0: LN(0.7)}, {1: LN(0.34)}, {1: LN(0.2)}],
+    )
+    # Prompt 1: a divergence beyond the limit at once (0 tokens), then agreement.
+    ref1 = rows([0.6, 0.2, 0.1, 0.1], [0.7, 0.1, 0.1, 0.1])
+    engine1 = EngineCompletion(
+        tokens=[1, 0], logprobs=[LN(0.2), LN(0.7)], top_logprobs=[{1: LN(0.2)}, {0: LN(0.7)}]
+    )
+    engine = [engine0, engine1]
+    references = [reference_positions(r, e) for r, e in zip([ref0, ref1], engine, strict=True)]
+    result = compare(engine, references, limits=LIMITS_01)
+    assert result["tokens_compared"] == 5
+    assert result["token_agreement"] == pytest.approx(2 / 5)
+    assert result["tokens_until_divergence"] == 2
+    assert [p["tokens_until_divergence"] for p in result["per_prompt"]] == [2, 0]
+    first = result["first_divergence"]
+    assert (first["prompt"], first["position"], first["tie"]) == (0, 1, True)
+    beyond = [p["first_non_tie_divergence"] for p in result["per_prompt"]]
+    assert [(d["prompt"], d["position"], d["tie"]) for d in beyond] == [
+        (0, 2, False),
+        (1, 0, False),
+    ]
+    assert result["passed"] is False
 
 
 def test_compare_fails_on_a_disagreement_beyond_the_limit_and_on_each_limit():
@@ -115,6 +149,7 @@ def test_compare_fails_on_a_disagreement_beyond_the_limit_and_on_each_limit():
     assert result["max_abs_logprob_diff"] == pytest.approx(0.0, abs=1e-6)
     assert result["first_divergence"]["tie"] is False
     assert result["ties"] == 0
+    assert result["tokens_until_divergence"] == 0
     assert result["passed"] is False
 
     # Agreeing tokens, logprob off by 0.2 (> 0.1): fails on max_abs_logprob_diff alone.
@@ -150,21 +185,6 @@ def test_reference_positions_checks_shape_and_vocabulary():
     engine = EngineCompletion(tokens=[7], logprobs=[0.0], top_logprobs=[{7: 0}])
     with pytest.raises(ValueError, match="outside the reference's vocabulary"):
         reference_positions(rows([0.5, 0.5]), engine)
-
-
-def test_compare_greedy():
-    assert compare_greedy([[1, 2, 3], [4, 5]], [[1, 2, 3], [4, 5]]) == {
-        "greedy_match": True,
-        "tokens_compared": 5,
-        "first_divergence": None,
-    }
-    result = compare_greedy([[1, 2, 3], [4, 5]], [[1, 2, 3], [4, 6]])
-    assert result["greedy_match"] is False
-    assert result["tokens_compared"] == 5
-    assert result["first_divergence"] == {"prompt": 1, "position": 1, "a_token": 5, "b_token": 6}
-    short = compare_greedy([[1, 2]], [[1]])
-    assert short["tokens_compared"] == 1
-    assert short["first_divergence"] == {"prompt": 0, "position": 1, "a_token": 2, "b_token": None}
 
 
 def test_limits_name_their_source_and_refuse_unknown_dtypes():
@@ -333,6 +353,8 @@ def test_bfloat16_engine_agrees_with_float32_transformers(served):
     assert result["prompts"] == len(load_prompts())
     assert result["tokens_compared"] == len(load_prompts()) * MAX_TOKENS
     assert result["token_agreement"] >= 0.9
+    # Passed: every disagreement is a near-tie, so no divergence stops the count.
+    assert result["tokens_until_divergence"] == result["tokens_compared"]
     assert 0 < result["max_abs_logprob_diff"] <= LIMITS["bfloat16"]["max_abs_logprob_diff"]
     assert result["limits"]["source"]
     assert len(result["per_prompt"]) == len(load_prompts())
@@ -358,26 +380,6 @@ def test_perturbed_reference_fails_with_a_first_divergence(served):
     first = result["first_divergence"]
     assert first is not None
     assert first["engine_token"] != first["reference_token"]
-
-
-@pytest.mark.engine
-@pytest.mark.slow
-def test_greedy_tokens_repeat_on_the_same_engine(served):
-    from transformers import AutoTokenizer
-
-    from engine.stages.serve.precision import greedy_tokens
-
-    server, checkpoint, _ = served
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    prompt_ids = [tokenizer(text)["input_ids"] for text in load_prompts()[:3]]
-    first = greedy_tokens(server.base_url, str(checkpoint), prompt_ids, 8, None)
-    again = greedy_tokens(server.base_url, str(checkpoint), prompt_ids, 8, None)
-    assert [len(tokens) for tokens in first] == [8, 8, 8]
-    assert compare_greedy(first, again) == {
-        "greedy_match": True,
-        "tokens_compared": 24,
-        "first_divergence": None,
-    }
 
 
 @pytest.mark.engine
