@@ -128,14 +128,16 @@ SERVE_METRICS: dict[str, str] = {
     "e2e_s_p99": "s",
     "output_tokens_per_s": "tokens/s",
     "requests_per_s": "requests/s",
+    "errors": "requests",
 }
 
 
 def _serve_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows of a serve result's load sweep: per level (`concurrency`) each figure of
-    `SERVE_METRICS` it has, kind "measured", model "twin" ("release" for a checkpoint of the
-    real weights), the dtype served (the precision check's, else the checkpoint's), the
-    sweep's input tokens as `prompt_len`, and the engine's name and version."""
+    `SERVE_METRICS` it has (`errors`: the level's failed requests, 0 stored too), kind
+    "measured", model "twin" ("release" for a checkpoint of the real weights), the dtype
+    served (the precision check's, else the checkpoint's), the sweep's input tokens as
+    `prompt_len`, and the engine's name and version."""
     checkpoint = result.get("checkpoint") if isinstance(result.get("checkpoint"), dict) else {}
     precision = result.get("precision") if isinstance(result.get("precision"), dict) else {}
     engine = result.get("engine") if isinstance(result.get("engine"), dict) else {}

@@ -152,7 +152,11 @@ def rows_of(run) -> list[tuple]:
 
 def level_rows(concurrency: int, figures: dict, *, model="twin") -> list[tuple]:
     key = ("measured", model, "bfloat16", None, 128, concurrency, "vllm", "0.32.0")
-    units = {"output_tokens_per_s": "tokens/s", "requests_per_s": "requests/s"}
+    units = {
+        "output_tokens_per_s": "tokens/s",
+        "requests_per_s": "requests/s",
+        "errors": "requests",
+    }
     return [(*key, metric, value, units.get(metric, "s")) for metric, value in figures.items()]
 
 
@@ -170,6 +174,7 @@ def test_each_sweep_level_is_stored_as_measured_rows_of_the_engine(monkeypatch):
             "e2e_s_p99": 0.46,
             "output_tokens_per_s": 80.1,
             "requests_per_s": 2.5,
+            "errors": 0,
         },
     ) + level_rows(
         4,
@@ -181,6 +186,7 @@ def test_each_sweep_level_is_stored_as_measured_rows_of_the_engine(monkeypatch):
             "e2e_s_p99": 0.85,
             "output_tokens_per_s": 210.0,
             "requests_per_s": 6.0,
+            "errors": 0,
         },
     )
     assert {row.pool_id for row in PerformancePoint.objects.filter(stage_run=run)} == {job.pool_id}
@@ -190,7 +196,7 @@ def test_real_weights_are_the_release_and_a_failed_run_keeps_its_levels(monkeypa
     result = copy.deepcopy(SERVED)
     result["checkpoint"]["kind"] = "real"
     del result["precision"]  # failed before comparing: the checkpoint's dtype is served
-    result["sweep"] = [result["sweep"][0] | {"tpot_s_p95": None}]
+    result["sweep"] = [result["sweep"][0] | {"tpot_s_p95": None, "completed": 3, "errors": 1}]
     result |= {"status": "failed", "passed": False}
 
     def body(ctx):
@@ -207,6 +213,7 @@ def test_real_weights_are_the_release_and_a_failed_run_keeps_its_levels(monkeypa
             "e2e_s_p99": 0.46,
             "output_tokens_per_s": 80.1,
             "requests_per_s": 2.5,
+            "errors": 1,
         },
         model="release",
     )
@@ -242,7 +249,7 @@ def test_the_performance_readers_keep_to_the_performance_stage(monkeypatch):
         unit="ratio",
     )
     only_served = serve_job(monkeypatch, lambda ctx: copy.deepcopy(SERVED))
-    assert PerformancePoint.objects.exclude(engine="").count() == 28  # two jobs' sweeps
+    assert PerformancePoint.objects.exclude(engine="").count() == 32  # two jobs' sweeps
 
     assert job_performance_run(job) == performance
     assert point_rows(performance) == [
