@@ -11,9 +11,11 @@ level are `DAY0_READINESS` (settings, JSON in the environment):
                                                           a known-limitation note says why)
     complete      + performance, stability, release_notes
 
-On a pool with a serving engine (`AcceleratorPool.engine`), `functional` also needs the `serve`
-stage (the release loads, answers correctly and keeps up on the engine teams deploy), unless
-`DAY0_READINESS` already names it for some level; a pool without one does not run it.
+On a pool with a serving engine (`AcceleratorPool.engine`), a job whose own stage list holds
+`serve` also needs it passed to be `functional` (the release loads, answers correctly and keeps
+up on the engine teams deploy), unless `DAY0_READINESS` already names it for some level. A job
+created without it (before the stage existed, or run without it) keeps the readiness its own
+stages give it; a pool without an engine does not run it.
 
 A stage the job does not run counts as not passed: a job of `fetch` and `analyze` only stays
 below `experimental`, as nothing validated the release further. The **blocking stage** is the
@@ -113,8 +115,8 @@ def readiness_thresholds() -> dict[str, list[str]]:
 
 
 def pool_has_engine(pool: Any) -> bool:
-    """Whether `pool` (an `AcceleratorPool`) names a serving engine: its jobs then need the
-    `serve` stage passed to be `functional`."""
+    """Whether `pool` (an `AcceleratorPool`) names a serving engine: its jobs that run the
+    `serve` stage then need it passed to be `functional`."""
     return bool(getattr(pool, "engine", None))
 
 
@@ -137,9 +139,10 @@ def readiness_from_runs(
     """The readiness of a job running `stages` (in order) from its stage attempts `runs`
     (every attempt, any order), under `thresholds` (default: `DAY0_READINESS`), with the
     `serve` stage required at `functional` when `engine` (the job's pool has a serving
-    engine: `pool_has_engine`). Queries nothing: `runs` may be prefetched rows."""
+    engine: `pool_has_engine`) and `stages` holds it. Queries nothing: `runs` may be
+    prefetched rows."""
     levels = readiness_thresholds() if thresholds is None else thresholds
-    if engine:
+    if engine and SERVE_STAGE in stages:
         levels = with_engine_stage(levels)
     latest: dict[str, RunLike] = {}
     first_success: dict[str, datetime] = {}

@@ -177,11 +177,13 @@ def test_on_a_pool_with_an_engine_functional_needs_the_serve_stage(engine_pool):
     job = job_with_runs(release, stages=ALL, outcomes=outcomes, pool=engine_pool)
     job.refresh_from_db()
     assert (job.readiness, job.ready_at) == ("complete", outcomes["serve"][1])
-    # A job that does not run it stays below functional there, as for any required stage.
+    # A job created without the stage (before it existed) keeps the readiness of its own.
     short = [name for name in ALL if name != "serve"]
-    job = job_with_runs(release, stages=short, outcomes=passed(*short), pool=engine_pool)
+    outcomes = passed(*short)
+    job = job_with_runs(release, stages=short, outcomes=outcomes, pool=engine_pool)
     job.refresh_from_db()
-    assert (job.readiness, job.blocking_stage, job.ready_at) == ("experimental", "serve", None)
+    assert (job.readiness, job.blocking_stage) == ("complete", "")
+    assert job.ready_at == max(at for _, at in outcomes.values())
 
 
 def test_on_a_pool_without_an_engine_the_serve_stage_is_not_required():
@@ -191,7 +193,13 @@ def test_on_a_pool_without_an_engine_the_serve_stage_is_not_required():
     assert (job.readiness, job.blocking_stage) == ("complete", "")
     level = readiness_from_runs(stages=short, runs=StageRun.objects.filter(job=job))
     assert level.readiness == "complete"
+    # With an engine, a job that does not run serve is not held back by it either.
     level = readiness_from_runs(stages=short, runs=StageRun.objects.filter(job=job), engine=True)
+    assert (level.readiness, level.blocking_stage) == ("complete", "")
+    # One that runs it (and has not passed it) is.
+    level = readiness_from_runs(
+        stages=[*short, "serve"], runs=StageRun.objects.filter(job=job), engine=True
+    )
     assert (level.readiness, level.blocking_stage) == ("experimental", "serve")
 
 
