@@ -514,11 +514,27 @@ class WorkerOutput(serializers.Serializer):
         return [run.pk for run in state.running]
 
 
+def engine_output(engine: Any) -> dict[str, Any]:
+    """A pool's serving `engine` as the API shows it: every setting as stored, except `env`,
+    whose values may be credentials (a hub token, an API key the engine reads), so only its
+    variable NAMES are shown, sorted: `{"kind": "vllm", "env": ["HF_TOKEN",
+    "VLLM_CPU_KVCACHE_SPACE"], ...}`. The values are read and set in the admin only."""
+    if not isinstance(engine, Mapping):
+        return {}
+    shown = dict(engine)
+    if "env" in shown:
+        env = shown["env"]
+        shown["env"] = sorted(str(name) for name in env) if isinstance(env, Mapping) else []
+    return shown
+
+
 class PoolOutput(serializers.ModelSerializer):
     """A pool with its layout, workers (live first), devices and queue, as the pools page
     shows it (`adaptation.selectors.inventory.pool_inventory`), and its serving `engine`
-    (docs/stages/serve.md; set in the admin, as every pool field)."""
+    (docs/stages/serve.md; set in the admin, as every pool field) with its `env` as the list
+    of its variables' names, never their values (`engine_output`)."""
 
+    engine = serializers.SerializerMethodField()
     layout_devices = serializers.SerializerMethodField()
     layout_error = serializers.SerializerMethodField()
     devices_reported = serializers.SerializerMethodField()
@@ -564,6 +580,17 @@ class PoolOutput(serializers.ModelSerializer):
     def _inventory(self, pool: AcceleratorPool) -> PoolInventory:
         """The pool's inventory, made by the view's `inventory_of` (one per pool)."""
         return self.context["inventory_of"](pool)
+
+    @extend_schema_field(
+        serializers.DictField(
+            help_text=(
+                "The pool's serving engine (docs/stages/serve.md); `env` lists the names of "
+                "the engine's extra environment variables, never their values."
+            )
+        )
+    )
+    def get_engine(self, pool: AcceleratorPool) -> dict[str, Any]:
+        return engine_output(pool.engine)
 
     @extend_schema_field(serializers.IntegerField(allow_null=True))
     def get_layout_devices(self, pool: AcceleratorPool) -> int | None:

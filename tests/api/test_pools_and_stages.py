@@ -52,6 +52,27 @@ def test_pool_queue_depth_counts_queued_stage_runs(cast, seeded):
     assert cpu["devices_held"] == 0
 
 
+def test_a_pools_engine_shows_its_env_names_never_their_values(cast, seeded):
+    engine = {
+        "kind": "vllm",
+        "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": "hf_secret_value"},
+        "flags": ["--max-num-seqs", "8"],
+        "memory_fraction": 0.1,
+    }
+    AcceleratorPool.objects.filter(pk=seeded.cpu.pk).update(engine=engine)
+    for path in (f"/api/v1/pools/{seeded.cpu.pk}/", "/api/v1/pools/"):
+        response = cast.api("mona").get(path)
+        assert "hf_secret_value" not in response.content.decode()
+    cpu = cast.api("mona").get(f"/api/v1/pools/{seeded.cpu.pk}/").json()
+    assert cpu["engine"] == {
+        "kind": "vllm",
+        "env": ["HF_TOKEN", "VLLM_CPU_KVCACHE_SPACE"],
+        "flags": ["--max-num-seqs", "8"],
+        "memory_fraction": 0.1,
+    }
+    assert cast.api("mona").get(f"/api/v1/pools/{seeded.h200.pk}/").json()["engine"] == {}
+
+
 def test_pool_filters(cast, seeded):
     api = cast.api("mona")
     assert [p["name"] for p in results(api.get("/api/v1/pools/", {"backend": "cuda"}))] == ["h200"]
