@@ -43,9 +43,9 @@ def _yes_no(value: Any) -> bool | None:
 
 @dataclass(frozen=True)
 class Failure:
-    """Why the stage failed: the `phase` it failed in ("launch", "precision", "sweep",
-    "metrics"; "" when not said), its reason, the engine's own error lines, and who is at
-    fault (`culprit`: "release", "infrastructure", "" when not said)."""
+    """Why the stage failed: the `phase` it failed in ("checkpoint", "launch", "precision",
+    "tp", "sweep", "metrics"; "" when not said), its reason, the engine's own error lines, and
+    who is at fault (`culprit`: "release", "infrastructure", "" when not said)."""
 
     phase: str
     reason: str
@@ -280,15 +280,24 @@ class SweepRow:
         return errors is not None and errors > 0
 
 
+# The stage's knee rules (`engine/stages/serve/run.py` `knee`, its `reason`): the first level
+# after which output tokens/s grew less than `growth_threshold` per doubling, or, when every
+# doubling grew more, the largest level measured. A knee in the performance stage's shape
+# (`find_knee`: `found` true or false) reads as the same two.
+KNEE_RULES = ("growth_below_threshold", "largest_measured")
+
+
 @dataclass(frozen=True)
 class Knee:
     """The sweep's knee: the concurrency past which more requests in flight stop paying,
-    output tokens/s and TPOT p50 (s) there, and the stage's rule or reason."""
+    output tokens/s and TPOT p50 (s) there, the rule that chose it (`KNEE_RULES`; "" when the
+    result names none the panel knows) and the growth per doubling it used (a fraction)."""
 
     concurrency: Any
     output_tokens_per_s: float | None
     tpot_s_p50: float | None
-    reason: str
+    rule: str
+    growth_threshold: float | None
 
 
 @dataclass(frozen=True)
@@ -333,10 +342,14 @@ def _knee(result: Mapping[str, Any]) -> Knee | None:
     knee = as_mapping(result.get("knee"))
     if not knee or knee.get("concurrency") is None:
         return None
+    rule = str(knee.get("reason") or "")
+    if rule not in KNEE_RULES:
+        found = knee.get("found")
+        rule = KNEE_RULES[0 if found else 1] if isinstance(found, bool) else ""
     return Knee(
         concurrency=knee.get("concurrency"),
-        reason=_text(knee.get("reason")),
-        **numbers(knee, "output_tokens_per_s", "tpot_s_p50"),
+        rule=rule,
+        **numbers(knee, "output_tokens_per_s", "tpot_s_p50", "growth_threshold"),
     )
 
 

@@ -229,12 +229,88 @@ def test_the_sweep_table_and_its_knee():
     assert '<tr data-concurrency="4" class="knee">' in panel
     assert read(by_id(panel, f"{stem}-knee", "p")) == (
         "Knee: concurrency 4, 210 tokens/s at a TPOT p50 of 18 ms (measured, engine, twin): "
-        "doubling to 8 added 8% output tokens/s for 89% more TPOT"
+        "doubling the requests in flight from there added less than 10.0 % output tokens/s."
     )
     settings = re.search(r'<p class="meta serve-sweep-settings">(.*?)</p>', panel, re.S)
     assert read(settings[1]) == (
         "Each request 128 prompt tokens and 32 output tokens, concurrency up to 8, driven by "
         "vllm.benchmarks.serve (vLLM 0.32.0)."
+    )
+
+
+@pytest.mark.parametrize(
+    ("knee", "words"),
+    [
+        (
+            {"reason": "largest_measured", "growth_threshold": 0.1},
+            ": the largest concurrency measured, as every doubling up to it added at least "
+            "10.0 % output tokens/s; the knee may lie beyond the sweep.",
+        ),
+        # The performance stage's shape (find_knee): `found`, with a sentence as its reason.
+        (
+            {"found": True, "reason": "decode tokens/s grew +7.6% from 4 to 8"},
+            ": doubling the requests in flight from there added too little output tokens/s.",
+        ),
+        (
+            {"found": False, "reason": "kept growing"},
+            ": the largest concurrency measured, as every doubling up to it added enough "
+            "output tokens/s; the knee may lie beyond the sweep.",
+        ),
+        ({"reason": "a_code_the_panel_does_not_know"}, "."),
+    ],
+)
+def test_the_knee_is_worded_by_its_rule_never_shown_as_a_code(knee, words):
+    result = served()
+    result["knee"] = {"concurrency": 4, "output_tokens_per_s": 210.0, "tpot_s_p50": 0.018} | knee
+    job = serve_job(result)
+    panel = article(rendered(job), job)
+
+    assert read(by_id(panel, f"serve-job-{job.pk}-knee", "p")) == (
+        "Knee: concurrency 4, 210 tokens/s at a TPOT p50 of 18 ms (measured, engine, twin)" + words
+    )
+    assert knee["reason"] not in panel
+
+
+@pytest.mark.parametrize(
+    ("phase", "words"),
+    [
+        ("checkpoint", "Failed while saving the twin's checkpoint"),
+        ("launch", "Failed at launch"),
+        ("precision", "Failed at the precision check"),
+        ("tp", "Failed at the tensor-parallel check against TP=1"),
+        ("sweep", "Failed during the load sweep"),
+        ("metrics", "Failed reading the engine's metrics"),
+        ("a_phase_the_panel_does_not_know", "Failed"),
+    ],
+)
+def test_each_failure_phase_is_worded_never_shown_as_a_code(phase, words):
+    result = copy.deepcopy(FAILED_AT_LAUNCH)
+    result["failure"]["phase"] = phase
+    job = serve_job(result, status="failed", error=f"serve: {phase} failed")
+    panel = article(rendered(job), job)
+
+    assert read(re.search(r'<p class="verdict">(.*?)</p>', panel, re.S)[1]) == words
+    assert 'data-phase="a_phase' not in panel
+
+
+def test_a_launch_failure_of_an_attached_endpoint_says_it_was_reaching_it():
+    result = {
+        "status": "failed",
+        "mode": "attached",
+        "engine": {"name": "openai", "version": "", "mode": "attached"},
+        "passed": False,
+        "failure": {
+            "phase": "launch",
+            "reason": "the endpoint http://team.example/ does not answer",
+            "engine_lines": [],
+            "culprit": "infrastructure",
+        },
+    }
+    job = serve_job(result, status="failed")
+    panel = article(rendered(job), job)
+
+    assert read(re.search(r'<p class="verdict">(.*?)</p>', panel, re.S)[1]) == (
+        "Failed at launch (reaching the endpoint)"
     )
 
 
