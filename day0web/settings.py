@@ -24,6 +24,11 @@ from day0web.env import (
     env_str,
     local_url,
 )
+from day0web.lost_work import (
+    default_visibility_timeout_s,
+    longest_stage_time_limit_s,
+    lost_work_check,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("DAY0_VAR_DIR", str(BASE_DIR / "var")))
@@ -245,6 +250,14 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     }
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {}
+# How long the broker waits for an unacknowledged message before handing it to another worker
+# (Redis's visibility_timeout; Redis's own default is an hour): at least the longest stage hard
+# time limit, else a live long stage's message would go to a second worker.
+DAY0_VISIBILITY_TIMEOUT_S = env_int(
+    "DAY0_VISIBILITY_TIMEOUT_S", default_visibility_timeout_s(), minimum=1
+)
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://", "redis+socket://", "sentinel://")):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": DAY0_VISIBILITY_TIMEOUT_S}
 # StageRun rows are the truth about work: no result backend.
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
@@ -266,9 +279,16 @@ DAY0_DEFAULT_POOL = env_str("DAY0_DEFAULT_POOL", "cpu")
 DAY0_TORCH_THREADS = env_int("DAY0_TORCH_THREADS", 1, minimum=1)
 # How often beat runs the hub poll round; each watch also has its own interval.
 DAY0_POLL_EVERY_S = env_int("DAY0_POLL_EVERY_S", 60, minimum=5)
-# A running stage whose heartbeat is older than this is failed by the reaper.
-DAY0_HEARTBEAT_EVERY_S = env_int("DAY0_HEARTBEAT_EVERY_S", 10, minimum=1)
-DAY0_STALE_HEARTBEAT_S = env_int("DAY0_STALE_HEARTBEAT_S", 300, minimum=30)
+# Lost work (docs/operations.md, "Lost work and retries"): a running stage beats every
+# DAY0_HEARTBEAT_EVERY_S; the reaper, every DAY0_REAP_EVERY_S, takes one silent for
+# DAY0_STALE_HEARTBEAT_S as lost and queues it again, until DAY0_STAGE_MAX_ATTEMPTS of its
+# attempts are lost (then it fails, naming the pattern). Checked together at the end of this
+# section (stale > 2 x heartbeat; stale + reap period <= DAY0_RESUME_WITHIN_S).
+DAY0_HEARTBEAT_EVERY_S = env_int("DAY0_HEARTBEAT_EVERY_S", 5, minimum=1)
+DAY0_STALE_HEARTBEAT_S = env_int("DAY0_STALE_HEARTBEAT_S", 30, minimum=10)
+DAY0_REAP_EVERY_S = env_int("DAY0_REAP_EVERY_S", 10, minimum=1)
+DAY0_RESUME_WITHIN_S = env_int("DAY0_RESUME_WITHIN_S", 60, minimum=1)
+DAY0_STAGE_MAX_ATTEMPTS = env_int("DAY0_STAGE_MAX_ATTEMPTS", 3, minimum=1)
 # A stage queued this long has its message sent again (one lost with a broker restart).
 DAY0_RESEND_QUEUED_S = env_int("DAY0_RESEND_QUEUED_S", 900, minimum=60)
 # A worker announces itself at start and beats every DAY0_WORKER_HEARTBEAT_S seconds; one
@@ -280,6 +300,14 @@ if DAY0_WORKER_STALE_S <= DAY0_WORKER_HEARTBEAT_S:
         f"DAY0_WORKER_STALE_S={DAY0_WORKER_STALE_S} must exceed DAY0_WORKER_HEARTBEAT_S="
         f"{DAY0_WORKER_HEARTBEAT_S}: every live worker would look stale between beats."
     )
+lost_work_check(
+    heartbeat_every_s=DAY0_HEARTBEAT_EVERY_S,
+    stale_heartbeat_s=DAY0_STALE_HEARTBEAT_S,
+    reap_every_s=DAY0_REAP_EVERY_S,
+    resume_within_s=DAY0_RESUME_WITHIN_S,
+    visibility_timeout_s=DAY0_VISIBILITY_TIMEOUT_S,
+    longest_time_limit_s=longest_stage_time_limit_s(),
+)
 # Hub errors back off exponentially from the watch's interval up to this ceiling.
 DAY0_MAX_BACKOFF_S = env_int("DAY0_MAX_BACKOFF_S", 6 * 3600, minimum=60)
 DAY0_DEMO_HUB_DIR = Path(env_str("DAY0_DEMO_HUB_DIR", str(BASE_DIR / "demo" / "hub")))
@@ -339,9 +367,12 @@ CELERY_BEAT_SCHEDULE = {
         # A round nobody picked up before the next one is due is dropped, not stacked.
         "options": {"expires": float(DAY0_POLL_EVERY_S)},
     },
+    # Lost stage attempts queued again (or failed after DAY0_STAGE_MAX_ATTEMPTS), and the
+    # messages of stages queued too long sent again. A round not picked up in time is dropped.
     "reap-stale-stage-runs": {
         "task": "day0.reap_stale_stage_runs",
-        "schedule": float(max(DAY0_STALE_HEARTBEAT_S // 4, 15)),
+        "schedule": float(DAY0_REAP_EVERY_S),
+        "options": {"expires": float(DAY0_REAP_EVERY_S)},
     },
     # Pending notifications whose Celery message was lost are sent again.
     "resend-notifications": {

@@ -5,6 +5,7 @@ wraps this with Celery's retry and time limits."""
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import traceback
@@ -19,12 +20,14 @@ from django.utils import timezone
 
 from adaptation import outbound_http
 from adaptation.catalog import accelerator_kind_row_entry
-from adaptation.models import AcceleratorPool, StageRun
+from adaptation.models import AcceleratorPool, AttemptEnd, Culprit, StageRun
 from adaptation.selectors.calibration import pool_calibration
 from adaptation.selectors.jobs import job_previous_results
 from adaptation.selectors.release_notes import notes_limitations
 from adaptation.selectors.releases import known_family_analyses
 from adaptation.services.stage_runs import (
+    attempt_number,
+    stage_run_attempt_end,
     stage_run_claim,
     stage_run_fail,
     stage_run_heartbeat,
@@ -44,6 +47,7 @@ from engine.contract import (
 from engine.registry import STAGES, get_stage
 from engine.stages.serve.options import engine_settings
 from engine.units import gb_per_s_to_bytes_per_s
+from workers.cgroup import oom_kill_count
 
 logger = logging.getLogger(__name__)
 
@@ -74,15 +78,18 @@ class Heartbeat:
     """Updates the run's heartbeat from a background thread while the stage runs, so the
     reaper can tell a slow stage from a dead worker.
 
-    A beat that finds the run no longer running (cancelled by someone, or failed by the
-    reaper) sets `cancelled`: the stage sees it through `StageContext.cancelled` and stops at
-    its next step. Cooperative on purpose: killing the pool process running the task
-    (`revoke(terminate=True)`) can leave the worker's pool locks held and the worker stuck.
+    A beat that finds the run no longer running this attempt (`attempt`: cancelled by
+    someone, or taken for lost by the reaper and queued again) sets `cancelled`: the stage sees
+    it through `StageContext.cancelled` and stops at its next step. Cooperative on purpose:
+    killing the pool process running the task (`revoke(terminate=True)`) can leave the
+    worker's pool locks held and the worker stuck. A beat that fails (a database restart) is
+    logged, its connection closed, and the next one tried on a new connection.
     """
 
-    def __init__(self, stage_run_id: int, every_s: float) -> None:
+    def __init__(self, stage_run_id: int, every_s: float, attempt: int | None = None) -> None:
         self.stage_run_id = stage_run_id
         self.every_s = every_s
+        self.attempt = attempt
         self.cancelled = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="day0-heartbeat", daemon=True)
@@ -92,7 +99,9 @@ class Heartbeat:
         try:
             while not self._stop.wait(self.every_s):
                 try:
-                    if not stage_run_heartbeat(stage_run_id=self.stage_run_id):
+                    if not stage_run_heartbeat(
+                        stage_run_id=self.stage_run_id, attempt=self.attempt
+                    ):
                         self.cancelled.set()
                         return
                 except Exception:
@@ -248,6 +257,14 @@ def stage_context(
     )
 
 
+def _culprit(result: object) -> str | None:
+    """Whom a stage's own failure blames, where its result says (`failure.culprit`, as the
+    serve stage's does); None otherwise."""
+    failure = result.get("failure") if isinstance(result, dict) else None
+    culprit = failure.get("culprit") if isinstance(failure, dict) else None
+    return culprit if culprit in Culprit.values else None
+
+
 def execute_stage_run(
     stage_run_id: int,
     *,
@@ -259,31 +276,48 @@ def execute_stage_run(
     is stored on the run. A transient error asks for a retry unless `final_try`.
 
     `worker_host` is recorded on the run: the Celery node name ("cpu@host") of the worker
-    running it, so the pools page can say what each worker runs; default the host name."""
+    running it, so the pools page can say what each worker runs; default the host name. The
+    attempt records this process's pid and the cgroup's OOM-kill count (so that the worker's
+    main process can tell later whether a kill of this process was for memory), and every
+    write that ends it names it (`attempt`): a late write of an attempt taken for lost changes
+    nothing."""
     # Celery's Django fix-up closes stale database connections around each task.
     run = stage_run_claim(
         stage_run_id=stage_run_id,
         worker_host=worker_host or socket.gethostname(),
         task_id=task_id,
+        pid=os.getpid(),
+        oom_kills=oom_kill_count(),
     )
     if run is None:
         logger.info("Stage run %s was not queued any more; skipping this delivery.", stage_run_id)
         return StageOutcome(status="not-claimed")
+    attempt = attempt_number(run)
     log = _Log()
-    log(f"started {run.stage} attempt {run.attempt} on {run.worker_host}")
+    again = f", its attempt {attempt} on this run" if attempt > 1 else ""
+    log(
+        f"started {run.stage} attempt {run.attempt} on {run.worker_host} (pid {os.getpid()}{again})"
+    )
     limit_s = 0
     try:
         definition = get_stage(run.stage)
         limit_s = definition.time_limits_s(_stage_options(run.job.options, run.stage))[0]
         if definition.name == SERVE_STAGE:
             serve_engine_check(run.job.pool)
-        with Heartbeat(run.pk, settings.DAY0_HEARTBEAT_EVERY_S) as heartbeat:
+        with Heartbeat(run.pk, settings.DAY0_HEARTBEAT_EVERY_S, attempt=attempt) as heartbeat:
             result = definition(stage_context(run, definition, log, heartbeat.cancelled.is_set))
         log(f"finished {run.stage}")
-        stage_run_succeed(stage_run=run, result=result, log=log.text(run.log))
+        stage_run_succeed(stage_run=run, result=result, log=log.text(run.log), attempt=attempt)
     except StageCancelled:
-        # The row already says cancelled (or failed, by the reaper): nothing to store.
+        # The row already says cancelled (or queued again after the reaper took this attempt
+        # for lost): only the attempt's end is left to record, if nobody did.
         logger.info("Stage run %s stopped: it is no longer running.", run.pk)
+        stage_run_attempt_end(
+            stage_run_id=run.pk,
+            attempt=attempt,
+            ended=AttemptEnd.CANCELLED,
+            reason="stopped: the run was no longer running",
+        )
         return StageOutcome(status="cancelled")
     except StageFailed as exc:
         # A stage may attach what it measured before failing (precision metrics).
@@ -293,23 +327,42 @@ def execute_stage_run(
             error=exc.reason,
             log=log.text(run.log),
             result=measured if isinstance(measured, dict) else None,
+            attempt=attempt,
+            culprit=_culprit(measured),
         )
         return StageOutcome(status="failed", reason=exc.reason)
     except StageTransientError as exc:
         if final_try:
             reason = f"{exc.reason} (gave up after {run.retries + 1} tries)"
-            stage_run_fail(stage_run=run, error=reason, log=log.text(run.log))
+            stage_run_fail(
+                stage_run=run,
+                error=reason,
+                log=log.text(run.log),
+                attempt=attempt,
+                ended=AttemptEnd.TRANSIENT,
+                culprit=Culprit.INFRASTRUCTURE,
+            )
             return StageOutcome(status="failed", reason=reason)
-        if not stage_run_requeue(stage_run=run, reason=exc.reason, log=log.text(run.log)):
+        requeued = stage_run_requeue(
+            stage_run=run, reason=exc.reason, log=log.text(run.log), attempt=attempt
+        )
+        if not requeued:
             return StageOutcome(status="not-claimed", reason="reaped while running")
         return StageOutcome(status="retry", retry_after_s=exc.retry_after_s, reason=exc.reason)
     except SoftTimeLimitExceeded:
         reason = f"{run.stage} ran past its time limit of {limit_s} s."
-        stage_run_fail(stage_run=run, error=reason, log=log.text(run.log))
+        stage_run_fail(
+            stage_run=run,
+            error=reason,
+            log=log.text(run.log),
+            attempt=attempt,
+            ended=AttemptEnd.TIME_LIMIT,
+            culprit=Culprit.INFRASTRUCTURE,
+        )
         return StageOutcome(status="failed", reason=reason)
     except Exception as exc:  # a bug, bad input or a result that cannot be stored
         logger.exception("Stage %s of job %s crashed", run.stage, run.job_id)
         reason = f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc(limit=20)}"
-        stage_run_fail(stage_run=run, error=reason, log=log.text(run.log))
+        stage_run_fail(stage_run=run, error=reason, log=log.text(run.log), attempt=attempt)
         return StageOutcome(status="failed", reason=str(exc))
     return StageOutcome(status="succeeded")

@@ -15,10 +15,18 @@ from workers.runner import execute_stage_run
 MAX_STAGE_RETRIES = 5
 
 
-@shared_task(bind=True, max_retries=MAX_STAGE_RETRIES, name="day0.run_stage")
+@shared_task(
+    bind=True,
+    max_retries=MAX_STAGE_RETRIES,
+    name="day0.run_stage",
+    # In the worker's main process: records a pool child killed mid-stage (SIGKILL, OOM) or
+    # at the hard time limit, and queues the run again (workers/requests.py).
+    Request="workers.requests:StageRequest",
+)
 def run_stage(self, stage_run_id: int) -> str:
     """Run one stage attempt (acks late, rejected back to the queue if the worker is lost:
-    see the CELERY_TASK_* settings).
+    see the CELERY_TASK_* settings; a lost attempt is queued again by `StageRequest` or the
+    reaper, docs/operations.md "Lost work and retries").
 
     A transient error (network, hub 429) retries after max(10 s * 2**retries, the hub's
     Retry-After): 10, 20, 40, 80, 160 s; the sixth transient error fails the stage with its
@@ -50,10 +58,11 @@ def poll_hubs() -> dict[str, int]:
 
 @shared_task(name="day0.reap_stale_stage_runs")
 def reap_stale_stage_runs() -> dict[str, int]:
-    """Periodic: fail stages whose worker stopped sending heartbeats, and send again the
-    messages of stages left queued too long."""
+    """Periodic (every DAY0_REAP_EVERY_S): queue again the stages whose worker stopped sending
+    heartbeats (or fail those out of attempts), and send again the messages of stages left
+    queued too long."""
     return {
-        "failed": stage_runs_reap_stale(),
+        **stage_runs_reap_stale(),
         "resent": stage_runs_resend_queued(),
     }
 

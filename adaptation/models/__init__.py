@@ -11,6 +11,8 @@ from __future__ import annotations
 from adaptation.models.jobs import (
     ACTIVE_STAGE_STATUSES,
     AdaptationJob,
+    AttemptEnd,
+    Culprit,
     JobStatus,
     Readiness,
     StageRun,
@@ -53,6 +55,8 @@ __all__ = [
     "AcceleratorKindQuerySet",
     "AcceleratorPool",
     "AdaptationJob",
+    "AttemptEnd",
+    "Culprit",
     "DeliveryVerdict",
     "HubKind",
     "HubWatch",

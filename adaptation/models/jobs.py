@@ -91,6 +91,25 @@ class StageStatus(models.TextChoices):
 ACTIVE_STAGE_STATUSES = (StageStatus.QUEUED, StageStatus.RUNNING)
 
 
+class AttemptEnd(models.TextChoices):
+    """How one attempt at a stage run ended (`StageRun.attempts[i]["ended"]`)."""
+
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    WORKER_LOST = "worker-lost", "Worker lost"
+    TIME_LIMIT = "time-limit", "Time limit"
+    TRANSIENT = "transient", "Transient error"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Culprit(models.TextChoices):
+    """What an attempt's end is put down to (`StageRun.attempts[i]["culprit"]`; None when
+    it cannot be told)."""
+
+    INFRASTRUCTURE = "infrastructure", "Infrastructure"
+    RELEASE = "release", "Release"
+
+
 class StageRun(models.Model):
     """One attempt of one stage of a job: the truth about that piece of work."""
 
@@ -111,6 +130,21 @@ class StageRun(models.Model):
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     log = models.TextField(blank=True)
+    attempts = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='One entry per time a worker ran this row (a lost or transient one is retried '
+        'on the same row), oldest first: {"n", "worker_host", "pid", "started_at", "ended_at", '
+        '"ended" (succeeded, failed, worker-lost, time-limit, transient, cancelled; null while '
+        'it runs), "reason", "culprit" (infrastructure, release or null), '
+        '"oom_kills_at_start"}.',
+    )
+    sent_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the run's message was last handed to the broker; empty: not sent "
+        "(or sending failed).",
+    )
 
     class Meta:
         ordering = ["job_id", "position", "attempt"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from celery import current_app
+from django.db import connection
 
 from adaptation.models import JobStatus, StageRun, StageStatus
 from adaptation.services.errors import ServiceError
@@ -118,7 +119,14 @@ def test_a_running_stage_stops_at_its_next_step_once_cancelled(monkeypatch, sett
 
     definition = StageDefinition(name="fetch", title="Fetch", run=endless)
     monkeypatch.setattr(runner, "get_stage", lambda name: definition)
-    threading.Timer(0.2, lambda: job_cancel(job=job)).start()
+
+    def cancel() -> None:
+        try:
+            job_cancel(job=job)
+        finally:
+            connection.close()  # the timer thread's own connection (else it outlives the test)
+
+    threading.Timer(0.2, cancel).start()
 
     outcome = runner.execute_stage_run(run.pk, worker_host="test")
 
@@ -126,6 +134,9 @@ def test_a_running_stage_stops_at_its_next_step_once_cancelled(monkeypatch, sett
     assert started.is_set() and len(steps) < 1000
     run.refresh_from_db()
     assert (run.status, run.result) == (S.CANCELLED, None)
+    assert [(a["ended"], a["reason"]) for a in run.attempts] == [
+        ("cancelled", "stopped: the run was no longer running")
+    ]
 
 
 @pytest.mark.parametrize("status", [S.SUCCEEDED, S.FAILED])

@@ -160,19 +160,22 @@ def test_rerun_is_refused_while_the_job_runs_and_for_unknown_stages():
         job_rerun_stage(job=job, stage="plan")
 
 
-def test_reaper_fails_stages_whose_heartbeat_went_stale(settings):
+def test_reaper_queues_again_stages_whose_heartbeat_went_stale(settings, monkeypatch):
     job = make_job(statuses={"fetch": StageStatus.RUNNING})
     run = job.stage_runs.get(stage="fetch")
     stale = timezone.now() - timedelta(seconds=settings.DAY0_STALE_HEARTBEAT_S + 5)
     StageRun.objects.filter(pk=run.pk).update(heartbeat_at=stale)
     fresh_job = make_job(statuses={"fetch": StageStatus.RUNNING})
+    sent = []  # the broker is not under test here: record what would be sent
+    monkeypatch.setattr(queueing, "stage_message_send", lambda **kw: sent.append(kw))
 
-    assert stage_runs_reap_stale() == 1
+    assert stage_runs_reap_stale() == {"requeued": 1, "failed": 0}
     run.refresh_from_db()
-    assert run.status == StageStatus.FAILED
-    assert "stopped sending heartbeats" in run.error
-    assert job.stage_runs.get(stage="analyze").status == StageStatus.SKIPPED
-    assert AdaptationJob.objects.get(pk=job.pk).status == JobStatus.FAILED
+    assert (run.status, run.retries, run.error) == (StageStatus.QUEUED, 1, "")
+    assert [entry["ended"] for entry in run.attempts] == ["worker-lost"]
+    assert "stopped sending heartbeats" in run.attempts[0]["reason"]
+    assert job.stage_runs.get(stage="analyze").status == StageStatus.PENDING
+    assert AdaptationJob.objects.get(pk=job.pk).status == JobStatus.RUNNING
     assert fresh_job.stage_runs.get(stage="fetch").status == StageStatus.RUNNING
 
 

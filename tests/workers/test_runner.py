@@ -3,6 +3,7 @@ of lost workers, heartbeats. Test stages stand in for the registry's through `ge
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -10,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
+from django.db import OperationalError
 from django.utils import timezone
 
 from adaptation.models import JobStatus, StageRun, StageStatus
@@ -76,6 +78,46 @@ def test_soft_time_limit_fails_with_the_limit(monkeypatch):
     runner.execute_stage_run(run.pk)
     run.refresh_from_db()
     assert run.error == "fetch ran past its time limit of 7 s."
+    assert [(a["ended"], a["reason"], a["culprit"]) for a in run.attempts] == [
+        ("time-limit", "fetch ran past its time limit of 7 s.", "infrastructure")
+    ]
+
+
+def test_an_attempt_records_its_process_and_how_it_ended(monkeypatch):
+    monkeypatch.setattr(runner, "oom_kill_count", lambda: 5)
+    use_stage(monkeypatch, lambda ctx: {"config": {"model_type": "llama"}})
+    _, run = queued_fetch()
+    assert runner.execute_stage_run(run.pk, worker_host="cpu@box").status == "succeeded"
+    run.refresh_from_db()
+    assert run.attempts == [
+        {
+            "n": 1,
+            "worker_host": "cpu@box",
+            "pid": os.getpid(),
+            "started_at": run.started_at.isoformat(),
+            "ended_at": run.finished_at.isoformat(),
+            "ended": "succeeded",
+            "reason": "",
+            "culprit": None,
+            "oom_kills_at_start": 5,
+        }
+    ]
+    assert f"started fetch attempt 1 on cpu@box (pid {os.getpid()})" in run.log
+
+
+def test_a_stage_failure_records_the_culprit_its_result_names(monkeypatch):
+    def refuse(ctx):
+        raise StageFailed(
+            "the engine is refused", result={"failure": {"culprit": "infrastructure"}}
+        )
+
+    use_stage(monkeypatch, refuse)
+    _, run = queued_fetch()
+    runner.execute_stage_run(run.pk)
+    run.refresh_from_db()
+    assert [(a["ended"], a["reason"], a["culprit"]) for a in run.attempts] == [
+        ("failed", "the engine is refused", "infrastructure")
+    ]
 
 
 def test_transient_errors_retry_then_give_up_on_the_last_try(monkeypatch):
@@ -93,6 +135,10 @@ def test_transient_errors_retry_then_give_up_on_the_last_try(monkeypatch):
     run.refresh_from_db()
     assert outcome.status == "failed"
     assert run.error == "the Hub answered 503 (gave up after 2 tries)"
+    assert [(a["n"], a["ended"], a["reason"]) for a in run.attempts] == [
+        (1, "transient", "the Hub answered 503"),
+        (2, "transient", "the Hub answered 503 (gave up after 2 tries)"),
+    ]
 
 
 def test_a_result_the_database_cannot_store_fails_the_stage(monkeypatch):
@@ -115,6 +161,10 @@ def test_a_lost_workers_run_is_taken_over_by_the_redelivered_message(monkeypatch
     run.refresh_from_db()
     assert run.status == StageStatus.SUCCEEDED
     assert run.retries == 1 and run.worker_host != "dead-host"
+    assert [(a["worker_host"], a["ended"]) for a in run.attempts] == [
+        ("dead-host", "worker-lost"),
+        (run.worker_host, "succeeded"),
+    ]
 
 
 def test_a_live_run_is_not_taken_over(monkeypatch):
@@ -147,6 +197,29 @@ def test_heartbeat_thread_advances_the_heartbeat():
         deadline = time.monotonic() + 5
         while StageRun.objects.get(pk=run.pk).heartbeat_at == old and time.monotonic() < deadline:
             time.sleep(0.05)
+    assert StageRun.objects.get(pk=run.pk).heartbeat_at > old
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_heartbeat_thread_survives_a_database_error(monkeypatch):
+    job = make_job(statuses={"fetch": StageStatus.RUNNING})
+    run = job.stage_runs.get(stage="fetch")
+    old = timezone.now() - timedelta(minutes=5)
+    StageRun.objects.filter(pk=run.pk).update(heartbeat_at=old)
+    beat, failures = runner.stage_run_heartbeat, []
+
+    def blip_once(**kwargs):
+        if not failures:
+            failures.append(1)
+            raise OperationalError("terminating connection due to administrator command")
+        return beat(**kwargs)
+
+    monkeypatch.setattr(runner, "stage_run_heartbeat", blip_once)
+    with runner.Heartbeat(run.pk, every_s=0.05) as heartbeat:
+        deadline = time.monotonic() + 5
+        while StageRun.objects.get(pk=run.pk).heartbeat_at == old and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert failures == [1] and not heartbeat.cancelled.is_set()
     assert StageRun.objects.get(pk=run.pk).heartbeat_at > old
 
 
