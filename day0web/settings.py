@@ -7,6 +7,7 @@ newcomer needs no server. `DATABASE_URL` and `CELERY_BROKER_URL` switch it to Po
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dj_database_url
@@ -33,6 +34,9 @@ from day0web.lost_work import (
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("DAY0_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
+# The engine (Django-free) keeps its files (tokenizers, serving checkpoints, engine logs, the
+# distributed stage's work folders) under DAY0_VAR_DIR: hand it the same folder.
+os.environ.setdefault("DAY0_VAR_DIR", str(VAR_DIR))
 
 DEBUG = env_bool("DEBUG", False)
 _DEV_SECRET = "day0-insecure-development-key-change-me-in-production"

