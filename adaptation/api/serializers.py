@@ -13,6 +13,8 @@ from adaptation.api.filters import ID_MAX
 from adaptation.models import (
     AcceleratorPool,
     AdaptationJob,
+    AttemptEnd,
+    Culprit,
     JobStatus,
     KnownLimitation,
     ModelRelease,
@@ -114,6 +116,41 @@ class ResultSummaryField(serializers.Field):
 # --- stage runs -------------------------------------------------------------------------------
 
 
+class StageRunAttemptOutput(serializers.Serializer):
+    """One time a worker ran a stage run (`StageRun.attempts`): a lost or transient attempt
+    is retried on the same run."""
+
+    n = serializers.IntegerField(read_only=True, help_text="1 for the first, and so on.")
+    worker_host = serializers.CharField(read_only=True, help_text='The Celery node ("cpu@host").')
+    pid = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="The process that ran it on that host."
+    )
+    started_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    ended_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="Null while it runs."
+    )
+    ended = serializers.ChoiceField(
+        choices=AttemptEnd.choices,
+        read_only=True,
+        allow_null=True,
+        help_text="How it ended; null while it runs.",
+    )
+    reason = serializers.CharField(
+        read_only=True, allow_blank=True, help_text="Why it ended (the error's first line)."
+    )
+    culprit = serializers.ChoiceField(
+        choices=Culprit.choices,
+        read_only=True,
+        allow_null=True,
+        help_text="What its end is put down to; null when that cannot be told.",
+    )
+    oom_kills_at_start = serializers.IntegerField(
+        read_only=True,
+        allow_null=True,
+        help_text="The worker cgroup's OOM-kill count when it started (null: unknown).",
+    )
+
+
 # What every stage-run output shows of the attempt itself.
 _STAGE_RUN_FIELDS = [
     "stage",
@@ -128,6 +165,7 @@ _STAGE_RUN_FIELDS = [
     "retries",
     "error",
     "result_summary",
+    "attempts",
 ]
 
 
@@ -135,6 +173,7 @@ class StageAttemptOutput(serializers.ModelSerializer):
     """The latest attempt of one stage of a job, as a job's detail lists them."""
 
     result_summary = ResultSummaryField()
+    attempts = StageRunAttemptOutput(many=True, read_only=True)
 
     class Meta:
         model = StageRun
@@ -158,6 +197,7 @@ class StageRunOutput(serializers.ModelSerializer):
     repo_id = serializers.CharField(source="job.release.repo_id", read_only=True)
     pool = serializers.CharField(source="job.pool.name", read_only=True)
     result_summary = ResultSummaryField()
+    attempts = StageRunAttemptOutput(many=True, read_only=True)
 
     class Meta:
         model = StageRun

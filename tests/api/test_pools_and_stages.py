@@ -109,6 +109,39 @@ def test_stage_run_detail_has_the_whole_result_and_log(cast, seeded):
     assert body["release"] == seeded.llama.pk
 
 
+def test_a_stage_run_shows_its_attempts(cast, seeded):
+    run = StageRun.objects.get(job=seeded.llama_done, stage="fetch")
+    attempts = [
+        {
+            "n": 1,
+            "worker_host": "cpu@box",
+            "pid": 4242,
+            "started_at": "2025-01-01T12:00:00+00:00",
+            "ended_at": "2025-01-01T12:00:09+00:00",
+            "ended": "worker-lost",
+            "reason": "killed by signal 9 (SIGKILL)",
+            "culprit": "infrastructure",
+            "oom_kills_at_start": 0,
+        },
+        {
+            "n": 2,
+            "worker_host": "cpu@box",
+            "pid": 4343,
+            "started_at": "2025-01-01T12:00:10+00:00",
+            "ended_at": "2025-01-01T12:00:12+00:00",
+            "ended": "succeeded",
+            "reason": "",
+            "culprit": None,
+            "oom_kills_at_start": None,
+        },
+    ]
+    StageRun.objects.filter(pk=run.pk).update(attempts=attempts)
+    api = cast.api("eli")
+    assert api.get(f"/api/v1/stages/{run.pk}/").json()["attempts"] == attempts
+    rows = results(api.get("/api/v1/stages/", {"job": seeded.llama_done.pk, "stage": "fetch"}))
+    assert [row["attempts"] for row in rows] == [attempts]
+
+
 def test_stage_runs_are_read_only(cast, seeded):
     run = StageRun.objects.filter(job=seeded.llama_done).first()
     api = cast.api("ada")

@@ -284,6 +284,56 @@ def test_timeline_shows_every_attempt_and_full_errors(logged_in_client):
     assert "csrfmiddlewaretoken" in html
 
 
+def test_timeline_lists_the_workers_that_ran_a_stage(logged_in_client):
+    release = make_release()
+    job = make_job(release=release, statuses={"fetch": "succeeded", "analyze": "succeeded"})
+    fetch = job.stage_runs.get(stage="fetch")
+    StageRun.objects.filter(pk=fetch.pk).update(
+        attempts=[
+            {
+                "n": 1,
+                "worker_host": "cpu@box",
+                "pid": 4242,
+                "started_at": "2025-01-01T12:00:00+00:00",
+                "ended_at": "2025-01-01T12:00:09+00:00",
+                "ended": "worker-lost",
+                "reason": "killed by signal 9 (SIGKILL)",
+                "culprit": "infrastructure",
+                "oom_kills_at_start": 0,
+            },
+            {
+                "n": 2,
+                "worker_host": "cpu@box",
+                "pid": 4343,
+                "started_at": "2025-01-01T12:00:10+00:00",
+                "ended_at": "2025-01-01T12:00:12+00:00",
+                "ended": "succeeded",
+                "reason": "",
+                "culprit": None,
+                "oom_kills_at_start": 0,
+            },
+        ]
+    )
+
+    html = logged_in_client.get(page_url(release)).content.decode()
+
+    def item(n: int) -> str:
+        start = html.index(f'<li id="run-{fetch.pk}-attempt-{n}">')
+        return html[start : html.index("</li>", start)].split(">", 1)[1]
+
+    assert item(1) == (
+        "<strong>#1</strong> cpu@box (pid 4242), 12:00:00\u201312:00:09 UTC: "
+        '<span class="badge attempt-worker-lost">worker lost</span> killed by signal 9 (SIGKILL) '
+        "<span class=\"muted\">(the infrastructure's fault, not the release's)</span>"
+    )
+    assert item(2) == (
+        "<strong>#2</strong> cpu@box (pid 4343), 12:00:10\u201312:00:12 UTC: "
+        '<span class="badge attempt-succeeded">succeeded</span>'
+    )
+    # A stage run once by one worker lists nothing more.
+    assert f'id="run-{job.stage_runs.get(stage="analyze").pk}-attempts"' not in html
+
+
 def test_newest_job_first(logged_in_client):
     release = make_release()
     first = make_job(release=release, statuses={"fetch": "failed"})
