@@ -8,9 +8,14 @@ command at TP=1 (`--tp 2` for TP=2 and the TP=1 comparison), with a sweep at con
 (bfloat16, on this process's torch threads) and measures the twin's decode step at batch 1 and
 8 after a 128-token prefill (`engine.stages.performance.run.measure_point`, as the performance
 stage does). Prints `load_s`, the sweep's time, the stage's wall time (time.perf_counter;
-target: under 300 s on 2 cores), and per concurrency the engine's output tokens/s, the
-in-process decode tokens/s and their ratio. The figures are the serving twin's, never the
-full-size model's. Exit status 0 when the stage passed within the target, else 1.
+target: under 300 s on 2 cores), and per concurrency c: the engine's output tokens/s (vLLM's
+`output_throughput`: every output token, the first ones included, over the level's wall time,
+prefills and queueing in it), the engine's decode tokens/s (`engine_decode_tokens_per_s`:
+c / TPOT p50, vLLM's TPOT excluding each request's first token, so decode steps only, the
+same thing the in-process figure measures), the in-process twin's decode tokens/s, and the
+ratio of the engine's decode tokens/s to the in-process one. The figures are the serving
+twin's, never the full-size model's. Exit status 0 when the stage passed within the target,
+else 1.
 
     .venv/bin/python benchmarks/serve.py [--tp 2] [--threads N]
 """
@@ -61,6 +66,21 @@ def _in_process_decode(folder: Path, batch: int, threads: int) -> float | None:
             options=PerformanceOptions(warmup=2, repeats=16),
         )
     return point["decode_tokens_per_s"]
+
+
+def engine_decode_tokens_per_s(point: dict) -> float | None:
+    """The engine's decode tokens/s at one sweep level: its concurrency over its TPOT p50 (s):
+    c requests in flight each producing one token per TPOT. vLLM's TPOT excludes a request's
+    first token (its prefill), so this is decode alone, like the in-process twin's
+    `decode_tokens_per_s`; None without a TPOT."""
+    tpot = point.get("tpot_s_p50")
+    if not tpot or tpot <= 0:
+        return None
+    return point["concurrency"] / tpot
+
+
+def _figure(value: float | None, width: int) -> str:
+    return f"{value:>{width}.1f}" if value is not None else f"{'n/a':>{width}}"
 
 
 def main() -> int:
@@ -136,15 +156,19 @@ def main() -> int:
         print()
         folder_ckpt = Path(result["checkpoint"]["folder"])
         by_level = {p["concurrency"]: p for p in result["sweep"]}
-        print("concurrency | engine output tokens/s | in-process decode tokens/s | ratio")
+        print(
+            "concurrency | engine output tokens/s | engine decode tokens/s | "
+            "in-process decode tokens/s | decode ratio"
+        )
         for level in COMPARED:
-            engine_rate = by_level.get(level, {}).get("output_tokens_per_s")
+            point = by_level.get(level, {})
+            output_rate = point.get("output_tokens_per_s")
+            decode_rate = engine_decode_tokens_per_s(point) if point else None
             local = _in_process_decode(folder_ckpt, level, args.threads)
-            ratio = engine_rate / local if engine_rate and local else None
+            ratio = decode_rate / local if decode_rate and local else None
             print(
-                f"{level:>11} | {engine_rate or float('nan'):>22.1f} | "
-                f"{local or float('nan'):>26.1f} | "
-                + (f"{ratio:.2f}x" if ratio is not None else "n/a")
+                f"{level:>11} | {_figure(output_rate, 22)} | {_figure(decode_rate, 22)} | "
+                f"{_figure(local, 26)} | " + (f"{ratio:.2f}x" if ratio is not None else "n/a")
             )
         ok = bool(result["passed"]) and wall < LIMIT_S
         print("PASS" if ok else "FAIL")
