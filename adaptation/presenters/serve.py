@@ -280,24 +280,28 @@ class SweepRow:
         return errors is not None and errors > 0
 
 
-# The stage's knee rules (`engine/stages/serve/run.py` `knee`, its `reason`): the first level
-# after which output tokens/s grew less than `growth_threshold` per doubling, or, when every
-# doubling grew more, the largest level measured. A knee in the performance stage's shape
-# (`find_knee`: `found` true or false) reads as the same two.
-KNEE_RULES = ("growth_below_threshold", "largest_measured")
+# The stage's knee codes (`engine/stages/serve/verdict.py` `knee`, its `reason`, by the
+# performance stage's rule `find_knee`): "found" (from that level output tokens/s grew less
+# than `growth_threshold` per doubling to every larger level), "beyond_sweep" (it kept growing
+# to the largest level, which is given) or "one_level" (only one level to read). Results
+# stored before the codes were renamed say "growth_below_threshold" or "largest_measured".
+KNEE_RULES = ("found", "beyond_sweep", "one_level")
+_EARLIER_KNEE_CODES = {"growth_below_threshold": "found", "largest_measured": "beyond_sweep"}
 
 
 @dataclass(frozen=True)
 class Knee:
     """The sweep's knee: the concurrency past which more requests in flight stop paying,
     output tokens/s and TPOT p50 (s) there, the rule that chose it (`KNEE_RULES`; "" when the
-    result names none the panel knows) and the growth per doubling it used (a fraction)."""
+    result names none the panel knows), the growth per doubling the rule used and the growth
+    from the knee to twice it (fractions; None when not stored)."""
 
     concurrency: Any
     output_tokens_per_s: float | None
     tpot_s_p50: float | None
     rule: str
     growth_threshold: float | None
+    growth_at_knee: float | None
 
 
 @dataclass(frozen=True)
@@ -343,13 +347,14 @@ def _knee(result: Mapping[str, Any]) -> Knee | None:
     if not knee or knee.get("concurrency") is None:
         return None
     rule = str(knee.get("reason") or "")
+    rule = _EARLIER_KNEE_CODES.get(rule, rule)
     if rule not in KNEE_RULES:
         found = knee.get("found")
-        rule = KNEE_RULES[0 if found else 1] if isinstance(found, bool) else ""
+        rule = ("found" if found else "beyond_sweep") if isinstance(found, bool) else ""
     return Knee(
         concurrency=knee.get("concurrency"),
         rule=rule,
-        **numbers(knee, "output_tokens_per_s", "tpot_s_p50", "growth_threshold"),
+        **numbers(knee, "output_tokens_per_s", "tpot_s_p50", "growth_threshold", "growth_at_knee"),
     )
 
 

@@ -229,7 +229,8 @@ def test_the_sweep_table_and_its_knee():
     assert '<tr data-concurrency="4" class="knee">' in panel
     assert read(by_id(panel, f"{stem}-knee", "p")) == (
         "Knee: concurrency 4, 210 tokens/s at a TPOT p50 of 18 ms (measured, engine, twin): "
-        "doubling the requests in flight from there added less than 10.0 % output tokens/s."
+        "from there, output tokens/s grew less than 10.0 % per doubling of the requests in "
+        "flight, to every larger concurrency measured (+7.8% at the next doubling)."
     )
     settings = re.search(r'<p class="meta serve-sweep-settings">(.*?)</p>', panel, re.S)
     assert read(settings[1]) == (
@@ -238,24 +239,30 @@ def test_the_sweep_table_and_its_knee():
     )
 
 
+BEYOND_SWEEP = (
+    ": the largest concurrency measured, as output tokens/s kept growing at least 10.0 % per "
+    "doubling up to it; the knee lies beyond the sweep."
+)
+
+
 @pytest.mark.parametrize(
     ("knee", "words"),
     [
+        ({"found": False, "reason": "beyond_sweep", "growth_threshold": 0.1}, BEYOND_SWEEP),
         (
-            {"reason": "largest_measured", "growth_threshold": 0.1},
-            ": the largest concurrency measured, as every doubling up to it added at least "
-            "10.0 % output tokens/s; the knee may lie beyond the sweep.",
+            {"found": False, "reason": "one_level", "growth_threshold": 0.1},
+            ": the only concurrency measured, so where more requests in flight stop paying is "
+            "not known.",
         ),
-        # The performance stage's shape (find_knee): `found`, with a sentence as its reason.
+        # Results stored before the codes were renamed.
+        ({"reason": "largest_measured", "growth_threshold": 0.1}, BEYOND_SWEEP),
         (
-            {"found": True, "reason": "decode tokens/s grew +7.6% from 4 to 8"},
-            ": doubling the requests in flight from there added too little output tokens/s.",
+            {"reason": "growth_below_threshold"},
+            ": from there, output tokens/s grew less than the stage's threshold per doubling of "
+            "the requests in flight, to every larger concurrency measured.",
         ),
-        (
-            {"found": False, "reason": "kept growing"},
-            ": the largest concurrency measured, as every doubling up to it added enough "
-            "output tokens/s; the knee may lie beyond the sweep.",
-        ),
+        # A code the panel does not know reads by `found`, else says nothing.
+        ({"found": False, "reason": "a_new_code", "growth_threshold": 0.1}, BEYOND_SWEEP),
         ({"reason": "a_code_the_panel_does_not_know"}, "."),
     ],
 )
