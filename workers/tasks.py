@@ -10,6 +10,7 @@ from adaptation.notifications import services as notification_services
 from adaptation.services.hub_polling import hub_watches_poll
 from adaptation.services.stage_runs import stage_runs_reap_stale, stage_runs_resend_queued
 from adaptation.webhooks import deliveries, uploads
+from workers.broker_watch import messages_lost
 from workers.runner import execute_stage_run
 
 MAX_STAGE_RETRIES = 5
@@ -59,12 +60,11 @@ def poll_hubs() -> dict[str, int]:
 @shared_task(name="day0.reap_stale_stage_runs")
 def reap_stale_stage_runs() -> dict[str, int]:
     """Periodic (every DAY0_REAP_EVERY_S): queue again the stages whose worker stopped sending
-    heartbeats (or fail those out of attempts), and send again the messages of stages left
-    queued too long."""
-    return {
-        **stage_runs_reap_stale(),
-        "resent": stage_runs_resend_queued(),
-    }
+    heartbeats (or fail those out of attempts), and send again the messages the broker does
+    not hold: unsent ones (it was down), all queued ones when it lost its messages
+    (`broker_watch.messages_lost`), and any queued too long."""
+    reaped = stage_runs_reap_stale()
+    return {**reaped, "resent": stage_runs_resend_queued(broker_lost=messages_lost())}
 
 
 @shared_task(

@@ -28,6 +28,7 @@ from adaptation.selectors.inventory import PoolInventory, WorkerState
 from adaptation.selectors.limitations import release_open_limitations_all
 from adaptation.services.errors import ServiceError
 from adaptation.services.pools import pool_get
+from adaptation.services.queueing import unsent_stage_runs
 from adaptation.webhooks.endpoints import webhook_url_path
 from engine.registry import job_options_check, stage_names
 
@@ -286,11 +287,23 @@ class JobOutput(JobBriefOutput):
 
 
 class JobDetailOutput(JobOutput):
-    """A job with the latest attempt of each stage in full."""
+    """A job with the latest attempt of each stage in full, and the stages queued but not yet
+    handed to the broker (`unsent_stages`: it was unreachable; day0 sends them when it is
+    back, within `DAY0_REAP_EVERY_S`)."""
+
+    unsent_stages = serializers.SerializerMethodField()
+
+    class Meta(JobOutput.Meta):
+        fields = [*JobOutput.Meta.fields, "unsent_stages"]
+        read_only_fields = fields
 
     @extend_schema_field(StageAttemptOutput(many=True))
     def get_stages(self, job: AdaptationJob) -> list[dict[str, Any]]:
         return StageAttemptOutput(latest_stage_runs(job), many=True).data
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_unsent_stages(self, job: AdaptationJob) -> list[str]:
+        return [run.stage for run in unsent_stage_runs(job)]
 
 
 class StrictPrimaryKeyRelatedField(serializers.PrimaryKeyRelatedField):

@@ -47,6 +47,7 @@ from adaptation.selectors.jobs import jobs_with_stage_runs, stage_runs_with_jobs
 from adaptation.selectors.releases import releases_with_latest_job
 from adaptation.services.errors import ServiceError
 from adaptation.services.jobs import job_cancel, job_create, job_rerun_stage
+from adaptation.services.queueing import unsent_stage_runs
 from adaptation.webhooks.endpoints import EndpointError, webhook_endpoint_create
 from engine.catalog import CatalogError
 
@@ -123,13 +124,15 @@ class JobViewSet(
 
     @extend_schema(
         request=serializers.JobCreateInput,
-        responses={201: serializers.JobDetailOutput},
+        responses={201: serializers.JobDetailOutput, 202: serializers.JobDetailOutput},
         summary="Start a job for a release on a pool",
     )
     def create(self, request: Request) -> Response:
         """Start a job (trigger "api", requested by the caller) for a release on a pool
         (absent: `DAY0_DEFAULT_POOL`), with every stage unless `stages` names some, and
-        per-stage `options`. Its first stage is queued at once. Needs `trigger_job`."""
+        per-stage `options`. Its first stage is queued at once: 201, or 202 when the broker
+        could not take it (the job is saved; `unsent_stages` names it; day0 sends it when the
+        broker is back). Needs `trigger_job`."""
         data = self._validated(serializers.JobCreateInput, request)
         job = job_create(
             release=data["release"],
@@ -139,7 +142,9 @@ class JobViewSet(
             stages=data.get("stages"),
             options=data.get("options"),
         )
-        return self._detail(job, code=status.HTTP_201_CREATED)
+        # 202: saved and queued, but the broker has not taken the first stage yet (it is down).
+        sent = not unsent_stage_runs(job)
+        return self._detail(job, code=status.HTTP_201_CREATED if sent else status.HTTP_202_ACCEPTED)
 
     @extend_schema(
         request=None,

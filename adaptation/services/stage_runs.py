@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from adaptation.models import (
@@ -58,6 +58,10 @@ _REASON_CHARS = 500
 
 
 # --- attempts -------------------------------------------------------------------------------
+
+
+# A run's own send runs right after its transaction commits: the reaper leaves it this long.
+UNSENT_GRACE_S = 5
 
 
 def attempt_current(run: StageRun) -> dict[str, Any] | None:
@@ -604,6 +608,7 @@ def stage_run_lost(
             row,
             status=StageStatus.QUEUED,
             queued_at=now,
+            sent_at=None,
             retries=F("retries") + 1,
             log=log,
             attempts=attempts,
@@ -611,12 +616,11 @@ def stage_run_lost(
             return ""
         run_id, stage, queue = row.pk, row.stage, row.job.pool.queue
         options = job_stage_options(row.job, row.stage)
-        # robust: a broker outage must not undo the requeue; the re-sender sends it later.
+        # A broker outage must not undo the requeue: an unsent message is sent again later.
         transaction.on_commit(
-            lambda: queueing.stage_message_send(
+            lambda: queueing.stage_message_deliver(
                 stage_run_id=run_id, stage=stage, queue=queue, options=options
-            ),
-            robust=True,
+            )
         )
     logger.warning("Stage run %s: an attempt was lost (%s); queued again", stage_run_id, reason)
     return "requeued"
@@ -645,24 +649,34 @@ def stage_runs_reap_stale(*, now: datetime | None = None) -> dict[str, int]:
     return outcomes
 
 
-def stage_runs_resend_queued(*, now: datetime | None = None) -> int:
-    """Send again the message of each stage queued for longer than `DAY0_RESEND_QUEUED_S`:
-    one lost with a broker restart or outage would otherwise leave its job waiting forever.
-    A duplicate is harmless (only one delivery claims the run). Returns how many."""
+def stage_runs_resend_queued(*, now: datetime | None = None, broker_lost: bool = False) -> int:
+    """Send again the messages the broker does not hold. Returns how many were sent.
+
+    - A run whose send failed (`sent_at` empty: the broker was down) is sent again on every
+      call, once it has been queued `UNSENT_GRACE_S` (its own send may still be under way).
+    - With `broker_lost` (the broker lost what it held: a restart without persistence, a
+      FLUSHALL; `workers.broker_watch`), every queued run is sent again.
+    - A run queued longer than `DAY0_RESEND_QUEUED_S` is sent again too, as a safety net for a
+      message lost some other way.
+
+    A duplicate is harmless: only one delivery claims the run."""
     now = now or timezone.now()
-    cutoff = now - timedelta(seconds=settings.DAY0_RESEND_QUEUED_S)
+    stale = now - timedelta(seconds=settings.DAY0_RESEND_QUEUED_S)
+    grace = now - timedelta(seconds=UNSENT_GRACE_S)
+    due = Q(queued_at__lt=stale) | Q(sent_at__isnull=True, queued_at__lt=grace)
+    queued = StageRun.objects.filter(status=StageStatus.QUEUED)
+    if not broker_lost:
+        queued = queued.filter(due)
     count = 0
-    stale = StageRun.objects.filter(status=StageStatus.QUEUED, queued_at__lt=cutoff)
-    for run in stale.select_related("job__pool"):
+    for run in queued.select_related("job__pool"):
         bumped = StageRun.objects.filter(
             pk=run.pk, status=StageStatus.QUEUED, queued_at=run.queued_at
         ).update(queued_at=now)
-        if bumped:
-            queueing.stage_message_send(
-                stage_run_id=run.pk,
-                stage=run.stage,
-                queue=run.job.pool.queue,
-                options=job_stage_options(run.job, run.stage),
-            )
+        if bumped and queueing.stage_message_deliver(
+            stage_run_id=run.pk,
+            stage=run.stage,
+            queue=run.job.pool.queue,
+            options=job_stage_options(run.job, run.stage),
+        ):
             count += 1
     return count

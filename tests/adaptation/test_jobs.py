@@ -280,7 +280,13 @@ def test_the_stability_message_carries_limits_that_follow_its_duration(
     run = job.stage_runs.get()
     # 7,200 s x 1.1 + 120 s of set-up; the hard limit a minute later
     assert sent == [
-        {"args": [run.pk], "queue": "pool.cpu", "soft_time_limit": 8040, "time_limit": 8100}
+        {
+            "args": [run.pk],
+            "queue": "pool.cpu",
+            "soft_time_limit": 8040,
+            "time_limit": 8100,
+            "retry_policy": queueing.SEND_RETRY_POLICY,
+        }
     ]
     with django_capture_on_commit_callbacks(execute=True):
         job_create(

@@ -9,7 +9,9 @@ merged with --context/--concurrency/--dtype (an option given both ways is refuse
 stage's options are checked by the stage's `check_options` before anything is fetched; bad
 input exits non-zero with a one-line reason. With --wait, follows the stages in the terminal
 and exits 0 when every stage succeeds, 1 when one fails, 2 on timeout, 3 when the job is
-cancelled.
+cancelled. When the broker cannot be reached the job is still saved and its first stage queued:
+the command says so in one line and, without --wait, exits 75 (EX_TEMPFAIL: try later; the
+reaper sends the stage when the broker is back).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from adaptation.models import AdaptationJob, JobStatus, StageStatus, Trigger
 from adaptation.selectors.jobs import job_current_stage_runs, job_summary
 from adaptation.services.errors import ServiceError
 from adaptation.services.pools import pool_get
+from adaptation.services.queueing import unsent_stage_runs
 from adaptation.services.releases import release_from_candidate
 from adaptation.targets import TargetError, resolve_target
 from engine import formatting as fmt
@@ -40,6 +43,9 @@ POLL_EVERY_S = 0.5
 # --wait warns once when a stage run has sat queued this long (no worker took it).
 QUEUE_WARN_S = 15.0
 EXAMPLE_OPTIONS = '{"stability": {"duration_s": 5}, "performance": {"max_batch_size": 8}}'
+
+# Saved and queued, not yet sent: the broker is down (sysexits.h EX_TEMPFAIL).
+EXIT_NOT_SENT = 75
 
 
 def _positive_seconds(text: str) -> float:
@@ -141,6 +147,12 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         release = job.release
         text = format == "text"
+        unsent = unsent_stage_runs(job)
+        if unsent:
+            self.stderr.write(
+                f"Job {job.pk} is saved and its {unsent[0].stage} stage queued, but the broker "
+                "cannot be reached: the stage is sent when it is back."
+            )
         if text:
             self.stdout.write(
                 f"Job {job.pk}: {release.repo_id}@{release.revision[:12]} on pool {pool_row.name} "
@@ -149,6 +161,8 @@ class Command(BaseCommand):
         if not wait:
             if not text:
                 self.stdout.write(json.dumps(job_summary(job), indent=2))
+            if unsent:
+                sys.exit(EXIT_NOT_SENT)
             return
         job = self._follow(job, timeout=timeout, echo=text)
         if not text:
