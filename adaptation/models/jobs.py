@@ -110,6 +110,22 @@ class Culprit(models.TextChoices):
     RELEASE = "release", "Release"
 
 
+class FailureClass(models.TextChoices):
+    """Whose fault a failed stage run is (`StageRun.failure_class`; blank for any other
+    status). Only a release failure raises known limitations (docs/limitations.md).
+
+    - infrastructure: the host or the services around it, not the release: a time limit, a
+      lost worker, the host out of memory, the broker, hub or network unavailable, a serving
+      engine that did not start for a host reason; and a day0 error (an unexpected exception
+      in day0's own code: not the release's fault either; its error says "day0 error").
+    - release: the release cannot pass the stage: its config, an unsupported feature, a
+      precision failure, no fit, an engine that refuses its architecture.
+    """
+
+    INFRASTRUCTURE = "infrastructure", "Infrastructure"
+    RELEASE = "release", "Release"
+
+
 class StageRun(models.Model):
     """One attempt of one stage of a job: the truth about that piece of work."""
 
@@ -144,6 +160,16 @@ class StageRun(models.Model):
         blank=True,
         help_text="When the run's message was last handed to the broker; empty: not sent "
         "(or sending failed).",
+    )
+    failure_class = models.CharField(
+        max_length=16,
+        choices=FailureClass.choices,
+        blank=True,
+        default="",
+        help_text="Whose fault a failed run is: infrastructure (time limit, lost worker, host "
+        "out of memory, broker/hub/network unavailable, engine did not start for a host "
+        "reason, a day0 error) or release (config, unsupported feature, precision, no fit, "
+        "engine refuses the architecture); blank unless failed.",
     )
 
     class Meta:
