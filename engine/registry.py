@@ -77,7 +77,7 @@ STAGES: tuple[StageDefinition, ...] = (
     ),
     StageDefinition(
         name="plan",
-        title="Distributed plan",
+        title="Plan the split (predicted)",
         run="engine.stages.plan.run:run",
         check_options="engine.stages.plan.options:plan_options",
         findings="engine.stages.plan.findings:findings",
@@ -98,7 +98,7 @@ STAGES: tuple[StageDefinition, ...] = (
     ),
     StageDefinition(
         name="distributed",
-        title="Multi-device validation",
+        title="Run the split (measured)",
         run="engine.stages.distributed.run:run",
         check_options="engine.stages.distributed.options:distributed_options",
         limits_for_options="engine.stages.distributed.options:distributed_time_limits",

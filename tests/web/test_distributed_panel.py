@@ -322,7 +322,7 @@ def test_page_shows_a_passed_validation_beside_the_plans_split(
     html = page(logged_in_client, job.release)
     panel = distributed_article(html, job)
 
-    assert '<h2 id="distributed-title">Multi-device validation</h2>' in html
+    assert '<h2 id="distributed-title">Run the split (measured)</h2>' in html
     assert "Measured on the scaled twin, not the full-size model" in text(html)
     assert f"Job {job.pk} on pool h200x8 Succeeded" in text(panel)
     assert verdict(panel) == "Passed: " + stored("pass")["reason"]
@@ -505,7 +505,7 @@ def test_scaling_chart_draws_the_measured_efficiency_on_its_own_axis(
     plan = section(html, f"plan-job-{job.pk}")
     line = text(re.search(r'<p class="note measured-scaling".*?</p>', plan, re.S)[0])
     assert line.startswith(
-        "Measured on the scaled twin (Multi-device validation): TP=2 EP=2 on 2 gloo processes, "
+        "Measured on the scaled twin (Run the split): TP=2 EP=2 on 2 gloo processes, "
         "scaling efficiency 0.17 x linear (16.7 %"
     )
     assert f"against {first} devices, the first count" in line

@@ -30,7 +30,7 @@ def test_performance_and_stability_run_after_the_plan():
     assert performance.time_limits_s({"max_batch_size": 4}) == (180, 240)
     assert get_stage("plan").reads_pool_calibration is True
     distributed = get_stage("distributed")
-    assert distributed.title == "Multi-device validation"
+    assert distributed.title == "Run the split (measured)"
     assert distributed.time_limits_s({}) == (240, 300)
     assert distributed.time_limits_s({"timeout_s": 900}) == (960, 1020)
     assert distributed.checked_options({"processes": 4})["processes"] == 4

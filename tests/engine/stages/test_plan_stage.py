@@ -40,7 +40,7 @@ def pool(**fields) -> PoolSpec:
 def test_plan_runs_after_precision_with_small_time_limits():
     assert stage_names()[3:5] == ["precision", "plan"]
     plan = get_stage("plan")
-    assert plan.title == "Distributed plan" and plan.description
+    assert plan.title == "Plan the split (predicted)" and plan.description
     assert plan.soft_time_limit_s <= 30 < plan.time_limit_s <= 60
     # A job's options are checked by the stage's own checker when the job is created.
     assert plan.checked_options({"dtype": "bf16"}) == {"dtype": "bfloat16"}
