@@ -93,12 +93,24 @@ def mib(value: Any) -> str:
 
 
 def ms(seconds: Any) -> str:
-    """Seconds as milliseconds: 0.01643 → "16.4 ms", 0.25 → "250 ms"."""
+    """A short time (seconds) in milliseconds below a second, else in the largest unit that
+    reads at a glance, three significant digits: 0.01643 → "16.4 ms", 0.25 → "250 ms",
+    17.7 → "17.7 s", 754 → "12.6 min", 17702.8 → "4.92 h" (never "17,702,796 ms")."""
     number = finite(seconds)
     if number is None:
         return MISSING
+    size = abs(number)
     millis = number * 1000
-    return f"{millis:,.3g} ms" if millis < 100 else f"{millis:,.0f} ms"
+    if size < 0.1:
+        return f"{millis:,.3g} ms"
+    if size < 1:
+        return f"{millis:,.0f} ms"
+    if size < 60:
+        return f"{number:.3g} s"
+    if size < 3600:
+        return f"{number / 60:.3g} min"
+    hours = number / 3600
+    return f"{hours:.3g} h" if abs(hours) < 1000 else f"{hours:,.0f} h"
 
 
 def rate(value: Any) -> str:

@@ -108,6 +108,19 @@ def _tokens_per_s_and_right_axis(
     )
 
 
+def time_axis_unit(seconds: Sequence[float]) -> tuple[float, str]:
+    """The scale from seconds and the unit a time axis draws its largest value in, so no
+    tick reads "17,702,796 ms": ms below a second, then s, min, h."""
+    top = max((abs(value) for value in seconds), default=0.0)
+    if top < 1:
+        return 1000.0, "ms"
+    if top < 600:
+        return 1.0, "s"
+    if top < 36000:
+        return 1 / 60, "min"
+    return 1 / 3600, "h"
+
+
 def decode_curve(predicted: Mapping[str, Any]) -> dict[str, Any] | None:
     """Predicted decode throughput (tokens/s over all replicas) and TPOT (ms) against the
     number of concurrent sequences, from batch 1 to the largest batch that fits.
@@ -127,23 +140,27 @@ def decode_curve(predicted: Mapping[str, Any]) -> dict[str, Any] | None:
             hovertemplate="%{x} sequences<br>%{y:,.0f} tokens/s<extra>%{fullData.name}</extra>",
         )
     )
+    tpots = [_number(p.get("tpot_s")) or 0.0 for p in curve]
+    scale, unit = time_axis_unit(tpots)
     fig.add_trace(
         go.Scatter(
             x=x,
-            y=[(_number(p.get("tpot_s")) or 0.0) * 1000 for p in curve],
+            y=[tpot * scale for tpot in tpots],
+            customdata=[formatting.ms(tpot) for tpot in tpots],
             mode="lines+markers",
             yaxis="y2",
             line={"dash": "dot"},
-            name="TPOT ms (predicted)",
-            hovertemplate="%{x} sequences<br>%{y:,.1f} ms per token<extra>%{fullData.name}</extra>",
+            name="TPOT (predicted)",
+            hovertemplate="%{x} sequences<br>%{customdata} per token"
+            "<extra>%{fullData.name}</extra>",
         )
     )
     return _tokens_per_s_and_right_axis(
         fig,
-        title="Decode vs concurrent sequences (predicted)",
+        title="Decode vs sequences (predicted)",
         x_title="concurrent sequences",
         ticks=x,
-        right={"title": "TPOT", **MS_TICKS},
+        right={"title": "TPOT", **MS_TICKS, "ticksuffix": f" {unit}"},
     )
 
 
@@ -155,23 +172,26 @@ def prefill_curve(predicted: Mapping[str, Any]) -> dict[str, Any] | None:
     if not predicted.get("available") or not points:
         return None
     x = [p.get("prompt_tokens") for p in points]
+    ttfts = [_number(p.get("ttft_s")) or 0.0 for p in points]
+    scale, unit = time_axis_unit(ttfts)
     fig = go.Figure(
         go.Scatter(
             x=x,
-            y=[(_number(p.get("ttft_s")) or 0.0) * 1000 for p in points],
+            y=[ttft * scale for ttft in ttfts],
+            customdata=[formatting.ms(ttft) for ttft in ttfts],
             mode="lines+markers",
-            name="TTFT ms (predicted)",
-            hovertemplate="%{x:,} prompt tokens<br>%{y:,.1f} ms<extra>%{fullData.name}</extra>",
+            name="TTFT (predicted)",
+            hovertemplate="%{x:,} prompt tokens<br>%{customdata}<extra>%{fullData.name}</extra>",
         )
     )
     return figure_json(
         fig,
-        title="Time to first token vs prompt length (predicted)",
+        title="TTFT vs prompt length (predicted)",
         height=360,
         showlegend=True,
         xaxis={"title": "prompt tokens", "type": "log", "tickvals": x, **COUNT_TICKS},
         # a log axis labels its 2s and 5s without the suffix: the unit goes in the title
-        yaxis={"title": "TTFT (ms)", "type": "log", "tickformat": MS_TICKS["tickformat"]},
+        yaxis={"title": f"TTFT ({unit})", "type": "log", "tickformat": MS_TICKS["tickformat"]},
     )
 
 

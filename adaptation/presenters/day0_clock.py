@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from adaptation.models import AdaptationJob, JobStatus, ModelRelease, StageRun
+from adaptation.models import AdaptationJob, JobStatus, ModelRelease, StageRun, StageStatus
 from adaptation.presenters.stages import stage_title
 from adaptation.readiness import (
     JobReadiness,
@@ -48,11 +48,41 @@ def job_readiness(job: AdaptationJob) -> JobReadiness:
     )
 
 
+# A stage a job "ran": its latest attempt finished (succeeded or failed). A queued re-run,
+# a skipped or cancelled stage, or a stage the job does not hold leaves an older job's result.
+_RAN = (StageStatus.SUCCEEDED, StageStatus.FAILED)
+
+
+def newest_job_per_stage(jobs: Iterable[AdaptationJob]) -> dict[str, AdaptationJob]:
+    """For each stage, the newest of `jobs` (newest first, runs prefetched) that ran it (its
+    latest attempt finished), else the newest that holds it: a partial job (a webhook's
+    three stages) or a re-run still queued never hides what an older job measured."""
+    owners: dict[str, AdaptationJob] = {}
+    holders: dict[str, AdaptationJob] = {}
+    for job in jobs:
+        for name, run in latest_runs_by_stage(job).items():
+            holders.setdefault(name, job)
+            if run.status in _RAN:
+                owners.setdefault(name, job)
+    return {**holders, **owners}
+
+
+def pool_level(jobs: list[AdaptationJob]) -> JobReadiness:
+    """A pool's readiness from its jobs (newest first, runs and pool prefetched): each stage
+    as the newest job that ran it left it (`newest_job_per_stage`), so a partial job never
+    lowers the level a full job reached; only a newer attempt that ran a stage can."""
+    owners = newest_job_per_stage(jobs)
+    stages = list(dict.fromkeys(name for job in jobs for name in job.stages or []))
+    runs = [run for job in jobs for run in job.stage_runs.all() if owners.get(run.stage) is job]
+    return readiness_from_runs(stages=stages, runs=runs, engine=pool_has_engine(jobs[0].pool))
+
+
 def pool_readiness(
     jobs: Iterable[AdaptationJob], *, limitations: Iterable[Any] = ()
 ) -> list[PoolReadiness]:
-    """Per pool the release's jobs ran on (by pool name), its readiness: jobs newest first
-    with their stage runs and pool prefetched; `limitations` the release's open ones."""
+    """Per pool the release's jobs ran on (by pool name), its readiness (`pool_level`): jobs
+    newest first with their stage runs and pool prefetched; `limitations` the release's open
+    ones."""
     limitations = list(limitations)
     by_pool: dict[int, list[AdaptationJob]] = {}
     for job in jobs:
@@ -60,13 +90,16 @@ def pool_readiness(
     rows = []
     for pool_id, pool_jobs in by_pool.items():
         latest = pool_jobs[0]
+        level = pool_level(pool_jobs)
         times = [at for at in (job_readiness(job).ready_at for job in pool_jobs) if at]
+        if level.ready_at is not None:
+            times.append(level.ready_at)
         rows.append(
             PoolReadiness(
                 pool_id=pool_id,
                 pool_name=latest.pool.name,
                 job=latest,
-                level=job_readiness(latest),
+                level=level,
                 top_limitation=top_limitation(limitations, pool_id=pool_id),
                 ready_at=min(times) if times else None,
             )
@@ -108,8 +141,8 @@ class Day0Clock:
 def day0_basis(release: ModelRelease) -> tuple[datetime, str]:
     """Where the release's time-to-Day-0 runs from: its publication time when the hub gave
     one ("publication"), else its discovery ("discovery")."""
-    if release.published_at is not None:
-        return release.published_at, "publication"
+    if release.publication_time is not None:
+        return release.publication_time, "publication"
     return release.discovered_at, "discovery"
 
 
@@ -134,7 +167,7 @@ def day0_clock(
     pools = pool_readiness(jobs, limitations=limitations)
     times = [row.ready_at for row in pools if row.ready_at is not None]
     ready_at = min(times) if times else None
-    published = release.published_at
+    published = release.publication_time
     basis_at, basis = day0_basis(release)
     return Day0Clock(
         published_at=published,
@@ -197,7 +230,7 @@ def day0_timeline(release: ModelRelease, clock: Day0Clock) -> list[ClockEvent]:
         if at is not None:
             events.append(ClockEvent(kind=kind, at=at, after=at - start, **about))
 
-    add("published", release.published_at)
+    add("published", release.publication_time)
     add("discovered", release.discovered_at)
     for row in clock.pools:
         job = row.job

@@ -10,6 +10,11 @@ latest attempt of the stage with its stored result), so a new stage's panel need
 only; one that shows more (charts, figures shaped from its result, rows of its own) adds its
 presenter here, one line.
 
+The page draws the newest job's panels in full, not every job's: per pool and stage the newest
+job that ran the stage (`shown_jobs`), or the one job `?job=` names; a presenter sees only
+those jobs in `page.release.jobs.all()` (`release_showing`), and the other jobs fold into the
+job history (`presenters.job_timeline.job_history`).
+
 A presenter is handed the `ReleasePage`: the release with its jobs and their stage attempts
 prefetched, and what the view read for every panel. Those that need more reads (the plan's
 start on its pool, the performance points) make them here, through `adaptation.selectors`,
@@ -18,15 +23,16 @@ and hand the results to their presenter.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.template import TemplateDoesNotExist
 from django.template.loader import get_template
 
 from adaptation.catalog import pool_layout
-from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun
+from adaptation.models import AcceleratorPool, AdaptationJob, JobStatus, ModelRelease, StageRun
 from adaptation.presenters import (
     analysis,
     distributed,
@@ -36,6 +42,7 @@ from adaptation.presenters import (
     stability,
     validation,
 )
+from adaptation.presenters.day0_clock import newest_job_per_stage
 from adaptation.selectors import inventory as inventory_selectors
 from adaptation.selectors import performance as performance_selectors
 from adaptation.selectors.jobs import latest_runs_by_stage
@@ -56,6 +63,64 @@ class ReleasePage:
     params: Mapping[str, Any] = field(default_factory=dict)
     pools_without_worker: Mapping[int, AcceleratorPool] = field(default_factory=dict)
     release_notes: list[NotesSummary] = field(default_factory=list)
+    shown: ShownJobs | None = None
+
+
+@dataclass(frozen=True)
+class ShownJobs:
+    """Which jobs the release page draws in full: per stage, the jobs whose panel it shows
+    (`by_stage`), and the jobs whose stage timeline it shows (`timelines`, newest first); the
+    other jobs fold into the job history. `selected`: the job the URL asked for (`?job=`),
+    None for the default (per pool, the newest job that ran each stage, and every running
+    job)."""
+
+    by_stage: Mapping[str, list[AdaptationJob]]
+    timelines: list[AdaptationJob]
+    selected: AdaptationJob | None = None
+
+    def jobs_for(self, stage: str) -> list[AdaptationJob]:
+        return list(self.by_stage.get(stage, []))
+
+
+def shown_jobs(release: ModelRelease, *, job_id: int | None = None) -> ShownJobs:
+    """The jobs the page draws in full (jobs prefetched newest first): the one `job_id` names
+    when it is the release's, else per pool and stage the newest job that ran the stage
+    (`newest_job_per_stage`: a newer partial job never hides an older full one) and every
+    job still pending or running."""
+    jobs = list(release.jobs.all())
+    selected = next((job for job in jobs if job.pk == job_id), None)
+    if selected is not None:
+        names = set(selected.stages or []) | set(latest_runs_by_stage(selected))
+        return ShownJobs(
+            by_stage={name: [selected] for name in names}, timelines=[selected], selected=selected
+        )
+    by_pool: dict[int, list[AdaptationJob]] = {}
+    for job in jobs:
+        by_pool.setdefault(job.pool_id, []).append(job)
+    by_stage: dict[str, list[AdaptationJob]] = {}
+    chosen: set[int] = set()
+    for pool_jobs in by_pool.values():
+        for name, owner in newest_job_per_stage(pool_jobs).items():
+            by_stage.setdefault(name, []).append(owner)
+            chosen.add(owner.pk)
+    chosen |= {job.pk for job in jobs if job.status in (JobStatus.PENDING, JobStatus.RUNNING)}
+    order = {job.pk: index for index, job in enumerate(jobs)}
+    for owners in by_stage.values():
+        owners.sort(key=lambda job: order[job.pk])
+    return ShownJobs(by_stage=by_stage, timelines=[job for job in jobs if job.pk in chosen])
+
+
+def release_showing(release: ModelRelease, jobs: list[AdaptationJob]) -> ModelRelease:
+    """A copy of `release` whose prefetched `jobs.all()` holds only `jobs` (their runs stay
+    prefetched), so a panel presenter that reads every job of the release draws these."""
+    shown = copy.copy(release)
+    cache = dict(getattr(release, "_prefetched_objects_cache", {}))
+    subset = AdaptationJob.objects.filter(pk__in=[job.pk for job in jobs])
+    subset._result_cache = list(jobs)
+    subset._prefetch_done = True
+    cache["jobs"] = subset
+    shown._prefetched_objects_cache = cache
+    return shown
 
 
 @dataclass(frozen=True)
@@ -168,7 +233,15 @@ def release_panels(page: ReleasePage) -> list[Panel]:
         if not has_panel(stage.name):
             continue
         present = PRESENTERS.get(stage.name)
-        values = present(page) if present is not None else stage_panel(page, stage.name)
+        # Each stage's panel reads only the jobs the page shows for it (`ShownJobs`).
+        seen = (
+            page
+            if page.shown is None
+            else replace(
+                page, release=release_showing(page.release, page.shown.jobs_for(stage.name))
+            )
+        )
+        values = present(seen) if present is not None else stage_panel(seen, stage.name)
         panels.append(
             Panel(
                 name=stage.name,

@@ -1,5 +1,6 @@
 """What several pages say of a stage: its title, the board's columns, its newest finished
-attempt, whether a run is still active, and why an attempt was skipped."""
+attempt, whose fault a failed one is, whether a run is still active, and why an attempt was
+skipped."""
 
 from __future__ import annotations
 
@@ -45,6 +46,19 @@ def finished_run(runs: Iterable[StageRun]) -> StageRun | None:
     """The newest finished (succeeded or failed) attempt among `runs`."""
     done = [r for r in runs if r.status in (StageStatus.SUCCEEDED, StageStatus.FAILED)]
     return max(done, key=lambda r: r.attempt) if done else None
+
+
+# Whose fault a failed run is (`StageRun.failure_class`), as the pages style it.
+FAILURE_CLASSES = ("infrastructure", "release")
+
+
+def failure_class(run: StageRun) -> str:
+    """Whose fault a failed run is: "infrastructure", "release", or "" (not failed, or not
+    classified). Read with getattr so a row from before the field still reads."""
+    if run.status != StageStatus.FAILED:
+        return ""
+    value = str(getattr(run, "failure_class", "") or "")
+    return value if value in FAILURE_CLASSES else ""
 
 
 def is_active(run: StageRun) -> bool:

@@ -28,10 +28,17 @@ from adaptation.views.access import VIEW_RELEASES, permission_required
 from adaptation.views.live import page_params, render_live
 
 
+def _job_id(request: HttpRequest) -> int | None:
+    """The job `?job=` names (None when absent or not a number)."""
+    value = request.GET.get("job", "")
+    return int(value) if value.isdigit() else None
+
+
 @permission_required(VIEW_RELEASES)
 @require_GET
 def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    """One release: header, analysis, and every attempt of every stage of its jobs."""
+    """One release: header, analysis, the newest job's panels and stage timeline in full
+    (`?job=<id>`: that job's), and every job as a line of the job history."""
     try:
         release = release_selectors.release_detail(release_id=pk)
     except ModelRelease.DoesNotExist:
@@ -43,11 +50,14 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
         release, release.jobs.all(), now=timezone.now(), limitations=release.open_limitations
     )
     notes = notes_selectors.release_notes_summaries(release)
+    # The newest job's panels in full (or the one `?job=` names); the rest in the history.
+    shown = panel_presenters.shown_jobs(release, job_id=_job_id(request))
     page = panel_presenters.ReleasePage(
         release=release,
         params=page_params(request),
         pools_without_worker=idle_pools,
         release_notes=notes,
+        shown=shown,
     )
     context = {
         "release": release,
@@ -58,7 +68,11 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
         ),
         "panels": panel_presenters.release_panels(page),
         "release_notes": notes,
-        "timelines": timeline_presenters.job_timelines(release, pools_without_worker=idle_pools),
+        "timelines": timeline_presenters.job_timelines(
+            release, pools_without_worker=idle_pools, jobs=shown.timelines
+        ),
+        "job_history": timeline_presenters.job_history(release, shown=shown.timelines),
+        "selected_job": shown.selected,
         "polling": active,
     }
     return render_live(

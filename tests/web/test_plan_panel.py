@@ -208,9 +208,10 @@ def test_predicted_speeds_and_curves_are_labelled_predicted(
     assert decode["data"][0]["x"] == [p["concurrent_sequences"] for p in curve]
     assert decode["data"][0]["y"] == pytest.approx([p["decode_tokens_per_s"] for p in curve])
     assert decode["data"][1]["y"] == pytest.approx([p["tpot_s"] * 1000 for p in curve])
-    assert prefill["data"][0]["y"] == pytest.approx(
-        [p["ttft_s"] * 1000 for p in predicted["prefill"]]
-    )
+    # TTFT up to several seconds: drawn in seconds, the unit in the axis title.
+    assert prefill["layout"]["yaxis"]["title"]["text"] == "TTFT (s)"
+    assert prefill["data"][0]["y"] == pytest.approx([p["ttft_s"] for p in predicted["prefill"]])
+    assert prefill["data"][0]["customdata"] == [ms(p["ttft_s"]) for p in predicted["prefill"]]
     assert scaling["data"][0]["x"] == [p["devices"] for p in h200_plan["scaling"]]
     assert scaling["data"][1]["y"] == pytest.approx(
         [p["efficiency_per_device"] for p in h200_plan["scaling"]]
@@ -431,7 +432,7 @@ def test_plan_charts_have_readable_ticks(logged_in_client, deepseek_analysis, h2
         assert layout["xaxis"]["tickformat"] == ",d"
     assert decode["yaxis"]["tickformat"] == scaling["yaxis"]["tickformat"] == "~s"
     assert decode["yaxis2"]["ticksuffix"] == " ms" and decode["yaxis2"]["tickformat"] == ",.3~r"
-    assert prefill["yaxis"]["title"]["text"] == "TTFT (ms)"
+    assert prefill["yaxis"]["title"]["text"] == "TTFT (s)"
     assert prefill["yaxis"]["tickformat"] == ",.3~r"
     assert scaling["yaxis2"]["tickformat"] == ".2~f"
     # the right-hand axes pick round ticks of their own, not the left axis's count

@@ -224,7 +224,7 @@ def test_the_sweep_table_and_its_knee():
         ["1", "50 ms", "70 ms", "11 ms", "12 ms", "460 ms", "80.1", "2.5", "0 of 4"],
         ["2", "62 ms", "81 ms", "12 ms", "14 ms", "520 ms", "148", "4.6", "0 of 8"],
         ["4 (knee)", "81 ms", "110 ms", "18 ms", "21 ms", "710 ms", "210", "6.6", "0 of 16"],
-        ["8", "160 ms", "240 ms", "34 ms", "41 ms", "1,380 ms", "226", "7.1", "0 of 32"],
+        ["8", "160 ms", "240 ms", "34 ms", "41 ms", "1.38 s", "226", "7.1", "0 of 32"],
     ]
     assert '<tr data-concurrency="4" class="knee">' in panel
     assert read(by_id(panel, f"{stem}-knee", "p")) == (
