@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 import torch
 
 from engine.contract import PoolSpec, ReleaseRef, StageContext
+from engine.registry import get_stage
 from engine.stages.performance import run as performance
 
 CONFIGS = ROOT / "tests" / "data" / "realconfigs"
@@ -41,6 +42,12 @@ def main() -> int:
     parser.add_argument(
         "--threads", type=int, default=int(os.environ.get("DAY0_TORCH_THREADS", "1"))
     )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=float(get_stage("performance").time_limits_s()[0]),
+        help="the stage's time budget in seconds (its soft limit; default the registry's)",
+    )
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
@@ -49,6 +56,7 @@ def main() -> int:
         release=ReleaseRef("mirror", str(CONFIGS), args.name.replace("__", "/"), "main"),
         pool=PoolSpec(name="cpu", backend="cpu", queue="cpu"),
         previous={"fetch": {"config": config}},
+        soft_time_limit_s=args.budget,
     )
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
@@ -80,6 +88,19 @@ def main() -> int:
         )
     for stop in result["stopped"]:
         print(f"{stop['dtype']} prompt {stop['prompt_len']}: {stop['reason']}")
+    budget = result["time_budget"]
+    print(
+        f"time budget {budget['budget_s']:g} s ({budget['source']}): sweep deadline "
+        f"{budget['sweep_budget_s']:.1f} s in, {budget['points_timed']} points in "
+        f"{budget['sweep_s']:.1f} s; stopped: {budget['stopped'] or 'no'}"
+        + (f" at {budget['stopped_at']}" if budget["stopped_at"] else "")
+    )
+    device = (result.get("calibration") or {}).get("device") or {}
+    for dtype, flops in (device.get("flops") or {}).items():
+        print(
+            f"probe {dtype}: {flops / 1e9:,.1f} GFLOP/s at n={device['matmul_n'][dtype]} "
+            f"(stable: {device.get('flops_stable', {}).get(dtype)})"
+        )
     print(
         f"recommended: batch {result['knee_batch_size']} at TPOT "
         f"{result['knee_tpot_s'] * 1e3:.2f} ms ({result['knee']['dtype']})"

@@ -12,12 +12,25 @@ with the threads it measures the twin with, and labels them "measured":
   per array on a CPU, 1 GiB on an accelerator; `stream_rule_met` says whether it did). Bytes
   counted as STREAM counts them (no write-allocate traffic). The figure the roofline uses,
   `memory_bandwidth_bytes_per_s`, is the triad's.
-- FLOP/s: a square matmul `a @ b` per dtype, 2 n^3 FLOPs, n doubled from 256 until one product
-  takes at least `MIN_MATMUL_S` (or n reaches 4,096 on a CPU, 8,192 on an accelerator).
+- FLOP/s: a square matmul `a @ b` per dtype, 2 n^3 FLOPs.
+
+Each probe is sized until its figure is stable, per dtype: the arrays are measured at half
+the chosen size and at it (doubling further while memory allows), the matmul at n = 256,
+512, 1,024, ..., until two successive sizes agree within `STABLE_TOLERANCE` (10%) and, for
+the matmul, one product takes at least `MIN_MATMUL_S`; or until the largest size (4,096 on a
+CPU, 8,192 on an accelerator) or the probe's time cap. The figure is the last size's;
+`stable` / `flops_stable` say whether two sizes agreed, and `sizes` / `matmul_sizes` keep
+what each size measured. (A probe stopped at its first size that took long enough read
+1.17 GFLOP/s for float16 at n = 256 against 71.5 for bfloat16 on one CPU: a small product's
+set-up cost, not the device.) The time cap (`time_cap_s`, what the stage's budget leaves it;
+at most `PROBE_TIME_CAP_S`) is shared out: a size is not started when its predicted cost
+(8x the last size's for the matmul, 2x for the arrays) would pass its share.
 
 Each figure is the best of `repeats` timed runs after one untimed run (STREAM reports the best
 too: the others include interruptions). Timers: `twin.measure.StepTimer` (CUDA events on GPUs,
-`time.perf_counter_ns` on the CPU). The whole probe takes one to two seconds on a CPU core.
+`time.perf_counter_ns` on the CPU). The whole probe takes one to a few seconds on a CPU core.
+A figure the roofline then finds exceeded (an efficiency above 1) is a probe error, flagged
+and left out of the calibration (`engine/stages/plan/calibration.py`).
 """
 
 from __future__ import annotations
@@ -25,7 +38,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +56,10 @@ MATMUL_START_N = 256
 CPU_MATMUL_MAX_N = 4096
 ACCELERATOR_MATMUL_MAX_N = 8192
 DEFAULT_REPEATS = 3
+# Two successive probe sizes agreeing within this fraction make a figure stable.
+STABLE_TOLERANCE = 0.10
+# The whole probe's time cap (s) when the caller gives none or more.
+PROBE_TIME_CAP_S = 20.0
 STREAM_SOURCE = "https://www.cs.virginia.edu/stream/ref.html"
 BANDWIDTH_METHOD = (
     "STREAM triad a = b + s x c (torch.add(b, c, alpha=s, out=a)) over three float32 arrays "
@@ -51,8 +68,9 @@ BANDWIDTH_METHOD = (
     "(McCalpin, STREAM, " + STREAM_SOURCE + ")"
 )
 FLOPS_METHOD = (
-    "square matmul a @ b, 2 n^3 FLOPs, n doubled from 256 until one product takes at least "
-    "{min_s:g} s, best of {repeats} runs after one untimed run"
+    "square matmul a @ b, 2 n^3 FLOPs, n doubled from 256 until two successive sizes agree "
+    "within {tolerance:.0%} and one product takes at least {min_s:g} s (or the largest size, "
+    "or the time cap), best of {repeats} runs after one untimed run"
 )
 
 
@@ -132,57 +150,135 @@ def _stream(device: torch.device, n: int, repeats: int) -> tuple[float, float]:
     return copy_s, triad_s
 
 
+def agree(a: float, b: float, tolerance: float = STABLE_TOLERANCE) -> bool:
+    """Whether two positive figures differ by at most `tolerance` of the larger."""
+    return a > 0 and b > 0 and abs(a - b) <= tolerance * max(a, b)
+
+
 def measure_memory_bandwidth(
-    device: torch.device, *, repeats: int = DEFAULT_REPEATS, array_bytes: int | None = None
+    device: torch.device,
+    *,
+    repeats: int = DEFAULT_REPEATS,
+    array_bytes: int | None = None,
+    time_cap_s: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Any]:
-    """STREAM copy and triad on `device` (module docstring): {"memory_bandwidth_bytes_per_s"
-    (the triad's), "copy_bytes_per_s", "triad_bytes_per_s", "array_bytes",
-    "last_level_cache_bytes", "stream_rule_met", "method"}; bytes/s, bytes."""
+    """STREAM copy and triad on `device` (module docstring), sized until stable: at half the
+    array size and at it, then doubling while memory allows (`array_bytes` fixes the largest
+    size), until two sizes' triads agree within `STABLE_TOLERANCE` or `time_cap_s` would
+    pass. Returns {"memory_bandwidth_bytes_per_s" (the last size's triad),
+    "copy_bytes_per_s", "triad_bytes_per_s", "array_bytes", "last_level_cache_bytes",
+    "stream_rule_met", "stable", "sizes" ([{"array_bytes", "triad_bytes_per_s",
+    "copy_bytes_per_s"}]), "method"}; bytes/s, bytes."""
     size, cache = stream_array_bytes(device)
+    largest = size
     if array_bytes is not None:
-        size = array_bytes
-    n = size // 4
+        size = largest = array_bytes
+    elif device.type == "cpu":
+        largest = max(size, stream_array_bytes_max(device))
+    started = clock()
+    sizes: list[dict[str, Any]] = []
+    n = max(1, size // 8)  # elements of half the size
+    stable = False
     try:
-        copy_s, triad_s = _stream(device, n, repeats)
+        while True:
+            began = clock()
+            copy_s, triad_s = _stream(device, n, repeats)
+            free_memory(device)
+            sizes.append(
+                {
+                    "array_bytes": 4 * n,
+                    "copy_bytes_per_s": 2 * 4 * n / copy_s,
+                    "triad_bytes_per_s": 3 * 4 * n / triad_s,
+                }
+            )
+            cost = clock() - began
+            if len(sizes) >= 2:
+                stable = agree(sizes[-1]["triad_bytes_per_s"], sizes[-2]["triad_bytes_per_s"])
+                if stable or 8 * n > largest:
+                    break
+            elif 4 * n * 2 > largest:
+                break
+            if time_cap_s is not None and clock() - started + 2 * cost > time_cap_s:
+                break
+            n *= 2
     finally:
         free_memory(device)
-    copy = 2 * 4 * n / copy_s
-    triad = 3 * 4 * n / triad_s
+    last = sizes[-1]
     return {
-        "memory_bandwidth_bytes_per_s": triad,
-        "copy_bytes_per_s": copy,
-        "triad_bytes_per_s": triad,
-        "array_bytes": 4 * n,
+        "memory_bandwidth_bytes_per_s": last["triad_bytes_per_s"],
+        "copy_bytes_per_s": last["copy_bytes_per_s"],
+        "triad_bytes_per_s": last["triad_bytes_per_s"],
+        "array_bytes": last["array_bytes"],
         "last_level_cache_bytes": cache,
-        "stream_rule_met": bool(cache) and 4 * n >= 4 * cache,
-        "method": BANDWIDTH_METHOD.format(array_mib=4 * n / MIB, repeats=repeats),
+        "stream_rule_met": bool(cache) and last["array_bytes"] >= 4 * cache,
+        "stable": stable,
+        "sizes": sizes,
+        "method": BANDWIDTH_METHOD.format(array_mib=last["array_bytes"] / MIB, repeats=repeats),
     }
 
 
+def stream_array_bytes_max(device: torch.device) -> int:
+    """The largest STREAM array the CPU probe may double to (bytes)."""
+    high = CPU_ARRAY_BYTES_MAX
+    memory = _physical_memory_bytes()
+    if memory:
+        high = max(CPU_ARRAY_BYTES_MIN, min(high, memory // 16))
+    return high
+
+
 def measure_matmul_flops(
-    device: torch.device, dtype: torch.dtype, *, repeats: int = DEFAULT_REPEATS
-) -> tuple[float, int]:
-    """(FLOP/s, n) of an n x n matmul in `dtype` on `device` (module docstring)."""
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    repeats: int = DEFAULT_REPEATS,
+    time_cap_s: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, Any]:
+    """An n x n matmul in `dtype` on `device`, n sized until stable (module docstring):
+    {"flops" (FLOP/s at the last n), "n", "stable" (two successive sizes agreed within
+    `STABLE_TOLERANCE`), "sizes" ([{"n", "flops", "seconds"}]), "stopped" (why the sizing
+    ended: "stable", "largest size", "time cap")}."""
     timer = StepTimer(device)
     limit = CPU_MATMUL_MAX_N if device.type == "cpu" else ACCELERATOR_MATMUL_MAX_N
     # Random operands made on the device (zeros run faster on some tensor cores), seeded
     # apart from torch's global generator.
     gen = torch.Generator(device=device).manual_seed(0)
+    started = clock()
+    sizes: list[dict[str, Any]] = []
     n = MATMUL_START_N
+    stable, stopped = False, "largest size"
     try:
         while True:
+            began = clock()
             a = torch.randn(n, n, generator=gen, device=device).to(dtype)
             b = torch.randn(n, n, generator=gen, device=device).to(dtype)
-            product = functools.partial(torch.matmul, a, b)
-            product()  # untimed: library set-up (a cuBLAS handle, oneDNN's kernel choice)
-            _, seconds = timer.time(product)
-            if seconds >= MIN_MATMUL_S or n >= limit:
+            # untimed first run: library set-up (a cuBLAS handle, oneDNN's kernel choice)
+            best = _best_seconds(timer, functools.partial(torch.matmul, a, b), repeats)
+            del a, b
+            sizes.append({"n": n, "flops": 2 * n**3 / best, "seconds": best})
+            cost = clock() - began
+            stable = len(sizes) >= 2 and agree(sizes[-1]["flops"], sizes[-2]["flops"])
+            if stable and best >= MIN_MATMUL_S:
+                stopped = "stable"
+                break
+            if n >= limit:
+                stopped = "largest size"
+                break
+            if time_cap_s is not None and clock() - started + 8 * cost > time_cap_s:
+                stopped = "time cap"
                 break
             n *= 2
-        best = _best_seconds(timer, product, repeats)
     finally:
         free_memory(device)
-    return 2 * n**3 / best, n
+    last = sizes[-1]
+    return {
+        "flops": last["flops"],
+        "n": last["n"],
+        "stable": stable,
+        "sizes": sizes,
+        "stopped": stopped,
+    }
 
 
 def probe_device(
@@ -191,28 +287,48 @@ def probe_device(
     *,
     repeats: int = DEFAULT_REPEATS,
     array_bytes: int | None = None,
+    time_cap_s: float | None = None,
 ) -> dict[str, Any]:
     """Memory bandwidth and matmul FLOP/s of `device` in each of `dtypes` (torch names),
-    measured now with torch's current threads. Returns {"kind": "measured", "device",
+    measured now with torch's current threads, each sized until stable (module docstring)
+    within `time_cap_s` (at most `PROBE_TIME_CAP_S`; shared equally between the bandwidth
+    and each dtype, what one leaves passing on). Returns {"kind": "measured", "device",
     "threads" (CPU: torch.get_num_threads(); None elsewhere), "memory_bandwidth_bytes_per_s",
     "copy_bytes_per_s", "triad_bytes_per_s", "array_bytes", "last_level_cache_bytes",
-    "stream_rule_met", "flops" ({dtype: FLOP/s}), "matmul_n" ({dtype: n}), "units",
+    "stream_rule_met", "stable" (the bandwidth's), "sizes" (the bandwidth's), "flops"
+    ({dtype: FLOP/s}), "matmul_n" ({dtype: n}), "flops_stable" ({dtype: bool}),
+    "matmul_sizes" ({dtype: [{"n", "flops", "seconds"}]}), "time_cap_s", "units",
     "method" ({"memory_bandwidth", "flops"}), "duration_s"}. A dtype whose matmul the device
     cannot run is left out, with the reason under "skipped"."""
     started = time.perf_counter()
-    bandwidth = measure_memory_bandwidth(device, repeats=repeats, array_bytes=array_bytes)
+    cap = min(PROBE_TIME_CAP_S, time_cap_s) if time_cap_s is not None else PROBE_TIME_CAP_S
+    names = list(dict.fromkeys(dtypes))
+
+    def share(parts_left: int) -> float:
+        return max(0.0, cap - (time.perf_counter() - started)) / max(1, parts_left)
+
+    bandwidth = measure_memory_bandwidth(
+        device, repeats=repeats, array_bytes=array_bytes, time_cap_s=share(1 + len(names))
+    )
     flops: dict[str, float] = {}
     sizes: dict[str, int] = {}
+    stable: dict[str, bool] = {}
+    trail: dict[str, list[dict[str, Any]]] = {}
     skipped: dict[str, str] = {}
-    for name in dict.fromkeys(dtypes):
+    for index, name in enumerate(names):
         dtype = getattr(torch, name, None)
         if not isinstance(dtype, torch.dtype):
             skipped[name] = "not a torch dtype"
             continue
         try:
-            flops[name], sizes[name] = measure_matmul_flops(device, dtype, repeats=repeats)
+            matmul = measure_matmul_flops(
+                device, dtype, repeats=repeats, time_cap_s=share(len(names) - index)
+            )
         except (RuntimeError, TypeError, NotImplementedError) as exc:
             skipped[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            continue
+        flops[name], sizes[name] = matmul["flops"], matmul["n"]
+        stable[name], trail[name] = matmul["stable"], matmul["sizes"]
     method = bandwidth.pop("method")
     return {
         "kind": "measured",
@@ -221,6 +337,9 @@ def probe_device(
         **bandwidth,
         "flops": flops,
         "matmul_n": sizes,
+        "flops_stable": stable,
+        "matmul_sizes": trail,
+        "time_cap_s": cap,
         "skipped": skipped,
         "units": {
             "memory_bandwidth_bytes_per_s": "bytes/s",
@@ -232,7 +351,9 @@ def probe_device(
         },
         "method": {
             "memory_bandwidth": method,
-            "flops": FLOPS_METHOD.format(min_s=MIN_MATMUL_S, repeats=repeats),
+            "flops": FLOPS_METHOD.format(
+                tolerance=STABLE_TOLERANCE, min_s=MIN_MATMUL_S, repeats=repeats
+            ),
         },
         "duration_s": time.perf_counter() - started,
     }

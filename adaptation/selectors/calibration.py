@@ -14,6 +14,7 @@ from engine.stages.plan.calibration import (
     DEFAULT_CALIBRATION_RUNS,
     EFFICIENCY_METRICS,
     running_calibration,
+    usable_efficiency,
 )
 
 # The plan's measured device figures (cpu pools) are the median of this many newest
@@ -29,17 +30,22 @@ def pool_calibration(
     efficiency of the scaled twin, measured / roofline-predicted (from the run's
     `PerformancePoint` rows "decode_efficiency" and "prefill_efficiency"), and the device
     device figures as `pool_measured_figures` gives them (the median over the newest
-    `MEASURED_FIGURES_RUNS` of those runs).
+    `MEASURED_FIGURES_RUNS` of those runs). An efficiency above the roofline (over 1) is a
+    probe error: it is left out and counted in the run's "probe_errors", never calibrates.
     "available" False, with "no calibration yet" as the reason, for a pool without such runs.
     The plan stage corrects its predictions with it and, on a cpu pool, predicts on its
     "device" figures."""
     latest = _latest_performance_runs(pool, runs)
     values: dict[int, dict[str, list[float]]] = {run.pk: {} for run in latest}
     dtypes: dict[int, set[str]] = {run.pk: set() for run in latest}
+    probe_errors: dict[int, int] = dict.fromkeys(values, 0)
     rows = PerformancePoint.objects.filter(
         stage_run__in=[run.pk for run in latest], metric__in=EFFICIENCY_METRICS
     ).values_list("stage_run_id", "metric", "dtype", "value")
     for run_id, metric, dtype, value in rows:
+        if usable_efficiency(value) is None:
+            probe_errors[run_id] += 1
+            continue
         values[run_id].setdefault(metric, []).append(value)
         dtypes[run_id].add(dtype)
     summaries = []
@@ -55,6 +61,7 @@ def pool_calibration(
                 "decode_efficiency": values[run.pk].get("decode_efficiency", []),
                 "prefill_efficiency": values[run.pk].get("prefill_efficiency", []),
                 "dtypes": sorted(dtypes[run.pk]),
+                "probe_errors": probe_errors[run.pk],
                 "twin_params": (calibration.get("twin_shape") or {}).get("total_params"),
                 "device": calibration.get("device"),
             }

@@ -1,6 +1,10 @@
 """The performance stage's known limitations: the twin out of memory before the end of its
 sweep, or raising mid-sweep, per dtype. Registered as the stage's `findings` in
-`engine.registry`."""
+`engine.registry`.
+
+A sweep stopped by its time budget (a stop whose "cause" is "time budget",
+engine/stages/performance/budget.py) raises none: the host ran out of time, which says
+nothing about the release."""
 
 from __future__ import annotations
 
@@ -9,11 +13,17 @@ from typing import Any
 
 from engine import markdown as md
 from engine.findings import MAJOR, MINOR, Finding, cut_key, cut_title
+from engine.stages.performance.budget import TIME_BUDGET
+
+# How an earlier run's error read when Celery's soft time limit ended the stage mid-point
+# (before the sweep had a time budget): a host out of time, not the twin failing.
+TIME_LIMIT_ERROR = "SoftTimeLimitExceeded"
 
 
 def findings(result: Mapping[str, Any], *, pool: str) -> list[Finding] | None:
     """Per dtype, out of memory before the end of the sweep (minor; major when no point of
-    the dtype was measured) and the twin raising mid-sweep (major). None without a sweep."""
+    the dtype was measured) and the twin raising mid-sweep (major). None without a sweep.
+    Time-budget stops are not judged (module docstring)."""
     if not isinstance(result.get("stopped"), list) and not isinstance(result.get("errors"), list):
         return None
     points = [p for p in result.get("points") or [] if isinstance(p, Mapping)]
@@ -21,7 +31,7 @@ def findings(result: Mapping[str, Any], *, pool: str) -> list[Finding] | None:
     largest_batch = (result.get("options") or {}).get("max_batch_size")
     by_dtype: dict[str, list[Mapping[str, Any]]] = {}
     for stop in result.get("stopped") or []:
-        if isinstance(stop, Mapping):
+        if isinstance(stop, Mapping) and stop.get("cause") != TIME_BUDGET:
             by_dtype.setdefault(str(stop.get("dtype")), []).append(stop)
     found = []
     for dtype, stops in by_dtype.items():
@@ -57,7 +67,7 @@ def findings(result: Mapping[str, Any], *, pool: str) -> list[Finding] | None:
         )
     errors: dict[str, list[Mapping[str, Any]]] = {}
     for error in result.get("errors") or []:
-        if isinstance(error, Mapping):
+        if isinstance(error, Mapping) and TIME_LIMIT_ERROR not in str(error.get("error")):
             errors.setdefault(str(error.get("dtype")), []).append(error)
     for dtype, items in errors.items():
         first = items[0]

@@ -39,6 +39,15 @@ measured are kept and "stopped at batch N: out of memory (...)" is recorded in `
 stage fails (`StageFailed(reason, result=...)`) only when no point was measured at all,
 or when the twin raised anything else (naming the dtype, prompt length and batch).
 
+A time budget ends the sweep, not the stage (`budget.py`): the stage's soft time limit
+(`time_budget_s`, 180 s by default) less a 20% margin and the device probe's reserve. Each
+curve gets its share of the time left, a point whose predicted cost (from the first points)
+would not fit is not begun, and a point still running at the deadline is dropped (a Celery
+`SoftTimeLimitExceeded` inside a point reads the same). The sweep then stops and keeps its
+points, as for out of memory: `stopped` entries with "cause" "time budget", and
+`time_budget` = {"stopped": "time budget", "stopped_at", ...}. The stage succeeds, and the
+stop raises no known limitation.
+
 The knee: on the measured curve of one dtype and prompt length, the smallest batch size b
 from which decode tokens/s grows by less than `knee_growth` (default 10%) per doubling:
 tokens/s(2^k b) < (1 + knee_growth)^k x tokens/s(b) for every larger batch measured (see
@@ -57,11 +66,13 @@ curve: a curve is one (kind, model, dtype, prompt length), and the knee reads me
 only. Twin figures are the twin's, not the release's.
 
 Calibration (`engine/stages/plan/calibration.py`): after the sweep the device's memory
-bandwidth and matmul FLOP/s are measured on it (`device_probe.probe_device`, about a second;
+bandwidth and matmul FLOP/s are measured on it (`device_probe.probe_device`, each probe
+sized until its figure is stable, within what the time budget leaves;
 `calibration["device"]`, labelled measured). The same roofline formulas then predict the
 twin's own points on that device (on the catalog's datasheet figures where the pool's
 accelerator kind has them, else on the measured ones), and each 16-bit measured point gets
-its efficiency, measured / predicted (`decode_efficiency`, `prefill_efficiency`, ratios), in
+its efficiency, measured / predicted (`decode_efficiency`, `prefill_efficiency`, ratios; one
+above 1 is flagged a probe error and never calibrates), in
 `calibration["points"]` (kind "predicted", model "twin": the twin's predicted figures with the
 measured ones and the efficiencies). The pool's running calibration over its last runs
 corrects the next plans' full-size predictions (`plan.calibration.calibrated_predictions`);
@@ -87,7 +98,13 @@ from typing import Any
 import torch
 
 from engine.contract import StageContext, StageFailed, never_cancelled, raise_if_cancelled
-from engine.stages.performance.options import performance_options
+from engine.stages.performance.budget import (
+    TIME_BUDGET,
+    SweepBudget,
+    TimeBudgetReached,
+    is_time_limit,
+)
+from engine.stages.performance.options import DEFAULT_TIME_BUDGET_S, performance_options
 from engine.stages.performance.rows import UNITS
 from engine.stages.plan.calibration import CALIBRATED_DTYPES, twin_calibration
 from engine.twin import Twin, build_twin
@@ -162,6 +179,7 @@ class PerformanceOptions:
     dtypes: tuple[str, ...] | None = None
     knee_growth: float = DEFAULT_KNEE_GROWTH
     memory_limit_bytes: int | None = None
+    time_budget_s: float = DEFAULT_TIME_BUDGET_S
     seed: int = 0
 
     @classmethod
@@ -217,6 +235,7 @@ class _Sweep:
     points: list[dict[str, Any]] = field(default_factory=list)
     stopped: list[dict[str, Any]] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
+    out_of_time: bool = False  # the time budget's deadline passed: no later sweep runs
 
 
 @torch.no_grad()
@@ -231,11 +250,20 @@ def measure_point(
     timer: StepTimer,
     memory: MemoryProbe,
     options: PerformanceOptions,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Any]:
     """One measured point (see the module docstring), without `kind`, `model` and `dtype`.
 
-    Raises what the model raises (`torch.OutOfMemoryError` and the like included).
+    Raises what the model raises (`torch.OutOfMemoryError` and the like included), and
+    `TimeBudgetReached` when `clock()` is past `deadline` after a forward (the point is
+    dropped: the sweep's time budget is spent).
     """
+
+    def check_clock() -> None:
+        if deadline is not None and clock() >= deadline:
+            raise TimeBudgetReached("the sweep's deadline passed inside the point")
+
     ids = random_prompt(
         vocab_size, batch_size, prompt_len, seed=options.seed, pad_token_id=pad_token_id
     ).to(device)
@@ -250,6 +278,7 @@ def measure_point(
             functools.partial(_prefill_and_choose, model, ids, extra)
         )
         memory.current_bytes()
+        check_clock()
         if attempt >= options.prefill_warmup:
             ttfts.append(seconds)
     tpots: list[float] = []
@@ -258,6 +287,7 @@ def measure_point(
             functools.partial(_decode_and_choose, model, tokens, cache)
         )
         memory.current_bytes()
+        check_clock()
         if step >= options.warmup:
             tpots.append(seconds)
     peak = memory.peak_bytes()
@@ -301,19 +331,55 @@ def sweep_dtype(
     model_tag: str = "twin",
     log: Callable[[str], None] | None = None,
     cancelled: Callable[[], bool] = never_cancelled,
+    budget: SweepBudget | None = None,
+    curves_after: int = 0,
 ) -> _Sweep:
     """Measure every (prompt length, batch size) point of one dtype's `model` (on `device`).
 
-    Out of memory stops that prompt length's sweep (recorded in `stopped`); any other
-    exception stops the dtype's sweep (recorded in `errors`). Never raises for the model's
-    failures; raises `StageCancelled` before a point once `cancelled()` is true.
+    Out of memory stops that prompt length's sweep (recorded in `stopped`, cause "out of
+    memory"); any other exception stops the dtype's sweep (recorded in `errors`). The time
+    `budget` (`budget.SweepBudget`; `curves_after`: the curves of later dtypes still to
+    measure) stops a curve whose next point would not fit in its share, and the whole sweep
+    when its deadline passes (recorded in `stopped`, cause "time budget"; `sweep.out_of_time`).
+    Never raises for the model's failures; raises `StageCancelled` before a point once
+    `cancelled()` is true.
     """
     sweep = _Sweep()
-    for prompt_len in prompt_lens:
+    prompt_lens = list(prompt_lens)
+    clock = budget.clock if budget is not None else time.perf_counter
+    for index, prompt_len in enumerate(prompt_lens):
+        curve_end = (
+            budget.curve_end(len(prompt_lens) - index + curves_after)
+            if budget is not None
+            else None
+        )
         for batch_size in options.batch_sizes():
             raise_if_cancelled(cancelled)
-            stop_reason = error = None
+            stop_reason = error = out_of_time = None
             point: dict[str, Any] | None = None
+            if budget is not None:
+                predicted = budget.predict_s(dtype, prompt_len, batch_size)
+                why = None
+                if budget.spent():
+                    why = f"the sweep's {budget.deadline - budget.started:,.0f} s are spent"
+                elif (
+                    predicted is not None
+                    and curve_end is not None
+                    and clock() + predicted > curve_end
+                ):
+                    why = (
+                        f"the point's predicted {predicted:,.1f} s do not fit in the "
+                        f"{max(0.0, curve_end - clock()):,.1f} s left to this curve"
+                    )
+                if why is not None:
+                    sweep.stopped.append(budget.stop(dtype, prompt_len, batch_size, why))
+                    if log:
+                        log(f"{dtype} prompt {prompt_len}: stopped at batch {batch_size}: {why}")
+                    if budget.spent():
+                        sweep.out_of_time = True
+                        return sweep
+                    break
+            began = clock()
             try:
                 point = measure_point(
                     model,
@@ -325,13 +391,46 @@ def sweep_dtype(
                     timer=timer,
                     memory=memory,
                     options=options,
+                    deadline=budget.deadline if budget is not None else None,
+                    clock=clock,
                 )
             except Exception as exc:  # the model's own failure, OOM or not
                 text = one_line(exc)
-                if is_out_of_memory(exc):
+                if is_time_limit(exc):
+                    # The deadline passed inside the point, or the task queue's own soft
+                    # limit fired: the point is dropped and the sweep stops, keeping the rest.
+                    out_of_time = (
+                        f"the point was still running at the sweep's deadline, "
+                        f"{clock() - began:,.1f} s in"
+                        if isinstance(exc, TimeBudgetReached)
+                        else f"the task's soft time limit fired ({text})"
+                    )
+                elif is_out_of_memory(exc):
                     stop_reason = f"out of memory ({text})"
                 else:
                     error = text
+            if out_of_time is not None:
+                point = None
+                free_memory(device)  # after the except block: the traceback is gone
+                sweep.out_of_time = True
+                sweep.stopped.append(
+                    budget.stop(dtype, prompt_len, batch_size, out_of_time)
+                    if budget is not None
+                    else {
+                        "dtype": dtype,
+                        "prompt_len": prompt_len,
+                        "batch_size": batch_size,
+                        "cause": TIME_BUDGET,
+                        "reason": f"stopped at batch {batch_size}: {TIME_BUDGET} ({out_of_time})",
+                    }
+                )
+                if log:
+                    log(
+                        f"{dtype} prompt {prompt_len}: stopped at batch {batch_size}: {out_of_time}"
+                    )
+                return sweep
+            if budget is not None and point is not None:
+                budget.record(dtype, prompt_len, batch_size, clock() - began)
             if stop_reason is None and error is None and point is not None:
                 limit = options.memory_limit_bytes
                 peak = point["peak_memory_bytes"]
@@ -362,6 +461,7 @@ def sweep_dtype(
                         "dtype": dtype,
                         "prompt_len": prompt_len,
                         "batch_size": batch_size,
+                        "cause": "out of memory",
                         "reason": f"stopped at batch {batch_size}: {stop_reason}",
                     }
                 )
@@ -584,10 +684,12 @@ def calibrate(
     options: PerformanceOptions,
     *,
     device_figures: Mapping[str, Any] | None = None,
+    time_cap_s: float | None = None,
 ) -> dict[str, Any]:
     """The run's calibration (module docstring): {"device" (the probe's measured figures, or
     `device_figures` as given), **`plan.calibration.twin_calibration(...)`}. `device_figures`
-    replaces the probe (a test seam, and a pool that measured them already)."""
+    replaces the probe (a test seam, and a pool that measured them already); `time_cap_s`
+    bounds the probe (what the stage's time budget leaves it)."""
     from engine.architecture import AnalysisError, analyze_config
     from engine.device_probe import probe_device
 
@@ -596,7 +698,7 @@ def calibrate(
         probe: dict[str, Any] | None = dict(device_figures)
     else:
         try:
-            probe = probe_device(device, dtypes)
+            probe = probe_device(device, dtypes, time_cap_s=time_cap_s)
         except Exception as exc:  # out of device memory, a backend without the kernels
             probe = None
             probe_error = f"the device probe failed: {one_line(exc)}"
@@ -645,6 +747,7 @@ def measure_performance(
     log: Callable[[str], None] | None = None,
     device_figures: Mapping[str, Any] | None = None,
     cancelled: Callable[[], bool] = never_cancelled,
+    budget: SweepBudget | None = None,
 ) -> dict[str, Any]:
     """The performance result for `twin` on `pool` (a PoolSpec or the same fields).
 
@@ -656,7 +759,13 @@ def measure_performance(
     ([{"dtype", "prompt_len", "batch_size", "error"}]), "skipped_dtypes" ({dtype: reason}),
     "skipped_prompt_lens" ([{"prompt_len", "reason"}]), "predicted" (see `predicted_points`),
     "calibration" (see below), "device", "backend", "memory_kind", "memory_method", "timer",
-    "threads", "units", "definitions", "options", "twin", "notes", "duration_s"}.
+    "threads", "units", "definitions", "options", "twin", "notes", "duration_s",
+    "time_budget" (`budget.SweepBudget.summary`: "budget_s", "stopped" ("time budget" when
+    the budget stopped the sweep, else None), "stopped_at", ...; "not_measured_dtypes")}.
+    A stop entry has "cause": "out of memory" or "time budget".
+
+    `budget` is the sweep's time budget (`engine/stages/performance/budget.py`); without one,
+    `options.time_budget_s` from now. A sweep stopped by it keeps its points and succeeds.
 
     A measured point: {"kind": "measured", "model": "twin", "dtype", "batch_size",
     "prompt_len", "ttft_s", "ttft_p95_s", "tpot_s", "tpot_p95_s", "prefill_tokens_per_s",
@@ -689,6 +798,8 @@ def measure_performance(
         if isinstance(options, PerformanceOptions)
         else PerformanceOptions.from_mapping(options)
     )
+    if budget is None:
+        budget = SweepBudget(opts.time_budget_s, started, source="time_budget_s option")
     device = resolve_device(pool.device, pool.name)
     opts = opts.for_device(device)
     timer, memory = StepTimer(device), MemoryProbe(device)
@@ -746,7 +857,13 @@ def measure_performance(
     vocab = int(config.vocab_size)
     pad = getattr(config, "pad_token_id", None)
     measured: list[dict[str, Any]] = []
-    for dtype in _run_dtypes(pool, opts):
+    run_dtypes = _run_dtypes(pool, opts)
+    out_of_time = soft_limit_fired = False
+    not_measured: list[str] = []
+    for number, dtype in enumerate(run_dtypes):
+        if out_of_time:
+            not_measured.append(dtype)
+            continue
         target, skip, notes = make_target(twin, dtype, device)
         if target is None:
             result["skipped_dtypes"][dtype] = skip
@@ -767,6 +884,8 @@ def measure_performance(
                 model_tag=model_tag,
                 log=log,
                 cancelled=cancelled,
+                budget=budget,
+                curves_after=(len(run_dtypes) - number - 1) * len(prompt_lens),
             )
         finally:
             for handle in handles:
@@ -776,6 +895,10 @@ def measure_performance(
         measured.extend(sweep.points)
         result["stopped"].extend(sweep.stopped)
         result["errors"].extend(sweep.errors)
+        out_of_time = sweep.out_of_time
+        soft_limit_fired = soft_limit_fired or any(
+            "soft time limit" in s["reason"] for s in sweep.stopped
+        )
         if log:
             best = max(
                 (p["decode_tokens_per_s"] or 0 for p in sweep.points),
@@ -801,9 +924,22 @@ def measure_performance(
     predicted, info = predicted_points(plan)
     result["predicted"] = info
     result["points"] = measured + predicted
-    if measured:
+    probe_time_s = budget.end - budget.clock()
+    if measured and device_figures is None and (soft_limit_fired or probe_time_s < 0.5):
+        result["calibration"] = {
+            "device": None,
+            "available": False,
+            "reason": "no time left in the stage's time budget for the device probe",
+        }
+    elif measured:
         result["calibration"] = calibrate(
-            twin, pool, device, measured, opts, device_figures=device_figures
+            twin,
+            pool,
+            device,
+            measured,
+            opts,
+            device_figures=device_figures,
+            time_cap_s=probe_time_s if math.isfinite(probe_time_s) else None,
         )
         if log:
             cal = result["calibration"]
@@ -819,6 +955,15 @@ def measure_performance(
             )
     else:
         result["calibration"] = {"available": False, "reason": "no point was measured"}
+    result["time_budget"] = budget.summary() | {"not_measured_dtypes": not_measured}
+    if budget.stopped_at is not None:
+        at = budget.stopped_at
+        result["notes"].append(
+            f"the sweep stopped at {at['dtype']}, prompt {at['prompt_len']}, batch "
+            f"{at['batch_size']} to stay within its time budget of {budget.budget_s:,.0f} s "
+            f"({budget.source}); the points measured before are kept"
+            + (f"; not measured: {', '.join(not_measured)}" if not_measured else "")
+        )
     result["duration_s"] = time.perf_counter() - started
     failure = None
     if result["errors"]:
@@ -847,10 +992,17 @@ def run(ctx: StageContext) -> dict[str, Any]:
     """
     from engine.remote_code import sandbox as remote_code
 
+    started = time.perf_counter()
     try:
         options = PerformanceOptions.from_mapping(getattr(ctx, "options", None) or {})
     except ValueError as exc:
         raise StageFailed(f"performance options: {exc}") from exc
+    soft_limit = getattr(ctx, "soft_time_limit_s", None)
+    budget = (
+        SweepBudget(float(soft_limit), started, source="the stage's soft time limit")
+        if soft_limit
+        else SweepBudget(options.time_budget_s, started, source="time_budget_s option")
+    )
     config = remote_code.native_config(ctx, "performance")
     twin = build_twin(config)
     result = measure_performance(
@@ -860,6 +1012,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         plan=ctx.previous.get("plan"),
         log=ctx.log,
         cancelled=ctx.cancelled,
+        budget=budget,
     )
     if result["knee"] is not None:
         knee = result["knee"]

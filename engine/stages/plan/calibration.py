@@ -9,7 +9,13 @@ is the roofline's efficiency on that device:
     prefill_efficiency = measured prefill tokens/s / predicted prefill tokens/s
                        = predicted TTFT / measured TTFT
 
-(a ratio; 1 = the twin runs at the roofline, 0.05 = at 5% of it). Per measured point of a
+(a ratio; 1 = the twin runs at the roofline, 0.05 = at 5% of it). The roofline is a bound:
+an efficiency above 1 (`MAX_EFFICIENCY`) means the device figures it read were measured too
+low (a probe error: a float16 matmul probe that read 1.17 GFLOP/s against 71.5 for bfloat16
+made prefill efficiencies of 353%), not a twin faster than its hardware. Such a value is kept
+on its point with the flag `probe_error` (and the reason), and never used to calibrate: the
+run's medians, the pool's running calibration and so the plan's factors leave it out. Per
+measured point of a
 16-bit dtype (`CALIBRATED_DTYPES`; the roofline's compute figure is the dense BF16 one), with:
 
 - the twin's shape from its own config (`analyze_config(twin config)` -> `ModelShape`), whole
@@ -75,6 +81,22 @@ DEFINITIONS: Mapping[str, str] = {
 # launches for microseconds of memory traffic): the factor then says little about the full
 # model, and the calibration says so.
 OVERHEAD_BOUND_EFFICIENCY = 0.05
+# An efficiency over the roofline is a probe error (module docstring).
+MAX_EFFICIENCY = 1.0
+PROBE_ERROR = (
+    "{metric} {value:.0%} is above the roofline (over {limit:.0%}): the device figure the "
+    "roofline read ({figure}) was measured too low; flagged as a probe error, not used to "
+    "calibrate"
+)
+
+
+def usable_efficiency(value: Any) -> float | None:
+    """`value` as an efficiency the calibration may use: positive, finite and at most
+    `MAX_EFFICIENCY`; None otherwise (a probe error above it, or no figure)."""
+    value = _positive(value)
+    return value if value is not None and value <= MAX_EFFICIENCY else None
+
+
 CAVEAT = (
     "the factor is the scaled twin's efficiency on this pool's device: fixed per-step costs "
     "(Python, kernel launches) weigh more on a twin's short steps than on the full model's, "
@@ -227,22 +249,34 @@ def twin_calibration(
         )
         decode = _positive(point.get("decode_tokens_per_s"))
         prefill = _positive(point.get("prefill_tokens_per_s"))
-        result["points"].append(
-            {
-                "kind": "predicted",
-                "model": model,
-                "dtype": dtype,
-                "batch_size": batch,
-                "prompt_len": prompt,
-                **predicted,
-                "measured_decode_tokens_per_s": decode,
-                "measured_prefill_tokens_per_s": prefill,
-                "decode_efficiency": decode / predicted["decode_tokens_per_s"] if decode else None,
-                "prefill_efficiency": (
-                    prefill / predicted["prefill_tokens_per_s"] if prefill else None
-                ),
-            }
-        )
+        entry = {
+            "kind": "predicted",
+            "model": model,
+            "dtype": dtype,
+            "batch_size": batch,
+            "prompt_len": prompt,
+            **predicted,
+            "measured_decode_tokens_per_s": decode,
+            "measured_prefill_tokens_per_s": prefill,
+            "decode_efficiency": decode / predicted["decode_tokens_per_s"] if decode else None,
+            "prefill_efficiency": (
+                prefill / predicted["prefill_tokens_per_s"] if prefill else None
+            ),
+        }
+        errors = {
+            metric: PROBE_ERROR.format(
+                metric=metric,
+                value=entry[metric],
+                limit=MAX_EFFICIENCY,
+                figure=f"{bandwidth:.3g} bytes/s, {flops:.3g} FLOP/s in {dtype}",
+            )
+            for metric in EFFICIENCY_METRICS
+            if entry[metric] is not None and entry[metric] > MAX_EFFICIENCY
+        }
+        if errors:
+            entry["probe_error"] = sorted(errors)
+            entry["probe_error_reason"] = "; ".join(errors.values())
+        result["points"].append(entry)
     points = result["points"]
     if not points:
         result["reason"] = "no measured point of a 16-bit dtype to predict" + (
@@ -254,12 +288,30 @@ def twin_calibration(
     for dtype in dict.fromkeys(p["dtype"] for p in points):
         mine = [p for p in points if p["dtype"] == dtype]
         result["by_dtype"][dtype] = {
-            "decode_efficiency_median": _median(p["decode_efficiency"] for p in mine),
-            "prefill_efficiency_median": _median(p["prefill_efficiency"] for p in mine),
+            "decode_efficiency_median": _median(
+                usable_efficiency(p["decode_efficiency"]) for p in mine
+            ),
+            "prefill_efficiency_median": _median(
+                usable_efficiency(p["prefill_efficiency"]) for p in mine
+            ),
             "points": len(mine),
+            "probe_errors": sum(1 for p in mine if p.get("probe_error")),
         }
-    result["decode_efficiency_median"] = _median(p["decode_efficiency"] for p in points)
-    result["prefill_efficiency_median"] = _median(p["prefill_efficiency"] for p in points)
+    result["decode_efficiency_median"] = _median(
+        usable_efficiency(p["decode_efficiency"]) for p in points
+    )
+    result["prefill_efficiency_median"] = _median(
+        usable_efficiency(p["prefill_efficiency"]) for p in points
+    )
+    flagged = [p for p in points if p.get("probe_error")]
+    result["probe_errors"] = len(flagged)
+    if flagged:
+        result["probe_error"] = (
+            f"{len(flagged)} of {len(points)} points measured above the roofline (efficiency "
+            f"over {MAX_EFFICIENCY:.0%}): a probe error, left out of the medians; first: "
+            f"{flagged[0]['dtype']} batch {flagged[0]['batch_size']}, prompt "
+            f"{flagged[0]['prompt_len']}: {flagged[0]['probe_error_reason']}"
+        )
     result["available"] = result["decode_efficiency_median"] is not None
     result["basis"] = (
         f"the scaled twin ({shape.total_params:,} params, {shape.active_params:,} active, "
@@ -268,7 +320,11 @@ def twin_calibration(
         f"{figures.get('kind') or 'the'} figures ({figures.get('source') or 'unknown source'})"
     )
     if not result["available"]:
-        result["reason"] = "no measured decode tokens/s to compare"
+        result["reason"] = (
+            "no decode efficiency at or under the roofline: every point is a probe error"
+            if flagged
+            else "no measured decode tokens/s to compare"
+        )
     return result
 
 
@@ -285,12 +341,26 @@ def running_calibration(
     run's median efficiency; None without data), "per_run" ([{"stage_run", "job", "release",
     "finished_at", "worker_host", "decode_efficiency_median", "prefill_efficiency_median"}]),
     "basis", "caveat", "warning" (a decode factor under `OVERHEAD_BOUND_EFFICIENCY`: mostly
-    per-step overhead), "device" (the newest run's measured device figures, with "source")}.
+    per-step overhead), "device" (the newest run's measured device figures, with "source"),
+    "probe_errors" (efficiencies left out for being above the roofline, `MAX_EFFICIENCY`,
+    with a run's own "probe_errors" count where its caller dropped some already) and
+    "probe_error" (a sentence, when there were any)}. Efficiencies above the roofline never
+    reach a factor.
     """
     per_run = []
+    probe_errors = 0
     for run in runs[:window]:
-        decode = _median(run.get("decode_efficiency") or [])
-        prefill = _median(run.get("prefill_efficiency") or [])
+        values = {metric: list(run.get(metric) or []) for metric in EFFICIENCY_METRICS}
+        usable = {
+            metric: [v for v in vals if usable_efficiency(v) is not None]
+            for metric, vals in values.items()
+        }
+        dropped = sum(
+            1 for vals in values.values() for v in vals if usable_efficiency(v) is None
+        ) + int(run.get("probe_errors") or 0)
+        probe_errors += dropped
+        decode = _median(usable["decode_efficiency"])
+        prefill = _median(usable["prefill_efficiency"])
         if decode is None and prefill is None:
             continue
         per_run.append(
@@ -304,6 +374,7 @@ def running_calibration(
                 "prefill_efficiency_median": prefill,
                 "dtypes": list(run.get("dtypes") or []),
                 "twin_params": run.get("twin_params"),
+                "probe_errors": dropped,
             }
         )
     device = None
@@ -330,12 +401,18 @@ def running_calibration(
         "per_run": per_run,
         "device": device,
         "caveat": CAVEAT,
+        "probe_errors": probe_errors,
     }
     result["available"] = result["decode_factor"] is not None
+    if probe_errors:
+        result["probe_error"] = (
+            f"{probe_errors} efficiencies above the roofline (over {MAX_EFFICIENCY:.0%}) left "
+            "out: probe errors, not used to calibrate"
+        )
     if not result["available"]:
         result["reason"] = (
             f"{NO_CALIBRATION}: pool {pool} has no successful performance run with the twin's "
-            "measured/predicted efficiency"
+            "measured/predicted efficiency" + (" at or under the roofline" if probe_errors else "")
         )
         return result
     params = sorted({r["twin_params"] for r in per_run if r.get("twin_params")})

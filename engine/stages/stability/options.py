@@ -15,9 +15,11 @@ from engine.stages.option_checks import check_names, number_option
 DEFAULT_DURATION_S = 20.0
 MAX_DURATION_S = 7 * 24 * 3600.0
 # The stability stage's Celery limits (`stability_time_limits`): the run's duration, plus
-# STABILITY_LIMIT_MARGIN of it (the loop finishes the step under way and runs `min_steps` even
-# past the duration), plus STABILITY_SETUP_S for the twin build, the dtype copy and the
-# judging; the hard limit STABILITY_HARD_GRACE_S after the soft one, as the other stages.
+# STABILITY_LIMIT_MARGIN of it (the loop finishes the step under way and runs to `min_steps`, or
+# the verdict's 10 steps, even past the duration), plus STABILITY_SETUP_S for the twin build,
+# the dtype copy and the judging; the hard limit STABILITY_HARD_GRACE_S after the soft one, as
+# the other stages. The loop itself ends at 80% of the soft limit whatever its step count (the
+# stage's time budget, `stopped: "time budget"`), so the soft limit never ends the stage.
 STABILITY_SETUP_S = 120
 STABILITY_LIMIT_MARGIN = 0.10
 STABILITY_HARD_GRACE_S = 60
@@ -50,7 +52,8 @@ def stability_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     `duration_s` (seconds, > 0, up to a week), `batch_size`, `prompt_len`, `decode_steps`
     (the size of one step), `dtype` (a torch dtype name; default the pool's first the device
     runs), `min_steps` (steps run even past the duration, at least MIN_JUDGED_STEPS = 10: the
-    verdict needs that many), `warmup_fraction` (of the
+    verdict needs that many; unset, the run stops at `duration_s` once it has those 10, and a
+    run that took longer says why in `ran_longer_reason`), `warmup_fraction` (of the
     steps, left out of the fits, 0 to 0.5), `leak_bytes_per_step` (bytes/step),
     `leak_min_growth_bytes` (bytes), `max_step_time_drift` (a fraction), `max_errors`
     (exceptions before the loop stops), `max_nonfinite_outputs`, `seed`. Unset or None values

@@ -2,11 +2,20 @@
 
 The scaled twin (`engine.twin.build_twin`) runs on the pool's device in one serving
 dtype (the `dtype` option, else the pool's first dtype the device runs: the precision stage's
-`make_target` decides) for `duration_s` seconds (20 by default, for CI; hours on a real pool),
-and at least `min_steps` steps. A step is one request of a fixed size: a prefill of
+`make_target` decides) for `duration_s` seconds (20 by default, for CI; hours on a real pool).
+A step is one request of a fixed size: a prefill of
 `batch_size` prompts of `prompt_len` tokens, then `decode_steps` greedy decode steps through a
 fresh KV cache, which is dropped at the end of the step. So every step does the same work and
 holds the same memory once it is over: what a step leaves behind is a leak.
+
+How long it runs: `duration_s` is honoured. A step is begun while the duration lasts; past it
+the loop runs on only to the fewest steps it needs: `min_steps` where the job asked for it,
+else the verdict's floor of `MIN_JUDGED_STEPS` (10). A run that ends more than
+`RAN_LONGER_TOLERANCE` (10%) past `duration_s` says why in `ran_longer_reason` (the steps
+`min_steps` needed at the step time measured, or one step longer than what was left). The
+stage's time budget (its soft time limit less 20%, `StageContext.soft_time_limit_s`) ends
+the loop in any case, before Celery's limit can: `stopped_early` then reads "time budget",
+and a run with fewer than `MIN_JUDGED_STEPS` steps is not judged.
 
 After each step the stage samples the step's time (s, `twin.measure.StepTimer`: CUDA events
 on GPUs, `time.perf_counter_ns` on the CPU) and the memory in use (bytes, `MemoryProbe`:
@@ -90,7 +99,13 @@ from engine.twin.run import resolve_device
 DEFAULT_BATCH_SIZE = 4
 DEFAULT_PROMPT_LEN = 64
 DEFAULT_DECODE_STEPS = 16
-DEFAULT_MIN_STEPS = 20
+# No default `min_steps` past the duration: the verdict's floor (MIN_JUDGED_STEPS) applies.
+DEFAULT_MIN_STEPS = None
+# A run may end this fraction past `duration_s` (its last step) without a reason.
+RAN_LONGER_TOLERANCE = 0.10
+# The share of the stage's soft time limit the loop may run to (the rest: set-up, judging).
+TIME_BUDGET_SHARE = 0.80
+TIME_BUDGET = "time budget"
 DEFAULT_WARMUP_FRACTION = 0.1
 # The leak thresholds (module docstring): slope >= max(1 KiB, 1e-5 x weight bytes) per step
 # and fitted growth >= 4 MiB.
@@ -114,7 +129,7 @@ class StabilityOptions:
     prompt_len: int = DEFAULT_PROMPT_LEN
     decode_steps: int = DEFAULT_DECODE_STEPS
     dtype: str | None = None
-    min_steps: int = DEFAULT_MIN_STEPS
+    min_steps: int | None = DEFAULT_MIN_STEPS
     warmup_fraction: float = DEFAULT_WARMUP_FRACTION
     leak_bytes_per_step: float | None = None
     leak_min_growth_bytes: int = DEFAULT_LEAK_MIN_GROWTH_BYTES
@@ -168,6 +183,17 @@ class Series:
     error_messages: list[str]
     duration_s: float
     stopped_early: str | None
+    # Steps begun once `duration_s` had passed (to reach the fewest steps needed), and the
+    # fewest steps the loop ran to (`min_steps`, else MIN_JUDGED_STEPS).
+    steps_past_duration: int = 0
+    fewest_steps: int = MIN_JUDGED_STEPS
+    completed_at_duration: int | None = None
+
+
+def fewest_steps(options: StabilityOptions) -> int:
+    """The steps the loop runs to even past `duration_s`: `min_steps` where asked, else the
+    verdict's floor MIN_JUDGED_STEPS."""
+    return options.min_steps if options.min_steps is not None else MIN_JUDGED_STEPS
 
 
 @torch.no_grad()
@@ -181,11 +207,15 @@ def stability_loop(
     timer: StepTimer,
     memory: MemoryProbe,
     cancelled: Callable[[], bool] = never_cancelled,
+    budget_end: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Series:
-    """Run steps on `model` (on `device`) for `options.duration_s` and at least
-    `options.min_steps` steps, sampling each (see the module docstring). Exceptions in a step
-    are counted, not raised; the loop stops after `options.max_errors` of them. Raises
-    `StageCancelled` before a step once `cancelled()` is true."""
+    """Run steps on `model` (on `device`) for `options.duration_s`, and past it only to
+    `fewest_steps(options)` steps, sampling each (see the module docstring). Exceptions in a
+    step are counted, not raised; the loop stops after `options.max_errors` of them, and at
+    `budget_end` (a `clock` time: the stage's time budget) whatever the count
+    (`stopped_early` "time budget"). Raises `StageCancelled` before a step once `cancelled()`
+    is true."""
     ids = random_prompt(
         vocab_size,
         options.batch_size,
@@ -202,10 +232,22 @@ def stability_loop(
     nonfinite = errors = 0
     messages: list[str] = []
     stopped = None
-    started = time.perf_counter()
+    started = clock()
     deadline = started + options.duration_s
-    step = 0
-    while time.perf_counter() < deadline or len(steps) < options.min_steps:
+    fewest = fewest_steps(options)
+    step = past = 0
+    at_duration = None
+    while True:
+        now = clock()
+        if now >= deadline and at_duration is None:
+            at_duration = len(steps)
+        if now >= deadline and len(steps) >= fewest:
+            break
+        if budget_end is not None and now >= budget_end:
+            stopped = TIME_BUDGET
+            break
+        if now >= deadline:
+            past += 1
         raise_if_cancelled(cancelled)
         failure = None
         try:
@@ -228,7 +270,7 @@ def stability_loop(
                 break
             continue
         steps.append(step)
-        elapsed.append(time.perf_counter() - started)
+        elapsed.append(clock() - started)
         times.append(seconds)
         cpu_times.append(cpu_seconds)
         mems.append(memory.current_bytes(trim=True))
@@ -241,8 +283,35 @@ def stability_loop(
         nonfinite_outputs=nonfinite,
         errors=errors,
         error_messages=messages,
-        duration_s=time.perf_counter() - started,
+        duration_s=clock() - started,
         stopped_early=stopped,
+        steps_past_duration=past,
+        fewest_steps=fewest,
+        completed_at_duration=at_duration,
+    )
+
+
+def ran_longer_reason(series: Series, options: StabilityOptions) -> str | None:
+    """Why the run took more than `duration_s` (by over `RAN_LONGER_TOLERANCE`), or None."""
+    asked = options.duration_s
+    if series.duration_s <= asked * (1 + RAN_LONGER_TOLERANCE):
+        return None
+    step_s = statistics.median(series.step_times_s) if series.step_times_s else None
+    per_step = f" at a median {step_s:,.2f} s per step" if step_s is not None else ""
+    if series.steps_past_duration:
+        needed = (
+            f"min_steps {options.min_steps}"
+            if options.min_steps is not None
+            else f"the verdict's floor of {series.fewest_steps} steps (MIN_JUDGED_STEPS)"
+        )
+        return (
+            f"ran {series.duration_s:,.1f} s, past duration_s {asked:g} s: "
+            f"{series.completed_at_duration or 0} steps had completed when it was reached, "
+            f"and {needed} asked for {series.steps_past_duration} more{per_step}"
+        )
+    return (
+        f"ran {series.duration_s:,.1f} s, past duration_s {asked:g} s: the last step, begun "
+        f"before the duration was over, ran past it{per_step}"
     )
 
 
@@ -341,10 +410,18 @@ def judge(
     if n < MIN_JUDGED_STEPS and not series.errors:
         reasons.append(
             f"too few steps to judge: {n} completed (at least {MIN_JUDGED_STEPS} needed)"
+            + (
+                "; the stage's time budget ended the run"
+                if series.stopped_early == TIME_BUDGET
+                else ""
+            )
         )
     known = [m for m in series.memory_bytes if m is not None]
     return {
         "duration_s": series.duration_s,
+        "duration_asked_s": options.duration_s,
+        "ran_longer_reason": ran_longer_reason(series, options),
+        "steps_past_duration": series.steps_past_duration,
         "steps": n,
         "memory_slope_bytes_per_step": slope,
         "nonfinite_outputs": series.nonfinite_outputs,
@@ -373,6 +450,7 @@ def judge(
         "warmup_steps": warmup,
         "error_messages": series.error_messages,
         "stopped_early": series.stopped_early,
+        "stopped": TIME_BUDGET if series.stopped_early == TIME_BUDGET else None,
         "thresholds": {
             "leak_bytes_per_step": leak_limit,
             "leak_min_growth_bytes": options.leak_min_growth_bytes,
@@ -407,11 +485,16 @@ def measure_stability(
     options: StabilityOptions | Mapping[str, Any] | None = None,
     hooks: Sequence[Callable[[torch.nn.Module], Any]] = (),
     cancelled: Callable[[], bool] = never_cancelled,
+    budget_end: float | None = None,
 ) -> dict[str, Any]:
     """The stability result for `twin` on `pool` (a PoolSpec or the same fields); stops with
     `StageCancelled` once `cancelled()` is true.
 
-    Returns {"duration_s" (s, the loop's wall time), "steps" (completed steps),
+    Returns {"duration_s" (s, the loop's wall time), "duration_asked_s" (the option),
+    "ran_longer_reason" (why the run took more than 10% over duration_s; None when it did
+    not), "steps_past_duration" (steps begun after it), "stopped" ("time budget" when the
+    stage's budget, `budget_end` on time.perf_counter, ended the loop; else None), "steps"
+    (completed steps),
     "memory_slope_bytes_per_step" (None when too few samples), "nonfinite_outputs",
     "errors" (steps that raised), "step_time_drift" (fraction; None when too few steps),
     "passed", "reason", "reasons", "memory_growth_bytes", "leak_effective_bytes_per_step"
@@ -453,6 +536,7 @@ def measure_stability(
             timer=timer,
             memory=memory,
             cancelled=cancelled,
+            budget_end=budget_end,
         )
     finally:
         for handle in handles:
@@ -500,14 +584,22 @@ def run(ctx: StageContext) -> dict[str, Any]:
     """
     from engine.remote_code import sandbox as remote_code
 
+    started = time.perf_counter()
     try:
         options = StabilityOptions.from_mapping(getattr(ctx, "options", None) or {})
     except ValueError as exc:
         raise StageFailed(f"stability options: {exc}") from exc
+    soft_limit = getattr(ctx, "soft_time_limit_s", None)
     config = remote_code.native_config(ctx, "stability")
     result = measure_stability(
-        build_twin(config), ctx.pool, options=options, cancelled=ctx.cancelled
+        build_twin(config),
+        ctx.pool,
+        options=options,
+        cancelled=ctx.cancelled,
+        budget_end=started + TIME_BUDGET_SHARE * soft_limit if soft_limit else None,
     )
+    if result["ran_longer_reason"]:
+        ctx.log(result["ran_longer_reason"])
     slope = result["memory_slope_bytes_per_step"]
     drift = result["step_time_drift"]
     ctx.log(

@@ -293,3 +293,79 @@ def test_the_stage_runs_the_fetched_config_with_the_job_options():
     )
     with pytest.raises(StageFailed, match="stability options: duration_s must be"):
         stability.run(bad)
+
+
+class StepClock:
+    """A clock that a forward pre-hook moves by `per_forward_s` for each forward of the twin:
+    a slow host without the wait."""
+
+    def __init__(self, per_forward_s: float) -> None:
+        self.now = 0.0
+        self.per_forward_s = per_forward_s
+
+    def __call__(self) -> float:
+        return self.now
+
+    def install(self, model: torch.nn.Module):
+        def tick(_module, _args):
+            self.now += self.per_forward_s
+
+        return model.register_forward_pre_hook(tick)
+
+
+def run_loop(twin, options: dict, clock: StepClock, *, budget_end: float | None = None):
+    device = torch.device("cpu")
+    opts = StabilityOptions.from_mapping(
+        {"batch_size": 1, "prompt_len": 8, "decode_steps": 1} | options
+    )
+    handle = clock.install(twin.model)
+    try:
+        series = stability.stability_loop(
+            twin.model,
+            device=device,
+            vocab_size=int(twin.config.vocab_size),
+            pad_token_id=None,
+            options=opts,
+            timer=stability.StepTimer(device),
+            memory=stability.MemoryProbe(device),
+            budget_end=budget_end,
+            clock=clock,
+        )
+    finally:
+        handle.remove()
+    return series, judge(series, opts, weight_bytes=4_000_000, on_cpu=True)
+
+
+def test_duration_s_is_honoured_and_a_longer_run_says_why(seeded_twin):
+    """The issue's run: duration_s 5 with 2.5 s steps (one prefill and one decode forward of
+    1.25 s each, on a clock the forwards move). Without min_steps the run stops at the
+    verdict's 10 steps (not 20), and says why it ran 25 s; with min_steps 20 asked, it runs
+    them and names min_steps; steps that fit say nothing."""
+    twin = seeded_twin(DENSE)
+    series_, verdict = run_loop(twin, {"duration_s": 5}, StepClock(1.25))
+    assert verdict["steps"] == 10 and series_.steps_past_duration == 8
+    assert verdict["duration_s"] == pytest.approx(25.0) and verdict["duration_asked_s"] == 5
+    assert verdict["ran_longer_reason"].startswith(
+        "ran 25.0 s, past duration_s 5 s: 2 steps had completed when it was reached, and the "
+        "verdict's floor of 10 steps (MIN_JUDGED_STEPS) asked for 8 more"
+    )
+    _, asked = run_loop(twin, {"duration_s": 5, "min_steps": 20}, StepClock(1.25))
+    assert asked["steps"] == 20 and asked["duration_s"] == pytest.approx(50.0)
+    assert "min_steps 20 asked for 18 more" in asked["ran_longer_reason"]
+    _, fits = run_loop(twin, {"duration_s": 5}, StepClock(0.125))
+    assert fits["steps"] == 20 and fits["duration_s"] == pytest.approx(5.0)
+    assert fits["ran_longer_reason"] is None and fits["steps_past_duration"] == 0
+
+
+def test_the_time_budget_ends_the_loop_before_the_soft_limit(seeded_twin):
+    """min_steps 20 of 2.5 s steps under a budget that ends 7 s in: the loop stops there,
+    says so, and a run too short to judge names the budget."""
+    _, verdict = run_loop(
+        seeded_twin(DENSE), {"duration_s": 5, "min_steps": 20}, StepClock(1.25), budget_end=7.0
+    )
+    assert verdict["stopped"] == "time budget" and verdict["stopped_early"] == "time budget"
+    assert verdict["steps"] == 3 and verdict["passed"] is False
+    assert verdict["reason"] == (
+        "too few steps to judge: 3 completed (at least 10 needed); the stage's time budget "
+        "ended the run"
+    )
