@@ -104,15 +104,24 @@ def curves(
     along = x_word(x)
     panel_px, gap_px = 330, 120  # a row of panels, and the gap for its x title and the next's
     plot_height = panel_px * len(panels) + gap_px * (len(panels) - 1)
+    # A cell's error bar is promised only where a p95 row is there to draw it.
+    with_p95 = {
+        (r["model"], m["name"])
+        for s in sources
+        for r in s["rows"]
+        for m in shown
+        if m.get("p95") and r["metric"] == m["p95"] and r.get(x) is not None
+    }
     fig = make_subplots(
         rows=len(panels),
         cols=len(shown),
         subplot_titles=[
-            f"{m['label']}: {title_}"
+            f"{_cell_label(m, (model, m['name']) in with_p95)}: "
+            f"{_SHORT_PANELS.get(model, title_)}"
             + (
                 ""
                 if (model, m["name"]) in filled
-                else " (by prompt length: see that view)"
+                else " (see the prompt-length view)"
                 if (model, m["name"]) in moved
                 else f" (none with a {along})"
             )
@@ -345,9 +354,29 @@ def curves(
                 row=row,
                 col=col,
             )
+    # An empty cell (no figure for that model and metric) is not drawn: its title says why.
+    for row, (model, _title) in enumerate(panels, start=1):
+        for col, info in enumerate(shown, start=1):
+            if (model, info["name"]) not in filled:
+                fig.update_xaxes(visible=False, row=row, col=col)
+                fig.update_yaxes(visible=False, row=row, col=col)
     fig.update_layout(title=title, template="plotly_white", hovermode="closest")
     legend_below(fig, plot_height=plot_height, top=80, bottom=70)
     return fig.to_plotly_json()
+
+
+# A panel's short name in its cell titles, so two cells' titles fit side by side at 1024 px.
+_SHORT_PANELS = {
+    "twin": "scaled twin",
+    "release": "release, full size",
+    "full-size": "full size, roofline",
+}
+
+
+def _cell_label(metric: Mapping[str, Any], p95: bool) -> str:
+    """A metric's label in a cell title: without its "p95 bar" where the cell has none."""
+    label = str(metric["label"])
+    return label if p95 else label.replace(", p95 bar", "")
 
 
 def _knee_markers(fig, source, prefix, panels, shown, spare, legend_seen, s_index) -> None:

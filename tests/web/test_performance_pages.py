@@ -139,10 +139,9 @@ def test_throughput_traces_are_the_stored_rows_per_dtype_in_batch_order(logged_i
     # the full-size prefill predictions (batch 1, one per prompt length) are not stacked at
     # batch 1: they are left for the prompt-length view, and the panel says so
     assert not curves(fig, kind="predicted", model="full-size", metric="prefill_tokens_per_s")
-    assert (
-        "prefill tokens/s: full-size model, the planner's roofline (by prompt length: see "
-        "that view)" in [a["text"] for a in fig["layout"]["annotations"]]
-    )
+    assert "prefill tokens/s: full size, roofline (see the prompt-length view)" in [
+        a["text"] for a in fig["layout"]["annotations"]
+    ]
     # the full-size panel's batches are its own: no twin batch ticks, and the reverse
     full = axis_of(fig, decode, "x")
     assert set(full["tickvals"]) == {r.batch_size for r in stored(job, model="full-size")} - {None}
@@ -151,8 +150,8 @@ def test_throughput_traces_are_the_stored_rows_per_dtype_in_batch_order(logged_i
     )
     assert decode["yaxis"] != measured.get("yaxis", "y")
     titles = [a["text"] for a in fig["layout"]["annotations"]]
-    assert "decode tokens/s: full-size model, the planner's roofline" in titles
-    assert "decode tokens/s: scaled twin, this pool's device" in titles
+    assert "decode tokens/s: full size, roofline" in titles
+    assert "decode tokens/s: scaled twin" in titles
     # one colour per dtype, on every trace of it
     colours = {t["meta"]["dtype"]: t["line"]["color"] for t in curves(fig, kind="measured")}
     assert len(set(colours.values())) == 2
