@@ -231,6 +231,8 @@ SPECTACULAR_SETTINGS = {
         "TriggerEnum": "adaptation.models.Trigger",
         "HubKindEnum": "adaptation.models.HubKind",
         "WebhookKindEnum": "adaptation.models.WebhookKind",
+        # An attempt's culprit and a failed run's class share their values: one enum.
+        "CulpritEnum": "adaptation.models.Culprit",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

@@ -140,7 +140,10 @@ class StageContext:
     registry that lists it); the `release_notes` stage walks them for each stage's notes
     section. `cancelled` says whether the run was cancelled while it ran (the runner's
     heartbeat finds it no longer running); long stages check it between steps through
-    `raise_if_cancelled`.
+    `raise_if_cancelled`. `states` says how each of the job's other stages ended
+    ({stage: {"status", "error", "result", "failure_class"}}: a failed run's `result` is what
+    it kept, its `failure_class` "infrastructure" or "release"), filled for a stage that
+    `runs_after_failure`; None otherwise.
     """
 
     release: ReleaseRef
@@ -156,6 +159,7 @@ class StageContext:
     # The Celery soft time limit this attempt runs under (s; None: no limit known, the engine
     # called directly): work the stage hands to a child process must end before it.
     soft_time_limit_s: float | None = None
+    states: Mapping[str, Mapping[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -172,7 +176,9 @@ class StageDefinition:
     without one takes no options. `reads_pool_calibration`: the runner fills
     `StageContext.calibration` with the pool's running calibration (a query);
     `reads_limitations`: it fills `StageContext.limitations` with the release's open known
-    limitations on the job's pool (a query).
+    limitations on the job's pool (a query). `runs_after_failure`: when an earlier stage of
+    the job fails, this one is queued all the same (the others are skipped) and the runner
+    fills `StageContext.states` (a query): the release notes say what blocked.
 
     `findings` (same forms) is the stage's known-limitation rules: a function
     `(result, *, pool) -> list[Finding] | None` (`engine.findings.Finding`) of a stored
@@ -206,6 +212,8 @@ class StageDefinition:
     findings_read_analysis: bool = False
     unjudged_keys: Callable[[Any], frozenset[str]] | str | None = None
     notes: Callable[..., Any] | str | None = None
+    # Whether the stage runs when an earlier one failed (and reads `ctx.states`).
+    runs_after_failure: bool = False
 
     def __call__(self, ctx: StageContext) -> dict[str, Any]:
         """Run the stage. Raises what the stage raises; ImportError for a bad `run` path."""

@@ -45,12 +45,15 @@ NOT_RUN = "not run"
 class StageState:
     """What one earlier stage left: its status ("succeeded", "failed", "skipped",
     "cancelled", "pending", …, or `NOT_RUN` when the job does not have it), the result to
-    read (a success's, or what a failed run kept), and the reason it did not succeed."""
+    read (a success's, or what a failed run kept), the reason it did not succeed, and for a
+    failed one whose fault it was (`failure_class`: "infrastructure" or "release"; "" when
+    not known)."""
 
     name: str
     status: str
     result: Mapping[str, Any] | None
     reason: str = ""
+    failure_class: str = ""
 
     @property
     def succeeded(self) -> bool:
@@ -64,9 +67,10 @@ def stage_states(
 ) -> dict[str, StageState]:
     """The state of every stage in `names` (the stages the notes read, in job order).
     `results` are the succeeded stages' results (`StageContext.previous`); `states`
-    ({stage: {"status", "error", "result"}}), where given, says how each of the job's stages
-    ended (a failed run's `result` is what it kept). Without `states`, a stage with a result
-    succeeded and any other did not run."""
+    ({stage: {"status", "error", "result", "failure_class"}}), where given, says how each of
+    the job's stages ended (a failed run's `result` is what it kept, `failure_class` whose
+    fault it was). Without `states`, a stage with a result succeeded and any other did not
+    run."""
     out: dict[str, StageState] = {}
     for name in names:
         state = (states or {}).get(name)
@@ -74,15 +78,17 @@ def stage_states(
             status = str(state.get("status") or NOT_RUN)
             result = results.get(name) if status == "succeeded" else state.get("result")
             reason = first_line(state.get("error"))
+            failure_class = str(state.get("failure_class") or "") if status == "failed" else ""
         elif name in results:
-            status, result, reason = "succeeded", results[name], ""
+            status, result, reason, failure_class = "succeeded", results[name], "", ""
         else:
-            status, result, reason = NOT_RUN, None, ""
+            status, result, reason, failure_class = NOT_RUN, None, "", ""
         out[name] = StageState(
             name=name,
             status=status,
             result=result if isinstance(result, Mapping) else None,
             reason=reason,
+            failure_class=failure_class,
         )
     return out
 

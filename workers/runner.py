@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from adaptation.catalog import accelerator_kind_row_entry
 from adaptation.models import AcceleratorPool, AttemptEnd, Culprit, StageRun
 from adaptation.selectors.calibration import pool_calibration
 from adaptation.selectors.jobs import job_previous_results
-from adaptation.selectors.release_notes import notes_limitations
+from adaptation.selectors.release_notes import job_stage_states, notes_limitations
 from adaptation.selectors.releases import known_family_analyses
 from adaptation.services.stage_runs import (
     attempt_number,
@@ -48,6 +49,12 @@ from engine.registry import STAGES, get_stage
 from engine.stages.serve.options import engine_settings
 from engine.units import gb_per_s_to_bytes_per_s
 from workers.cgroup import oom_kill_count
+from workers.failures import (
+    classify_exception,
+    classify_stage_failed,
+    result_culprit,
+    time_budget_error,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -254,15 +261,8 @@ def stage_context(
             else ()
         ),
         stages=STAGES,
+        states=job_stage_states(job)[1] if definition.runs_after_failure else None,
     )
-
-
-def _culprit(result: object) -> str | None:
-    """Whom a stage's own failure blames, where its result says (`failure.culprit`, as the
-    serve stage's does); None otherwise."""
-    failure = result.get("failure") if isinstance(result, dict) else None
-    culprit = failure.get("culprit") if isinstance(failure, dict) else None
-    return culprit if culprit in Culprit.values else None
 
 
 def execute_stage_run(
@@ -280,7 +280,12 @@ def execute_stage_run(
     attempt records this process's pid and the cgroup's OOM-kill count (so that the worker's
     main process can tell later whether a kill of this process was for memory), and every
     write that ends it names it (`attempt`): a late write of an attempt taken for lost changes
-    nothing."""
+    nothing.
+
+    Every failure is classified (`workers.failures`: infrastructure or release, stored as
+    `StageRun.failure_class`) and stored in words; an exception's class name and traceback go
+    to the log only."""
+    began = time.monotonic()
     # Celery's Django fix-up closes stale database connections around each task.
     run = stage_run_claim(
         stage_run_id=stage_run_id,
@@ -322,15 +327,31 @@ def execute_stage_run(
     except StageFailed as exc:
         # A stage may attach what it measured before failing (precision metrics).
         measured = getattr(exc, "result", None)
+        measured = measured if isinstance(measured, dict) else None
+        # A stage that caught a time limit (or the host out of memory) and carried on to fail
+        # is the infrastructure's fault: its reason goes to the log, the error says why.
+        verdict = classify_stage_failed(
+            stage=run.stage,
+            reason=exc.reason,
+            result=measured,
+            limit_s=limit_s,
+            ran_s=time.monotonic() - began,
+        )
+        if verdict.error != exc.reason:
+            log(f"{run.stage} failed: {exc.reason}")
+        timed_out = verdict.error.startswith(f"{run.stage} ran past its time budget")
         stage_run_fail(
             stage_run=run,
-            error=exc.reason,
+            error=verdict.error,
             log=log.text(run.log),
-            result=measured if isinstance(measured, dict) else None,
+            result=measured,
             attempt=attempt,
-            culprit=_culprit(measured),
+            ended=AttemptEnd.TIME_LIMIT if timed_out else AttemptEnd.FAILED,
+            culprit=result_culprit(measured)
+            or (Culprit.INFRASTRUCTURE if verdict.failure_class != Culprit.RELEASE else None),
+            failure_class=verdict.failure_class,
         )
-        return StageOutcome(status="failed", reason=exc.reason)
+        return StageOutcome(status="failed", reason=verdict.error)
     except StageTransientError as exc:
         if final_try:
             reason = f"{exc.reason} (gave up after {run.retries + 1} tries)"
@@ -341,6 +362,7 @@ def execute_stage_run(
                 attempt=attempt,
                 ended=AttemptEnd.TRANSIENT,
                 culprit=Culprit.INFRASTRUCTURE,
+                failure_class=Culprit.INFRASTRUCTURE,
             )
             return StageOutcome(status="failed", reason=reason)
         requeued = stage_run_requeue(
@@ -350,7 +372,7 @@ def execute_stage_run(
             return StageOutcome(status="not-claimed", reason="reaped while running")
         return StageOutcome(status="retry", retry_after_s=exc.retry_after_s, reason=exc.reason)
     except SoftTimeLimitExceeded:
-        reason = f"{run.stage} ran past its time limit of {limit_s} s."
+        reason = time_budget_error(run.stage, limit_s)
         stage_run_fail(
             stage_run=run,
             error=reason,
@@ -358,11 +380,20 @@ def execute_stage_run(
             attempt=attempt,
             ended=AttemptEnd.TIME_LIMIT,
             culprit=Culprit.INFRASTRUCTURE,
+            failure_class=Culprit.INFRASTRUCTURE,
         )
         return StageOutcome(status="failed", reason=reason)
-    except Exception as exc:  # a bug, bad input or a result that cannot be stored
+    except Exception as exc:  # a bug, the host out of memory, the network, an unstorable result
         logger.exception("Stage %s of job %s crashed", run.stage, run.job_id)
-        reason = f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc(limit=20)}"
-        stage_run_fail(stage_run=run, error=reason, log=log.text(run.log), attempt=attempt)
-        return StageOutcome(status="failed", reason=str(exc))
+        verdict = classify_exception(stage=run.stage, exc=exc)
+        log(f"{run.stage} crashed:\n{traceback.format_exc(limit=20)}")
+        stage_run_fail(
+            stage_run=run,
+            error=verdict.error,
+            log=log.text(run.log),
+            attempt=attempt,
+            culprit=Culprit.INFRASTRUCTURE,
+            failure_class=verdict.failure_class,
+        )
+        return StageOutcome(status="failed", reason=verdict.error)
     return StageOutcome(status="succeeded")

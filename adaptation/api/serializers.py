@@ -15,6 +15,7 @@ from adaptation.models import (
     AdaptationJob,
     AttemptEnd,
     Culprit,
+    FailureClass,
     JobStatus,
     KnownLimitation,
     ModelRelease,
@@ -152,6 +153,22 @@ class StageRunAttemptOutput(serializers.Serializer):
     )
 
 
+class FailureClassField(serializers.ChoiceField):
+    """Whose fault a failed run is (`StageRun.failure_class`); blank unless failed."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(
+            choices=FailureClass.choices,
+            allow_blank=True,
+            read_only=True,
+            help_text="A failed run's class: infrastructure (time limit, lost worker, host out "
+            "of memory, broker/hub/network unavailable, engine did not start for a host "
+            "reason, a day0 error) or release (config, unsupported feature, precision, no "
+            "fit, engine refuses the architecture); blank unless failed.",
+            **kwargs,
+        )
+
+
 # What every stage-run output shows of the attempt itself.
 _STAGE_RUN_FIELDS = [
     "stage",
@@ -165,6 +182,7 @@ _STAGE_RUN_FIELDS = [
     "worker_host",
     "retries",
     "error",
+    "failure_class",
     "result_summary",
     "attempts",
 ]
@@ -174,6 +192,7 @@ class StageAttemptOutput(serializers.ModelSerializer):
     """The latest attempt of one stage of a job, as a job's detail lists them."""
 
     result_summary = ResultSummaryField()
+    failure_class = FailureClassField()
     attempts = StageRunAttemptOutput(many=True, read_only=True)
 
     class Meta:
@@ -198,6 +217,7 @@ class StageRunOutput(serializers.ModelSerializer):
     repo_id = serializers.CharField(source="job.release.repo_id", read_only=True)
     pool = serializers.CharField(source="job.pool.name", read_only=True)
     result_summary = ResultSummaryField()
+    failure_class = FailureClassField()
     attempts = StageRunAttemptOutput(many=True, read_only=True)
 
     class Meta:

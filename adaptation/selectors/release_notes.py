@@ -60,8 +60,9 @@ def notes_limitations(*, release: ModelRelease, pool: AcceleratorPool) -> tuple[
 
 def job_stage_states(job: AdaptationJob) -> tuple[dict[str, dict], dict[str, dict]]:
     """(results, states) of the job's stages as the notes engine reads them: the succeeded
-    stages' results, and every stage's {"status", "error", "result"} (a failed run's result
-    is what it kept), the notes stage itself left out."""
+    stages' results, and every stage's {"status", "error", "result", "failure_class"} (a
+    failed run's result is what it kept, its class whose fault it was), the notes stage
+    itself left out."""
     results: dict[str, dict] = {}
     states: dict[str, dict] = {}
     for run in job_current_stage_runs(job):
@@ -73,6 +74,7 @@ def job_stage_states(job: AdaptationJob) -> tuple[dict[str, dict], dict[str, dic
             "status": run.status,
             "error": run.error,
             "result": run.result if run.status == StageStatus.FAILED else None,
+            "failure_class": run.failure_class,
         }
     return results, states
 

@@ -24,7 +24,7 @@ from adaptation.notifications.services import notifications_emit_safely
 from adaptation.selectors.jobs import job_current_stage_runs
 from adaptation.services.errors import ServiceError
 from adaptation.services.queueing import stage_run_enqueue
-from engine.registry import job_options_check, stage_names
+from engine.registry import get_stage, job_options_check, stage_names
 
 logger = logging.getLogger(__name__)
 
@@ -67,11 +67,31 @@ def job_create(
     return job
 
 
-def job_skip_pending_after(*, job: AdaptationJob, position: int) -> None:
+def job_skip_pending_after(*, job: AdaptationJob, position: int) -> list[StageRun]:
+    """After the stage at `position` failed: skip the job's later pending stages, except
+    those that run after a failure (`StageDefinition.runs_after_failure`: the release notes,
+    which say what blocked), which are queued, the first of them now (inside the caller's
+    transaction; sent after commit) and each next one when the one before ends, as usual.
+    Returns the runs queued."""
+    later = [
+        r
+        for r in job_current_stage_runs(job)
+        if r.position > position and r.status == StageStatus.PENDING
+    ]
+    kept = [r for r in later if _runs_after_failure(r.stage)]
     StageRun.objects.filter(
-        pk__in=[r.pk for r in job_current_stage_runs(job) if r.position > position],
-        status=StageStatus.PENDING,
+        pk__in=[r.pk for r in later if r not in kept], status=StageStatus.PENDING
     ).update(status=StageStatus.SKIPPED)
+    if kept:
+        stage_run_enqueue(kept[0])
+    return kept[:1]
+
+
+def _runs_after_failure(stage: str) -> bool:
+    try:
+        return get_stage(stage).runs_after_failure
+    except LookupError:  # a stage no longer registered
+        return False
 
 
 def derive_job_status(statuses: list[str]) -> str:

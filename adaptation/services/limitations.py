@@ -8,6 +8,9 @@ Two kinds of `KnownLimitation` rows live side by side:
   raises or updates the note of every current finding (reopening a resolved one whose problem
   is back) and resolves the stage's open or mitigated notes whose problem is no longer found
   (a note the attempt could not judge, `engine.registry.unjudged_keys`, is left as it is).
+  Only the release's own faults count: a run failed for an infrastructure cause
+  (`StageRun.failure_class`: a time limit that stopped a sweep, the host out of memory)
+  raises, updates and resolves nothing.
   Their title, body and severity come from the stage; people may only change their status
   (mitigated, resolved).
 - notes people write (`key` blank, `author` set): never touched by a stage.
@@ -30,6 +33,7 @@ from django.utils import timezone
 
 from adaptation.models import (
     AcceleratorPool,
+    FailureClass,
     KnownLimitation,
     LimitationStatus,
     ModelRelease,
@@ -80,12 +84,16 @@ def limitations_sync_for_stage(*, stage_run: StageRun) -> SyncOutcome | None:
     now), except those the attempt could not judge (`unjudged_keys`: a distributed run that
     validated nothing leaves an earlier mismatch open). People's notes (blank `key`) are
     never touched. Nothing happens (None) for a run that is not finished or whose result
-    holds nothing to judge: a stage that failed before checking resolves nothing.
+    holds nothing to judge: a stage that failed before checking resolves nothing; nor for a
+    run failed for an infrastructure cause (`failure_class`): what it found before it was
+    stopped is not the release's fault.
     """
     if stage_run.stage not in STAGES_WITH_FINDINGS:
         return None
     run = StageRun.objects.select_related("job__release", "job__pool").get(pk=stage_run.pk)
     if run.status not in (StageStatus.SUCCEEDED, StageStatus.FAILED):
+        return None
+    if run.status == StageStatus.FAILED and run.failure_class == FailureClass.INFRASTRUCTURE:
         return None
     job = run.job
     analysis = _analysis_of(run) if get_stage(run.stage).findings_read_analysis else None

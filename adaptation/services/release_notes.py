@@ -10,9 +10,10 @@ document and the summary as they were written: later template changes never touc
 re-run of any stage re-runs every later one, the notes included, so each re-run leaves a new
 version and the old ones stay readable.
 
-The stage runs only when every earlier stage of the job succeeded (a failed stage skips the
-later ones). `release_notes_regenerate(job=)` writes notes for any job from whatever its
-stages found (a failed plan's "what would fit", a failed precision check's metrics) and says
+The stage runs for every job that ends, failed or not (a failed stage skips the later ones
+but this one, whose notes then open with what blocked: `StageDefinition.runs_after_failure`).
+`release_notes_regenerate(job=)` writes notes for any finished job from whatever its stages
+found (a failed plan's "what would fit", a failed precision check's metrics) and says
 what did not run: `manage.py release_report --regenerate` and the "Regenerate" button use it.
 
 People's additions (`ReleaseNotesAdditions`, Markdown) belong to (release, pool), not to a

@@ -32,6 +32,7 @@ from adaptation.models import (
     AdaptationJob,
     AttemptEnd,
     Culprit,
+    FailureClass,
     NotificationEvent,
     StageRun,
     StageStatus,
@@ -305,7 +306,14 @@ def stage_run_claim(
             row.attempts, row.log, exhausted = _loss(row, reason=gone, now=now)
             if exhausted:
                 error = lost_attempts_error(row.attempts)
-                _fail_row(row, error=error, log=row.log, attempts=row.attempts, now=now)
+                _fail_row(
+                    row,
+                    error=error,
+                    log=row.log,
+                    attempts=row.attempts,
+                    now=now,
+                    failure_class=FailureClass.INFRASTRUCTURE,
+                )
                 logger.warning("Stage run %s failed: %s", row.pk, error.splitlines()[0])
                 return None
             extra.update(retries=F("retries") + 1, log=row.log)
@@ -402,16 +410,23 @@ def stage_run_fail(
     attempt: int | None = None,
     ended: str = AttemptEnd.FAILED,
     culprit: str | None = None,
+    failure_class: str | None = None,
 ) -> bool:
-    """Fail a stage with its reason; the job stops and its later stages are skipped.
+    """Fail a stage with its reason; the job stops and its later stages are skipped, except
+    `release_notes`, which is queued to write notes saying what blocked
+    (`job_skip_pending_after`).
 
-    `result` is what the stage measured before failing (a precision failure's metrics): it is
-    stored and applied to the domain rows like a success's, and its findings raise or resolve
-    the stage's known limitations; a failure without a result leaves them as they are.
+    `failure_class` (`FailureClass`: "infrastructure" or "release") is stored on the run;
+    None: the culprit's (`culprit`), release when there is none. `result` is what the stage
+    measured before failing (a precision failure's metrics): it is stored and applied to the
+    domain rows like a success's, and for a release failure its findings raise or resolve the
+    stage's known limitations; an infrastructure failure (a time limit that stopped a sweep)
+    and a failure without a result leave them as they are.
     The running attempt (`attempt`, as for `stage_run_succeed`) ends as `ended` ("failed",
     "time-limit", "transient") with the error's first line and `culprit`. False when nothing
     changed; True also when a retry after a lost commit answer finds it done by this attempt.
     """
+    failure_class = failure_class or culprit or FailureClass.RELEASE
     return _surviving_db_blips(
         lambda: _fail(
             stage_run.pk,
@@ -421,6 +436,7 @@ def stage_run_fail(
             attempt=attempt,
             ended=ended,
             culprit=culprit,
+            failure_class=failure_class,
         ),
         what=f"Storing the failure of stage run {stage_run.pk}",
     )
@@ -435,6 +451,7 @@ def _fail(
     attempt: int | None,
     ended: str,
     culprit: str | None,
+    failure_class: str,
 ) -> bool:
     now = timezone.now()
     with transaction.atomic():
@@ -451,7 +468,15 @@ def _fail(
         attempts = row.attempts
         if row.status == StageStatus.RUNNING:
             attempts = _attempt_closed(row, ended=ended, reason=error, culprit=culprit, now=now)
-        return _fail_row(row, error=error, log=log, result=result, attempts=attempts, now=now)
+        return _fail_row(
+            row,
+            error=error,
+            log=log,
+            result=result,
+            attempts=attempts,
+            now=now,
+            failure_class=failure_class,
+        )
 
 
 def _fail_row(
@@ -461,10 +486,13 @@ def _fail_row(
     log: str,
     attempts: list[dict[str, Any]],
     now: datetime,
+    failure_class: str,
     result: dict[str, Any] | None = None,
 ) -> bool:
-    """Fail the locked `row` (inside the caller's transaction): store it, apply a result,
-    skip the job's later stages, notify, refresh the job. False when it changed meanwhile."""
+    """Fail the locked `row` (inside the caller's transaction) as `failure_class`'s fault:
+    store it, apply a result (and for a release failure sync its known limitations), skip the
+    job's later stages but queue its release notes, notify, refresh the job. False when it
+    changed meanwhile."""
     if not _update_read(
         row,
         status=StageStatus.FAILED,
@@ -473,11 +501,14 @@ def _fail_row(
         log=log,
         result=result,
         attempts=attempts,
+        failure_class=failure_class,
     ):
         return False
     if result is not None:
         stage_results.apply(run=row, result=result)
-        limitations_sync_safely(stage_run=row)
+        if failure_class == FailureClass.RELEASE:
+            # Only the release's own faults are its known limitations (docs/limitations.md).
+            limitations_sync_safely(stage_run=row)
     job = AdaptationJob.objects.select_for_update().get(pk=row.job_id)
     job_skip_pending_after(job=job, position=row.position)
     notifications_emit_safely(event=NotificationEvent.STAGE_FAILED, job=job, stage_run=row)
@@ -600,7 +631,14 @@ def stage_run_lost(
         attempts, log, exhausted = _loss(row, reason=reason, now=now)
         if exhausted:
             error = lost_attempts_error(attempts)
-            if not _fail_row(row, error=error, log=log, attempts=attempts, now=now):
+            if not _fail_row(
+                row,
+                error=error,
+                log=log,
+                attempts=attempts,
+                now=now,
+                failure_class=FailureClass.INFRASTRUCTURE,
+            ):
                 return ""
             logger.warning("Stage run %s failed: %s", stage_run_id, error.splitlines()[0])
             return "failed"

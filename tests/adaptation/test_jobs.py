@@ -325,4 +325,4 @@ def test_a_run_past_its_time_limit_names_the_jobs_limit(monkeypatch):
     runner.execute_stage_run(run.pk)
     run.refresh_from_db()
     assert run.status == StageStatus.FAILED
-    assert run.error == "stability ran past its time limit of 1220 s."
+    assert run.error.startswith("stability ran past its time budget of 1220 s and was stopped")

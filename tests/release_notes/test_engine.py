@@ -329,7 +329,7 @@ def test_a_plan_that_fits_nothing_says_why_and_what_would_fit():
         "analyze": {"status": "succeeded"},
         "operators": {"status": "succeeded"},
         "precision": {"status": "succeeded"},
-        "plan": {"status": "failed", "error": error, "result": kept},
+        "plan": {"status": "failed", "error": error, "result": kept, "failure_class": "release"},
         "distributed": {"status": "skipped", "error": ""},
         "serve": {"status": "skipped", "error": ""},
         "performance": {"status": "skipped", "error": ""},
@@ -352,7 +352,18 @@ def test_a_plan_that_fits_nothing_says_why_and_what_would_fit():
         "`performance`: skipped.",
         "`stability`: skipped.",
     ]
-    assert notes["summary"].startswith("no fitting plan")
+    assert notes["summary"].startswith("blocked at plan (release); no fitting plan")
+    assert notes["sections"]["blocked"] == {
+        "stage": "plan",
+        "failure_class": "release",
+        "reason": first_line(error),
+        "skipped": ["distributed", "serve", "performance", "stability"],
+    }
+    blocked = section("\n" + notes["markdown"], "What blocked this release")
+    assert f"The `plan` stage failed: {text(first_line(error)).rstrip('.:; ')}." in blocked
+    assert "This is a release failure" in blocked
+    assert "The later stages did not run: `distributed`, `serve`" in blocked
+    assert notes["markdown"].startswith("## What blocked this release")
 
 
 def test_a_stage_the_job_does_not_run_is_listed_as_not_run():
@@ -396,6 +407,7 @@ def test_the_stage_reads_its_context():
         },
         "stability_verdict": "passed",
         "open_limitations": 1,
+        "blocked": None,
     }
     assert release_notes_summary(result) == (
         "TP1 PP1 EP1 DP1 on 1 device(s), checkpoint (mxfp4); knee batch 4 (measured (twin)); "

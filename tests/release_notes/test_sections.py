@@ -56,6 +56,7 @@ def test_the_sections_keep_their_keys_and_the_document_its_order():
         "limitations",
         "not_validated",
         "stages",
+        "blocked",
     ]
     assert "markdown" not in notes  # the app writes the document
     # The stages the notes read: every registered one before the notes stage.

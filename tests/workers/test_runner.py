@@ -14,7 +14,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import OperationalError
 from django.utils import timezone
 
-from adaptation.models import JobStatus, StageRun, StageStatus
+from adaptation.models import FailureClass, JobStatus, StageRun, StageStatus
 from engine.contract import StageDefinition, StageFailed, StageTransientError
 from tests.factories import make_job
 from workers import runner
@@ -41,7 +41,7 @@ def test_a_run_that_is_not_queued_is_not_run_again(monkeypatch):
     assert outcome.status == "not-claimed" and calls == []
 
 
-def test_a_crash_fails_the_stage_with_its_traceback(monkeypatch):
+def test_a_crash_is_a_day0_error_in_words_with_its_traceback_in_the_log(monkeypatch):
     def crash(ctx):
         raise KeyError("num_experts")
 
@@ -49,8 +49,13 @@ def test_a_crash_fails_the_stage_with_its_traceback(monkeypatch):
     job, run = queued_fetch()
     assert runner.execute_stage_run(run.pk).status == "failed"
     run.refresh_from_db()
-    assert run.error.startswith("KeyError: 'num_experts'")
-    assert "Traceback (most recent call last)" in run.error
+    assert run.error.startswith(
+        "day0 error: fetch stopped on an unexpected error in day0 ('num_experts')"
+    )
+    assert "KeyError" not in run.error and "Traceback" not in run.error
+    assert "Traceback (most recent call last)" in run.log and "KeyError" in run.log
+    assert run.failure_class == FailureClass.INFRASTRUCTURE
+    assert run.attempts[-1]["culprit"] == "infrastructure"
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED
     assert job.stage_runs.get(stage="analyze").status == StageStatus.SKIPPED
@@ -67,6 +72,7 @@ def test_stage_failed_keeps_the_reason_and_the_log(monkeypatch):
     run.refresh_from_db()
     assert run.error == "config.json has no hidden_size"
     assert "read config.json" in run.log
+    assert run.failure_class == FailureClass.RELEASE
 
 
 def test_soft_time_limit_fails_with_the_limit(monkeypatch):
@@ -77,9 +83,11 @@ def test_soft_time_limit_fails_with_the_limit(monkeypatch):
     _, run = queued_fetch()
     runner.execute_stage_run(run.pk)
     run.refresh_from_db()
-    assert run.error == "fetch ran past its time limit of 7 s."
+    assert run.error.startswith("fetch ran past its time budget of 7 s and was stopped")
+    assert "SoftTimeLimitExceeded" not in run.error
+    assert run.failure_class == FailureClass.INFRASTRUCTURE
     assert [(a["ended"], a["reason"], a["culprit"]) for a in run.attempts] == [
-        ("time-limit", "fetch ran past its time limit of 7 s.", "infrastructure")
+        ("time-limit", run.error, "infrastructure")
     ]
 
 
@@ -118,6 +126,7 @@ def test_a_stage_failure_records_the_culprit_its_result_names(monkeypatch):
     assert [(a["ended"], a["reason"], a["culprit"]) for a in run.attempts] == [
         ("failed", "the engine is refused", "infrastructure")
     ]
+    assert run.failure_class == FailureClass.INFRASTRUCTURE
 
 
 def test_transient_errors_retry_then_give_up_on_the_last_try(monkeypatch):
@@ -135,6 +144,7 @@ def test_transient_errors_retry_then_give_up_on_the_last_try(monkeypatch):
     run.refresh_from_db()
     assert outcome.status == "failed"
     assert run.error == "the Hub answered 503 (gave up after 2 tries)"
+    assert run.failure_class == FailureClass.INFRASTRUCTURE
     assert [(a["n"], a["ended"], a["reason"]) for a in run.attempts] == [
         (1, "transient", "the Hub answered 503"),
         (2, "transient", "the Hub answered 503 (gave up after 2 tries)"),

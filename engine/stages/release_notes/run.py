@@ -7,6 +7,9 @@ it reads and may declare). This stage walks the registry's stages before it, in 
 builds each section from the stage's state, and adds what is its own:
 
 - **stages**: each earlier stage's status and, when it did not succeed, why;
+- **blocked**: the stage that failed and stopped the job ({"stage", "failure_class"
+  ("infrastructure", "release" or "" when not known), "reason" (its error's first line),
+  "skipped" (the stages skipped after it)}), None when none failed: the notes open with it;
 - **limitations**: the release's open known limitations for the pool (or every pool), most
   severe first (`StageContext.limitations`, filled by the runner for a definition with
   `reads_limitations`);
@@ -17,17 +20,19 @@ builds each section from the stage's state, and adds what is its own:
   the precision, multi-device and stability verdicts, the open limitations), as values.
 
 The result: {"format": `NOTES_FORMAT`, "sections": {"summary", <each stage's KEY>: its
-section, "limitations", "not_validated", "stages"}, "order": [{"stage", "section"}] (the
+section, "limitations", "not_validated", "stages", "blocked"}, "order": [{"stage", "section"}] (the
 stages' sections in the document's order)}. The app writes the document
 (`templates/release_notes/document.md`) and the one-line summary
 (`templates/release_notes/summary.txt`) when it stores the result
 (`adaptation.services.release_notes`), and keeps both on the version it writes.
 
 Plain Python: nothing here imports Django or torch (nor does any stage's `notes` module).
-`build_release_notes` is the engine; `run` is the stage (its predecessors all succeeded, or
-the stage would have been skipped); `adaptation.services.release_notes.release_notes_regenerate`
-calls the engine for any job, with the stages' states, so a job that failed early still
-gets notes from what it found.
+`build_release_notes` is the engine; `run` is the stage, which runs at the end of every job
+that ends, failed or not (`StageDefinition.runs_after_failure`: a failed stage skips the
+others, not this one), with every stage's state (`StageContext.states`), so a job that failed
+early still gets notes from what it found and says what blocked it;
+`adaptation.services.release_notes.release_notes_regenerate` calls the engine for any job the
+same way.
 """
 
 from __future__ import annotations
@@ -171,12 +176,36 @@ def build_release_notes(
         "stages": [
             {"name": s.name, "status": s.status, "reason": s.reason} for s in by_stage.values()
         ],
+        "blocked": blocked_by(by_stage),
     }
+    sections["summary"]["blocked"] = (
+        {key: sections["blocked"][key] for key in ("stage", "failure_class")}
+        if sections["blocked"]
+        else None
+    )
     return {
         "format": NOTES_FORMAT,
         "sections": sections,
         "order": [{"stage": part.stage, "section": part.key} for part in document],
     }
+
+
+def blocked_by(states: Mapping[str, StageState]) -> dict[str, Any] | None:
+    """What stopped the job: its first failed stage in job order, whose fault it was
+    ("infrastructure" or "release"; "" when not known), its reason (the error's first line)
+    and the stages skipped after it; None when no stage failed."""
+    names = list(states)
+    for i, name in enumerate(names):
+        state = states[name]
+        if state.status != "failed":
+            continue
+        return {
+            "stage": name,
+            "failure_class": state.failure_class,
+            "reason": state.reason,
+            "skipped": [n for n in names[i + 1 :] if states[n].status == "skipped"],
+        }
+    return None
 
 
 def _summary(
@@ -188,7 +217,8 @@ def _summary(
     batch, else None}; None without a knee), "precision_passed" and "stability_verdict"
     (None where the stage left no verdict), "multi_device" ({"validated", "split",
     "verdict"}; None where the distributed stage left nothing) and "open_limitations" (a
-    count)."""
+    count). `build_release_notes` adds "blocked" ({"stage", "failure_class"} of the stage
+    that stopped the job, or None)."""
     configuration = sections.get("plan") or {}
     distributed = sections.get("distributed") or {}
     performance = sections.get("performance") or {}
@@ -231,10 +261,11 @@ def _summary(
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
-    """Gather the release notes from `ctx.previous` (every earlier stage succeeded, or this
-    stage would have been skipped; a stage the job does not have is "not run") through the
-    registry's stages (`ctx.stages`) and the release's open known limitations on the pool
-    (`ctx.limitations`). Raises ValueError without `ctx.stages`: the notes would be empty."""
+    """Gather the release notes from `ctx.previous` (the earlier stages that succeeded) and
+    `ctx.states` (how each of the job's stages ended: a failed one's reason and what it kept;
+    without them, a stage with no result is "not run") through the registry's stages
+    (`ctx.stages`) and the release's open known limitations on the pool (`ctx.limitations`).
+    Raises ValueError without `ctx.stages`: the notes would be empty."""
     if not ctx.stages:
         raise ValueError(
             "the release notes walk the registry's stages (StageContext.stages), none given"
@@ -245,11 +276,13 @@ def run(ctx: StageContext) -> dict[str, Any]:
         results=ctx.previous,
         stages=ctx.stages,
         limitations=ctx.limitations,
+        states=getattr(ctx, "states", None),
     )
     sections = notes["sections"]
     ctx.log(
         f"release notes: {len(notes['order'])} sections, "
         f"{len(sections['not_validated'])} item(s) not validated, "
         f"{len(sections['limitations'])} open limitation(s)"
+        + (f"; blocked by {sections['blocked']['stage']}" if sections["blocked"] else "")
     )
     return notes
