@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.core.exceptions import ValidationError
@@ -117,8 +117,21 @@ class ModelRelease(models.Model):
         return f"{self.repo_id}@{self.revision[:12]}"
 
     @property
+    def publication_known(self) -> bool:
+        """Whether `published_at` is when the hub published the release. A mirror folder has
+        no publication time: its `published_at` is when day0 first saw the release's files
+        complete, which the pages call "discovered"."""
+        return self.published_at is not None and self.hub_kind != HubKind.MIRROR
+
+    @property
+    def publication_time(self) -> datetime | None:
+        """`published_at` when it is a publication time (`publication_known`), else None."""
+        return self.published_at if self.publication_known else None
+
+    @property
     def time_to_detect(self) -> timedelta | None:
-        """Discovered minus published (None when the hub gave no publication time)."""
-        if self.published_at is None:
+        """Discovered minus published (None when the hub gave no publication time: a mirror's
+        `published_at` is its first sight, not a publication)."""
+        if self.publication_time is None:
             return None
-        return self.discovered_at - self.published_at
+        return self.discovered_at - self.publication_time

@@ -19,12 +19,13 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, NamedTuple
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet
+from django.db.models import Case, Count, Exists, F, Min, OuterRef, Q, QuerySet, Value, When
 from django.db.models.functions import Left, Right
 
 from adaptation.models import (
     AcceleratorPool,
     AdaptationJob,
+    HubKind,
     KnownLimitation,
     LimitationStatus,
     ModelRelease,
@@ -82,11 +83,16 @@ def _jobs(query: ReportQuery) -> QuerySet[AdaptationJob]:
     return jobs
 
 
+# A release's publication time as reports count it: none for a mirror folder's release, whose
+# `published_at` is when day0 first saw it complete (`ModelRelease.publication_known`).
+_PUBLICATION_TIME = Case(When(hub_kind=HubKind.MIRROR, then=Value(None)), default=F("published_at"))
+
+
 def _releases(query: ReportQuery) -> QuerySet[ModelRelease]:
-    """The releases a report covers (see `ReportQuery`)."""
+    """The releases a report covers (see `ReportQuery`), with `publication_time`."""
     releases = ModelRelease.objects.filter(
         discovered_at__gte=query.start, discovered_at__lt=query.end
-    )
+    ).annotate(publication_time=_PUBLICATION_TIME)
     if query.pools:
         releases = releases.filter(Exists(_jobs(query).filter(release=OuterRef("pk"))))
     return releases
@@ -149,7 +155,7 @@ def report_releases(query: ReportQuery) -> tuple[list[ReleaseFacts], list[JobFac
     releases = (
         _releases(query)
         .order_by("-discovered_at", "-id")
-        .values_list("id", "repo_id", "revision", "published_at", "discovered_at")
+        .values_list("id", "repo_id", "revision", "publication_time", "discovered_at")
     )
     in_period = _jobs(query).filter(
         release__discovered_at__gte=query.start, release__discovered_at__lt=query.end
@@ -254,7 +260,7 @@ def readiness_rows(query: ReportQuery, *, page_number: Any = 1) -> ReadinessRows
         AcceleratorPool.objects.order_by("name").values_list("name", flat=True)
     )
     releases = _releases(query).order_by("-discovered_at", "-id")
-    fields = ("id", "repo_id", "revision", "published_at", "discovered_at")
+    fields = ("id", "repo_id", "revision", "publication_time", "discovered_at")
     page = Paginator(releases.values_list(*fields), READINESS_ROWS_PER_PAGE).get_page(page_number)
     shown = list(page.object_list)
     jobs = (

@@ -84,6 +84,7 @@ def hub_watch_poll(*, watch: HubWatch, now: datetime | None = None) -> WatchPoll
                 pool=watch.pool,
                 watch=watch,
                 options=watch.job_options or None,
+                seen_at=now,
             ):
                 outcome.new_releases.append(f"{candidate.repo_id}@{candidate.revision[:12]}")
     except Exception as exc:  # one bad watch must not stop the round or loop without backoff

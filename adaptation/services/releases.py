@@ -6,10 +6,12 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from adaptation.models import (
     AcceleratorPool,
     AdaptationJob,
+    HubKind,
     HubWatch,
     ModelRelease,
 )
@@ -59,20 +61,29 @@ def release_from_candidate(
     requested_by: Any = None,
     adapt_known: bool = False,
     options: dict[str, dict[str, Any]] | None = None,
+    seen_at: datetime | None = None,
 ) -> AdaptationJob | None:
     """Record a hub candidate as a release (never twice) and start its job (with the
     per-stage `options` of `job_create`).
 
     A release seen before gets no new job (None) unless `adapt_known`: someone asked for it
     explicitly (`adapt`), so it is adapted again.
+
+    A mirror folder has no publication time: its release's `published_at` is when its files
+    were first seen complete, `seen_at` (the poll that saw them; default now), and it stays
+    so (a later poll, or a touched file, finds the release already recorded). The pages call
+    that time "discovered" (`ModelRelease.publication_known`).
     """
+    published_at = candidate.published_at
+    if published_at is None and hub_kind == HubKind.MIRROR:
+        published_at = seen_at or timezone.now()
     with transaction.atomic():
         release, created = release_get_or_create(
             hub_kind=hub_kind,
             hub_endpoint=hub_endpoint,
             repo_id=candidate.repo_id,
             revision=candidate.revision,
-            published_at=candidate.published_at,
+            published_at=published_at,
             found_by=found_by,
             watch=watch,
         )

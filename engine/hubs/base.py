@@ -49,8 +49,9 @@ class ReleaseCandidate:
     """One repo at one revision, as a listing sees it.
 
     `revision` is the commit sha on a Hub and a content hash (sha256 of the release files) in
-    a mirror folder. `published_at` is timezone-aware (Hub: the repo's `createdAt`; mirror:
-    the newest release file's mtime). `complete` is False while an upload is still in
+    a mirror folder. `published_at` is timezone-aware (Hub: the repo's `createdAt`); None
+    where the hub has no publication time (a mirror folder: its files' mtimes say when they
+    were copied, not published). `complete` is False while an upload is still in
     progress (no `config.json` yet, or an index naming shards that are not there); `reason`
     then says what is missing.
     """

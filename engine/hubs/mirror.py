@@ -51,7 +51,7 @@ class _Snapshot:
     sizes: dict[str, int] = field(default_factory=dict)  # every visible file, bytes
     in_progress: list[str] = field(default_factory=list)
     revision: str = ""
-    published_at: datetime | None = None
+    modified_at: datetime | None = None  # the newest release file's mtime: listing order only
 
     @property
     def safetensors(self) -> list[str]:
@@ -63,8 +63,10 @@ class MirrorSource:
 
     `spec.author` limits listing to one org folder (case-insensitive); `spec.repo_pattern` is
     an fnmatch pattern on "org/name". `revision` is the sha256 of the release files (name and
-    bytes, in `RELEASE_FILES` order) and of the `*.safetensors` names and sizes;
-    `published_at` is the newest of those files' mtimes (UTC).
+    bytes, in `RELEASE_FILES` order) and of the `*.safetensors` names and sizes. A folder
+    has no publication time, so `published_at` is None: a file's mtime is when it was copied
+    (the install, a sync, a touch), not when the release was published. The app records when
+    it first saw the release complete instead (`services.releases.release_from_candidate`).
 
     Methods raise `HubNotFound` (no root, org or release folder; or the folder changed since
     the revision was seen), `HubUnavailable` (the disk or mount failed while reading) or
@@ -145,11 +147,14 @@ class MirrorSource:
             digest.update(f"{name}\0{snap.sizes[name]}\0".encode())
         snap.revision = digest.hexdigest()
         if mtimes:
-            snap.published_at = datetime.fromtimestamp(max(mtimes), tz=UTC)
+            snap.modified_at = datetime.fromtimestamp(max(mtimes), tz=UTC)
         return snap
 
     def _candidate(self, repo_id: str, folder: Path) -> ReleaseCandidate:
-        snap = self._snapshot(repo_id, folder)
+        return self._candidate_of(repo_id, self._snapshot(repo_id, folder))
+
+    @staticmethod
+    def _candidate_of(repo_id: str, snap: _Snapshot) -> ReleaseCandidate:
         if snap.in_progress:
             shown = ", ".join(snap.in_progress[:3])
             reason = f"files still being written: {shown}"
@@ -158,7 +163,7 @@ class MirrorSource:
         return ReleaseCandidate(
             repo_id=repo_id,
             revision=snap.revision,
-            published_at=snap.published_at,
+            published_at=None,
             complete=not reason,
             reason=reason,
         )
@@ -166,15 +171,16 @@ class MirrorSource:
     # -- HubSource ---------------------------------------------------------------------------
 
     def list_releases(self, *, limit: int = 50) -> list[ReleaseCandidate]:
-        """Release folders the spec matches, newest first (by `published_at`), at most `limit`.
+        """Release folders the spec matches, newest first (by their files' newest mtime), at
+        most `limit`.
 
         Raises `HubNotFound` when the root is missing, `HubUnavailable` on read errors.
         """
-        candidates = [self._candidate(repo_id, f) for repo_id, f in self._release_folders()]
-        candidates.sort(
-            key=lambda c: (c.published_at is None, -(c.published_at or _EPOCH).timestamp())
+        snaps = [(repo_id, self._snapshot(repo_id, f)) for repo_id, f in self._release_folders()]
+        snaps.sort(
+            key=lambda s: (s[1].modified_at is None, -(s[1].modified_at or _EPOCH).timestamp())
         )
-        return candidates[:limit]
+        return [self._candidate_of(repo_id, snap) for repo_id, snap in snaps[:limit]]
 
     def latest_release(self, repo_id: str) -> ReleaseCandidate:
         """`repo_id`'s folder as it is now. Raises `HubNotFound`, `HubUnavailable`."""
