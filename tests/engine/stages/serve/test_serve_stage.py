@@ -11,6 +11,7 @@ attach mode against a second engine.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import threading
@@ -21,11 +22,12 @@ import httpx
 import pytest
 
 from engine.contract import PoolSpec, ReleaseRef, StageContext, StageFailed
-from engine.registry import findings_for_stage
+from engine.registry import findings_for_stage, unjudged_keys
 from engine.stages.fetch.run import run as fetch_run
 from engine.stages.plan.artifacts import vllm_command
 from engine.stages.plan.validity import Split
 from engine.stages.serve.findings import SERVE_CANNOT_SERVE, SERVE_SWEEP
+from engine.stages.serve.process import OWNER_TAG
 from engine.stages.serve.run import run as serve_run
 from tests.engine.stages.realconfigs import REALCONFIGS_DIR
 from tests.engine.stages.serve.engine_server import (
@@ -115,17 +117,20 @@ def _context(mirror: Path, repo_id: str, *, pool: PoolSpec, tp: int = 2, logs=No
 
 
 def _engine_processes() -> list[int]:
-    """Live processes launched by the stage (the engine and the load generator)."""
+    """Live processes the stage launched: the engine's whole tree (tagged with this process as
+    its owner, whatever vLLM renamed them to) and the load generator."""
+    owner = f"{OWNER_TAG}={os.getpid()}".encode()
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes().split(b"\0")
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if state != "Z" and (b"engine_child.py" in cmdline or b"bench_child.py" in cmdline):
+        if state != "Z" and (owner in environ or b"bench_child.py" in cmdline):
             found.append(int(entry.name))
     return found
 
@@ -173,9 +178,12 @@ def test_served_at_tp2_and_tp1_with_bf16_precision_passing(served, repo_id):
         assert 0 < point["ttft_s_p50"] <= point["e2e_s_p99"]
         assert point["output_tokens_per_s"] > 0
     assert result["knee"]["concurrency"] in (1, 2, 4)
+    # The scrapes saw the sweep: the engine's prefix-cache counter (every prompt token it
+    # looked up) grew by at least the sweep's prompt tokens. A level of 16 + 8 tokens can end
+    # between two 0.5 s scrapes, so the gauges (running, KV usage) may read 0 at every sample.
     series = result["metrics"]["series"]
-    assert series and any((s.get("running") or 0) > 0 for s in series)
-    assert max(s.get("kv_cache_usage") or 0 for s in series) > 0
+    queried = series[-1]["prefix_cache_queries"] - series[0]["prefix_cache_queries"]
+    assert queried >= sum(p["completed"] for p in result["sweep"]) * OPTIONS["input_tokens"]
     assert result["passed"] is True
     assert findings_for_stage("serve", result, pool="cpu") == []
     assert _engine_processes() == []
@@ -212,8 +220,6 @@ def test_an_engine_killed_mid_sweep_fails_cleanly(mirror, var_dir):
                 for pid in pids:
                     if pid not in benches:
                         try:
-                            import os
-
                             os.kill(pid, signal.SIGKILL)
                             killed.append(pid)
                         except ProcessLookupError:
@@ -231,7 +237,8 @@ def test_an_engine_killed_mid_sweep_fails_cleanly(mirror, var_dir):
     assert failure["phase"] == "sweep" and failure["culprit"] == "infrastructure"
     assert "the engine died during the sweep" in failure["reason"]
     notes = findings_for_stage("serve", failed.value.result, pool="cpu")
-    assert SERVE_SWEEP in [n.key for n in notes]
+    assert notes == []  # the infrastructure's fault: no note against the release
+    assert SERVE_SWEEP in unjudged_keys("serve", failed.value.result)
     assert _engine_processes() == []
 
 
