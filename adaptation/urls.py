@@ -7,6 +7,7 @@ performance CSV, the performance compare view, and the managers' reports; a modu
 from django.urls import path
 
 from adaptation.views import (
+    adapt,
     board,
     compare_pools,
     limitations,
@@ -22,6 +23,7 @@ app_name = "adaptation"
 urlpatterns = [
     path("", board.board, name="board"),
     path("releases/<int:pk>/", releases.release_detail, name="release_detail"),
+    path("releases/<int:pk>/adapt/", adapt.release_adapt, name="release_adapt"),
     path(
         "releases/<int:pk>/compare-pools/",
         compare_pools.release_compare_pools,

@@ -4,6 +4,7 @@ their jobs with each stage attempt inline, and the stored operator and precision
 from __future__ import annotations
 
 from django.contrib import admin
+from django.http import HttpRequest
 
 from adaptation.models import (
     AdaptationJob,
@@ -50,6 +51,10 @@ class StageRunInline(admin.TabularInline):
 
 @admin.register(AdaptationJob)
 class AdaptationJobAdmin(admin.ModelAdmin):
+    """Jobs to read. A job is started from its release's page ("Adapt on pool…"), the API or
+    `manage.py adapt`, which check its options and queue its first stage: the admin adds none
+    (its add form saved a job without a pool or stage runs)."""
+
     list_display = ("id", "release", "pool", "trigger", "status", "created_at", "finished_at")
     list_filter = ("status", "pool", "trigger")
     inlines = [StageRunInline]
@@ -62,6 +67,9 @@ class AdaptationJobAdmin(admin.ModelAdmin):
         "started_at",
         "finished_at",
     )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
 
 
 @admin.register(ModelRelease)

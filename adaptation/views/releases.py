@@ -25,6 +25,7 @@ from adaptation.selectors.workers import pools_without_live_worker
 from adaptation.services import jobs as job_services
 from adaptation.services.errors import ServiceError
 from adaptation.views.access import VIEW_RELEASES, permission_required
+from adaptation.views.adapt import adapt_form_for
 from adaptation.views.live import page_params, render_live
 
 
@@ -74,6 +75,7 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "job_history": timeline_presenters.job_history(release, shown=shown.timelines),
         "selected_job": shown.selected,
         "polling": active,
+        "adapt_form": adapt_form_for(request),
     }
     return render_live(
         request,

@@ -20,15 +20,16 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from adaptation.management.commands.plan import (
-    add_plan_option_arguments,
+from adaptation.job_options import (
+    EXAMPLE_OPTIONS,
+    job_options_from_args,
     plan_options_from_args,
 )
+from adaptation.management.commands.plan import add_plan_option_arguments
 from adaptation.models import AdaptationJob, JobStatus, StageStatus, Trigger
 from adaptation.selectors.jobs import job_current_stage_runs, job_summary
 from adaptation.services.errors import ServiceError
@@ -37,12 +38,10 @@ from adaptation.services.queueing import unsent_stage_runs
 from adaptation.services.releases import release_from_candidate
 from adaptation.targets import TargetError, resolve_target
 from engine import formatting as fmt
-from engine.registry import job_options_check
 
 POLL_EVERY_S = 0.5
 # --wait warns once when a stage run has sat queued this long (no worker took it).
 QUEUE_WARN_S = 15.0
-EXAMPLE_OPTIONS = '{"stability": {"duration_s": 5}, "performance": {"max_batch_size": 8}}'
 
 # Saved and queued, not yet sent: the broker is down (sysexits.h EX_TEMPFAIL).
 EXIT_NOT_SENT = 75
@@ -65,42 +64,6 @@ def _queued_for_s(run) -> float | None:
     if run.status != StageStatus.QUEUED or run.queued_at is None:
         return None
     return (timezone.now() - run.queued_at).total_seconds()
-
-
-def job_options_from_args(text: str | None, plan: dict[str, Any]) -> dict[str, Any]:
-    """The job's per-stage options: --options (a JSON object keyed by stage name) with the
-    plan options of --context/--concurrency/--dtype merged into its "plan" entry, checked by
-    each stage's `check_options` (`services.job_options_check`). Raises `CommandError` with a
-    one-line reason for malformed JSON, a value that is not an object, an option given both
-    ways, or options a stage refuses."""
-    options: dict[str, Any] = {}
-    if text is not None:
-        try:
-            options = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise CommandError(
-                f"--options is not valid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})"
-            ) from None
-        if not isinstance(options, dict) or not all(
-            isinstance(value, dict) for value in options.values()
-        ):
-            raise CommandError(
-                "--options must be a JSON object mapping stage names to objects of their "
-                f"options, e.g. '{EXAMPLE_OPTIONS}'"
-            )
-    if plan:
-        given = dict(options.get("plan") or {})
-        both = sorted(set(given) & set(plan))
-        if both:
-            raise CommandError(
-                f"plan option(s) {', '.join(both)} given both in --options and as "
-                "--context/--concurrency/--dtype; give each once"
-            )
-        options["plan"] = given | plan
-    try:
-        return job_options_check(options=options or None)
-    except ValueError as exc:
-        raise CommandError(" ".join(str(exc).split())) from exc
 
 
 class Command(BaseCommand):

@@ -24,6 +24,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
 from adaptation.catalog import pool_catalog
+from adaptation.job_options import plan_options_from_args, positive_int
 from adaptation.models import AcceleratorKind, AcceleratorPool
 from adaptation.targets import TargetError, resolve_target
 from engine import formatting as fmt
@@ -35,7 +36,6 @@ from engine.hubs.base import HubError, is_valid_repo_id
 from engine.stages.fetch.run import parse_json_file, parse_release_files
 from engine.stages.plan.errors import NoFittingPlan, PlanInputError
 from engine.stages.plan.layout import MAX_DEVICES_PER_NODE, MAX_NODES, PoolLayout
-from engine.stages.plan.options import plan_options
 from engine.stages.plan.planner import plan_release
 from engine.stages.plan.run import no_fit_result
 
@@ -44,39 +44,6 @@ NO_FIT_EXIT_CODE = 2
 
 def _one_line(text: Any) -> str:
     return " ".join(str(text).split())
-
-
-def _positive_int(option: str, text: str | None, *, limit: int) -> int | None:
-    """`text` as an integer from 1 to `limit`; None when not given. Raises `CommandError`."""
-    if text is None:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise CommandError(f"{option} must be a whole number, got {text!r}") from None
-    if value < 1:
-        raise CommandError(f"{option} must be at least 1, got {value}")
-    if value > limit:
-        raise CommandError(f"{option} = {value:,} is implausibly large (limit {limit:,})")
-    return value
-
-
-def plan_options_from_args(
-    context: str | None, concurrency: str | None, dtype: str | None
-) -> dict[str, Any]:
-    """The plan options given as --context, --concurrency and --dtype, checked by
-    `engine.stages.plan.plan_options` (the check a job's options get); unset ones are left
-    out. Raises `CommandError` with a one-line reason."""
-    try:
-        return plan_options(
-            {
-                "context_tokens": _positive_int("--context", context, limit=10**12),
-                "concurrency": _positive_int("--concurrency", concurrency, limit=10**12),
-                "dtype": dtype,
-            }
-        )
-    except PlanInputError as exc:
-        raise CommandError(_one_line(exc)) from exc
 
 
 def add_plan_option_arguments(parser: Any) -> None:
@@ -301,10 +268,10 @@ class Command(BaseCommand):
                 "say where to plan: --pool NAME, or --accelerator KIND --devices N "
                 "[--devices-per-node M]"
             )
-        count = _positive_int("--devices", devices, limit=MAX_DEVICES_PER_NODE * MAX_NODES)
+        count = positive_int("--devices", devices, limit=MAX_DEVICES_PER_NODE * MAX_NODES)
         if count is None:
             raise CommandError(f"--accelerator {accelerator} needs --devices N")
-        per_node = _positive_int("--devices-per-node", devices_per_node, limit=MAX_DEVICES_PER_NODE)
+        per_node = positive_int("--devices-per-node", devices_per_node, limit=MAX_DEVICES_PER_NODE)
         try:
             catalog = AcceleratorKind.objects.catalog()
             if accelerator == "cpu":

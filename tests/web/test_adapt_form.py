@@ -1,0 +1,136 @@
+"""The release page's "Adapt on pool…": who sees it, the option checks `manage.py adapt` uses
+with each refusal under its field, and the job a good post starts; the admin adds no job."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.urls import reverse
+
+from adaptation.models import AdaptationJob, StageRun
+from tests.factories import cpu_pool, make_release
+
+pytestmark = pytest.mark.django_db
+
+
+def adapt_url(release) -> str:
+    return reverse("adaptation:release_adapt", args=[release.pk])
+
+
+def post(client, release, **fields):
+    data = {"adapt-pool": cpu_pool().pk} | {f"adapt-{k}": v for k, v in fields.items()}
+    return client.post(adapt_url(release), data)
+
+
+def test_engineer_sees_the_form_on_the_release_page_and_a_manager_does_not(client, cast):
+    release = make_release()
+    client.force_login(cast.eli)
+    html = client.get(reverse("adaptation:release_detail", args=[release.pk])).content.decode()
+    assert "Adapt on pool…" in html
+    assert f'action="{adapt_url(release)}"' in html
+    assert 'name="csrfmiddlewaretoken"' in html
+
+    client.force_login(cast.mona)
+    html = client.get(reverse("adaptation:release_detail", args=[release.pk])).content.decode()
+    assert "Adapt on pool" not in html
+    assert 'name="adapt-pool"' not in html
+
+
+def test_a_manager_posting_gets_403_and_no_job(client, cast):
+    release = make_release()
+    client.force_login(cast.mona)
+    assert post(client, release, context="8192").status_code == 403
+    assert client.get(adapt_url(release)).status_code == 403
+    assert not AdaptationJob.objects.exists()
+
+
+def test_the_post_needs_a_csrf_token(cast):
+    from django.test import Client
+
+    release = make_release()
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(cast.eli)
+    assert post(client, release).status_code == 403
+    assert not AdaptationJob.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "words"),
+    [
+        ({"context": "many"}, "context", "Context must be a whole number, got 'many'"),
+        ({"concurrency": "0"}, "concurrency", "Concurrency must be at least 1"),
+        ({"options": "{not json"}, "options", "Options is not valid JSON"),
+        ({"options": '["a"]'}, "options", "must be a JSON object mapping stage names"),
+        (
+            {"options": json.dumps({"performance": {"max_batch_size": "lots"}})},
+            "options",
+            "max_batch_size",
+        ),
+        ({"options": json.dumps({"nosuchstage": {}})}, "options", "nosuchstage"),
+        (
+            {"context": "4096", "options": json.dumps({"plan": {"context_tokens": 8192}})},
+            "options",
+            "given both",
+        ),
+    ],
+)
+def test_bad_options_are_refused_under_their_field(client, cast, fields, field, words):
+    release = make_release()
+    client.force_login(cast.eli)
+    response = post(client, release, **fields)
+    assert response.status_code == 400
+    errors = response.context["adapt_form"].errors
+    assert list(errors) == [field], errors
+    assert words in " ".join(errors[field])
+    html = response.content.decode()
+    assert f'id="id_adapt-{field}_error"' in html or "errorlist" in html
+    assert not AdaptationJob.objects.exists()
+
+
+def test_a_good_post_starts_the_job_with_its_options_and_goes_to_it(
+    client, cast, django_capture_on_commit_callbacks
+):
+    release = make_release()
+    client.force_login(cast.eli)
+    options = {"stability": {"duration_s": 5}, "performance": {"max_batch_size": 8}}
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = post(
+            client,
+            release,
+            context="4096",
+            concurrency="2",
+            dtype="float16",
+            options=json.dumps(options),
+        )
+    job = AdaptationJob.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == (
+        reverse("adaptation:release_detail", args=[release.pk]) + f"#job-{job.pk}"
+    )
+    assert job.release == release
+    assert job.pool == cpu_pool()
+    assert job.trigger == "manual"
+    assert job.requested_by == cast.eli
+    assert job.options["plan"] == {"context_tokens": 4096, "concurrency": 2, "dtype": "float16"}
+    assert job.options["stability"]["duration_s"] == 5
+    assert job.options["performance"]["max_batch_size"] == 8
+    first = StageRun.objects.get(job=job, position=0)
+    assert first.status == "queued"
+    assert len(callbacks) == 1  # its first stage is sent after commit
+
+
+def test_blank_fields_start_a_job_with_the_defaults(client, cast):
+    release = make_release()
+    client.force_login(cast.eli)
+    assert post(client, release).status_code == 302
+    assert AdaptationJob.objects.get().options in ({}, None)
+
+
+def test_the_admin_adds_no_job(client, django_user_model):
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "x")
+    client.force_login(admin)
+    assert client.get(reverse("admin:adaptation_adaptationjob_add")).status_code == 403
+    listing = client.get(reverse("admin:adaptation_adaptationjob_changelist"))
+    assert listing.status_code == 200
+    assert reverse("admin:adaptation_adaptationjob_add") not in listing.content.decode()
