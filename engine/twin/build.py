@@ -133,6 +133,9 @@ def build_twin(
     error), or when transformers lacks the architecture and remote code is not allowed
     (naming the org).
     """
+    # transformers' config classes rewrite nested dicts they are given (rope_scaling) in place:
+    # the caller's config (a stage's stored fetch result) must stay as it was.
+    config = copy.deepcopy(config)
     try:
         original = analyze_config(config).to_dict()
     except AnalysisError as err:

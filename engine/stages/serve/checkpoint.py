@@ -11,6 +11,7 @@ the same config, seed, sizes and tokenizer give the same folder, saved once.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import shutil
@@ -156,7 +157,11 @@ def _save_twin(
     from engine.twin.build import build_twin
     from engine.twin.shrink import SERVING_TWIN
 
-    twin = build_twin(dict(config), seed=seed, sizes=SERVING_TWIN, org=org.split("/")[0])
+    # A deep copy: the twin's build rewrites nested keys (rope_scaling) of what it is given, and
+    # the fetch result's config must stay as fetched (it keys this folder).
+    twin = build_twin(
+        copy.deepcopy(dict(config)), seed=seed, sizes=SERVING_TWIN, org=org.split("/")[0]
+    )
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".saving-", dir=folder.parent))
     try:
