@@ -7,6 +7,13 @@ model gets for the keys its `config.json` leaves out: the class's field defaults
 (other spellings of the same key). Importing transformers takes seconds (it imports torch), so
 nothing here imports it until a default is first asked for, and each class is read once per
 process.
+
+What a class gave is also kept on disk, in `<DAY0_VAR_DIR>/architecture/` (`engine.paths`), in
+one JSON file per installed transformers version (read from its package metadata, without
+importing it): a later process, `manage.py analyze` included, reads the defaults from there and
+never imports transformers. Installing another version starts a new file; a file written by
+other code of this module, or one that cannot be read or written, is ignored (the classes are
+read again).
 """
 
 from __future__ import annotations
@@ -14,10 +21,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
+import importlib.util
+import json
+import os
+import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+from engine.paths import var_dir
 
 # Keys whose class value is not a default a config.json could hold (RoPE is read apart).
 _NOT_DEFAULTS = frozenset({"rope_parameters", "rope_scaling", "layer_types", "mlp_layer_types"})
@@ -76,11 +91,145 @@ class FamilyDefaults(Mapping[str, Any]):
 
 @functools.cache
 def class_defaults(model_type: str) -> FamilyDefaults:
-    """The defaults transformers' config class for `model_type` applies (read once, cached).
+    """The defaults transformers' config class for `model_type` applies (read once per process,
+    and kept on disk per transformers version: `_disk_cache`).
 
     A multimodal class (Gemma 3, Llama 4) gives its `text_config` class's defaults. Returns
     `known=False` and no values when the installed transformers has no such model type.
     """
+    version = installed_transformers_version()
+    if version is not None:
+        stored = _disk_cache(version).get(model_type)
+        if stored is not None:
+            return stored
+    defaults = _read_class_defaults(model_type)
+    if version is not None:
+        _disk_cache_add(version, defaults)
+    return defaults
+
+
+def installed_transformers_version() -> str | None:
+    """The installed transformers' version from its package metadata (without importing it),
+    or None when it is not installed. The `transformers-<version>.dist-info` folder beside the
+    package is read first: `importlib.metadata` costs more than the analysis."""
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.origin:
+        return None
+    found = list(Path(spec.origin).parent.parent.glob("transformers-*.dist-info"))
+    if len(found) == 1:
+        return found[0].name.removeprefix("transformers-").removesuffix(".dist-info")
+    from importlib import metadata
+
+    try:
+        return metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+# -- the on-disk cache -------------------------------------------------------------------------
+
+
+@functools.cache
+def _reader_digest() -> str:
+    """A digest of this module's code: a file written by another way of reading the classes
+    (a changed `_field_defaults`, say) is not read."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+def defaults_cache_path(version: str) -> Path:
+    """The cache file of transformers `version`'s defaults."""
+    return var_dir("architecture", f"transformers-{version}-defaults.json")
+
+
+def _encode(value: Any) -> Any:
+    """A JSON value keeping tuples apart from lists (a class's tuple default stays a tuple)."""
+    if isinstance(value, tuple):
+        return {"tuple": [_encode(item) for item in value]}
+    if isinstance(value, list):
+        return [_encode(item) for item in value]
+    if isinstance(value, Mapping):
+        return {"dict": {key: _encode(item) for key, item in value.items()}}
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "tuple" in value:
+            return tuple(_decode(item) for item in value["tuple"])
+        return {key: _decode(item) for key, item in value["dict"].items()}
+    if isinstance(value, list):
+        return [_decode(item) for item in value]
+    return value
+
+
+def _to_entry(defaults: FamilyDefaults) -> dict[str, Any]:
+    return {
+        "transformers_version": defaults.transformers_version,
+        "class_name": defaults.class_name,
+        "values": _encode(dict(defaults.values)),
+        "aliases": dict(defaults.aliases),
+    }
+
+
+def _from_entry(model_type: str, entry: Mapping[str, Any]) -> FamilyDefaults:
+    return FamilyDefaults(
+        model_type=model_type,
+        transformers_version=entry["transformers_version"],
+        class_name=entry["class_name"],
+        values=MappingProxyType(_decode(entry["values"])),
+        aliases=MappingProxyType(dict(entry["aliases"])),
+    )
+
+
+@functools.cache
+def _disk_cache(version: str) -> dict[str, FamilyDefaults]:
+    """The defaults kept for transformers `version`, by model type (read once per process);
+    empty when there is no file or it cannot be read."""
+    try:
+        data = json.loads(defaults_cache_path(version).read_text())
+        if data.get("reader") != _reader_digest():
+            return {}
+        return {name: _from_entry(name, entry) for name, entry in data["types"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def _disk_cache_add(version: str, defaults: FamilyDefaults) -> None:
+    """Keep `defaults` in `version`'s file (written whole, atomically). Values that would not
+    read back equal (not JSON) are not kept; a file that cannot be written is left alone."""
+    entry = _to_entry(defaults)
+    try:
+        if _from_entry(defaults.model_type, json.loads(json.dumps(entry))) != defaults:
+            return
+    except (TypeError, ValueError):
+        return
+    cached = _disk_cache(version)
+    cached[defaults.model_type] = defaults
+    path = defaults_cache_path(version)
+    data = {
+        "reader": _reader_digest(),
+        "transformers_version": version,
+        "types": {name: _to_entry(item) for name, item in sorted(cached.items())},
+    }
+    tmp = ""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".defaults-", suffix=".json")
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=1)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError:
+        if tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+# -- reading transformers' classes -------------------------------------------------------------
+
+
+def _read_class_defaults(model_type: str) -> FamilyDefaults:
+    """`class_defaults` read from the installed transformers (imports it)."""
     import transformers
     from transformers import CONFIG_MAPPING
 

@@ -1,11 +1,18 @@
 """`python manage.py analyze PATH_OR_REPO_ID [--format json]`: the architecture analysis of
-one config, computed here without a worker or a job."""
+one config, computed here without a worker or a job.
+
+Engine-only: it reads no model and no URL, so Django's system checks are skipped and
+`manage.py` runs it without loading the app registry (`ENGINE_ONLY_COMMANDS`); the family
+defaults come from the on-disk cache (`engine.architecture.transformers_defaults`), so a run
+imports transformers only the first time a family is seen with a transformers version.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from adaptation.targets import TargetError, resolve_target
@@ -63,12 +70,18 @@ def summary_text(a: dict) -> str:
 
 class Command(BaseCommand):
     help = "Analyse a model config: a JSON file, a release folder, or a Hub repo id."
+    # Engine-only: no database, no URLs. Django's checks would import every view, the API and
+    # its schema (a second of a 1.5 s run) to check what this command never touches.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("target", help="config JSON file, release folder, or org/name.")
         parser.add_argument("--format", choices=["text", "json"], default="text")
 
     def handle(self, *args, target: str, format: str, **options) -> None:
+        # The settings export DAY0_VAR_DIR (where the defaults cache lives) and the hub's
+        # environment; `manage.py` did not load them (no app registry for this command).
+        settings.VAR_DIR  # noqa: B018
         try:
             config, weights = self._load(target)
             analysis = analyze_config(config, weights=weights).to_dict()
