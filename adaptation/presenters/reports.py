@@ -16,8 +16,16 @@ Definitions (the page, the CSV and the weekly summary share them):
 - **median / p90 time to Day-0**: over the ready releases, linear interpolation between
   the closest ranks (numpy's default percentile).
 - **failures by stage**: failed stage attempts per stage, every attempt counted.
-- **success rate per pool**: succeeded jobs / finished (succeeded + failed) jobs on the
-  pool; cancelled and unfinished jobs are left out.
+- **failures by class**: the same attempts by whose fault they were (`StageRun.
+  failure_class`, docs/limitations.md "Failure classes"): the infrastructure's (a time limit,
+  a lost worker, memory, the network or broker, a day0 error) or the release's.
+- **a success** is a full job that succeeded: a job that runs every stage the readiness
+  levels require (`DAY0_READINESS`, up to `complete`; `is_full_job`) and all of whose stages
+  succeeded. A partial job (a subset of stages: a webhook's three-stage job, a re-check of one
+  stage) is neither a success nor a failure: it is counted apart ("partial").
+- **success rate per pool**: successes / finished full jobs (succeeded + failed) on the pool;
+  partial, cancelled and unfinished jobs are left out. A failed job is put down to the class
+  of its newest failed stage attempt (failed by the infrastructure, by the release).
 
 Hours are rounded to 2 decimals and percentages to 1, once, here: the page and the CSV
 print the same numbers.
@@ -26,6 +34,7 @@ print the same numbers.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -34,9 +43,9 @@ from typing import Any
 
 from django.core.paginator import Page
 
-from adaptation.models import JobStatus
+from adaptation.models import FailureClass, JobStatus
 from adaptation.presenters.stages import stage_title
-from adaptation.readiness import level_label
+from adaptation.readiness import level_label, readiness_thresholds
 from adaptation.selectors.reports import (
     FailedAttempt,
     JobFacts,
@@ -72,15 +81,45 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+# An exception's name at the start of a line ("KeyError: ...", "engine.contract.StageFailed: ...",
+# "SoftTimeLimitExceeded()"), as errors stored before failure classes held them.
+_EXCEPTION_NAME = re.compile(
+    r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exceeded|Failed|Interrupt|Exit)"
+    r"(?:\(\))?(?::\s*|$)"
+)
+_TIME_LIMIT_NAMES = ("SoftTimeLimitExceeded", "TimeLimitExceeded")
+
+
 def error_excerpt(head: str, tail: str) -> str:
-    """The line that says why a stage failed: the last line of a traceback (read from the
-    error's `tail`), else the error's first line (from its `head`), cut to `EXCERPT_CHARS`."""
+    """The line that says why a stage failed, in words: the last line of a traceback (read
+    from the error's `tail`), else the error's first line (from its `head`), without an
+    exception's class name (a time limit reads "ran past its time budget"; errors stored
+    since failure classes are words already), cut to `EXCERPT_CHARS`."""
     head, tail = (head or "").strip(), (tail or "").strip()
     if head.startswith("Traceback") and tail:
         line = tail.splitlines()[-1].strip()
     else:
         line = head.splitlines()[0].strip() if head else ""
+    if any(name in line for name in _TIME_LIMIT_NAMES):
+        line = "ran past its time budget (a time limit of the host, not the release)"
+    else:
+        named = _EXCEPTION_NAME.match(line)
+        if named:
+            line = line[named.end() :].strip() or "an unexpected error (see the stage's log)"
     return line if len(line) <= EXCERPT_CHARS else line[: EXCERPT_CHARS - 1] + "…"
+
+
+def full_job_stages() -> frozenset[str]:
+    """The stages a full job runs: every stage the readiness levels require
+    (`DAY0_READINESS`, up to `complete`)."""
+    return frozenset(name for names in readiness_thresholds().values() for name in names)
+
+
+def is_full_job(stages: Iterable[str], required: frozenset[str] | None = None) -> bool:
+    """Whether a job running `stages` is a full one (it runs every stage of `required`,
+    default `full_job_stages()`), not a partial one."""
+    required = full_job_stages() if required is None else required
+    return required.issubset(stages)
 
 
 # --- per release ----------------------------------------------------------------------------------
@@ -89,12 +128,13 @@ def error_excerpt(head: str, tail: str) -> str:
 @dataclass(frozen=True)
 class FailedStage:
     """A stage that failed for a release: how many attempts failed, on which pools, and the
-    newest failure's reason."""
+    newest failure's reason and class ("infrastructure", "release"; "" when unknown)."""
 
     stage: str
     attempts: int
     pools: tuple[str, ...]
     error: str
+    failure_class: str = ""
 
 
 @dataclass
@@ -185,6 +225,7 @@ def _failed_stages(attempts: Iterable[FailedAttempt]) -> list[FailedStage]:
             attempts=len(items),
             pools=tuple(sorted({item.pool for item in items})),
             error=error_excerpt(items[0].error_head, items[0].error_tail),
+            failure_class=items[0].failure_class,
         )
         for stage, items in grouped.items()
     ]
@@ -195,12 +236,17 @@ def _failed_stages(attempts: Iterable[FailedAttempt]) -> list[FailedStage]:
 
 @dataclass(frozen=True)
 class PoolRate:
-    """A pool's jobs in the report and the share of its finished ones that succeeded."""
+    """A pool's jobs in the report (every one), its full jobs that succeeded and failed (the
+    failed ones by class: `failed_infrastructure`, `failed_release`) and its partial jobs,
+    which count neither way."""
 
     pool: str
     jobs: int
     succeeded: int
     failed: int
+    partial: int = 0
+    failed_infrastructure: int = 0
+    failed_release: int = 0
 
     @property
     def finished(self) -> int:
@@ -211,17 +257,33 @@ class PoolRate:
         return percent(self.succeeded, self.finished)
 
 
-def pool_rates(jobs: Iterable[JobFacts]) -> list[PoolRate]:
-    """Jobs per pool with their successes and failures, by pool name."""
+def pool_rates(jobs: Iterable[JobFacts], attempts: Iterable[FailedAttempt] = ()) -> list[PoolRate]:
+    """Jobs per pool with the successes and failures of its full jobs (a failed one by the
+    class of its newest failed attempt in `attempts`, newest first), by pool name."""
+    required = full_job_stages()
+    failed_class: dict[int, str] = {}
+    for attempt in attempts:  # newest first
+        failed_class.setdefault(attempt.job_id, attempt.failure_class)
     counts: dict[str, Counter] = {}
     for job in jobs:
-        counts.setdefault(job.pool, Counter())[job.status] += 1
+        count = counts.setdefault(job.pool, Counter())
+        count["jobs"] += 1
+        if not is_full_job(job.stages, required):
+            count["partial"] += 1
+        elif job.status == JobStatus.FAILED:
+            count[JobStatus.FAILED] += 1
+            count[f"failed_{failed_class.get(job.job_id) or FailureClass.RELEASE}"] += 1
+        else:
+            count[job.status] += 1
     return [
         PoolRate(
             pool=pool,
-            jobs=sum(count.values()),
+            jobs=count["jobs"],
             succeeded=count[JobStatus.SUCCEEDED],
             failed=count[JobStatus.FAILED],
+            partial=count["partial"],
+            failed_infrastructure=count[f"failed_{FailureClass.INFRASTRUCTURE}"],
+            failed_release=count[f"failed_{FailureClass.RELEASE}"],
         )
         for pool, count in sorted(counts.items())
     ]
@@ -242,6 +304,14 @@ class ReportSummary:
     p90_time_to_day0_h: float | None
     failures_by_stage: list[tuple[str, int]]
     pools: list[PoolRate]
+    # Failed attempts by class, infrastructure then release (both always there).
+    failures_by_class: list[tuple[str, int]] = field(default_factory=list)
+    # The stages a full job runs (what a success needs), in the readiness levels' order.
+    full_job_stages: tuple[str, ...] = ()
+
+    @property
+    def partial_jobs(self) -> int:
+        return sum(rate.partial for rate in self.pools)
 
     def as_dict(self) -> dict[str, Any]:
         """The figures as JSON-able data (the weekly summary's payload)."""
@@ -253,12 +323,16 @@ class ReportSummary:
             "median_time_to_day0_h": self.median_time_to_day0_h,
             "p90_time_to_day0_h": self.p90_time_to_day0_h,
             "failures_by_stage": dict(self.failures_by_stage),
+            "failures_by_class": dict(self.failures_by_class),
             "success_by_pool": [
                 {
                     "pool": rate.pool,
                     "jobs": rate.jobs,
                     "succeeded": rate.succeeded,
                     "failed": rate.failed,
+                    "failed_infrastructure": rate.failed_infrastructure,
+                    "failed_release": rate.failed_release,
+                    "partial": rate.partial,
                     "success_rate_percent": rate.success_rate_percent,
                 }
                 for rate in self.pools
@@ -279,7 +353,9 @@ def summarize(
     """The summary figures of a report's rows, failed attempts and pool rates."""
     times = [row.time_to_day0_s for row in rows if row.time_to_day0_s is not None]
     within = sum(1 for row in rows if row.within_24h)
+    attempts = list(attempts)
     causes = Counter(attempt.stage for attempt in attempts)
+    classes = Counter(attempt.failure_class or FailureClass.RELEASE for attempt in attempts)
     return ReportSummary(
         releases_seen=len(rows),
         ready=len(times),
@@ -289,6 +365,10 @@ def summarize(
         p90_time_to_day0_h=hours(percentile(times, 90)),
         failures_by_stage=sorted(causes.items(), key=lambda item: (-item[1], item[0])),
         pools=rates,
+        failures_by_class=[(value, classes[value]) for value in FailureClass.values],
+        full_job_stages=tuple(
+            dict.fromkeys(name for names in readiness_thresholds().values() for name in names)
+        ),
     )
 
 
@@ -304,7 +384,7 @@ def release_report(read: ReportRows) -> Report:
         by_release.setdefault(attempt.release_id, []).append(attempt)
     for row in rows:
         row.failed_stages = _failed_stages(by_release.get(row.release_id, []))
-    summary = summarize(rows, read.attempts, pool_rates(read.jobs))
+    summary = summarize(rows, read.attempts, pool_rates(read.jobs, read.attempts))
     return Report(query=read.query, rows=rows, summary=summary)
 
 
@@ -372,7 +452,11 @@ def csv_row(row: ReleaseRow) -> list[str]:
         row.day0_basis,
         "yes" if row.within_24h else "no",
         "; ".join(f"{failed.stage} x{failed.attempts}" for failed in row.failed_stages),
-        " | ".join(f"{failed.stage}: {failed.error}" for failed in row.failed_stages),
+        " | ".join(
+            f"{failed.stage}: {failed.error}"
+            + (f" ({failed.failure_class})" if failed.failure_class else "")
+            for failed in row.failed_stages
+        ),
         str(row.open_limitations),
     ]
 

@@ -103,13 +103,16 @@ def _releases(query: ReportQuery) -> QuerySet[ModelRelease]:
 
 class JobFacts(NamedTuple):
     """The stored columns of one job a report counts (no times: reading a time costs more
-    than the rest of the row on SQLite, and a report reads thousands)."""
+    than the rest of the row on SQLite, and a report reads thousands), with the stages it
+    runs (a full job or a partial one: `presenters.reports.is_full_job`)."""
 
     release_id: int
     pool: str
     status: str
     readiness: str
     blocking_stage: str
+    job_id: int = 0
+    stages: tuple[str, ...] = ()
 
 
 class ReleaseFacts(NamedTuple):
@@ -128,13 +131,16 @@ class ReleaseFacts(NamedTuple):
 
 class FailedAttempt(NamedTuple):
     """A failed stage attempt of a report's release, with the start and the end of its
-    error (`ERROR_READ_CHARS` each)."""
+    error (`ERROR_READ_CHARS` each), its job and whose fault it was (`failure_class`:
+    "infrastructure" or "release")."""
 
     release_id: int
     stage: str
     pool: str
     error_head: str
     error_tail: str
+    job_id: int = 0
+    failure_class: str = ""
 
 
 @dataclass(frozen=True)
@@ -161,9 +167,9 @@ def report_releases(query: ReportQuery) -> tuple[list[ReleaseFacts], list[JobFac
         release__discovered_at__gte=query.start, release__discovered_at__lt=query.end
     )
     jobs = [
-        JobFacts(*values)
+        JobFacts(*values[:-1], tuple(values[-1] or ()))
         for values in in_period.order_by("-created_at", "-id").values_list(
-            "release_id", "pool__name", "status", "readiness", "blocking_stage"
+            "release_id", "pool__name", "status", "readiness", "blocking_stage", "id", "stages"
         )
     ]
     ready = dict(
@@ -214,6 +220,8 @@ def failed_attempts(query: ReportQuery) -> list[FailedAttempt]:
         "job__pool__name",
         Left("error", ERROR_READ_CHARS),
         Right("error", ERROR_READ_CHARS),
+        "job_id",
+        "failure_class",
     )
     return [FailedAttempt(*row) for row in rows]
 

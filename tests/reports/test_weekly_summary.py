@@ -131,9 +131,28 @@ def test_payload_has_the_week_figures_and_a_link(subscriptions, week_of_releases
     assert data["adapted_within_24h_percent"] == 50.0
     assert data["median_time_to_day0_h"] == data["p90_time_to_day0_h"] == 5.0
     assert data["failures_by_stage"] == {"fetch": 1}
+    assert data["failures_by_class"] == {"infrastructure": 0, "release": 1}
     assert data["success_by_pool"] == [
-        {"pool": "cpu", "jobs": 1, "succeeded": 1, "failed": 0, "success_rate_percent": 100.0},
-        {"pool": "h200", "jobs": 1, "succeeded": 0, "failed": 1, "success_rate_percent": 0.0},
+        {
+            "pool": "cpu",
+            "jobs": 1,
+            "succeeded": 1,
+            "failed": 0,
+            "failed_infrastructure": 0,
+            "failed_release": 0,
+            "partial": 0,
+            "success_rate_percent": 100.0,
+        },
+        {
+            "pool": "h200",
+            "jobs": 1,
+            "succeeded": 0,
+            "failed": 1,
+            "failed_infrastructure": 0,
+            "failed_release": 1,
+            "partial": 0,
+            "success_rate_percent": 0.0,
+        },
     ]
     assert data["url"] == (
         f"{settings.DAY0_PUBLIC_URL}/reports/?date_from=2025-07-07&date_to=2025-07-13"
