@@ -42,6 +42,7 @@ class AdaptForm(forms.Form):
 
     pool = forms.ModelChoiceField(
         queryset=AcceleratorPool.objects.none(),
+        to_field_name="name",
         empty_label=None,
         help_text="The pool whose workers run the job.",
     )
@@ -73,11 +74,9 @@ class AdaptForm(forms.Form):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("prefix", "adapt")
         super().__init__(*args, **kwargs)
-        pools = AcceleratorPool.objects.filter(enabled=True).order_by("name")
-        self.fields["pool"].queryset = pools
-        default = pools.filter(name=settings.DAY0_DEFAULT_POOL).first()
-        if default is not None:
-            self.fields["pool"].initial = default.pk
+        pool = self.fields["pool"]
+        pool.queryset = AcceleratorPool.objects.filter(enabled=True).order_by("name")
+        pool.initial = settings.DAY0_DEFAULT_POOL
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

@@ -73,7 +73,7 @@ def test_a_job_started_from_the_release_page_runs_on_a_worker(
     response = client.post(
         reverse("adaptation:release_adapt", args=[release.pk]),
         {
-            "adapt-pool": pool.pk,
+            "adapt-pool": pool.name,
             "adapt-context": "4096",
             "adapt-concurrency": "2",
             "adapt-options": json.dumps({"plan": {"dtype": "bfloat16"}}),

@@ -8,7 +8,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from adaptation.models import AdaptationJob, StageRun
+from adaptation.models import AcceleratorPool, AdaptationJob, StageRun
 from tests.factories import cpu_pool, make_release
 
 pytestmark = pytest.mark.django_db
@@ -19,7 +19,7 @@ def adapt_url(release) -> str:
 
 
 def post(client, release, **fields):
-    data = {"adapt-pool": cpu_pool().pk} | {f"adapt-{k}": v for k, v in fields.items()}
+    data = {"adapt-pool": cpu_pool().name} | {f"adapt-{k}": v for k, v in fields.items()}
     return client.post(adapt_url(release), data)
 
 
@@ -134,3 +134,17 @@ def test_the_admin_adds_no_job(client, django_user_model):
     listing = client.get(reverse("admin:adaptation_adaptationjob_changelist"))
     assert listing.status_code == 200
     assert reverse("admin:adaptation_adaptationjob_add") not in listing.content.decode()
+
+
+def test_a_disabled_or_unknown_pool_is_refused_under_its_field(client, cast):
+    release = make_release()
+    AcceleratorPool.objects.create(name="h200", backend="cuda", queue="pool.h200", enabled=False)
+    client.force_login(cast.eli)
+    for name in ("h200", "nosuchpool"):
+        response = client.post(adapt_url(release), {"adapt-pool": name})
+        assert response.status_code == 400
+        assert list(response.context["adapt_form"].errors) == ["pool"]
+    assert not AdaptationJob.objects.exists()
+    form = client.get(adapt_url(release)).content.decode()
+    assert '<option value="cpu" selected>' in form
+    assert 'value="h200"' not in form
