@@ -17,6 +17,7 @@ import pytest
 from django.core.management import call_command
 
 from adaptation.models import (
+    ACTIVE_STAGE_STATUSES,
     AdaptationJob,
     JobStatus,
     ModelRelease,
@@ -24,6 +25,7 @@ from adaptation.models import (
     PerformancePoint,
     PrecisionResult,
     ReleaseNotes,
+    StageRun,
     StageStatus,
 )
 from engine.architecture import analyze_config
@@ -63,9 +65,12 @@ def fits_this_machine(name: str, **options) -> bool:
 
 
 def all_jobs_done() -> bool:
+    """Every job ended, and its release notes (which run after a failure too) were written."""
     jobs = AdaptationJob.objects.all()
-    return jobs.exists() and all(
-        job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED) for job in jobs
+    return (
+        jobs.exists()
+        and all(job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED) for job in jobs)
+        and not StageRun.objects.filter(status__in=ACTIVE_STAGE_STATUSES).exists()
     )
 
 
@@ -124,7 +129,11 @@ def test_polled_releases_run_on_a_real_worker(
     assert fetch.status == StageStatus.FAILED
     assert "config.json is not valid JSON" in fetch.error
     assert "line 3 column 23" in fetch.error
-    assert [run.status for run in later] == [StageStatus.SKIPPED] * 9
+    assert [run.status for run in later[:-1]] == [StageStatus.SKIPPED] * 8
+    # The release notes still ran, and say what blocked.
+    assert later[-1].stage == "release_notes" and later[-1].status == StageStatus.SUCCEEDED
+    blocked = ReleaseNotes.objects.get(stage_run=later[-1]).markdown
+    assert blocked.startswith("## What blocked this release\n\nThe `fetch` stage failed: ")
 
     fits = {
         "acme/llama-8b": fits_this_machine("meta-llama__Llama-3.1-8B"),
@@ -147,8 +156,10 @@ def test_polled_releases_run_on_a_real_worker(
             assert plan.status == StageStatus.FAILED and job.status == JobStatus.FAILED
             assert "does not fit 1 x cpu" in plan.error and "would fit" in plan.error
             assert plan.result["fits"] is False and plan.result["suggestions"]["devices"] > 1
-            later = ("distributed", "serve", "performance", "stability", "release_notes")
+            later = ("distributed", "serve", "performance", "stability")
             assert {runs[s].status for s in later} == {"skipped"}
+            assert runs["release_notes"].status == StageStatus.SUCCEEDED
+            assert "The `plan` stage failed: " in runs["release_notes"].result["markdown"]
         assert runs["analyze"].result["total_params"] == total
         assert runs["operators"].result["missing"] == []  # the cpu pool runs every operator
         assert OperatorCheck.objects.filter(stage_run=runs["operators"]).count() > 20
@@ -258,8 +269,11 @@ def test_adapt_waits_and_prints_the_finished_job(celery_worker_process, tmp_path
         measured = notes["result"]["sections"]["performance"]["measured"]
         assert measured["tpot_s"] == knee["tpot_s"] and measured["label"] == MEASURED_TWIN
     else:
-        later = ("distributed", "serve", "performance", "stability", "release_notes")
-        assert [stages[s]["status"] for s in later] == ["skipped"] * 5
+        later = ("distributed", "serve", "performance", "stability")
+        assert [stages[s]["status"] for s in later] == ["skipped"] * 4
+        # The notes say what blocked (adapt --wait follows the job until they are written).
+        assert stages["release_notes"]["status"] == "succeeded"
+        assert "The `plan` stage failed: " in stages["release_notes"]["result"]["markdown"]
     measured = [stages[name] for name in ("fetch", "analyze", "operators", "precision")]
     assert all(s["status"] == "succeeded" and s["attempt"] == 1 for s in measured)
     plan = stages["plan"]["result"]

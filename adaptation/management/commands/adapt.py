@@ -30,7 +30,13 @@ from adaptation.job_options import (
     plan_options_from_args,
 )
 from adaptation.management.commands.plan import add_plan_option_arguments
-from adaptation.models import AdaptationJob, JobStatus, StageStatus, Trigger
+from adaptation.models import (
+    ACTIVE_STAGE_STATUSES,
+    AdaptationJob,
+    JobStatus,
+    StageStatus,
+    Trigger,
+)
 from adaptation.selectors.jobs import job_current_stage_runs, job_summary
 from adaptation.services.errors import ServiceError
 from adaptation.services.pools import pool_get
@@ -144,13 +150,15 @@ class Command(BaseCommand):
             sys.exit(2)
 
     def _follow(self, job: AdaptationJob, *, timeout: float, echo: bool) -> AdaptationJob:
-        """Print each stage's status changes until the job ends or `timeout` passes."""
+        """Print each stage's status changes until the job ends (and the stages that run after
+        a failure, its release notes, have run) or `timeout` passes."""
         deadline = time.monotonic() + timeout
         seen: dict[str, str] = {}
         warned_queue = False
         while True:
             job.refresh_from_db()
-            for run in job_current_stage_runs(job):
+            runs = job_current_stage_runs(job)
+            for run in runs:
                 key = f"{run.stage}#{run.attempt}"
                 if seen.get(key) != run.status:
                     seen[key] = run.status
@@ -163,7 +171,8 @@ class Command(BaseCommand):
                         f"  {run.stage} still queued after {waited:.0f} s: is a worker listening "
                         f"on {job.pool.queue}? (`make run` starts one)"
                     )
-            if job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED):
+            ended = job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+            if ended and not any(run.status in ACTIVE_STAGE_STATUSES for run in runs):
                 if echo:
                     self.stdout.write(f"Job {job.pk} {job.status}.")
                 return job
