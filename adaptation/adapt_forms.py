@@ -1,9 +1,8 @@
 """The release page's "Adapt on pool…" form (`adaptation.views.adapt`): a pool, the plan
 options `manage.py adapt` takes as --context, --concurrency and --dtype, and any stage's
 options as JSON (its --options). Each value goes through the checks the command uses
-(`adaptation.job_options`: the plan stage's `plan_options` and every
-stage's `check_options` through `engine.registry.job_options_check`), and each refusal is
-shown under its field."""
+(`adaptation.job_options`: the plan stage's `plan_options` and every stage's `check_options`
+through `engine.registry.job_options_check`), and each refusal is shown under its field."""
 
 from __future__ import annotations
 
@@ -22,7 +21,8 @@ from adaptation.models import AcceleratorPool
 
 # The form's fields and the command's flags they stand for, as the shared checks name them.
 _PLAN_FIELDS = {"context": "--context", "concurrency": "--concurrency", "dtype": "--dtype"}
-_DTYPES = ("checkpoint", "bfloat16", "float16", "fp8", "int8")
+# Serving dtypes besides the checkpoint's own (the blank choice), as `plan_options` takes them.
+_DTYPES = ("bfloat16", "float16", "fp8", "int8")
 
 
 def _reworded(exc: CommandError, words: dict[str, str]) -> str:
@@ -61,7 +61,7 @@ class AdaptForm(forms.Form):
     dtype = forms.ChoiceField(
         required=False,
         label="Dtype",
-        choices=[("", "checkpoint's (default)"), *((d, d) for d in _DTYPES[1:])],
+        choices=[("", "checkpoint's (default)"), *((d, d) for d in _DTYPES)],
         help_text="The serving dtype the plan and the measuring stages use.",
     )
     options = forms.CharField(
