@@ -9,7 +9,14 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from adaptation.charts.layout import COUNT_TICKS, MS_TICKS, SECOND_AXIS, SI_TICKS, figure_json
+from adaptation.charts.layout import (
+    COUNT_TICKS,
+    MS_TICKS,
+    SECOND_AXIS,
+    SI_TICKS,
+    TWO_AXES_MARGIN,
+    figure_json,
+)
 from engine import formatting
 from engine.formatting import finite as _number
 from engine.units import GIB
@@ -73,11 +80,13 @@ def memory_per_device(
     return figure_json(
         fig,
         title="Memory per device (predicted)",
-        height=280,
+        # drawn in half the panel's width: room under the axis title for a legend of 2-3 rows
+        height=340,
         barmode="stack",
         xaxis_title="GiB per device",
         yaxis={"automargin": True},
-        legend={"orientation": "h", "y": -0.25, "x": 0, "traceorder": "normal"},
+        margin={**TWO_AXES_MARGIN, "b": 120},
+        legend={"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0, "traceorder": "normal"},
     )
 
 

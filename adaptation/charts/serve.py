@@ -88,12 +88,13 @@ def sweep(
         rows=rows,
         cols=2,
         subplot_titles=[
-            f"Output tokens/s vs concurrency ({measured})",
-            f"TPOT p50 vs concurrency ({measured})",
+            # short enough for two side by side at 1024 px: the x axes name what they sweep
+            f"Output tokens/s ({measured})",
+            f"TPOT p50 ({measured})",
             *(
                 [
-                    f"Decode tokens/s vs concurrent sequences ({forecast})",
-                    f"TPOT vs concurrent sequences ({forecast})",
+                    f"Decode tokens/s ({forecast})",
+                    f"TPOT ({forecast})",
                 ]
                 if curve
                 else []
@@ -199,7 +200,7 @@ def sweep(
     return figure_json(
         fig,
         title="Load sweep through the serving engine",
-        height=440 if rows == 1 else 780,
+        height=440 if rows == 1 else 660,
         # room between the chart's title and the panels' own
         margin={**ONE_AXIS_MARGIN, "t": 90},
         legend={**LEGEND_BELOW, "y": -0.18 if rows == 1 else -0.1},

@@ -99,11 +99,20 @@ class StageTimeline:
 
 @dataclass(frozen=True)
 class JobTimeline:
-    """One job of a release with its stages in run order."""
+    """One job of a release with its stages in run order; `active` while one is queued or
+    running."""
 
     job: AdaptationJob
     stages: list[StageTimeline]
     active: bool
+
+    @property
+    def failed(self) -> bool:
+        """Whether a stage's latest attempt failed (the timeline then opens unfolded)."""
+        return any(
+            stage.attempts and stage.attempts[-1].status == StageStatus.FAILED
+            for stage in self.stages
+        )
 
 
 def job_timeline(job: AdaptationJob, *, idle_pool: AcceleratorPool | None = None) -> JobTimeline:

@@ -43,6 +43,7 @@ from adaptation.presenters import (
     validation,
 )
 from adaptation.presenters.day0_clock import newest_job_per_stage
+from adaptation.presenters.stages import StageColumn
 from adaptation.selectors import inventory as inventory_selectors
 from adaptation.selectors import performance as performance_selectors
 from adaptation.selectors.jobs import latest_runs_by_stage
@@ -225,12 +226,45 @@ def panel_stages() -> list[str]:
     return [stage.name for stage in STAGES if has_panel(stage.name)]
 
 
+# The stages a panel shows besides its own (the operators panel shows precision too).
+PANEL_STAGES: dict[str, tuple[str, ...]] = {"operators": ("operators", "precision")}
+# Panels drawn even when no job holds their stage: the analysis, and the plan's (its
+# "not planned yet" links to Compare pools).
+ALWAYS_DRAWN = ("analyze", "plan")
+
+
+def held_stages(page: ReleasePage) -> set[str]:
+    """The stages any of the release's jobs holds (prefetched jobs)."""
+    return {name for job in page.release.jobs.all() for name in job.stages or []}
+
+
+def drawn(stage: str, held: set[str]) -> bool:
+    """Whether `stage`'s panel is drawn: always before the first job; after, when a job holds
+    a stage it shows or it is in `ALWAYS_DRAWN`."""
+    return (
+        not held or stage in ALWAYS_DRAWN or not held.isdisjoint(PANEL_STAGES.get(stage, (stage,)))
+    )
+
+
+def panel_gaps(page: ReleasePage) -> list[StageColumn]:
+    """The stages with a panel that none of the release's jobs holds (registry order): the
+    page names them in one line instead of a "not run yet" panel each."""
+    held = held_stages(page)
+    return [
+        StageColumn(name=stage.name, title=stage.title)
+        for stage in STAGES
+        if has_panel(stage.name) and not drawn(stage.name, held)
+    ]
+
+
 def release_panels(page: ReleasePage) -> list[Panel]:
     """The release page's stage panels, in registry order: each stage with a panel template,
-    with the values of its presenter (`PRESENTERS`), else of `stage_panel`."""
+    with the values of its presenter (`PRESENTERS`), else of `stage_panel`. A stage that
+    none of the release's jobs holds has no panel (`drawn`; `panel_gaps` names them)."""
+    held = held_stages(page)
     panels = []
     for stage in STAGES:
-        if not has_panel(stage.name):
+        if not has_panel(stage.name) or not drawn(stage.name, held):
             continue
         present = PRESENTERS.get(stage.name)
         # Each stage's panel reads only the jobs the page shows for it (`ShownJobs`).

@@ -68,6 +68,7 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
             release=release, user=request.user
         ),
         "panels": panel_presenters.release_panels(page),
+        "panel_gaps": panel_presenters.panel_gaps(page),
         "release_notes": notes,
         "timelines": timeline_presenters.job_timelines(
             release, pools_without_worker=idle_pools, jobs=shown.timelines

@@ -40,6 +40,7 @@ def test_measured_point_is_drawn_and_the_rank_table_fits(live_server, browser, d
         log_in(page, live_server, django_user_model)
         page.goto(f"{live_server.url}/releases/{release.pk}/")
 
+        page.locator(f"#plan-job-{job.pk}-more summary").click()  # the scaling chart's fold
         chart = page.locator(f"#plan-job-{job.pk}-scaling-chart")
         expect(chart.locator("svg.main-svg").first).to_be_visible()
         expect(

@@ -77,6 +77,8 @@ def test_plan_panel_draws_its_charts_and_copies_the_launch_command(
         expect(memory.locator("svg.main-svg").first).to_be_visible()
         expect(memory.locator(".legendtext", has_text="weights (predicted)")).to_have_count(1)
         expect(memory.locator(".gtitle")).to_have_text("Memory per device (predicted)")
+        # The scaling chart and the deployment commands are folded under one summary.
+        page.locator(f"#{stem}-more summary").click()
         for name in ("decode", "prefill", "scaling"):
             expect(page.locator(f"#{stem}-{name}-chart svg.main-svg").first).to_be_visible()
         page.locator(f"#{stem}").screenshot(path="/tmp/day0-plan-panel.png")

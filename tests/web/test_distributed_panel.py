@@ -441,7 +441,10 @@ def test_page_shows_the_ep_note(logged_in_client, deepseek_analysis, h200_plan):
 def test_release_without_distributed_run_says_so(logged_in_client, deepseek_analysis, h200_plan):
     job = validated_job(deepseek_analysis, h200_plan, None)
     html = page(logged_in_client, job.release)
-    assert "Not run yet: the distributed stage" in text(html)
+    # No job holds the stage: no panel, its title in the page's one line of the rest.
+    assert '<section id="distributed"' not in html
+    gaps = re.search(r'<p class="rest-summary" id="panel-gaps">(.*?)</p>', html, re.S)[1]
+    assert "Run the split (measured)" in gaps
 
 
 def test_live_refresh_swaps_the_distributed_panel_too(

@@ -180,3 +180,16 @@ def test_rerun_shows_only_where_a_rerun_can_run(logged_in_client):
 )
 def test_times_are_written_in_human_units(seconds, text):
     assert formatting.ms(seconds) == text
+
+
+@pytest.mark.django_db
+def test_a_stage_no_job_holds_is_named_in_one_line_not_a_panel(logged_in_client):
+    release = make_release()
+    make_job(release=release, statuses={"fetch": "succeeded", "analyze": "succeeded"})
+    page = logged_in_client.get(reverse("adaptation:release_detail", args=[release.pk]))
+    html = page.content.decode()
+    # The analysis and the plan (its "not planned yet" links to Compare pools) stay.
+    assert [panel.name for panel in page.context["panels"]] == ["analyze", "plan"]
+    gaps = re.search(r'<p class="rest-summary" id="panel-gaps">(.*?)</p>', html, re.S)[1]
+    assert "Run the split (measured)" in gaps and "Operator coverage" in gaps
+    assert html.count("Not run yet") == 0

@@ -41,7 +41,11 @@ def test_every_panel_template_is_a_registered_stage_and_every_presenter_has_a_te
 
 def test_every_stage_with_a_panel_template_is_on_the_release_page(logged_in_client):
     release = make_release()
-    make_job(release=release, statuses={"fetch": "succeeded", "analyze": "running"})
+    make_job(
+        release=release,
+        stages=stage_names(),
+        statuses={"fetch": "succeeded", "analyze": "running"},
+    )
     expected = [
         panel_template(name) for name in stage_names() if (PANELS_DIR / f"{name}.html").exists()
     ]

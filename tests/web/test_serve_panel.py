@@ -474,10 +474,10 @@ def test_the_sweep_chart_draws_the_engines_curves_beside_the_plans_prediction(ll
     assert {t["meta"]["kind"] for t in sweep["data"][4:]} == {"predicted"}
     titles = [a["text"] for a in sweep["layout"]["annotations"]]
     assert titles == [
-        "Output tokens/s vs concurrency (measured, engine, twin)",
-        "TPOT p50 vs concurrency (measured, engine, twin)",
-        f"Decode tokens/s vs concurrent sequences (predicted, full-size, {split})",
-        f"TPOT vs concurrent sequences (predicted, full-size, {split})",
+        "Output tokens/s (measured, engine, twin)",
+        "TPOT p50 (measured, engine, twin)",
+        f"Decode tokens/s (predicted, full-size, {split})",
+        f"TPOT (predicted, full-size, {split})",
     ]
 
 
