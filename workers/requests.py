@@ -37,6 +37,7 @@ from adaptation.services.stage_runs import (
     attempt_number,
     stage_run_fail,
     stage_run_lost,
+    stage_run_lost_reason,
 )
 from workers.cgroup import oom_kill_count
 
@@ -126,6 +127,7 @@ class StageRequest(Request):
         what was done: "requeued", "failed" or "" (not this child's attempt)."""
         found = self._stage_run()
         if found is None:
+            self._correct_taken_over(message)
             return ""
         run, current = found
         reason = lost_child_reason(
@@ -145,6 +147,31 @@ class StageRequest(Request):
             reason,
         )
         return outcome
+
+    def _correct_taken_over(self, message: str) -> None:
+        """A neighbouring pool process may have taken the run over (the child's pid was gone)
+        before this main process saw the child die: give that attempt the signal as its
+        reason (`stage_run_lost_reason`)."""
+        try:
+            stage_run_id = int(self.args[0])
+        except (IndexError, TypeError, ValueError):
+            return
+        run = StageRun.objects.filter(pk=stage_run_id).only("attempts").first()
+        if self.worker_pid is None or run is None:
+            return
+        entry = next(
+            (a for a in run.attempts or [] if a.get("pid") == self.worker_pid),
+            {},
+        )
+        reason = lost_child_reason(
+            message,
+            oom_kills_at_start=entry.get("oom_kills_at_start"),
+            oom_kills_now=oom_kill_count(),
+        )
+        if stage_run_lost_reason(
+            stage_run_id=stage_run_id, worker_host=self.hostname, pid=self.worker_pid, reason=reason
+        ):
+            logger.warning("Stage run %s: a lost attempt's reason is now %s", stage_run_id, reason)
 
     def record_time_limit(self, limit_s: float | None) -> bool:
         """The child running this request's stage was killed at the hard time limit: its

@@ -597,6 +597,33 @@ def _loss(row: StageRun, *, reason: str, now: datetime) -> tuple[list[dict[str, 
     return attempts, f"{row.log}\n{line}".strip(), exhausted
 
 
+def stage_run_lost_reason(*, stage_run_id: int, worker_host: str, pid: int, reason: str) -> bool:
+    """Put the real `reason` (the signal the worker's main process saw) on an attempt already
+    recorded lost as "its process … was gone": a neighbouring pool process can take the run
+    over before the main process notices its dead child. When the stage has failed on its lost
+    attempts, its error is written again from the corrected attempts. True when one changed."""
+    with transaction.atomic():
+        row = _locked(stage_run_id)
+        if row is None:
+            return False
+        attempts = [dict(entry) for entry in row.attempts or []]
+        for entry in attempts:
+            if (
+                entry.get("ended") == AttemptEnd.WORKER_LOST
+                and entry.get("worker_host") == worker_host
+                and entry.get("pid") == pid
+                and " was gone" in str(entry.get("reason") or "")
+            ):
+                entry["reason"] = reason[:_REASON_CHARS]
+                break
+        else:
+            return False
+        fields: dict[str, Any] = {"attempts": attempts}
+        if row.status == StageStatus.FAILED and row.error.startswith("Lost on "):
+            fields["error"] = lost_attempts_error(attempts)
+        return bool(StageRun.objects.filter(pk=row.pk).update(**fields))
+
+
 def stage_run_lost(
     *,
     stage_run_id: int,

@@ -478,3 +478,30 @@ def test_inside_a_callers_transaction_there_is_one_try(monkeypatch, no_waiting):
     with pytest.raises(OperationalError), transaction.atomic():
         stage_run_succeed(stage_run=run, result={})
     assert (calls, no_waiting) == ([run.pk], [])
+
+
+def test_a_takeover_before_the_main_process_saw_the_kill_gets_the_signal_as_its_reason():
+    from adaptation.services.stage_runs import lost_attempts_error, stage_run_lost_reason
+
+    job = make_job(stages=("fetch",), statuses={"fetch": StageStatus.FAILED})
+    run = job.stage_runs.get()
+    killed = "killed by signal 9 (SIGKILL)"
+    attempts = [
+        {"n": n, "worker_host": "cpu@h", "pid": pid, "ended": "worker-lost", "reason": reason,
+         "culprit": "infrastructure"}
+        for n, pid, reason in [
+            (1, 11, killed),
+            (2, 12, "its process 12 on cpu@h was gone"),
+            (3, 13, killed),
+        ]
+    ]  # fmt: skip
+    StageRun.objects.filter(pk=run.pk).update(
+        attempts=attempts, error=lost_attempts_error(attempts)
+    )
+    assert stage_run_lost_reason(stage_run_id=run.pk, worker_host="cpu@h", pid=12, reason=killed)
+    run.refresh_from_db()
+    assert [a["reason"] for a in run.attempts] == [killed] * 3
+    assert run.error.startswith("Lost on 3 attempts, each killed by SIGKILL: likely out of memory.")
+    # Another worker's pid, or an attempt that did not end as a takeover: nothing changes.
+    assert not stage_run_lost_reason(stage_run_id=run.pk, worker_host="cpu@h", pid=11, reason="x")
+    assert not stage_run_lost_reason(stage_run_id=run.pk, worker_host="gpu@h", pid=12, reason="x")
