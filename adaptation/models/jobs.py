@@ -149,7 +149,7 @@ class StageRun(models.Model):
     attempts = models.JSONField(
         default=list,
         blank=True,
-        help_text='One entry per time a worker ran this row (a lost or transient one is retried '
+        help_text="One entry per time a worker ran this row (a lost or transient one is retried "
         'on the same row), oldest first: {"n", "worker_host", "pid", "started_at", "ended_at", '
         '"ended" (succeeded, failed, worker-lost, time-limit, transient, cancelled; null while '
         'it runs), "reason", "culprit" (infrastructure, release or null), '
