@@ -97,25 +97,11 @@ def _store_performance_points(run: StageRun, result: dict[str, Any]) -> None:
     and the plan's full-size predictions (`result["points"]`, with their calibrated figures
     where the plan had them), and the calibration's predicted twin points and efficiencies
     (`result["calibration"]`). A failed run stores what it measured before failing."""
-    job = run.job
     rows = performance_rows(result.get("points") or []) + calibration_rows(
         result.get("calibration")
     )
     PerformancePoint.objects.bulk_create(
-        PerformancePoint(
-            stage_run=run,
-            job=job,
-            pool=job.pool,
-            kind=row["kind"],
-            model=_fitting(row, "model"),
-            dtype=_fitting(row, "dtype"),
-            batch_size=row["batch_size"],
-            prompt_len=row["prompt_len"],
-            metric=_fitting(row, "metric"),
-            value=float(row["value"]),
-            unit=_fitting(row, "unit"),
-        )
-        for row in rows
+        _point(run, row, batch_size=row["batch_size"], prompt_len=row["prompt_len"]) for row in rows
     )
 
 
@@ -179,26 +165,35 @@ def _store_serve_points(run: StageRun, result: dict[str, Any]) -> None:
     marked with the engine that measured them: the in-process performance curves, the
     compare page and the pool's calibration keep to the performance stage's rows. A failed
     run stores the levels it measured before failing."""
-    job = run.job
     PerformancePoint.objects.bulk_create(
-        PerformancePoint(
-            stage_run=run,
-            job=job,
-            pool=job.pool,
-            kind=row["kind"],
-            model=_fitting(row, "model"),
-            dtype=_fitting(row, "dtype"),
+        _point(
+            run,
+            row,
             prompt_len=row["prompt_len"],
             concurrency=row["concurrency"],
             engine=_fitting(row, "engine"),
             engine_version=row["engine_version"][
                 : PerformancePoint._meta.get_field("engine_version").max_length
             ],
-            metric=_fitting(row, "metric"),
-            value=float(row["value"]),
-            unit=_fitting(row, "unit"),
         )
         for row in _serve_rows(result)
+    )
+
+
+def _point(run: StageRun, row: dict[str, Any], **fields: Any) -> PerformancePoint:
+    """One `PerformancePoint` of `run` from a stage's row (kind, model, dtype, metric, value,
+    unit), with the stage's own `fields` (batch size, concurrency, engine...)."""
+    return PerformancePoint(
+        stage_run=run,
+        job=run.job,
+        pool=run.job.pool,
+        kind=row["kind"],
+        model=_fitting(row, "model"),
+        dtype=_fitting(row, "dtype"),
+        metric=_fitting(row, "metric"),
+        value=float(row["value"]),
+        unit=_fitting(row, "unit"),
+        **fields,
     )
 
 
