@@ -225,3 +225,33 @@ def test_board_keeps_a_running_full_job_beside_a_newer_partial_one(
         assert right <= scroll
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_performance_and_stability_charts_are_never_empty_and_their_titles_fit(
+    live_server, browser, django_user_model, width
+):
+    from tests.performance_rows import DENSE, measured_job
+
+    job = measured_job(DENSE)
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    context.set_default_timeout(15_000)
+    try:
+        page = context.new_page()
+        log_in(page, live_server, django_user_model)
+        page.goto(f"{live_server.url}/releases/{job.release_id}/")
+        page.locator(f"#performance-job-{job.pk}-throughput-chart svg.main-svg").first.wait_for()
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('div.chart')]"
+            ".every(d => d.classList.contains('js-plotly-plot'))"
+        )
+        page.screenshot(path=f"/tmp/day0-release-performance-{width}.png", full_page=True)
+        charts = page.evaluate(CHARTS)
+        assert len(charts) >= 2
+        for chart in charts:
+            assert chart["points"] > 0, f"{chart['id']} is an empty chart"
+            assert not chart["overflowing"], f"{chart['id']} at {width} px: {chart['overflowing']}"
+        figures = page.evaluate(MS_FIGURES)
+        assert not figures or max(figures) <= 100_000, sorted(figures)[-3:]
+    finally:
+        context.close()
