@@ -78,12 +78,21 @@ def test_unsent_runs_are_sent_on_the_next_reaper_run(sent):
 
 
 @pytest.mark.django_db(transaction=True)  # the send runs when the job's transaction commits
-def test_the_cli_saves_the_job_and_exits_75_without_a_traceback(broker_down, capsys):
+def test_the_cli_saves_the_job_and_exits_75_without_a_traceback(broker_down, capsys, monkeypatch):
+    # The console handler writes to the stream of the test that configured logging first:
+    # point it at this test's captured stderr, so what the command logs is read here.
+    import logging
+    import sys
+
+    for handler in logging.getLogger().handlers:
+        if type(handler) is logging.StreamHandler:
+            monkeypatch.setattr(handler, "stream", sys.stderr)
     with pytest.raises(SystemExit) as exited:
         call_command("adapt", "demo/hub/openai/gpt-oss-20b")
     assert exited.value.code == 75
     err = capsys.readouterr().err
     assert "is saved and its fetch stage queued, but the broker cannot be reached" in err
+    assert "is queued but not sent: the broker is unreachable (OperationalError" in err
     assert "Traceback" not in err
     run = StageRun.objects.get(stage="fetch")
     assert (run.status, run.sent_at) == (StageStatus.QUEUED, None)
