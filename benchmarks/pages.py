@@ -3,10 +3,11 @@
 Seeds a fresh database with `benchmarks/reports.py`'s sample (1,000 releases, 1,250 jobs of
 every stage, 500 open known limitations; see its docstring: 11,250 stage runs when it was
 written for nine stages, 12,500 with today's ten, a little more than the issue's load), plus
-one release with 20 jobs (copies of a sampled job's stage runs) and one with a single job.
-SQLite in a temporary
-DAY0_VAR_DIR by default; `--database-url postgres://postgres@127.0.0.1:5432/bench` drops and
-creates the database that URL names (never `test` or `postgres`).
+one release with 20 jobs holding the engine's own results (see `release_with_jobs`;
+`--copied-jobs` for copies of a seeded job instead) and one with a single such job. SQLite
+in a temporary DAY0_VAR_DIR by default; `--database-url
+postgres://postgres@127.0.0.1:5432/bench` drops and creates the database that URL names
+(never `test` or `postgres`).
 
 Then, through Django's test client signed in as a reader (the `manager` role, which reads
 every page and triggers nothing), it times the board (`/`), the release page of the release
@@ -77,23 +78,37 @@ def configure(database_url: str | None) -> None:
         os.environ.pop("DATABASE_URL", None)
 
 
-def release_with_jobs(*, jobs: int, name: str) -> int:
-    """A release with `jobs` jobs, each a copy of a sampled finished job and its stage runs;
-    its id."""
+def release_with_jobs(*, jobs: int, name: str, measured: bool) -> int:
+    """A release with `jobs` jobs; its id.
+
+    `measured`: each job holds the engine's own results (`tests.performance_rows`: real twins
+    of Llama-3.1-8B and DeepSeek-V3 measured on this CPU once, about 15 s; analysis, plan,
+    performance sweep with its stored rows, stability, one job in three failing its stability
+    run on a leak) on an h200x8 pool, as a release page shows after real work. Otherwise
+    copies of a seeded finished job, whose runs hold no results (quick, but a light page)."""
     from django.utils import timezone
 
     from adaptation.models import AdaptationJob, ModelRelease, StageRun
 
-    template = AdaptationJob.objects.filter(status="succeeded").order_by("id").first()
-    template_runs = list(StageRun.objects.filter(job=template).order_by("position"))
     release = ModelRelease.objects.create(
         hub_kind="huggingface",
         hub_endpoint="https://huggingface.co",
         repo_id=f"bench-org/{name}",
         revision=f"{name:0>40}"[-40:],
+        published_at=timezone.now(),
         discovered_at=timezone.now(),
         found_by="poll",
     )
+    if measured:
+        from tests.performance_rows import DENSE, MOE, measured_job
+
+        for n in range(jobs):
+            dense = n % 2 == 0
+            stability = ("stability_leak" if n % 3 == 2 else "stability") if dense else ""
+            measured_job(DENSE if dense else MOE, release=release, stability=stability)
+        return release.pk
+    template = AdaptationJob.objects.filter(status="succeeded").order_by("id").first()
+    template_runs = list(StageRun.objects.filter(job=template).order_by("position"))
     for n in range(jobs):
         job = AdaptationJob.objects.get(pk=template.pk)
         job.pk = None
@@ -148,6 +163,11 @@ def main() -> int:
     parser.add_argument("--board-kb-per-50", type=float, default=100.0)
     parser.add_argument("--database-url", help="a PostgreSQL URL (default: SQLite in a temp dir)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--copied-jobs",
+        action="store_true",
+        help="the release page's jobs without measured results (quick; a lighter page)",
+    )
     args = parser.parse_args()
 
     configure(args.database_url)
@@ -165,12 +185,14 @@ def main() -> int:
     call_command("migrate", verbosity=0, interactive=False)
     started = time.perf_counter()
     counts = seed(releases=args.releases, seed_value=args.seed)
-    many_jobs = release_with_jobs(jobs=RELEASE_JOBS, name="many-jobs")
-    one_job = release_with_jobs(jobs=1, name="one-job")
+    measured = not args.copied_jobs
+    many_jobs = release_with_jobs(jobs=RELEASE_JOBS, name="many-jobs", measured=measured)
+    one_job = release_with_jobs(jobs=1, name="one-job", measured=measured)
     print(
         f"seeded {counts['releases']} releases, {counts['jobs']} jobs, "
         f"{counts['stage_runs']} stage runs, {counts['limitations']} limitations "
-        f"(+ a release with {RELEASE_JOBS} jobs and one with 1) "
+        f"(+ a release with {RELEASE_JOBS} {'measured' if measured else 'copied'} jobs "
+        "and one with 1) "
         f"on {connection.vendor} in {time.perf_counter() - started:.1f} s"
     )
     reader = get_user_model().objects.create_user(username="bench-reader")
