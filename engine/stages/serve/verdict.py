@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.contract import StageFailed
+from engine.stages.performance.knee import find_knee
 
 # The knee: the performance stage's rule (`find_knee`), on the engine's output tokens/s per
 # concurrency level instead of the twin's decode tokens/s per batch.
@@ -60,13 +61,11 @@ def refusal_culprit(reason: str, lines: Sequence[str], pool_flags: Sequence[str]
 
 
 def knee(sweep: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The sweep's knee by the performance stage's rule (`performance.run.find_knee`: the
+    """The sweep's knee by the performance stage's rule (`performance.knee.find_knee`: the
     smallest level from which output tokens/s grows less than 10% per doubling to every larger
     level): `{"concurrency", "output_tokens_per_s", "tpot_s_p50", "found", "growth_at_knee",
     "growth_threshold", "reason"}`, `reason` a code: "found", "beyond_sweep" (kept growing to
     the last level) or "one_level". None without a level that completed without errors."""
-    from engine.stages.performance.run import find_knee
-
     points = [
         p
         for p in sweep

@@ -14,8 +14,8 @@ from engine.architecture import analyze_config
 from engine.catalog import load_catalog
 from engine.contract import PoolSpec, ReleaseRef, StageContext
 from engine.device_probe import probe_device
+from engine.stages.performance.predictions import predicted_points
 from engine.stages.performance.rows import calibration_rows
-from engine.stages.performance.run import predicted_points
 from engine.stages.plan import run as plan_stage
 from engine.stages.plan.calibration import (
     calibrated_predictions,

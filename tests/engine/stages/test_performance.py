@@ -14,14 +14,11 @@ import torch
 from engine.architecture import analyze_config
 from engine.contract import PoolSpec, ReleaseRef, StageContext, StageFailed
 from engine.stages.performance import run as performance
+from engine.stages.performance.knee import find_knee
 from engine.stages.performance.options import performance_options
+from engine.stages.performance.predictions import predicted_points
 from engine.stages.performance.rows import performance_rows
-from engine.stages.performance.run import (
-    PerformanceOptions,
-    find_knee,
-    measure_performance,
-    predicted_points,
-)
+from engine.stages.performance.run import PerformanceOptions, measure_performance
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
 from engine.twin.measure import model_bytes
