@@ -18,12 +18,10 @@ from typing import Any
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun, StageStatus
 from adaptation.presenters.plan import DISTRIBUTED_STAGE
 from adaptation.presenters.plan_figures import Split, whole
-from adaptation.presenters.stages import SkippedBecause, skipped_because
+from adaptation.presenters.stages import SkippedBecause, settle_unfinished
 from adaptation.selectors.jobs import latest_runs_by_stage
 from engine.formatting import finite
 from engine.stored import as_list, as_mapping, numbers
-
-WAITING = (StageStatus.PENDING, StageStatus.QUEUED, StageStatus.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -343,17 +341,7 @@ def distributed_panel(
         return None
     panel = DistributedPanel(job=job, run=run)
     result = as_mapping(run.result)
-    if run.status in WAITING:
-        if run.status != StageStatus.RUNNING:
-            panel.waiting_for = (pools_without_worker or {}).get(job.pool_id)
-        return panel
-    if run.status == StageStatus.SKIPPED:
-        panel.state = "skipped"
-        panel.skipped = skipped_because(job, run)
-        return panel
-    if run.status == StageStatus.CANCELLED:
-        panel.state = "cancelled"
-        panel.reason = str(run.error or "")
+    if settle_unfinished(panel, job, run, pools_without_worker):
         return panel
     if run.status == StageStatus.FAILED:
         panel.state = "failed"

@@ -19,7 +19,7 @@ from adaptation.charts import serve as serve_charts
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun, StageStatus
 from adaptation.presenters.chart_slot import ChartSlot
 from adaptation.presenters.plan_figures import Split
-from adaptation.presenters.stages import SkippedBecause, skipped_because
+from adaptation.presenters.stages import SkippedBecause, settle_unfinished
 from adaptation.selectors.jobs import latest_runs_by_stage
 from engine import formatting
 from engine.formatting import finite
@@ -27,7 +27,6 @@ from engine.stored import as_list, as_mapping, numbers
 
 SERVE_STAGE = "serve"
 PLAN_STAGE = "plan"
-WAITING = (StageStatus.PENDING, StageStatus.QUEUED, StageStatus.RUNNING)
 # The result's own statuses (docs/stages/serve.md, "The result").
 RESULT_STATES = {
     "served": "served",
@@ -508,17 +507,7 @@ def serve_panel(
     if run is None:
         return None
     panel = ServePanel(job=job, run=run)
-    if run.status in WAITING:
-        if run.status != StageStatus.RUNNING:
-            panel.waiting_for = (pools_without_worker or {}).get(job.pool_id)
-        return panel
-    if run.status == StageStatus.SKIPPED:
-        panel.state = "skipped"
-        panel.skipped = skipped_because(job, run)
-        return panel
-    if run.status == StageStatus.CANCELLED:
-        panel.state = "cancelled"
-        panel.reason = str(run.error or "")
+    if settle_unfinished(panel, job, run, pools_without_worker):
         return panel
     result = as_mapping(run.result)
     state = RESULT_STATES.get(str(result.get("status") or ""))

@@ -4,8 +4,9 @@ skipped."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from adaptation.models import ACTIVE_STAGE_STATUSES, AdaptationJob, StageRun, StageStatus
 from adaptation.selectors.jobs import latest_runs_by_stage
@@ -94,3 +95,28 @@ def skipped_because(job: AdaptationJob, latest: StageRun) -> SkippedBecause | No
         lines = [line for line in str(first.error or "").strip().splitlines() if line.strip()]
         why = lines[-1].strip() if lines else ""
     return SkippedBecause(failed_stage=first.stage, reason=why.rstrip("."))
+
+
+# A run still to come or under way: its panel says what it waits for, nothing more.
+WAITING = (StageStatus.PENDING, StageStatus.QUEUED, StageStatus.RUNNING)
+
+
+def settle_unfinished(
+    panel: Any, job: AdaptationJob, run: StageRun, pools_without_worker: Mapping[int, Any] | None
+) -> bool:
+    """Fill a stage panel (`waiting_for`, `state`, `skipped`, `reason`) for a run that has no
+    result to show: waiting (a pending or queued one on a pool no live worker serves says so),
+    skipped (and why) or cancelled. True when the panel is complete."""
+    if run.status in WAITING:
+        if run.status != StageStatus.RUNNING:
+            panel.waiting_for = (pools_without_worker or {}).get(job.pool_id)
+        return True
+    if run.status == StageStatus.SKIPPED:
+        panel.state = "skipped"
+        panel.skipped = skipped_because(job, run)
+        return True
+    if run.status == StageStatus.CANCELLED:
+        panel.state = "cancelled"
+        panel.reason = str(run.error or "")
+        return True
+    return False
