@@ -38,6 +38,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from engine.stages.serve.process import free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PG_BIN = Path(os.environ.get("DAY0_FAULTS_PG_BIN", "/usr/lib/postgresql/15/bin"))
 PG_USER_AS_ROOT = "postgres"
@@ -75,12 +77,6 @@ def missing_tools() -> str:
         if shutil.which("runuser") is None:
             return "running as root without runuser to start PostgreSQL as another user"
     return ""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _tail(path: Path, chars: int = 4000) -> str:

