@@ -221,7 +221,17 @@ _announcers: dict[str, WorkerAnnouncer] = {}
 
 
 def on_worker_ready(sender: Any = None, **_: object) -> None:
-    """`worker_ready`: start registering and beating for the consumer's node. Never raises."""
+    """`worker_ready`: stop the serving engines a killed worker left behind (their owner
+    process is gone: `reap_orphans`), then start registering and beating for the consumer's
+    node. Never raises."""
+    try:
+        from engine.stages.serve.process import reap_orphans
+
+        killed = reap_orphans()
+        if killed:
+            logger.warning("Stopped %d engine process(es) a lost worker left behind", len(killed))
+    except Exception:
+        logger.warning("Could not look for engines a lost worker left behind", exc_info=True)
     try:
         name = str(sender.hostname)
         queues = consumer_queue_names(sender)

@@ -305,3 +305,23 @@ def test_run_stage_records_the_celery_node_name(monkeypatch):
     finally:
         tasks.run_stage.pop_request()
     assert seen["worker_host"] == socket.gethostname()
+
+
+def test_ready_stops_engines_a_killed_worker_left_behind(monkeypatch):
+    import subprocess
+    import sys
+
+    from engine.stages.serve.process import OWNER_TAG
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ, OWNER_TAG: gone}
+    )
+    monkeypatch.setattr(pools, "WorkerAnnouncer", lambda *a: SimpleNamespace(start=lambda: None))
+    try:
+        pools.on_worker_ready(sender=SimpleNamespace(hostname="cpu@reaper-test"))
+        assert orphan.wait(timeout=10) == -9
+    finally:
+        orphan.kill()
+        pools._announcers.pop("cpu@reaper-test", None)
