@@ -417,7 +417,16 @@ def judge(
             )
         )
     known = [m for m in series.memory_bytes if m is not None]
+    # Cut short by the stage's time budget with nothing else wrong: the host was too slow for
+    # a verdict, not the release unstable (workers/failures.py reads `failure.culprit`).
+    too_few_only = len(reasons) == 1 and n < MIN_JUDGED_STEPS and not series.errors
+    budget_cut = too_few_only and series.stopped_early == TIME_BUDGET
     return {
+        "failure": (
+            {"culprit": "infrastructure", "reason": "time budget ended the run before a verdict"}
+            if budget_cut
+            else None
+        ),
         "duration_s": series.duration_s,
         "duration_asked_s": options.duration_s,
         "ran_longer_reason": ran_longer_reason(series, options),

@@ -21,6 +21,7 @@ from engine.stages.stability.run import (
     stability_options,
 )
 from tests.engine.stages.realconfigs import load
+from workers.failures import classify_stage_failed
 
 # Builds and runs scaled twins with torch: left out of `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -369,3 +370,12 @@ def test_the_time_budget_ends_the_loop_before_the_soft_limit(seeded_twin):
         "too few steps to judge: 3 completed (at least 10 needed); the stage's time budget "
         "ended the run"
     )
+    # The host was too slow for a verdict: the infrastructure's fault, not the release's.
+    assert verdict["failure"]["culprit"] == "infrastructure"
+    classified = classify_stage_failed(
+        stage="stability", reason=verdict["reason"], result=verdict, limit_s=60.0, ran_s=7.0
+    )
+    assert classified.failure_class == "infrastructure"
+    # A run the budget did not cut keeps no such mark.
+    _, unjudged = run_loop(seeded_twin(DENSE), {"duration_s": 5}, StepClock(1.25), budget_end=None)
+    assert unjudged["failure"] is None
