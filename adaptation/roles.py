@@ -63,8 +63,9 @@ _ENGINEER_ACTIONS = (
     "change_releasenotesadditions",
 )
 # Apps whose every permission the admin role holds besides day0's own: the `auth` users and
-# groups, and API tokens (rest_framework.authtoken's Token and its admin proxy)...
-_ADMIN_APPS = ("auth", "authtoken")
+# groups, and API tokens (knox's AuthToken: listed by digest, made for anyone but a
+# superuser, revoked; adaptation/admin/tokens.py)...
+_ADMIN_APPS = ("auth", "knox")
 # ...but for editing groups and permissions: the roles' groups are defined here, in code, so an
 # admin puts users in them and sees them, and only a superuser can change what a group may do.
 _ADMIN_EXCLUDED = (

@@ -58,7 +58,7 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "django_filters",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",  # API tokens stored as digests (adaptation/api/authentication.py)
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "adaptation",
@@ -174,12 +174,12 @@ LOGGING = {
 # then counts on its own); redis://host:port/db shares them between processes.
 CACHES = {"default": env_cache("DAY0_CACHE_URL")}
 
-# /api/v1/: tokens for machines (`manage.py drf_create_token USER`; "Authorization: Token
+# /api/v1/: tokens for machines (`manage.py create_api_token USER`; "Authorization: Token
 # <key>" or "Bearer <key>"), the session for the browser; Token first, so an anonymous call
 # gets 401 with `WWW-Authenticate: Token`.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "adaptation.api.authentication.TokenAuthentication",
         "adaptation.api.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
@@ -208,6 +208,11 @@ REST_FRAMEWORK = {
     ],
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
+
+# API tokens (django-rest-knox): only a digest is stored, the key is shown once when made.
+# They last until revoked unless made with an expiry (the admin's form, `--days`), as a
+# machine's token must; "Token <key>" stays the header's prefix.
+REST_KNOX = {"TOKEN_TTL": None, "AUTH_HEADER_PREFIX": "Token", "TOKEN_PREFIX": ""}
 
 # OpenAPI 3 at /api/schema/, Swagger UI at /api/docs/ served from drf-spectacular-sidecar's
 # files (no CDN: day0 runs air-gapped).

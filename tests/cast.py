@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
-from rest_framework.authtoken.models import Token
+from knox.models import AuthToken
 from rest_framework.test import APIClient
 
 from adaptation.roles import ADMIN, ENGINEER, MANAGER, role_grant
@@ -58,5 +58,5 @@ def cast(django_user_model) -> Cast:
             role_grant(user=user, role=role)
         user.refresh_from_db()
         users[name] = user
-        tokens[name] = Token.objects.create(user=user).key
+        tokens[name] = AuthToken.objects.create(user=user)[1]  # the key; the row has its digest
     return Cast(users=users, tokens=tokens)

@@ -1,8 +1,9 @@
 """The admin, a module per kind of row: `pools` (pools, accelerator kinds, workers),
 `releases` (hub watches, releases, jobs and their stage attempts, stored results),
 `limitations`, `release_notes`, `webhooks` (endpoints, deliveries, uploads),
-`notifications` (teams, subscriptions, deliveries) and `users` (superuser-only fields
-guarded); `messages` holds what the admin tells a person once (a new secret).
+`notifications` (teams, subscriptions, deliveries), `tokens` (API tokens: digests only, a
+superuser's made only by a superuser) and `users` (superuser-only fields guarded);
+`messages` holds what the admin tells a person once (a new secret).
 """
 
 from adaptation.admin import (  # noqa: F401  (each module registers its rows)
@@ -11,6 +12,7 @@ from adaptation.admin import (  # noqa: F401  (each module registers its rows)
     pools,
     release_notes,
     releases,
+    tokens,
     users,
     webhooks,
 )

@@ -87,7 +87,8 @@ def test_an_admin_holds_every_day0_permission_users_and_tokens_but_not_group_edi
         "auth.add_user",
         "auth.change_user",
         "auth.view_group",
-        "authtoken.delete_token",
+        "knox.add_authtoken",
+        "knox.delete_authtoken",
     ):
         assert perm in admin, perm
     # What a role may do is code (roles_sync): only a superuser edits groups and permissions.

@@ -1,4 +1,5 @@
-"""Token authentication (`drf_create_token`, revocation) and request throttling."""
+"""Token authentication (`create_api_token`, revocation, malformed keys) and request
+throttling."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 import pytest
 from django.core.cache import cache
 from django.core.management import call_command
-from rest_framework.authtoken.models import Token
+from knox.models import AuthToken
 from rest_framework.test import APIClient
 
 pytestmark = pytest.mark.django_db
@@ -24,23 +25,63 @@ def with_token(key: str) -> APIClient:
 
 def created_token(*args: str) -> str:
     out = io.StringIO()
-    call_command("drf_create_token", *args, stdout=out)
-    match = re.fullmatch(r"Generated token ([0-9a-f]{40}) for user (\S+)\n", out.getvalue())
-    assert match, out.getvalue()
-    return match[1]
+    call_command("create_api_token", *args, stdout=out)
+    *_, said, key = out.getvalue().splitlines()
+    assert said.startswith("API token of ") and "shown only this once" in said, out.getvalue()
+    assert re.fullmatch(r"[0-9a-f]{64}", key), key
+    return key
 
 
-def test_drf_create_token_makes_a_working_token_and_r_replaces_it(cast):
-    Token.objects.filter(user=cast.mona).delete()
+def test_create_api_token_makes_a_working_token_and_replace_revokes_the_others(cast):
+    AuthToken.objects.filter(user=cast.mona).delete()
     first = created_token("mona")
     assert with_token(first).get(URL).status_code == 200
+    assert AuthToken.objects.get(user=cast.mona).expiry is None
 
-    second = created_token("-r", "mona")
+    second = created_token("--replace", "mona")
     assert second != first
     assert with_token(second).get(URL).status_code == 200
     old = with_token(first).get(URL)
     assert old.status_code == 401
     assert old.json()["error"] == {"code": "authentication_failed", "message": "Invalid token."}
+    assert AuthToken.objects.filter(user=cast.mona).count() == 1
+
+
+def test_create_api_token_days_sets_an_expiry_and_an_expired_token_fails(cast):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    key = created_token("--days", "30", "eli")
+    token = AuthToken.objects.get(user=cast.eli, token_key=key[:15])
+    left = token.expiry - timezone.now()
+    assert timedelta(days=29, hours=23) < left <= timedelta(days=30)
+    token.expiry = timezone.now() - timedelta(seconds=1)
+    token.save()
+    assert with_token(key).get(URL).status_code == 401
+    assert not AuthToken.objects.filter(pk=token.pk).exists()  # knox deletes it on sight
+
+
+def test_create_api_token_refuses_an_unknown_user_and_a_bad_days(cast):
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="No user 'ghost'"):
+        call_command("create_api_token", "ghost", stdout=io.StringIO())
+    with pytest.raises(CommandError, match="must be 1 day or more"):
+        call_command("create_api_token", "eli", "--days", "0", stdout=io.StringIO())
+
+
+@pytest.mark.parametrize(
+    "header",
+    [b"Token \x00abc", "Token caf\u00e9".encode(), b"Token \xff\xfe", b"Token a'b;--"],
+    ids=["nul", "non-ascii", "not-utf8", "quote"],
+)
+def test_a_malformed_key_is_an_invalid_token_not_a_500(cast, header):
+    client = APIClient()
+    response = client.get(URL, HTTP_AUTHORIZATION=header.decode("latin-1"))
+    assert response.status_code == 401
+    invalid = {"code": "authentication_failed", "message": "Invalid token."}
+    assert response.json()["error"] == invalid
 
 
 def test_a_token_may_be_sent_as_a_bearer_token(cast):
@@ -62,13 +103,18 @@ def test_the_schema_names_both_token_schemes(cast):
         "scheme": "bearer",
         "description": "The API token as a bearer token: `Authorization: Bearer <key>`.",
     }
-    assert schemes["tokenAuth"]["type"] == "apiKey"
+    assert schemes["tokenAuth"] == {
+        "type": "apiKey",
+        "in": "header",
+        "name": "Authorization",
+        "description": "The API token, prefixed `Token `: `Authorization: Token <key>`.",
+    }
 
 
 def test_a_revoked_token_stops_working(cast):
     client = cast.api("eli")
     assert client.get(URL).status_code == 200
-    Token.objects.filter(user=cast.eli).delete()  # what the admin's Tokens page does
+    AuthToken.objects.filter(user=cast.eli).delete()  # what the admin's API tokens page does
     response = client.get(URL)
     assert response.status_code == 401
     assert response["WWW-Authenticate"] == "Token"

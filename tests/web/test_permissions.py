@@ -95,7 +95,7 @@ ADMIN_PAGES = {
     "/admin/adaptation/notificationsubscription/": {"mona": "login", "eli": 403, "ada": 200},
     "/admin/adaptation/notificationdelivery/": {"mona": "login", "eli": 403, "ada": 200},
     "/admin/adaptation/acceleratorpool/add/": {"mona": "login", "eli": 403, "ada": 200},
-    "/admin/authtoken/tokenproxy/": {"mona": "login", "eli": 403, "ada": 200},
+    "/admin/knox/authtoken/": {"mona": "login", "eli": 403, "ada": 200},
     "/admin/auth/user/": {"mona": "login", "eli": 403, "ada": 200},
 }
 
@@ -113,14 +113,15 @@ def test_the_admin_site_by_role(client, cast, path):
 
 
 def test_admins_revoke_tokens_in_the_admin(client, cast):
-    from rest_framework.authtoken.models import Token
+    from knox.models import AuthToken
 
     client.force_login(cast.ada)
-    # The admin's Tokens list is keyed by user (DRF's TokenProxy).
-    delete = reverse("admin:authtoken_tokenproxy_delete", args=[cast.eli.pk])
+    # The admin's API tokens are knox's rows, keyed by the key's digest.
+    token = AuthToken.objects.get(user=cast.eli)
+    delete = reverse("admin:knox_authtoken_delete", args=[token.pk])
     response = client.post(delete, {"post": "yes"}, follow=True)
     assert response.status_code == 200
-    assert not Token.objects.filter(user=cast.eli).exists()
+    assert not AuthToken.objects.filter(user=cast.eli).exists()
     assert cast.api("eli").get("/api/v1/jobs/").status_code == 401
 
 

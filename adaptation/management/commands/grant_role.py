@@ -46,7 +46,7 @@ class Command(BaseCommand):
             user = model.objects.create_user(**{model.USERNAME_FIELD: username})
             self.stdout.write(
                 f"Created {username} without a password: `manage.py changepassword {username}` "
-                "lets a person sign in; `manage.py drf_create_token "
+                "lets a person sign in; `manage.py create_api_token "
                 f"{username}` gives a bot its API token."
             )
         if revoke:
