@@ -8,6 +8,9 @@ from django.db import migrations
 
 
 def drf_tokens_to_knox(apps, schema_editor):
+    from datetime import UTC
+
+    from django.utils import timezone
     from knox.crypto import hash_token
     from knox.settings import CONSTANTS
 
@@ -29,7 +32,10 @@ def drf_tokens_to_knox(apps, schema_editor):
                 "expiry": None,
             },
         )
-        # `created` is auto_now_add: set the DRF token's own date afterwards.
+        # `created` is auto_now_add: set the DRF token's own date afterwards (SQLite's raw
+        # rows hold naive UTC).
+        if timezone.is_naive(created):
+            created = timezone.make_aware(created, UTC)
         AuthToken.objects.filter(digest=digest).update(created=created)
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM authtoken_token")
