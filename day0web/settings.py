@@ -13,6 +13,7 @@ from pathlib import Path
 import dj_database_url
 import plotly
 from celery.schedules import crontab
+from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from day0web.env import (
@@ -61,6 +62,7 @@ INSTALLED_APPS = [
     "knox",  # API tokens stored as digests (adaptation/api/authentication.py)
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "csp",
     "adaptation",
 ]
 
@@ -73,6 +75,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -167,6 +170,29 @@ LOGGING = {
     # httpx logs every request at INFO: the serve stage polls /health and scrapes /metrics
     # twice a second, which would bury the worker's own lines.
     "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+}
+
+# --- security headers and HTTPS ----------------------------------------------------------
+# Content-Security-Policy on every response (django-csp 4): scripts, styles, fonts and fetches
+# from day0's own origin only (plotly.js and htmx are served from static files), no inline
+# script, event handler or style attribute; the one inline <style> is the printable release
+# notes' (a file written from it has no server to load a stylesheet from), allowed by the
+# response's nonce, which the header names only when a page used it. Images from self or data:
+# URLs (Markdown images to other hosts are not rendered, adaptation/safe_markdown.py), no
+# plugins, no framing, and forms post only here.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, NONCE],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
 }
 
 # --- cache and REST API ---------------------------------------------------------------------

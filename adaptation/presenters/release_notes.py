@@ -10,7 +10,10 @@ Every one of them reads the version's stored Markdown, written when the version 
 from __future__ import annotations
 
 import re
+from functools import cache
+from pathlib import Path
 
+from django.contrib.staticfiles import finders
 from django.template import engines
 from django.template.loader import render_to_string
 from django.utils.safestring import SafeString, mark_safe
@@ -19,6 +22,9 @@ from adaptation import safe_markdown
 from adaptation.models import ReleaseNotes, ReleaseNotesAdditions
 
 DOWNLOAD_TEMPLATE = "release_notes/download.md"
+# The document's stylesheet (screen and print): linked by the notes page, inline in the
+# printable page.
+STYLESHEET = "release_notes.css"
 
 
 def release_notes_document(
@@ -49,15 +55,30 @@ def render_markdown(text: str) -> SafeString:
     return mark_safe(safe_markdown.render_markdown(text))  # nothing unsafe survives it
 
 
-def render_notes_html(notes: ReleaseNotes, additions: ReleaseNotesAdditions | None) -> str:
+@cache
+def _stylesheet() -> SafeString:
+    """The text of `static/release_notes.css` (our own file, so safe to inline)."""
+    path = finders.find(STYLESHEET)
+    if path is None:
+        raise FileNotFoundError(f"static file {STYLESHEET} is missing")
+    return mark_safe(Path(path).read_text(encoding="utf-8"))
+
+
+def render_notes_html(
+    notes: ReleaseNotes, additions: ReleaseNotesAdditions | None, *, style_nonce: str = ""
+) -> str:
     """The printable page of `notes` with `additions`: one standalone HTML document (no
     navigation, its stylesheet inline) that prints cleanly to PDF from a browser; what the
-    print view serves and `manage.py release_report --format html` writes."""
+    print view serves and `manage.py release_report --format html` writes. `style_nonce`: the
+    response's Content-Security-Policy nonce, which lets the served page's inline stylesheet
+    apply (blank for a file). Raises `FileNotFoundError` if the stylesheet is missing."""
     return render_to_string(
         "adaptation/release_notes_print.html",
         {
             "notes": notes,
             "document_html": render_markdown(release_notes_document(notes, additions)),
+            "stylesheet": _stylesheet(),
+            "style_nonce": style_nonce,
         },
     )
 

@@ -123,7 +123,11 @@ def release_notes_print(request: HttpRequest, pk: int) -> HttpResponse:
     the browser (a print stylesheet: no navigation or buttons, a page per major section,
     tables kept whole, link targets printed)."""
     _release, _pool, notes, additions = _notes_or_404(request, pk)
-    return HttpResponse(release_notes_presenters.render_notes_html(notes, additions))
+    return HttpResponse(
+        release_notes_presenters.render_notes_html(
+            notes, additions, style_nonce=str(request.csp_nonce)
+        )
+    )
 
 
 @permission_required(VIEW_NOTES)

@@ -106,12 +106,15 @@ def test_the_printable_page_has_a_print_stylesheet_and_no_navigation(client, cas
         response = client.get(url)
         assert response.status_code == 200
         html = response.content.decode()
-        style = re.search(r"<style>(.*?)</style>", html, re.S).group(1)
+        # The inline stylesheet carries the nonce the response's Content-Security-Policy names.
+        nonce = re.search(r"style-src [^;]*'nonce-([^']+)'", response["Content-Security-Policy"])
+        opening = f'<style nonce="{nonce.group(1)}">'
+        style = re.search(rf"{re.escape(opening)}(.*?)</style>", html, re.S).group(1)
         assert "@media print" in style
         assert ".notes-document h2 ~ h2 { break-before: page;" in style  # sections on new pages
         assert "break-inside: avoid" in style  # tables are not split
         assert 'a[href]:not([href^="#"])::after { content: " (" attr(href) ")"' in style
-        assert "site-header" not in html.split("<style>")[0] + html.split("</style>")[1]
+        assert "site-header" not in html.split(opening)[0] + html.split("</style>")[1]
         body = html.split("</style>", 1)[1]
         assert "<nav" not in body and "<button" not in body and "<form" not in body
         assert "<h2>Additions</h2>" in body and 'href="https://runbooks.example/gpt-oss"' in body
