@@ -10,6 +10,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from adaptation.charts.cache import cached_figure
 from adaptation.charts.performance_series import (
     KIND_DASH,
     LOG_Y_SPAN,
@@ -41,6 +42,7 @@ GROUP_TITLES = {
 }
 
 
+@cached_figure
 def curves(
     sources: Sequence[Mapping[str, Any]],
     *,

@@ -9,6 +9,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from adaptation.charts.cache import cached_figure
 from adaptation.charts.layout import (
     COUNT_TICKS,
     MS_TICKS,
@@ -31,6 +32,7 @@ _PLAN_MEMORY_PARTS = (
 )
 
 
+@cached_figure
 def memory_per_device(
     memory: Mapping[str, Any], *, split: Mapping[str, Any]
 ) -> dict[str, Any] | None:
@@ -130,6 +132,7 @@ def time_axis_unit(seconds: Sequence[float]) -> tuple[float, str]:
     return 1 / 3600, "h"
 
 
+@cached_figure
 def decode_curve(predicted: Mapping[str, Any]) -> dict[str, Any] | None:
     """Predicted decode throughput (tokens/s over all replicas) and TPOT (ms) against the
     number of concurrent sequences, from batch 1 to the largest batch that fits.
@@ -173,6 +176,7 @@ def decode_curve(predicted: Mapping[str, Any]) -> dict[str, Any] | None:
     )
 
 
+@cached_figure
 def prefill_curve(predicted: Mapping[str, Any]) -> dict[str, Any] | None:
     """Predicted time to first token (ms) of one prompt against its length in tokens.
 
@@ -204,6 +208,7 @@ def prefill_curve(predicted: Mapping[str, Any]) -> dict[str, Any] | None:
     )
 
 
+@cached_figure
 def scaling_curve(
     scaling: Sequence[Mapping[str, Any]], measured: Mapping[str, Any] | None = None
 ) -> dict[str, Any] | None:

@@ -3,11 +3,12 @@ the float32 reference (measured on the pool's device)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
 
+from adaptation.charts.cache import cached_figure
 from adaptation.charts.layout import figure_json
 from adaptation.models import LayerDrift, PrecisionResult
 
@@ -15,6 +16,35 @@ from adaptation.models import LayerDrift, PrecisionResult
 def _point_label(drift: LayerDrift) -> str:
     """A unique x label per measured module: its path in the twin when known."""
     return drift.name or f"L{drift.layer} {drift.module}"
+
+
+def drift_series(results: Iterable[PrecisionResult]) -> list[dict[str, Any]]:
+    """What `layer_drift` draws of each result (`layers` prefetched), as data: its dtype,
+    whether it passed, its limit, where it first diverged, and each measured module's label
+    and own relative error."""
+    series = []
+    for result in results:
+        points = [
+            (_point_label(d), error)
+            for d in result.layers.all()
+            if (error := _local_error(d)) is not None
+        ]
+        series.append(
+            {
+                "dtype": result.dtype,
+                "passed": result.passed,
+                "limit": result.max_local_relative_error,
+                "diverged_at": (
+                    result.first_divergent_name
+                    or f"L{result.first_divergent_layer} {result.first_divergent_module}"
+                )
+                if result.first_divergent_layer is not None
+                else None,
+                "labels": [label for label, _ in points],
+                "errors": [error for _, error in points],
+            }
+        )
+    return series
 
 
 def layer_drift(results: Iterable[PrecisionResult]) -> dict[str, Any] | None:
@@ -25,39 +55,43 @@ def layer_drift(results: Iterable[PrecisionResult]) -> dict[str, Any] | None:
     `results` must have their `layers` prefetched. Returns the figure as a JSON-able dict, or
     None when no module was measured. Every point is measured on the pool's device.
     """
+    return drift_figure(drift_series(results))
+
+
+@cached_figure
+def drift_figure(series: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """`layer_drift`'s figure of `drift_series`; None when no module was measured."""
     fig = go.Figure()
-    for result in results:
-        layers = [d for d in result.layers.all() if _local_error(d) is not None]
-        if not layers:
+    for result in series:
+        x = result["labels"]
+        if not x:
             continue
-        x = [_point_label(d) for d in layers]
         fig.add_trace(
             go.Scatter(
                 x=x,
-                y=[max(_local_error(d), 1e-12) for d in layers],
+                y=[max(error, 1e-12) for error in result["errors"]],
                 mode="lines+markers",
-                name=f"{result.dtype} ({'passed' if result.passed else 'failed'})",
+                name=f"{result['dtype']} ({'passed' if result['passed'] else 'failed'})",
                 hovertemplate="%{x}<br>relative error %{y:.3g}<extra>%{fullData.name}</extra>",
             )
         )
-        if result.max_local_relative_error:
+        if result["limit"]:
             fig.add_trace(
                 go.Scatter(
                     x=[x[0], x[-1]],
-                    y=[result.max_local_relative_error] * 2,
+                    y=[result["limit"]] * 2,
                     mode="lines",
                     line={"dash": "dash", "width": 1},
-                    name=f"{result.dtype} limit",
+                    name=f"{result['dtype']} limit",
                     hoverinfo="skip",
                 )
             )
-        if result.first_divergent_layer is not None:
+        if result["diverged_at"] is not None:
             fig.add_annotation(
-                x=result.first_divergent_name
-                or f"L{result.first_divergent_layer} {result.first_divergent_module}",
+                x=result["diverged_at"],
                 y=0,
                 yref="paper",
-                text=f"{result.dtype} diverges",
+                text=f"{result['dtype']} diverges",
                 showarrow=True,
                 arrowhead=2,
             )

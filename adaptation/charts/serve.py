@@ -15,6 +15,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from adaptation.charts.cache import cached_figure
 from adaptation.charts.layout import (
     COUNT_TICKS,
     LEGEND_BELOW,
@@ -48,6 +49,7 @@ def _ms(seconds: Any) -> float | None:
     return None if value is None else value * 1000
 
 
+@cached_figure
 def sweep(
     levels: Sequence[Mapping[str, Any]],
     *,
@@ -207,6 +209,7 @@ def sweep(
     )
 
 
+@cached_figure
 def engine_metrics(
     series: Sequence[Mapping[str, Any]], *, checkpoint_kind: str
 ) -> dict[str, Any] | None:

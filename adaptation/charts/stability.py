@@ -8,6 +8,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from adaptation.charts.cache import cached_figure
 from adaptation.charts.layout import ONE_AXIS_MARGIN, figure_json
 from engine.formatting import finite as _number
 from engine.units import MIB
@@ -19,6 +20,7 @@ MEMORY_KINDS = {
 }
 
 
+@cached_figure
 def memory(
     samples: Sequence[Mapping[str, Any]],
     *,
@@ -100,6 +102,7 @@ def memory(
     )
 
 
+@cached_figure
 def step_time(
     samples: Sequence[Mapping[str, Any]],
     *,

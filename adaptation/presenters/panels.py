@@ -82,6 +82,12 @@ class ShownJobs:
     def jobs_for(self, stage: str) -> list[AdaptationJob]:
         return list(self.by_stage.get(stage, []))
 
+    @property
+    def jobs(self) -> list[AdaptationJob]:
+        """Every job the page draws in full (a panel or a timeline), each once."""
+        every = [*self.timelines, *(job for jobs in self.by_stage.values() for job in jobs)]
+        return list({job.pk: job for job in every}.values())
+
 
 def shown_jobs(release: ModelRelease, *, job_id: int | None = None) -> ShownJobs:
     """The jobs the page draws in full (jobs prefetched newest first): the one `job_id` names

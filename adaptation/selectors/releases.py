@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.db.models import (
     OuterRef,
     Prefetch,
@@ -57,11 +59,21 @@ def releases_for_board(*, limit: int = 100) -> QuerySet[ModelRelease]:
     )
 
 
-def release_detail(*, release_id: int) -> ModelRelease:
+# A stage run's fields that are large and read only where the page shows the run in full.
+HEAVY_STAGE_RUN_FIELDS = ("result", "log")
+
+
+def release_detail(*, release_id: int, light_runs: bool = False) -> ModelRelease:
     """One release with its jobs and all their stage attempts, and its open limitations
-    (`open_limitations_prefetch`). Raises DoesNotExist."""
+    (`open_limitations_prefetch`). `light_runs`: the attempts come without their
+    `HEAVY_STAGE_RUN_FIELDS` (a release with 20 jobs holds megabytes of results); load those
+    of the jobs shown in full with `stage_runs_load_heavy`, since reading one of another
+    job's costs a query. Raises DoesNotExist."""
+    runs = StageRun.objects.order_by("position", "attempt")
+    if light_runs:
+        runs = runs.defer(*HEAVY_STAGE_RUN_FIELDS)
     jobs = AdaptationJob.objects.select_related("pool").prefetch_related(
-        Prefetch("stage_runs", queryset=StageRun.objects.order_by("position", "attempt"))
+        Prefetch("stage_runs", queryset=runs)
     )
     return (
         ModelRelease.objects.select_related("watch")
@@ -71,6 +83,18 @@ def release_detail(*, release_id: int) -> ModelRelease:
         )
         .get(pk=release_id)
     )
+
+
+def stage_runs_load_heavy(jobs: Iterable[AdaptationJob]) -> None:
+    """Load the `HEAVY_STAGE_RUN_FIELDS` of `jobs`' prefetched stage runs (from
+    `release_detail(light_runs=True)`) in one query, into those runs."""
+    runs = {run.pk: run for job in jobs for run in job.stage_runs.all()}
+    if not runs:
+        return
+    rows = StageRun.objects.filter(pk__in=runs).values_list("pk", *HEAVY_STAGE_RUN_FIELDS)
+    for pk, *values in rows:
+        for name, value in zip(HEAVY_STAGE_RUN_FIELDS, values, strict=True):
+            setattr(runs[pk], name, value)
 
 
 def release_latest_stage_run(release: ModelRelease, *, stage: str) -> StageRun | None:

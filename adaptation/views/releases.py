@@ -41,7 +41,9 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One release: header, analysis, the newest job's panels and stage timeline in full
     (`?job=<id>`: that job's), and every job as a line of the job history."""
     try:
-        release = release_selectors.release_detail(release_id=pk)
+        # Every job's attempts, without their results and logs: only the jobs the page shows
+        # in full need those (loaded below, in one query).
+        release = release_selectors.release_detail(release_id=pk, light_runs=True)
     except ModelRelease.DoesNotExist:
         raise Http404(f"No release {pk}.") from None
     # Queued stages (and a pending plan) of a pool without a live worker say so.
@@ -53,6 +55,7 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
     notes = notes_selectors.release_notes_summaries(release)
     # The newest job's panels in full (or the one `?job=` names); the rest in the history.
     shown = panel_presenters.shown_jobs(release, job_id=_job_id(request))
+    release_selectors.stage_runs_load_heavy(shown.jobs)
     page = panel_presenters.ReleasePage(
         release=release,
         params=page_params(request),

@@ -1,0 +1,120 @@
+"""Figures built once (`adaptation.charts.cache`): a chart's figure is read from the cache for
+inputs it has drawn, and built anew for any other input, for a chart code change, and never
+from a model instance."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.cache import cache
+
+from adaptation.charts import cache as figure_cache
+from adaptation.charts import stability as stability_charts
+from adaptation.models import StageRun
+from tests.factories import make_job
+
+SAMPLES = [
+    {"step": step, "memory_bytes": 1_000_000 + 4096 * step, "elapsed_s": step / 100}
+    for step in range(1, 41)
+]
+MEMORY = {
+    "warmup_steps": 5,
+    "slope_bytes_per_step": 4096.0,
+    "threshold_bytes_per_step": 65536.0,
+    "memory_kind": "process_rss",
+}
+
+
+@pytest.fixture(autouse=True)
+def empty_cache():
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def memory_chart():
+    """`charts.stability.memory` cached as the module caches it, counting its builds."""
+    builds: list[int] = []
+
+    def memory(*args, **kwargs):
+        builds.append(1)
+        return stability_charts.memory.uncached(*args, **kwargs)
+
+    chart = figure_cache.cached_figure(memory)
+    chart.builds = builds
+    return chart
+
+
+def test_a_figure_is_built_once_for_the_same_inputs(memory_chart):
+    first = memory_chart(SAMPLES, **MEMORY)
+    second = memory_chart(list(SAMPLES), **dict(MEMORY))
+
+    assert len(memory_chart.builds) == 1
+    assert second == first
+    assert first["data"], "a real figure, with traces"
+
+
+def test_each_caller_gets_its_own_copy(memory_chart):
+    first = memory_chart(SAMPLES, **MEMORY)
+    first["layout"]["title"] = "changed by a caller"
+
+    again = memory_chart(SAMPLES, **MEMORY)
+    assert again["layout"]["title"] != "changed by a caller"
+
+
+def test_other_inputs_draw_another_figure(memory_chart):
+    leak = memory_chart(SAMPLES, **MEMORY)
+    steeper = [{**s, "memory_bytes": s["memory_bytes"] + 65536 * s["step"]} for s in SAMPLES]
+    changed = memory_chart(steeper, **(MEMORY | {"slope_bytes_per_step": 69632.0}))
+
+    assert len(memory_chart.builds) == 2
+    assert changed["data"][0]["y"] != leak["data"][0]["y"]
+
+
+def test_nothing_to_draw_is_kept_too(memory_chart):
+    assert memory_chart([], **MEMORY) is None
+    assert memory_chart([], **MEMORY) is None
+    assert len(memory_chart.builds) == 1
+
+
+def test_the_key_holds_the_chart_code_version(monkeypatch):
+    before = figure_cache.figure_key("charts.x", (SAMPLES,), MEMORY)
+    monkeypatch.setattr(figure_cache, "CHART_CODE_VERSION", "edited")
+    after = figure_cache.figure_key("charts.x", (SAMPLES,), MEMORY)
+
+    assert before != after
+    assert ":edited:" in after
+
+
+def test_the_chart_code_version_follows_plotly(monkeypatch):
+    version = figure_cache._code_version()
+    assert version == figure_cache.CHART_CODE_VERSION
+    # Another plotly draws differently: its version is part of the digest.
+    monkeypatch.setattr(figure_cache.plotly, "__version__", "0.0-other")
+    assert figure_cache._code_version() != version
+
+
+@pytest.mark.django_db
+def test_a_model_instance_is_no_input():
+    run = StageRun.objects.get(job=make_job(), stage="fetch")
+
+    with pytest.raises(TypeError, match="StageRun"):
+        figure_cache.figure_key("charts.x", (run,), {})
+
+
+def test_the_release_page_charts_are_cached():
+    from adaptation.charts import performance, plan, precision, serve
+
+    for chart in (
+        performance.curves,
+        plan.memory_per_device,
+        plan.decode_curve,
+        plan.prefill_curve,
+        plan.scaling_curve,
+        precision.drift_figure,
+        serve.sweep,
+        serve.engine_metrics,
+        stability_charts.memory,
+        stability_charts.step_time,
+    ):
+        assert hasattr(chart, "uncached"), chart.__name__
