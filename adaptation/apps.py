@@ -10,13 +10,18 @@ class AdaptationConfig(AppConfig):
     def ready(self) -> None:
         """Keep the role groups (`adaptation.roles`) in sync after every `migrate`, once
         Django has created this app's permissions (its receiver is connected earlier); refuse
-        to start (`ImproperlyConfigured`) when `DAY0_READINESS` names an unregistered stage."""
+        to start (`ImproperlyConfigured`) when `DAY0_READINESS` names an unregistered stage;
+        let the Hugging Face source send `HF_TOKEN` to the allow-listed hubs too
+        (`adaptation.models.hub_endpoints`)."""
         from django.conf import settings
 
+        from adaptation.models.hub_endpoints import hub_token_allowed
         from adaptation.readiness import readiness_thresholds_check
         from adaptation.roles import sync_roles_after_migrate
+        from engine.hubs.trust import token_check_set
 
         post_migrate.connect(
             sync_roles_after_migrate, sender=self, dispatch_uid="adaptation.roles.sync"
         )
         readiness_thresholds_check(settings.DAY0_READINESS)
+        token_check_set(hub_token_allowed)

@@ -39,6 +39,16 @@ def isolated_hf_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
 
 
+@pytest.fixture(autouse=True)
+def mirror_roots_with_tmp(settings, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Mirror watches may read the test run's temporary folders (`tmp_path`), besides the
+    configured roots (`DAY0_MIRROR_ROOTS`)."""
+    settings.DAY0_MIRROR_ROOTS = [
+        *settings.DAY0_MIRROR_ROOTS,
+        str(tmp_path_factory.getbasetemp()),
+    ]
+
+
 # Short performance and stability runs for tests that run whole jobs on real workers (the
 # defaults, a 64-batch sweep over two prompt lengths and a 20 s stability run, are `make run`'s).
 # The stability steps are small, so 3 s still give the drift and leak fits many steps.

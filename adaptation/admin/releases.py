@@ -1,5 +1,6 @@
-"""Admin for hub watches (configured here), and read-mostly views of what they found: releases,
-their jobs with each stage attempt inline, and the stored operator and precision rows."""
+"""Admin for hub watches and the hubs they may use (configured here), and read-mostly views of
+what they found: releases, their jobs with each stage attempt inline, and the stored operator
+and precision rows."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from django.http import HttpRequest
 
 from adaptation.models import (
     AdaptationJob,
+    AllowedHubEndpoint,
     HubWatch,
     ModelRelease,
     OperatorCheck,
@@ -39,6 +41,19 @@ class HubWatchAdmin(admin.ModelAdmin):
         "consecutive_failures",
         "next_poll_at",
     )
+
+
+@admin.register(AllowedHubEndpoint)
+class AllowedHubEndpointAdmin(admin.ModelAdmin):
+    """Hubs besides HF_ENDPOINT that Hugging Face watches may poll and that receive the
+    worker's HF_TOKEN: the admin role's list (engineers see it, to know which hubs they may
+    use). A URL resolving to an internal address is refused unless "allow private network"
+    is set (`AllowedHubEndpoint.clean`)."""
+
+    list_display = ("url", "allow_private_network", "note", "created_at")
+    list_filter = ("allow_private_network",)
+    search_fields = ("url", "note")
+    readonly_fields = ("created_at",)
 
 
 class StageRunInline(admin.TabularInline):

@@ -8,6 +8,7 @@ all (the Django convention for a models package).
 
 from __future__ import annotations
 
+from adaptation.models.hub_endpoints import AllowedHubEndpoint
 from adaptation.models.jobs import (
     ACTIVE_STAGE_STATUSES,
     AdaptationJob,
@@ -56,6 +57,7 @@ __all__ = [
     "AcceleratorKindQuerySet",
     "AcceleratorPool",
     "AdaptationJob",
+    "AllowedHubEndpoint",
     "AttemptEnd",
     "Culprit",
     "DeliveryVerdict",

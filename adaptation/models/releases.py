@@ -10,6 +10,11 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from adaptation.models.hub_endpoints import (
+    hub_endpoint_refusal,
+    hub_endpoint_unlisted_reason,
+    mirror_root_refusal,
+)
 from adaptation.models.pools import AcceleratorPool
 from engine.registry import job_options_check
 
@@ -27,7 +32,8 @@ class HubWatch(models.Model):
     endpoint = models.CharField(
         max_length=512,
         blank=True,
-        help_text="Hub URL (blank: HF_ENDPOINT or huggingface.co) or a mirror root folder.",
+        help_text="Hub URL (blank: HF_ENDPOINT or huggingface.co; otherwise one on the "
+        "Allowed hub endpoints list) or a mirror folder (inside DAY0_MIRROR_ROOTS).",
     )
     author = models.CharField(max_length=128, blank=True, help_text="Org or user to list.")
     repo_pattern = models.CharField(
@@ -67,14 +73,32 @@ class HubWatch(models.Model):
         return self.name
 
     def clean(self) -> None:
-        """A mirror watch needs a readable folder and its job options must be ones the stages
-        take; a typo is caught when saved, not at the next poll."""
+        """A Hugging Face watch needs a configured hub, a mirror watch a folder inside the
+        mirror roots (`adaptation.models.hub_endpoints`, checked again before each poll), and
+        its job options must be ones the stages take; a typo is caught when saved, not at
+        the next poll. Raises `ValidationError` naming the field."""
+        refusal = self.endpoint_refusal()
+        if refusal:
+            raise ValidationError({"endpoint": refusal})
         if self.kind == HubKind.MIRROR and not Path(self.endpoint).is_dir():
             raise ValidationError({"endpoint": f"{self.endpoint or '(blank)'} is not a folder."})
         try:
             self.job_options = job_options_check(options=self.job_options)
         except ValueError as exc:
             raise ValidationError({"job_options": str(exc)}) from exc
+
+    def endpoint_refusal(self, *, resolve: bool = True) -> str:
+        """Why this watch may not poll its endpoint ("" when it may): a Hugging Face
+        endpoint that is not a configured hub or fails the address guard, a mirror folder
+        outside `DAY0_MIRROR_ROOTS`. Resolves an allow-listed hub's host, unless not
+        `resolve` (then the address guard is left to the poll and the token check)."""
+        if self.kind == HubKind.HUGGINGFACE:
+            if not resolve:
+                return hub_endpoint_unlisted_reason(self.endpoint)
+            return hub_endpoint_refusal(self.endpoint)
+        if self.kind == HubKind.MIRROR:
+            return mirror_root_refusal(self.endpoint)
+        return ""
 
 
 class Trigger(models.TextChoices):

@@ -58,7 +58,10 @@ _WATCH_POLL_FIELDS = [
 def hub_watch_poll(*, watch: HubWatch, now: datetime | None = None) -> WatchPollOutcome:
     """List the watch's hub once; create a release and a job for each complete new revision.
 
-    Any failure (a hub error, an unreadable mirror, a disabled pool, a database or broker
+    A watch whose endpoint the rules refuse (`HubWatch.endpoint_refusal`: not a configured
+    hub, an internal address, a folder outside the mirror roots) is not polled: that is
+    recorded as its failure, before any request. Any failure (a hub error, an unreadable
+    mirror, a disabled pool, a database or broker
     error) is recorded on the watch (message, failure count) and pushes its next poll out
     exponentially from its interval (at least the hub's Retry-After on 429), capped at
     `DAY0_MAX_BACKOFF_S`. Nothing is raised, except Celery's soft time limit.
@@ -69,6 +72,10 @@ def hub_watch_poll(*, watch: HubWatch, now: datetime | None = None) -> WatchPoll
     try:
         if not watch.pool.enabled:
             raise ServiceError(f"pool {watch.pool.name!r} is disabled; enable it or pick another.")
+        # Again at each poll: a row saved before the rule, or changed in the database.
+        refusal = watch.endpoint_refusal()
+        if refusal:
+            raise ServiceError(f"endpoint refused: {refusal}")
         spec = hub_spec_for_watch(watch)
         candidates = hub_source(spec).list_releases()
         endpoint = canonical_endpoint(spec)

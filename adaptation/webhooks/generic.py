@@ -41,6 +41,7 @@ from adaptation.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
+from adaptation.models.hub_endpoints import configured_hub_urls, hub_endpoint_unlisted_reason
 from adaptation.secrets import SecretUnreadable, secret_decrypt
 from adaptation.services.errors import ServiceError
 from adaptation.services.hub_polling import hub_spec_for_watch
@@ -82,15 +83,6 @@ class AdaptRequest:
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def _configured_hub_urls() -> set[str]:
-    """The Hub base URLs day0 reads: the default (`HF_ENDPOINT` or the public Hub) and those
-    of the Hugging Face watches, canonical as releases record them."""
-    urls = {canonical_endpoint(HubSpec(kind=HubKind.HUGGINGFACE))}
-    for watch in HubWatch.objects.filter(kind=HubKind.HUGGINGFACE):
-        urls.add(canonical_endpoint(hub_spec_for_watch(watch)))
-    return urls
-
-
 def _hub(value: Any) -> tuple[str, str, HubWatch | None]:
     """(hub kind, canonical endpoint, watch) for the body's `hub`. Raises `RequestError`."""
     if value is None:
@@ -107,13 +99,12 @@ def _hub(value: Any) -> tuple[str, str, HubWatch | None]:
         if len(value) > MAX_HUB_URL_CHARS:
             raise RequestError(f"hub URL is longer than {MAX_HUB_URL_CHARS} characters")
         endpoint = canonical_endpoint(HubSpec(kind=HubKind.HUGGINGFACE, endpoint=value))
-        # Only a hub this day0 already reads: the worker would send HF_TOKEN to any other URL
-        # and fetch from wherever a sender points it (cloud metadata, internal services).
-        configured = _configured_hub_urls()
-        if endpoint not in configured:
+        # Only a configured hub (HF_ENDPOINT or the admin's allow-list): the worker would
+        # fetch from wherever a sender points it (cloud metadata, internal services).
+        if hub_endpoint_unlisted_reason(endpoint):
             raise RequestError(
                 f"hub {value!r} is not a hub this day0 reads; give a hub watch's name or one "
-                f"of {', '.join(sorted(configured))}"
+                f"of {', '.join(configured_hub_urls())}"
             )
         return HubKind.HUGGINGFACE, endpoint, None
     watch = HubWatch.objects.select_related("pool").filter(name=value).first()
@@ -122,6 +113,10 @@ def _hub(value: Any) -> tuple[str, str, HubWatch | None]:
         raise RequestError(
             f"hub {value!r} is neither an http(s) URL nor a hub watch; watches: {known}"
         )
+    # A watch saved before the rules (or changed in the database) names no hub a sender may use.
+    refusal = watch.endpoint_refusal(resolve=False)
+    if refusal:
+        raise RequestError(f"hub watch {value!r}: {refusal}")
     return watch.kind, canonical_endpoint(hub_spec_for_watch(watch)), watch
 
 

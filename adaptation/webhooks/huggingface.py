@@ -217,7 +217,8 @@ def huggingface_delivery_handle(*, endpoint: WebhookEndpoint, incoming: Incoming
     """Verify, parse, triage and record one Hub delivery to `endpoint`; return its outcome.
 
     401 (wrong or missing `X-Webhook-Secret`), 400 (malformed body, missing field), 200
-    "ignored" (not a model's main, not watched, the pool disabled), 200 "duplicate" (the
+    "ignored" (not a model's main, not watched, the pool disabled, the watch's endpoint not
+    a configured hub), 200 "duplicate" (the
     revision is a release already: its latest job), 202 "coalescing" (joined the repo's
     pending upload; the settle task is queued after commit). Every delivery is stored.
     Raises nothing of its own (database errors propagate).
@@ -249,6 +250,10 @@ def huggingface_delivery_handle(*, endpoint: WebhookEndpoint, incoming: Incoming
     pool = endpoint.pool or watch.pool
     if not pool.enabled:
         reason = f"pool {pool.name!r} is disabled: enable it, or give the endpoint another pool"
+        return record(Outcome(200, DeliveryVerdict.IGNORED, reason), **fields)
+    refusal = watch.endpoint_refusal(resolve=False)
+    if refusal:  # a watch saved before the rules, or changed in the database
+        reason = f"watch {watch.name!r} cannot be used: {refusal}"
         return record(Outcome(200, DeliveryVerdict.IGNORED, reason), **fields)
     hub_endpoint = canonical_endpoint(hub_spec_for_watch(watch))
     return _coalesce(

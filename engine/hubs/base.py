@@ -34,7 +34,8 @@ class HubSpec:
     `kind` is "huggingface" or "mirror". `endpoint` is the Hub's base URL for "huggingface"
     ("" means `HF_ENDPOINT`, else https://huggingface.co) and the root folder for "mirror".
     `author` limits listing to one org/user; `repo_pattern` is an fnmatch pattern on the
-    repo id ("" matches all). `token` is sent as a bearer token (None: `HF_TOKEN`).
+    repo id ("" matches all). `token` is sent as a bearer token (None: `HF_TOKEN`, sent only
+    to an endpoint `engine.hubs.trust.hf_token_allowed` accepts).
     """
 
     kind: str

@@ -55,6 +55,7 @@ from engine.hubs.http import (
     DEFAULT_TIMEOUT_S,
     retry_after_seconds,
 )
+from engine.hubs.trust import hf_token_allowed
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +193,9 @@ class HuggingFaceSource:
     """Releases on a Hugging Face Hub, read through `huggingface_hub.HfApi`.
 
     `spec.endpoint` (else `HF_ENDPOINT`, else https://huggingface.co) is the Hub; `spec.token`
-    (else `HF_TOKEN` / the saved login, as the library reads it) authenticates. Downloads land
+    authenticates, else `HF_TOKEN` / the saved login (as the library reads it), but only on an
+    endpoint that may receive it (`engine.hubs.trust.hf_token_allowed`: the configured hub or
+    one the app allows); any other endpoint is asked without a token. Downloads land
     in `cache_dir` (else `HF_HUB_CACHE`, else `HF_HOME`/hub, else the library's default), so a
     release's files are fetched once per revision. `timeout_s` bounds each request;
     `scan_limit` bounds how many of the newest models a patterned listing reads.
@@ -214,9 +217,14 @@ class HuggingFaceSource:
         self.cache_dir = str(cache_dir) if cache_dir is not None else _cache_dir_from_env()
         self.timeout_s = timeout_s
         self.scan_limit = scan_limit
+        # False tells the library to send no token at all (not even the saved login).
+        token: str | bool | None = spec.token
+        if token is None and not hf_token_allowed(self.endpoint):
+            token = False
+        self.sends_hf_token = token is None
         self.api = HfApi(
             endpoint=self.endpoint,
-            token=spec.token,
+            token=token,
             library_name="day0",
             library_version=DAY0_VERSION,
         )

@@ -24,7 +24,9 @@ def real(name: str) -> bytes:
 
 
 @pytest.fixture
-def hf_watch(fake_hub):
+def hf_watch(fake_hub, monkeypatch):
+    # A watch may poll only a configured hub: the operator points HF_ENDPOINT at the fake Hub.
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
     fake_hub.add_repo(
         "meta-llama/Llama-3.1-8B",
         {"config.json": real("meta-llama__Llama-3.1-8B"), "README.md": b"# Llama"},
@@ -117,7 +119,8 @@ def test_repeated_errors_back_off_exponentially_up_to_the_ceiling(settings, hf_w
     assert hf_watch.consecutive_failures == 3
 
 
-def test_gated_repo_is_reported_on_the_watch(fake_hub):
+def test_gated_repo_is_reported_on_the_watch(fake_hub, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
     fake_hub.add_repo("acme/secret", {"config.json": b"{}"}, gated=True)
     watch = make_watch(kind=HubKind.HUGGINGFACE, endpoint=fake_hub.url, repo_pattern="acme/*")
     fake_hub.fail_next("/api/models", 401, {"X-Error-Code": "GatedRepo"})

@@ -15,6 +15,7 @@ from django.test import Client
 from adaptation.models import (
     AcceleratorPool,
     AdaptationJob,
+    AllowedHubEndpoint,
     DeliveryVerdict,
     HubKind,
     ModelRelease,
@@ -75,8 +76,8 @@ def test_stages_options_pool_and_hub_url_are_taken(client, generic_endpoint, sen
     gpu = AcceleratorPool.objects.create(
         name="h200", backend="cuda", device="cuda", accelerator="h200", queue="pool.h200"
     )
-    # A hub URL is taken when day0 reads that hub already (here through a watch).
-    make_watch(name="internal", kind=HubKind.HUGGINGFACE, endpoint="https://hub.internal.example")
+    # A hub URL is taken when it is a configured hub (here on the admin's allow-list).
+    AllowedHubEndpoint.objects.create(url="https://hub.internal.example")
     payload = {
         **REQUEST,
         "hub": "https://hub.internal.example/",

@@ -350,13 +350,22 @@ def test_gated_repo_with_a_token_lacking_access_is_an_auth_error(fake_hub):
     assert fake_hub.requests_to("/resolve/")[0].status == 403
 
 
-def test_gated_repo_with_token_from_spec_or_hf_token(fake_hub, monkeypatch):
+def test_gated_repo_with_token_from_spec(fake_hub):
     fake_hub.add_repo("meta-llama/Llama-3.1-8B", release("meta-llama/Llama-3.1-8B"), gated=True)
 
     fetched = source(fake_hub, token=VALID_TOKEN).fetch_release("meta-llama/Llama-3.1-8B", "main")
     assert fetched.files["config.json"] == realconfig("meta-llama/Llama-3.1-8B")
+    assert {r.headers["authorization"] for r in fake_hub.requests_to("/resolve/")} == {
+        f"Bearer {VALID_TOKEN}"
+    }
 
+
+def test_gated_repo_with_hf_token_on_the_configured_hub(fake_hub, monkeypatch):
+    # HF_TOKEN goes to the hub the operator configured (HF_ENDPOINT); see test_trust.py.
+    fake_hub.add_repo("meta-llama/Llama-3.1-8B", release("meta-llama/Llama-3.1-8B"), gated=True)
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
     monkeypatch.setenv("HF_TOKEN", VALID_TOKEN)
+
     fetched = source(fake_hub).fetch_release("meta-llama/Llama-3.1-8B", "main")
     assert fetched.files["config.json"] == realconfig("meta-llama/Llama-3.1-8B")
     assert {r.headers["authorization"] for r in fake_hub.requests_to("/resolve/")} == {

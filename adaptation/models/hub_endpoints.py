@@ -1,0 +1,182 @@
+"""Where hub watches may point: the configured Hugging Face hubs and the mirror roots.
+
+A Hugging Face watch's endpoint is the worker's `HF_ENDPOINT` (blank, or that URL; the public
+Hub when unset) or a URL on the admin-managed allow-list (`AllowedHubEndpoint`). An allow-list
+entry goes through the same private-address guard as outbound notifications
+(`adaptation.outbound_http.resolve_checked`) unless the admin set its
+`allow_private_network`; `HF_ENDPOINT` is not guarded, since the operator configured it
+(a site mirror on the internal network, the test suite's local fake Hub).
+
+A mirror watch's folder must be one of `DAY0_MIRROR_ROOTS` or inside one, after symlinks and
+`..` are resolved.
+
+These rules are checked when a watch is saved (`HubWatch.clean`), again before each poll
+(a row saved before the rules, or changed in the database, is refused then), and when a
+Hugging Face source decides whether to send `HF_TOKEN` (`hub_token_allowed`, registered
+with `engine.hubs.trust` when the app starts).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.utils import timezone
+
+from adaptation.outbound_http import OutboundError, resolve_checked
+from engine.hubs.trust import configured_hub_endpoint, hub_url_key, same_hub
+
+# Where the allow-list is managed, as refusals name it.
+ALLOW_LIST_PLACE = "the admin's Allowed hub endpoints"
+
+
+class AllowedHubEndpoint(models.Model):
+    """A Hugging Face-compatible hub (besides `HF_ENDPOINT`) that watches may poll and that
+    receives the worker's `HF_TOKEN`. Managed in the admin by the admin role.
+
+    Its address must not resolve to a private, loopback, link-local or otherwise internal
+    network unless `allow_private_network` is set: that is the admin's decision to let the
+    worker (and its token) reach an internal host.
+    """
+
+    url = models.CharField(
+        max_length=512,
+        unique=True,
+        help_text="The hub's base URL, http(s) with a host, without credentials, query or "
+        "fragment, e.g. https://hub.example.com.",
+    )
+    allow_private_network = models.BooleanField(
+        default=False,
+        help_text="Allow it even when it resolves to a private or loopback address (an "
+        "admin's decision: the worker and its HF_TOKEN then reach the internal network).",
+    )
+    note = models.CharField(max_length=256, blank=True, help_text="What this hub is.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["url"]
+        verbose_name = "allowed hub endpoint"
+
+    def __str__(self) -> str:
+        return self.url
+
+    def clean(self) -> None:
+        """The URL, canonical (scheme and host lower-cased, no trailing slash), must be a hub
+        URL (`hub_url_key`) and pass the address guard unless private networks are allowed.
+        Raises `ValidationError` on `url` naming why."""
+        key = hub_url_key(self.url or "")
+        if key is None:
+            raise ValidationError({"url": _malformed(self.url)})
+        self.url = _url_from_key(key)
+        if not self.allow_private_network:
+            reason = _address_refusal(key)
+            if reason:
+                raise ValidationError({"url": reason})
+
+
+def _malformed(url: str) -> str:
+    return (
+        f"{url or '(blank)'!r} is not a hub base URL: give http(s)://host[:port][/path], "
+        "without credentials, query or fragment."
+    )
+
+
+def _url_from_key(key: tuple[str, str, int, str]) -> str:
+    scheme, host, port, path = key
+    shown = f"[{host}]" if ":" in host else host
+    default = {"http": 80, "https": 443}[scheme]
+    return f"{scheme}://{shown}{'' if port == default else f':{port}'}{path}"
+
+
+def _address_refusal(key: tuple[str, str, int, str]) -> str:
+    """Why the guard refuses the hub's host ("" when it does not): an internal address or a
+    name that does not resolve (its address cannot be checked)."""
+    _scheme, host, port, _path = key
+    try:
+        resolve_checked(host, port, allow_private_network=False)
+    except OutboundError as exc:
+        return exc.reason
+    return ""
+
+
+def _allow_list_entry(endpoint: str) -> AllowedHubEndpoint | None:
+    key = hub_url_key(endpoint)
+    if key is None:
+        return None
+    # The list is short; comparing keys also finds a row whose URL was edited in the database.
+    for entry in AllowedHubEndpoint.objects.all():
+        if hub_url_key(entry.url) == key:
+            return entry
+    return None
+
+
+def configured_hub_urls() -> list[str]:
+    """The hubs a Hugging Face watch may use, for messages: `HF_ENDPOINT` (or the public
+    Hub) first, then the allow-list."""
+    listed = AllowedHubEndpoint.objects.values_list("url", flat=True)
+    return [configured_hub_endpoint(), *listed]
+
+
+def hub_endpoint_unlisted_reason(endpoint: str) -> str:
+    """Why `endpoint` (a Hugging Face watch's; blank means `HF_ENDPOINT`) is not a configured
+    hub, or "" when it is: `HF_ENDPOINT` (or the public Hub when unset) or on the allow-list.
+    Resolves nothing (cheap enough for a webhook); `hub_endpoint_refusal` adds the guard."""
+    if not endpoint.strip() or same_hub(endpoint, configured_hub_endpoint()):
+        return ""
+    if hub_url_key(endpoint) is None:
+        return _malformed(endpoint)
+    if _allow_list_entry(endpoint) is not None:
+        return ""
+    return (
+        f"{endpoint} is not a configured hub: use HF_ENDPOINT ({configured_hub_endpoint()}, "
+        f"or leave the endpoint blank) or a hub on {ALLOW_LIST_PLACE} "
+        f"({', '.join(configured_hub_urls()[1:]) or 'none yet'})."
+    )
+
+
+def hub_endpoint_refusal(endpoint: str) -> str:
+    """Why a Hugging Face watch may not use `endpoint` (or its worker send `HF_TOKEN`
+    there), or "" when it may: not a configured hub (`hub_endpoint_unlisted_reason`), or an
+    allow-list entry whose host resolves to an internal address (or not at all) while its
+    `allow_private_network` is off. Resolves the host of an allow-list entry."""
+    reason = hub_endpoint_unlisted_reason(endpoint)
+    if reason or not endpoint.strip() or same_hub(endpoint, configured_hub_endpoint()):
+        return reason
+    entry, key = _allow_list_entry(endpoint), hub_url_key(endpoint)
+    if entry is None or key is None or entry.allow_private_network:
+        return ""
+    refusal = _address_refusal(key)
+    return f"{endpoint}: {refusal}" if refusal else ""
+
+
+def hub_token_allowed(endpoint: str) -> bool:
+    """Whether the worker may send `HF_TOKEN` to `endpoint`: registered with
+    `engine.hubs.trust.token_check_set` by `AdaptationConfig.ready`."""
+    return not hub_endpoint_refusal(endpoint)
+
+
+def mirror_roots() -> list[Path]:
+    """`DAY0_MIRROR_ROOTS`, each resolved (symlinks followed)."""
+    return [Path(root).expanduser().resolve() for root in settings.DAY0_MIRROR_ROOTS]
+
+
+def mirror_root_refusal(folder: str) -> str:
+    """Why a mirror watch may not read `folder`, or "" when it may: the folder, with
+    symlinks and `..` resolved, must be one of `DAY0_MIRROR_ROOTS` or inside one. Does not
+    require the folder to exist (the poll reports a missing one)."""
+    if not folder.strip():
+        return "a mirror watch needs its root folder as the endpoint."
+    try:
+        resolved = Path(folder).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop, a NUL in the path
+        return f"{folder!r} cannot be resolved: {exc}"
+    roots = mirror_roots()
+    if any(resolved == root or resolved.is_relative_to(root) for root in roots):
+        return ""
+    shown = ", ".join(str(root) for root in roots) or "none"
+    return (
+        f"{folder} (resolved: {resolved}) is outside the mirror roots ({shown}); an operator "
+        "adds roots with DAY0_MIRROR_ROOTS."
+    )
