@@ -1,8 +1,9 @@
 """Who may do what: day0's roles as Django groups, kept in sync with the code on `migrate`.
 
 - `engineer`: triggers, cancels and re-runs jobs; adds and edits hub watches (in the admin
-  site) and known limitations (their own notes; a stage's only in status); edits the
-  additions to release notes; reads everything else.
+  site) and known limitations (their own notes; a stage's only in status; another person's
+  note is only an admin's to edit, `EDIT_ANY_LIMITATION`); edits the additions to release
+  notes; reads everything else.
 - `manager`: reads everything (pages, reports, the API); triggers nothing.
 
 "Everything" leaves out the webhook endpoints and the notification subscriptions with their
@@ -45,6 +46,8 @@ CANCEL_JOB = "adaptation.cancel_job"
 RERUN_STAGE = "adaptation.rerun_stage"
 ADD_LIMITATION = "adaptation.add_knownlimitation"
 CHANGE_LIMITATION = "adaptation.change_knownlimitation"
+# Editing another person's note (the admin role's: not among the engineer's actions).
+EDIT_ANY_LIMITATION = "adaptation.edit_any_knownlimitation"
 CHANGE_NOTES_ADDITIONS = "adaptation.change_releasenotesadditions"
 
 # Models only the admin role sees: the inbound webhook endpoints, and the notification
@@ -146,6 +149,19 @@ def role_revoke(*, user: Any, role: str) -> None:
         if user.is_staff and not (still_staff or user.is_superuser):
             user.is_staff = False
             user.save(update_fields=["is_staff"])
+
+
+def limitation_may_edit(*, user: Any, limitation: Any) -> bool:
+    """Whether `user` may change known limitation `limitation`: with `CHANGE_LIMITATION`
+    (engineers and admins), a stage's note (`key` set) in status, its other fields being the
+    stage's; a person's note only as its author or with `EDIT_ANY_LIMITATION` (admins), so a
+    note whose author is gone is an admin's."""
+    if not user.has_perm(CHANGE_LIMITATION):
+        return False
+    if limitation.key:
+        return True
+    own = limitation.author_id is not None and limitation.author_id == user.pk
+    return own or user.has_perm(EDIT_ANY_LIMITATION)
 
 
 def user_roles(user: Any) -> list[str]:

@@ -2,8 +2,10 @@
 
 A note a stage raised (`key` set) keeps its title, body, severity, pool and key from the
 stage: only its status can change here, as on the release page. A note added here is the
-adding person's (`author`). Changing the status keeps `resolved_at` in step (set when it
-becomes resolved, cleared when reopened or mitigated).
+adding person's (`author`), and only they or an admin may change it
+(`adaptation.roles.limitation_may_edit`; anyone else sees it read-only). Changing the status
+keeps `resolved_at` in step (set when it becomes resolved, cleared when reopened or
+mitigated) and is recorded with who and when (`status_history`).
 """
 
 from __future__ import annotations
@@ -11,11 +13,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 
 from adaptation.models import KnownLimitation, LimitationStatus
-from adaptation.services.limitations import STAGE_OWNED_FIELDS
+from adaptation.roles import limitation_may_edit
+from adaptation.services.limitations import STAGE_OWNED_FIELDS, limitation_status_record
 
 _ALWAYS_READ_ONLY = (
     "key",
@@ -25,7 +31,13 @@ _ALWAYS_READ_ONLY = (
     "created_at",
     "updated_at",
     "resolved_at",
+    "status_history",
 )
+
+
+def _stage_change(stage_run_id: int | None) -> str:
+    """Who made a stage's status change, in the admin's history."""
+    return "a stage re-run" + (f" (stage run {stage_run_id})" if stage_run_id else "")
 
 
 @admin.register(KnownLimitation)
@@ -49,7 +61,26 @@ class KnownLimitationAdmin(admin.ModelAdmin):
         "created_at",
         "updated_at",
         "resolved_at",
+        "status_history",
     )
+
+    @admin.display(description="status changes")
+    def status_history(self, note: KnownLimitation) -> str:
+        """Every status change of the note, newest first: status, by whom, when (UTC)."""
+        if note.pk is None:
+            return "—"
+        changes = note.status_changes.order_by("-changed_at", "-id")
+        rows = [
+            (
+                change.get_status_display(),
+                change.changed_by_name or _stage_change(change.stage_run_id),
+                f"{change.changed_at:%Y-%m-%d %H:%M:%S} UTC",
+            )
+            for change in changes
+        ]
+        if not rows:
+            return "—"
+        return format_html("<ul>{}</ul>", format_html_join("", "<li>{} by {}, {}</li>", rows))
 
     def get_readonly_fields(
         self, request: HttpRequest, obj: KnownLimitation | None = None
@@ -60,10 +91,20 @@ class KnownLimitationAdmin(admin.ModelAdmin):
             return ("release", *STAGE_OWNED_FIELDS, *_ALWAYS_READ_ONLY)
         return _ALWAYS_READ_ONLY
 
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Another person's note is read-only but to its author and admins."""
+        if obj is not None and not limitation_may_edit(user=request.user, limitation=obj):
+            return False
+        return super().has_change_permission(request, obj)
+
     def save_model(
         self, request: HttpRequest, obj: KnownLimitation, form: Any, change: bool
     ) -> None:
-        """Stamp the author of a new note, `updated_at`, and `resolved_at` with the status."""
+        """Stamp the author of a new note, `updated_at`, and `resolved_at` with the status;
+        record a changed status with who and when. Raises `PermissionDenied` for a change by
+        someone who may not edit the note (`has_change_permission` already refuses it)."""
+        if change and not limitation_may_edit(user=request.user, limitation=obj):
+            raise PermissionDenied("Only its author or an admin may edit this known limitation.")
         now = timezone.now()
         if not change and not obj.key:
             obj.author = request.user
@@ -73,4 +114,7 @@ class KnownLimitationAdmin(admin.ModelAdmin):
         else:
             obj.resolved_at = None
         obj.updated_at = now
-        super().save_model(request, obj, form, change)
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            if change and "status" in form.changed_data:
+                limitation_status_record(obj, by=request.user, now=now)

@@ -462,12 +462,30 @@ class AnalysisOutput(serializers.Serializer):
 
 class LimitationOutput(serializers.ModelSerializer):
     """A known limitation of a release: raised by a stage from what it found (`stage`, `key`
-    set) or written by a person (`author`); `pool` null means every pool; `body` is Markdown."""
+    set) or written by a person (`author`); `pool` null means every pool; `body` is Markdown.
+    `status_changed_at` and `status_changed_by` tell its latest status change (both null:
+    never changed; `status_changed_by` null with a time: a stage re-run changed it)."""
 
     pool = serializers.CharField(source="pool.name", read_only=True, allow_null=True, default=None)
     author = serializers.CharField(
         source="author.get_username", read_only=True, allow_null=True, default=None
     )
+    status_changed_at = serializers.SerializerMethodField()
+    status_changed_by = serializers.SerializerMethodField()
+
+    def _latest_change(self, note: KnownLimitation) -> Any:
+        # `status_changes` comes prefetched newest first (selectors.limitations).
+        return next(iter(note.status_changes.all()), None)
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_status_changed_at(self, note: KnownLimitation) -> str | None:
+        change = self._latest_change(note)
+        return serializers.DateTimeField().to_representation(change.changed_at) if change else None
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_status_changed_by(self, note: KnownLimitation) -> str | None:
+        change = self._latest_change(note)
+        return (change.changed_by_name or None) if change else None
 
     class Meta:
         model = KnownLimitation
@@ -483,6 +501,8 @@ class LimitationOutput(serializers.ModelSerializer):
             "body",
             "created_at",
             "updated_at",
+            "status_changed_at",
+            "status_changed_by",
         ]
         read_only_fields = fields
 

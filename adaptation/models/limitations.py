@@ -86,9 +86,42 @@ class KnownLimitation(models.Model):
             ),
         ]
         indexes = [models.Index(fields=["release", "status"])]
+        # Editing a person's note is its author's; this lets the admin role (which holds every
+        # day0 permission, `adaptation.roles`) edit anyone's.
+        permissions = [("edit_any_knownlimitation", "Can edit anyone's known limitation")]
 
     def __str__(self) -> str:
         return f"{self.get_severity_display()}: {self.title}"
+
+
+class LimitationStatusChange(models.Model):
+    """One change of a note's status: who made it and when. A person's change keeps their
+    user and username (the name stays if the user is deleted); a stage re-run's (resolving a
+    note whose problem is gone, reopening one whose problem is back) has no user and names
+    the run (`stage_run`, null once that run is deleted)."""
+
+    limitation = models.ForeignKey(
+        KnownLimitation, on_delete=models.CASCADE, related_name="status_changes"
+    )
+    status = models.CharField(max_length=16, choices=LimitationStatus.choices)
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    changed_by_name = models.CharField(
+        max_length=150, blank=True, help_text="The person's username then; blank: a stage."
+    )
+    stage_run = models.ForeignKey(
+        StageRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    changed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-changed_at", "-id"]
+        indexes = [models.Index(fields=["limitation", "-changed_at"])]
+
+    def __str__(self) -> str:
+        who = self.changed_by_name or "a stage"
+        return f"{self.get_status_display()} by {who} at {self.changed_at:%Y-%m-%d %H:%M}"
 
 
 # Most severe first: the order of the release page's groups and of the board's badge colour

@@ -25,7 +25,7 @@ from adaptation.models import (
     LimitationStatus,
     ModelRelease,
 )
-from adaptation.models.limitations import SEVERITY_ORDER, SEVERITY_RANK
+from adaptation.models.limitations import SEVERITY_ORDER, SEVERITY_RANK, LimitationStatusChange
 
 
 def open_limitations_prefetch() -> Prefetch:
@@ -52,10 +52,12 @@ def release_open_limitations(
 
 def release_open_limitations_all(*, release: ModelRelease) -> QuerySet[KnownLimitation]:
     """The release's open known limitations on every pool, most severe first (then the most
-    recently updated), with their pool and author: what the API's release detail lists."""
+    recently updated), with their pool, author and status changes: what the API's release
+    detail lists."""
     return (
         KnownLimitation.objects.filter(release=release, status=LimitationStatus.OPEN)
         .select_related("pool", "author")
+        .prefetch_related(status_changes_prefetch())
         .order_by(severity_rank(), "-updated_at", "-id")
     )
 
@@ -102,13 +104,29 @@ def sort_key(note: KnownLimitation) -> tuple[int, int, float]:
     )
 
 
+def status_changes_prefetch() -> Prefetch:
+    """A note's status changes, newest first, as `note.status_changes.all()`."""
+    return Prefetch(
+        "status_changes", queryset=LimitationStatusChange.objects.order_by("-changed_at", "-id")
+    )
+
+
 def release_limitations(release: ModelRelease) -> Sequence[KnownLimitation]:
-    """Every note of `release` with its pool and author (one query), in `sort_key` order."""
-    notes = KnownLimitation.objects.filter(release=release).select_related("pool", "author")
+    """Every note of `release` with its pool, author and status changes (two queries), in
+    `sort_key` order."""
+    notes = (
+        KnownLimitation.objects.filter(release=release)
+        .select_related("pool", "author")
+        .prefetch_related(status_changes_prefetch())
+    )
     return sorted(notes, key=sort_key)
 
 
 def limitation_get(*, limitation_id: int) -> KnownLimitation:
-    """The known limitation `limitation_id` with its release and pool loaded; raises
-    `KnownLimitation.DoesNotExist`."""
-    return KnownLimitation.objects.select_related("release", "pool").get(pk=limitation_id)
+    """The known limitation `limitation_id` with its release, pool, author and status changes
+    loaded; raises `KnownLimitation.DoesNotExist`."""
+    return (
+        KnownLimitation.objects.select_related("release", "pool", "author")
+        .prefetch_related(status_changes_prefetch())
+        .get(pk=limitation_id)
+    )

@@ -13,7 +13,11 @@ Two kinds of `KnownLimitation` rows live side by side:
   raises, updates and resolves nothing.
   Their title, body and severity come from the stage; people may only change their status
   (mitigated, resolved).
-- notes people write (`key` blank, `author` set): never touched by a stage.
+- notes people write (`key` blank, `author` set): never touched by a stage, and edited only
+  by their author or an admin (`adaptation.roles.limitation_may_edit`).
+
+Every status change, a person's or a stage re-run's, is recorded (`LimitationStatusChange`:
+who and when).
 
 The findings themselves are plain Python, in each stage's folder
 (`engine/stages/<name>/findings.py`, named by its registry entry; `engine.findings` holds what
@@ -27,6 +31,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -41,6 +46,8 @@ from adaptation.models import (
     StageRun,
     StageStatus,
 )
+from adaptation.models.limitations import LimitationStatusChange
+from adaptation.roles import limitation_may_edit
 from engine.registry import STAGES_WITH_FINDINGS, findings_for_stage, get_stage, unjudged_keys
 
 logger = logging.getLogger(__name__)
@@ -145,6 +152,7 @@ def limitations_sync_for_stage(*, stage_run: StageRun) -> SyncOutcome | None:
             note.stage_run = run
             if note.status == LimitationStatus.RESOLVED:
                 note.status, note.resolved_at = LimitationStatus.OPEN, None
+                limitation_status_record(note, by=None, stage_run=run, now=now)
                 outcome.reopened.append(finding.key)
                 changed = True
             elif changed:
@@ -171,6 +179,7 @@ def limitations_sync_for_stage(*, stage_run: StageRun) -> SyncOutcome | None:
             note.status, note.resolved_at, note.updated_at = LimitationStatus.RESOLVED, now, now
             note.stage_run = run
             note.save(update_fields=["status", "resolved_at", "updated_at", "stage_run"])
+            limitation_status_record(note, by=None, stage_run=run, now=now)
             outcome.resolved.append(note.key)
     if outcome.raised or outcome.reopened or outcome.resolved:
         logger.info(
@@ -201,6 +210,20 @@ def limitations_sync_safely(*, stage_run: StageRun) -> SyncOutcome | None:
 # stage's.
 STAGE_OWNED_FIELDS = ("title", "body", "severity", "pool")
 _EDITABLE_FIELDS = ("title", "body", "severity", "pool", "status")
+
+
+def limitation_status_record(
+    note: KnownLimitation, *, by: Any, stage_run: StageRun | None = None, now: Any
+) -> LimitationStatusChange:
+    """Record that `note` now has its status, set by `by` (a user) or by `stage_run`."""
+    return LimitationStatusChange.objects.create(
+        limitation=note,
+        status=note.status,
+        changed_by=by,
+        changed_by_name=by.get_username() if by is not None else "",
+        stage_run=stage_run,
+        changed_at=now,
+    )
 
 
 def _apply_status(note: KnownLimitation, status: str, now: Any) -> None:
@@ -250,10 +273,14 @@ def limitation_create(
     return note
 
 
-def limitation_update(*, limitation: KnownLimitation, **changes: Any) -> KnownLimitation:
-    """Change a note's title, body, severity, pool or status (`changes`); only its status on a
-    note a stage raised, whose other fields are the stage's. Raises `LimitationError` for
-    such a change, an unknown field, or a blank title."""
+def limitation_update(*, limitation: KnownLimitation, by: Any, **changes: Any) -> KnownLimitation:
+    """Change a note's title, body, severity, pool or status (`changes`) as user `by`; only
+    its status on a note a stage raised, whose other fields are the stage's. A new status is
+    recorded with `by` and the time. Raises `PermissionDenied` when `by` may not edit the note
+    (`adaptation.roles.limitation_may_edit`), and `LimitationError` for a stage-owned change,
+    an unknown field, or a blank title."""
+    if not limitation_may_edit(user=by, limitation=limitation):
+        raise PermissionDenied("Only its author or an admin may edit this known limitation.")
     unknown = sorted(set(changes) - set(_EDITABLE_FIELDS))
     if unknown:
         raise LimitationError(f"A known limitation has no editable {', '.join(unknown)}.")
@@ -277,8 +304,12 @@ def limitation_update(*, limitation: KnownLimitation, **changes: Any) -> KnownLi
         if name in changes:
             value = changes[name]
             setattr(limitation, name, value.strip() if name == "title" else value)
+    before = limitation.status
     if "status" in changes:
         _apply_status(limitation, changes["status"], now)
     limitation.updated_at = now
-    limitation.save()
+    with transaction.atomic():
+        limitation.save()
+        if limitation.status != before:
+            limitation_status_record(limitation, by=by, now=now)
     return limitation

@@ -210,7 +210,7 @@ def test_an_engineer_resolves_a_stage_note_but_cannot_rewrite_it(client, cast):
     assert note.status == "resolved" and note.resolved_at is not None
 
     with pytest.raises(limitations.LimitationError, match="only its status can change"):
-        limitations.limitation_update(limitation=note, title="rewritten")
+        limitations.limitation_update(limitation=note, by=cast.eli, title="rewritten")
 
 
 def test_a_bad_status_is_refused_with_a_message(client, cast):

@@ -93,6 +93,12 @@ def test_a_missing_operator_raises_a_blocker_that_a_fixed_rerun_resolves(
     note.refresh_from_db()
     assert (note.status, note.resolved_at, note.stage_run_id) == ("open", None, third.pk)
     assert KnownLimitation.objects.filter(release=job.release).count() == 1
+    # Each status change the re-runs made is recorded: by the run, no person.
+    changes = note.status_changes.order_by("changed_at", "id")
+    assert [(c.status, c.stage_run_id, c.changed_by_name) for c in changes] == [
+        ("resolved", second.pk, ""),
+        ("open", third.pk, ""),
+    ]
 
 
 @pytest.mark.slow  # runs scaled twins
@@ -193,12 +199,12 @@ def test_a_plan_that_does_not_fit_raises_what_would_fit_and_a_fitting_one_resolv
 
 @pytest.mark.slow  # runs scaled twins
 def test_a_mitigated_note_stays_mitigated_while_found_and_updates_its_text(
-    npu_pool, operators_on_npu
+    npu_pool, cast, operators_on_npu
 ):
     job = operators_job(npu_pool)
     stage_run_succeed(stage_run=running(job, "operators"), result=operators_on_npu)
     note = KnownLimitation.objects.get(key=GROUPED_MM)
-    limitations.limitation_update(limitation=note, status=LimitationStatus.MITIGATED)
+    limitations.limitation_update(limitation=note, by=cast.eli, status=LimitationStatus.MITIGATED)
     KnownLimitation.objects.filter(pk=note.pk).update(title="stale title")
 
     job_cancel(job=job)
@@ -207,6 +213,10 @@ def test_a_mitigated_note_stays_mitigated_while_found_and_updates_its_text(
     note.refresh_from_db()
     assert note.status == "mitigated"
     assert note.title.startswith("aten::_grouped_mm is missing on pool npu-x1")
+    # eli's change is the only one: the re-run left the status alone.
+    assert [(c.status, c.changed_by_id) for c in note.status_changes.all()] == [
+        ("mitigated", cast.eli.pk)
+    ]
 
 
 @pytest.mark.slow  # runs scaled twins

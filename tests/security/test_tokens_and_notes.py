@@ -26,10 +26,15 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.test import RequestFactory
 from django.urls import reverse
+from django.utils import timezone
 from knox.models import AuthToken
 from rest_framework.test import APIClient
 
 from adaptation.admin.tokens import ApiTokenAdmin
+from adaptation.models import KnownLimitation
+from adaptation.roles import EDIT_ANY_LIMITATION, ENGINEER, role_grant
+from adaptation.services import limitations
+from tests.factories import make_release
 
 pytestmark = pytest.mark.django_db
 
@@ -181,3 +186,198 @@ def test_drf_keys_are_carried_over_as_digests_and_keep_working(cast):
     with connection.cursor() as cursor:
         cursor.execute("SELECT COUNT(*) FROM authtoken_token")
         assert cursor.fetchone()[0] == 0  # the clear keys are gone
+
+
+# --- known-limitation notes -----------------------------------------------------------------
+
+EDIT_FORM = {
+    "limitation-title": "Rewritten",
+    "limitation-severity": "minor",
+    "limitation-pool": "",
+    "limitation-status": "mitigated",
+    "limitation-body": "Rewritten body.",
+}
+
+
+@pytest.fixture
+def erin(django_user_model):
+    """A second engineer."""
+    user = django_user_model.objects.create_user(username="erin")
+    role_grant(user=user, role=ENGINEER)
+    return django_user_model.objects.get(pk=user.pk)
+
+
+@pytest.fixture
+def eli_note(cast):
+    """eli's open note on a release."""
+    return limitations.limitation_create(
+        release=make_release(), author=cast.eli, title="Needs firmware 1.3", body="Hangs."
+    )
+
+
+def snapshot(note) -> tuple:
+    note = KnownLimitation.objects.get(pk=note.pk)
+    return (note.title, note.body, note.severity, note.status, note.updated_at, note.author_id)
+
+
+def editor(who: str, cast, erin, root):
+    return {"erin": erin, "root": root}.get(who) or cast.users[who]
+
+
+@pytest.mark.parametrize(
+    ("who", "allowed"),
+    [("mona", False), ("erin", False), ("eli", True), ("ada", True), ("root", True)],
+)
+def test_who_edits_a_person_s_note_on_its_pages(client, cast, erin, root, eli_note, who, allowed):
+    client.force_login(editor(who, cast, erin, root))
+    edit = reverse("adaptation:limitation_edit", args=[eli_note.pk])
+    before = snapshot(eli_note)
+
+    page = client.get(edit)
+    posted = client.post(edit, EDIT_FORM)
+
+    note = KnownLimitation.objects.get(pk=eli_note.pk)
+    if not allowed:
+        assert (page.status_code, posted.status_code) == (403, 403)
+        assert snapshot(note) == before
+        assert not note.status_changes.exists()
+        return
+    assert page.status_code == 200 and posted.status_code == 302
+    assert (note.title, note.body, note.severity, note.status) == (
+        "Rewritten",
+        "Rewritten body.",
+        "minor",
+        "mitigated",
+    )
+    assert note.author == cast.eli  # still eli's note, whoever edited it
+    change = note.status_changes.get()
+    assert (change.status, change.changed_by, change.changed_by_name) == (
+        "mitigated",
+        editor(who, cast, erin, root),
+        editor(who, cast, erin, root).username,
+    )
+
+
+@pytest.mark.parametrize(("who", "allowed"), [("erin", False), ("eli", True), ("ada", True)])
+def test_who_sets_a_person_s_note_s_status_with_the_quick_buttons(
+    client, cast, erin, root, eli_note, who, allowed
+):
+    client.force_login(editor(who, cast, erin, root))
+    before = snapshot(eli_note)
+    started = timezone.now()
+
+    response = client.post(
+        reverse("adaptation:limitation_set_status", args=[eli_note.pk]), {"status": "resolved"}
+    )
+
+    note = KnownLimitation.objects.get(pk=eli_note.pk)
+    if not allowed:
+        assert response.status_code == 403
+        assert snapshot(note) == before and not note.status_changes.exists()
+        return
+    assert response.status_code == 302
+    assert note.status == "resolved"
+    change = note.status_changes.get()
+    assert change.changed_by == cast.users[who]
+    assert started <= change.changed_at <= timezone.now()
+
+
+def test_the_panel_offers_edits_only_on_notes_the_viewer_may_edit(client, cast, erin, eli_note):
+    own = limitations.limitation_create(release=eli_note.release, author=erin, title="Erin's")
+    stage = KnownLimitation.objects.create(
+        release=eli_note.release, title="found", key="analyze:mtp", stage="analyze"
+    )
+    client.force_login(erin)
+    html = client.get(f"/releases/{eli_note.release_id}/").content.decode()
+    assert f'id="limitation-{eli_note.pk}-edit"' not in html
+    assert f'id="limitation-{eli_note.pk}-resolved"' not in html
+    assert f'id="limitation-{own.pk}-edit"' in html and f'id="limitation-{own.pk}-resolved"' in html
+    assert f'id="limitation-{stage.pk}-resolved"' in html  # a stage's note: status, any engineer
+
+    client.force_login(cast.ada)
+    html = client.get(f"/releases/{eli_note.release_id}/").content.decode()
+    assert f'id="limitation-{eli_note.pk}-edit"' in html
+
+
+def test_another_engineer_sees_the_note_read_only_in_the_admin_and_cannot_change_it(
+    client, cast, erin, eli_note
+):
+    url = f"/admin/adaptation/knownlimitation/{eli_note.pk}/change/"
+    before = snapshot(eli_note)
+    client.force_login(erin)
+    page = client.get(url)
+    assert page.status_code == 200
+    assert 'name="title"' not in page.content.decode()  # a view, not a form
+    posted = client.post(url, {"title": "Erin was here", "severity": "info", "status": "resolved"})
+    assert posted.status_code == 403
+    assert snapshot(eli_note) == before
+
+
+def test_an_admin_changes_the_status_in_the_admin_and_it_is_recorded(client, cast, eli_note):
+    url = f"/admin/adaptation/knownlimitation/{eli_note.pk}/change/"
+    client.force_login(cast.ada)
+    data = {
+        "release": eli_note.release_id,
+        "pool": "",
+        "title": eli_note.title,
+        "severity": eli_note.severity,
+        "status": "resolved",
+        "body": eli_note.body,
+    }
+    assert client.post(url, data).status_code == 302
+    note = KnownLimitation.objects.get(pk=eli_note.pk)
+    assert note.status == "resolved" and note.author == cast.eli
+    change = note.status_changes.get()
+    assert (change.status, change.changed_by) == ("resolved", cast.ada)
+    page = client.get(url).content.decode()
+    assert "Resolved by ada, " in page  # the note's status history
+
+    # Saving again without a new status records nothing more.
+    assert client.post(url, data | {"title": "Same status"}).status_code == 302
+    assert note.status_changes.count() == 1
+
+
+def test_the_service_refuses_another_engineer_s_edit(cast, erin, eli_note):
+    with pytest.raises(PermissionDenied, match="Only its author or an admin"):
+        limitations.limitation_update(limitation=eli_note, by=erin, status="resolved")
+    assert KnownLimitation.objects.get(pk=eli_note.pk).status == "open"
+
+
+def test_a_note_whose_author_is_gone_is_an_admin_s_to_edit(client, cast, erin, eli_note):
+    cast.eli.delete()
+    edit = reverse("adaptation:limitation_edit", args=[eli_note.pk])
+    client.force_login(erin)
+    assert client.post(edit, EDIT_FORM).status_code == 403
+    client.force_login(cast.ada)
+    assert client.post(edit, EDIT_FORM).status_code == 302
+
+
+def test_only_admins_hold_the_edit_anyone_s_note_permission(cast, erin, root):
+    assert cast.ada.has_perm(EDIT_ANY_LIMITATION) and root.has_perm(EDIT_ANY_LIMITATION)
+    assert not erin.has_perm(EDIT_ANY_LIMITATION)
+    assert not cast.mona.has_perm(EDIT_ANY_LIMITATION)
+
+
+def test_the_release_page_and_the_api_show_who_changed_the_status_and_when(client, cast, eli_note):
+    status_url = reverse("adaptation:limitation_set_status", args=[eli_note.pk])
+    client.force_login(cast.eli)
+    client.post(status_url, {"status": "mitigated"})
+    client.force_login(cast.ada)
+    client.post(status_url, {"status": "open"})
+    first, latest = eli_note.status_changes.order_by("changed_at", "id")
+    assert (first.changed_by_name, latest.changed_by_name) == ("eli", "ada")
+
+    client.force_login(cast.mona)
+    html = client.get(f"/releases/{eli_note.release_id}/").content.decode()
+    item = re.search(
+        rf'<li class="limitation[^"]*" id="limitation-{eli_note.pk}".*?</li>', html, re.S
+    )
+    text = " ".join(re.sub(r"<[^>]+>", " ", item[0]).split())
+    assert "written by eli" in text
+    assert f"reopened by ada {latest.changed_at:%Y-%m-%d %H:%M} UTC" in text
+
+    # The API's release detail lists open notes, with the latest change.
+    body = cast.api("mona").get(f"/api/v1/releases/{eli_note.release_id}/").json()
+    (note,) = body["limitations"]
+    assert (note["author"], note["status"], note["status_changed_by"]) == ("eli", "open", "ada")
+    assert datetime.fromisoformat(note["status_changed_at"]) == latest.changed_at
