@@ -5,25 +5,33 @@ ships (`auto_map` in config.json naming `modeling_*.py` classes, and the files t
 relatively). Running that code is `trust_remote_code`: off by default, allowed only when the
 release's org (the repo id before "/") is in the pool's `trust_remote_code_orgs`.
 
-Allowed code never runs in the calling process. `run_sandboxed` starts a child with
-`subprocess.Popen([sys.executable, "-m", "engine.remote_code.child", ...])`: a fresh
-interpreter, not a fork, and not `multiprocessing` (a Celery prefork pool process is daemonic,
-and a daemonic process may not start `multiprocessing` children). The child inherits:
+Allowed code never runs in the calling process, and never outside bubblewrap (`bwrap.py`:
+no network, its own PID namespace, read-only binds of only the Python environment, the
+repository's `engine/` and the release's files, a private /tmp, nobody's uid). `run_sandboxed`
+starts `python -m engine.remote_code.child` inside it: a fresh interpreter, not a fork, and not
+`multiprocessing` (a Celery prefork pool process is daemonic, and a daemonic process may not
+start `multiprocessing` children). The child gets:
 
-- an environment built from scratch: PATH, the device-visibility and library-path variables
-  of `PASSED_ENV` that are set, PYTHONPATH = the repository, HOME/TMPDIR/HF_HOME = its private
-  temporary folder, HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1. Never the worker's secrets
-  (DATABASE_URL, SECRET_KEY, HF_TOKEN, broker URLs);
-- its own session and process group (`start_new_session=True`), stdin (the task, JSON), and
-  stdout/stderr into a log file in the temporary folder (its tail is quoted when it fails);
-- no other file descriptors (`close_fds`).
+- an environment built from an allow-list (`child_environment`): the device-visibility, locale,
+  library-path and thread-count variables of `PASSED_ENV` that are set, PYTHONPATH = the
+  repository, HOME/HF_HOME in its work folder, TMPDIR=/tmp, HF_HUB_OFFLINE=1 and
+  TRANSFORMERS_OFFLINE=1. Never the worker's secrets (DATABASE_URL, SECRET_KEY, HF_TOKEN, broker
+  URLs), and no view of the worker's /proc to read them from;
+- the release's files (and its config.json) read-only at `bwrap.CODE_DIR`, written here;
+- stdin (the task, JSON), and stdout/stderr into a log file outside its reach (its tail is
+  quoted when it fails); no other file descriptors (`close_fds`).
 
-The child sets its limits before importing anything heavy (see `remote_code_child`): SIGKILL
-when the worker dies (`prctl(PR_SET_PDEATHSIG)`), address space (`RLIMIT_AS`; GPU pools may need
-`RLIMIT_DATA`, see `memory_rlimit`) and CPU seconds (`RLIMIT_CPU`). The parent enforces the
-wall-clock limit, kept below the stage's Celery soft time limit so the stage can still report
-it, and kills the child's whole process group (`os.killpg`) at the deadline and after it exits.
-A child that runs out of time or memory, or dies, fails the stage with that reason.
+The child sets its limits before importing anything heavy (see `child`): address space
+(`RLIMIT_AS`; GPU pools may need `RLIMIT_DATA`, see `memory_rlimit`), CPU seconds
+(`RLIMIT_CPU`), processes and threads (`RLIMIT_NPROC`, `process_limit`) and file size
+(`RLIMIT_FSIZE`). The parent enforces the wall-clock limit, kept below the stage's Celery soft
+time limit so the stage can still report it, and kills bwrap's process group (`os.killpg`) at
+the deadline and after it exits; bwrap's PID namespace takes every process the code started
+with it. A child that runs out of time or memory, or dies, fails the stage with that reason.
+
+Where bwrap is missing, or cannot confine a process on this worker (no user namespaces, a
+seccomp profile forbidding them), the release's code is refused: the stage fails with that
+reason, blamed on the infrastructure (`failure.culprit`), and nothing of the release runs.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import math
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -50,16 +59,22 @@ from engine.contract import (
     StageTransientError,
     resolve_callable,
 )
+from engine.remote_code import bwrap
 
 DEFAULT_TIME_LIMIT_S = 240.0
 DEFAULT_MEMORY_LIMIT_BYTES = 16 * 1024**3
 # Seconds the sandbox's wall-clock limit stays below the stage's Celery soft time limit: room to
 # kill the child, read its log and store the failure.
 SOFT_LIMIT_MARGIN_S = 30
+# /tmp inside the sandbox is a tmpfs, memory that RLIMIT_AS does not count: capped apart.
+DEFAULT_TMP_BYTES = 1024**3
+# Any one file the child writes (its log, its work folder's files).
+DEFAULT_FILE_LIMIT_BYTES = 1024**3
+# The most bytes of result.json read back.
+MAX_RESULT_BYTES = 64 * 1024**2
 # Environment variables the child may see when the worker has them (device visibility, the
 # loader's library path, thread counts); everything else is left out.
 PASSED_ENV = (
-    "PATH",
     "LANG",
     "LC_ALL",
     "LD_LIBRARY_PATH",
@@ -235,19 +250,33 @@ def measure_in_child(task: dict[str, Any], code_dir: str) -> dict[str, Any]:
     raise StageFailed(f"no sandboxed measurement named {stage!r}")
 
 
-def child_environment(folder: str) -> dict[str, str]:
-    """The child's whole environment: `PASSED_ENV` where set, the repository on PYTHONPATH,
-    home, temp and Hugging Face caches in the sandbox's `folder`, hub access off."""
+def default_process_limit() -> int:
+    """RLIMIT_NPROC for the child: 256 processes and threads plus 4 per CPU (torch's thread
+    pools grow with the CPUs). A worker that runs as root shares it among its concurrent
+    sandboxes (they all run as the host's uid 65534); one that is not root gets it per sandbox
+    (its own user namespace)."""
+    return 256 + 4 * (os.cpu_count() or 1)
+
+
+def child_environment() -> dict[str, str]:
+    """The child's whole environment: `PASSED_ENV` where set, a PATH of the interpreter's and
+    the system's programs, the repository on PYTHONPATH, home and Hugging Face caches in its
+    work folder (`bwrap.WORK_DIR`), temp in its private /tmp, hub access off."""
     env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
-    env.setdefault("PATH", os.defpath)
+    work = bwrap.WORK_DIR
     env.update(
         {
+            "PATH": os.pathsep.join(
+                [os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"]
+            ),
             "PYTHONPATH": str(REPO_ROOT),
             "PYTHONDONTWRITEBYTECODE": "1",
-            "HOME": os.path.join(folder, "home"),
-            "TMPDIR": os.path.join(folder, "tmp"),
-            "HF_HOME": os.path.join(folder, "hf"),
-            "HF_MODULES_CACHE": os.path.join(folder, "modules"),
+            "HOME": f"{work}/home",
+            "USER": "nobody",
+            "LOGNAME": "nobody",
+            "TMPDIR": "/tmp",
+            "HF_HOME": f"{work}/hf",
+            "HF_MODULES_CACHE": f"{work}/modules",
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
         }
@@ -255,9 +284,79 @@ def child_environment(folder: str) -> dict[str, str]:
     return env
 
 
+def sandbox_refused(reason: str) -> StageFailed:
+    """The stage's failure when the sandbox cannot run (`reason`): the infrastructure's fault
+    (`failure.culprit`, read by the worker's failure classes), nothing of the release run."""
+    text = f"the release's modeling code was not run: {reason}; remote code runs only sandboxed"
+    return StageFailed(
+        text,
+        result={
+            "status": "failed",
+            "failure": {"phase": "sandbox", "reason": reason, "culprit": "infrastructure"},
+        },
+    )
+
+
+def _prepare(folder: str, config: Mapping[str, Any], files: Mapping[str, bytes]) -> None:
+    """The sandbox's host side in `folder`: `code/` (the release's files and config.json,
+    readable by nobody, bound read-only), `work/` (writable by nobody: the child's cwd) and
+    `etc/` (its passwd and group)."""
+    code = os.path.join(folder, "code")
+    os.makedirs(code)
+    for name, data in files.items():
+        with open(os.path.join(code, os.path.basename(name)), "wb") as fh:
+            fh.write(data)
+    with open(os.path.join(code, "config.json"), "w", encoding="utf-8") as fh:
+        json.dump(dict(config), fh)
+    os.chmod(code, 0o755)
+    for name in os.listdir(code):
+        os.chmod(os.path.join(code, name), 0o644)
+    work = os.path.join(folder, "work")
+    os.makedirs(os.path.join(work, "home"))
+    if bwrap.runs_as_root():
+        for path in (work, os.path.join(work, "home")):
+            os.chown(path, bwrap.SANDBOX_UID, bwrap.SANDBOX_GID)
+    bwrap.write_identity(os.path.join(folder, "etc"))
+
+
+def _read_result(path: str) -> dict[str, Any] | None:
+    """The child's result.json; None when it wrote none. Opened without following a link and
+    only as a regular file of at most `MAX_RESULT_BYTES` (the release's code could have put
+    anything there). Raises `StageFailed` for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StageFailed(f"the sandbox's result file could not be read: {exc}") from exc
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_RESULT_BYTES:
+            raise StageFailed(
+                "the sandbox's result file is not a regular file of at most "
+                f"{MAX_RESULT_BYTES // 1024**2} MiB"
+            )
+        try:
+            message = json.loads(fh.read(MAX_RESULT_BYTES + 1))
+        except ValueError as exc:
+            raise StageFailed(f"the sandbox's result file is not JSON: {exc}") from exc
+    if not isinstance(message, dict) or "ok" not in message:
+        raise StageFailed("the sandbox's result file holds no result")
+    return message
+
+
 def _kill_group(process: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)  # the child leads its own session and group
+
+
+def _how_it_ended(code: int) -> str:
+    """bwrap's exit status in words: it exits 128 + N when the child was killed by signal N."""
+    number = -code if code < 0 else code - 128 if code > 128 else 0
+    try:
+        return f"killed by {signal.Signals(number).name}"
+    except ValueError:
+        return f"exit code {code}"
 
 
 def _log_tail(path: str, chars: int = 1500) -> str:
@@ -279,26 +378,39 @@ def run_sandboxed(
     memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
     cpu_limit_s: int | None = None,
     memory_rlimit: str = "as",
+    process_limit: int | None = None,
+    tmp_bytes: int = DEFAULT_TMP_BYTES,
+    file_limit_bytes: int = DEFAULT_FILE_LIMIT_BYTES,
 ) -> dict[str, Any]:
     """Run `stage`'s measurement ("operators", "precision" or "twin") on a twin built from the
-    release's modeling `files` ({name: bytes}) in a sandboxed child process (module docstring).
+    release's modeling `files` ({name: bytes}) in the sandboxed child (module docstring).
 
-    `time_limit_s`: wall clock, enforced here (the child's process group is killed).
-    `memory_limit_bytes`: RLIMIT_AS (virtual address space), or RLIMIT_DATA with
-    `memory_rlimit="data"` (for GPU pools whose runtime maps large virtual ranges).
+    `time_limit_s`: wall clock, enforced here (bwrap's process group is killed, and its PID
+    namespace with it). `memory_limit_bytes`: RLIMIT_AS (virtual address space), or RLIMIT_DATA
+    with `memory_rlimit="data"` (for GPU pools whose runtime maps large virtual ranges).
     `cpu_limit_s`: RLIMIT_CPU, CPU seconds over all threads (default: the wall limit times the
-    CPU count, a backstop behind the wall clock).
+    CPU count, a backstop behind the wall clock). `process_limit`: RLIMIT_NPROC, processes and
+    threads (default `default_process_limit()`). `tmp_bytes`: the size of its /tmp (a tmpfs).
+    `file_limit_bytes`: RLIMIT_FSIZE, the largest file it may write.
 
-    Returns the measurement's result dict. Raises `StageFailed` when the child exceeds a limit,
-    dies, or the measurement fails (the child's `StageFailed` reason, with its `result` attached
-    when it had one).
+    Returns the measurement's result dict. Raises `StageFailed`: blamed on the infrastructure
+    (`sandbox_refused`) when bubblewrap is missing or cannot confine a process here, before
+    anything of the release runs; else when the child exceeds a limit, dies, or the measurement
+    fails (the child's `StageFailed` reason, with its `result` attached when it had one).
     """
     if cpu_limit_s is None:
         cpu_limit_s = math.ceil(time_limit_s * max(1, os.cpu_count() or 1)) + 5
+    if process_limit is None:
+        process_limit = default_process_limit()
+    try:
+        program = bwrap.bwrap_executable()
+    except bwrap.SandboxUnavailable as exc:
+        raise sandbox_refused(exc.reason) from None
+    as_root = bwrap.runs_as_root()
     task = {
         "stage": stage,
         "config": dict(config),
-        "files": {name: data.decode("utf-8") for name, data in files.items()},
+        "code_dir": bwrap.CODE_DIR,
         "pool": {
             **asdict(pool),
             "operator_manifest": dict(pool.operator_manifest) if pool.operator_manifest else None,
@@ -307,23 +419,43 @@ def run_sandboxed(
             },
         },
         "org": org,
+        "uid": bwrap.SANDBOX_UID,
+        "gid": bwrap.SANDBOX_GID,
+        "groups": bwrap.device_groups(bwrap.device_nodes(pool.backend)) if as_root else [],
         "memory_limit_bytes": memory_limit_bytes,
         "memory_rlimit": memory_rlimit,
         "cpu_limit_s": cpu_limit_s,
+        "process_limit": process_limit,
+        "file_limit_bytes": file_limit_bytes,
     }
     limit_gib = memory_limit_bytes / 1024**3
     with tempfile.TemporaryDirectory(prefix="day0-remote-") as folder:
-        for sub in ("home", "tmp"):
-            os.makedirs(os.path.join(folder, sub))
+        _prepare(folder, config, files)
+        command = bwrap.command(
+            bwrap=program,
+            code_dir=os.path.join(folder, "code"),
+            work_dir=os.path.join(folder, "work"),
+            etc_dir=os.path.join(folder, "etc"),
+            repo_root=REPO_ROOT,
+            env=child_environment(),
+            backend=pool.backend,
+            tmp_bytes=tmp_bytes,
+            as_root=as_root,
+            argv=[sys.executable, "-m", "engine.remote_code.child"],
+        )
+        try:
+            bwrap.probe(command, sys.executable)
+        except bwrap.SandboxUnavailable as exc:
+            raise sandbox_refused(exc.reason) from None
         log_path = os.path.join(folder, "child.log")
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "engine.remote_code.child", str(os.getpid())],
+                command,
                 stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=folder,
-                env=child_environment(folder),
+                env={"PATH": os.defpath},  # bwrap's own; the child's is set by --setenv
                 start_new_session=True,
                 close_fds=True,
             )
@@ -337,15 +469,14 @@ def run_sandboxed(
                 "sandboxed process and was killed"
             ) from None
         finally:
-            _kill_group(process)  # whatever it left running in its group
+            _kill_group(process)  # bwrap and its namespace's first process, if still there
             if process.poll() is None:
                 process.kill()
                 process.wait()
-        result_path = os.path.join(folder, "result.json")
-        if not os.path.exists(result_path):
-            code = process.returncode
-            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-            if code == -signal.SIGXCPU or code == -signal.SIGKILL:
+        message = _read_result(os.path.join(folder, "work", "result.json"))
+        if message is None:
+            how = _how_it_ended(process.returncode)
+            if how in ("killed by SIGXCPU", "killed by SIGKILL"):
                 how += f" (CPU limit {cpu_limit_s} s, or the kernel's out-of-memory killer)"
             tail = _log_tail(log_path)
             raise StageFailed(
@@ -353,23 +484,21 @@ def run_sandboxed(
                 f"memory limit of {limit_gib:g} GiB"
                 + (f"; its output ended: {tail}" if tail else "")
             )
-        with open(result_path, encoding="utf-8") as fh:
-            message = json.load(fh)
     if message["ok"]:
         return message["result"]
-    if message["kind"] == "memory":
+    reason = str(message.get("reason") or "no reason given")
+    if message.get("kind") == "memory":
         raise StageFailed(
-            "the release's modeling code exceeded the "
-            f"sandbox's memory limit of {limit_gib:g} GiB: "
-            f"{message['reason']}"
+            f"the release's modeling code exceeded the sandbox's memory limit of {limit_gib:g} "
+            f"GiB: {reason}"
         )
     exc = StageFailed(
-        message["reason"]
-        if message["kind"] == "failed"
-        else f"the release's modeling code failed in the sandbox: {message['reason']}"
+        reason
+        if message.get("kind") == "failed"
+        else f"the release's modeling code failed in the sandbox: {reason}"
     )
-    if message.get("result") is not None:
-        exc.result = message["result"]  # type: ignore[attr-defined]
+    if isinstance(message.get("result"), dict):
+        exc.result = message["result"]
     raise exc
 
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
-import time
 from pathlib import Path
 
 import pytest
@@ -68,17 +66,24 @@ class Day0HungryForCausalLM(Day0TinyForCausalLM):
 
 class Day0NosyForCausalLM(Day0TinyForCausalLM):
     def __init__(self, config):
-        import json, os, resource, subprocess
+        import json, os, resource, socket, subprocess
 
-        grandchild = subprocess.Popen(["sleep", "60"])
+        grandchild = subprocess.Popen(["sleep", "61.4142"])
+        with open("/proc/self/status") as status:
+            no_new_privs = [line.split()[1] for line in status if line.startswith("NoNewPrivs")]
         raise RuntimeError(json.dumps({
             "env": sorted(os.environ),
             "home": os.environ.get("HOME"),
             "cwd": os.getcwd(),
-            "rlimit_as": resource.getrlimit(resource.RLIMIT_AS)[0],
+            "uid": os.getuid(),
+            "gid": os.getgid(),
+            "groups": os.getgroups(),
+            "hostname": socket.gethostname(),
+            "no_new_privs": no_new_privs,
+            "rlimit_as": resource.getrlimit(resource.RLIMIT_AS),
             "rlimit_cpu": resource.getrlimit(resource.RLIMIT_CPU)[0],
-            "pgid_is_own": os.getpgid(0) == os.getppid() or os.getpgid(0) == os.getpid(),
-            "sid": os.getsid(0),
+            "rlimit_nproc": resource.getrlimit(resource.RLIMIT_NPROC),
+            "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
             "grandchild": grandchild.pid,
         }))
 """
@@ -184,7 +189,7 @@ def test_the_sandbox_limit_stays_below_the_stage_soft_limit():
 
 
 def test_the_child_is_killed_at_its_time_limit():
-    started = time.monotonic()
+    # its model blocks for ever: only the kill at the limit ends this test
     with pytest.raises(StageFailed, match=r"ran past its time limit of 3 s .* was killed"):
         remote_code.run_sandboxed(
             "twin",
@@ -194,7 +199,6 @@ def test_the_child_is_killed_at_its_time_limit():
             org="acme",
             time_limit_s=3,
         )
-    assert time.monotonic() - started < 6
 
 
 def test_the_child_fails_at_its_memory_limit():
@@ -220,13 +224,14 @@ def _sandbox_in_a_daemon(queue) -> None:
             time_limit_s=60,
             memory_limit_bytes=8 * 1024**3,
             cpu_limit_s=120,
+            process_limit=300,
         )
         queue.put("no error")
     except BaseException as exc:
         queue.put(f"{type(exc).__name__}: {exc}")
 
 
-def test_the_child_starts_from_a_daemonic_process_with_a_minimal_environment(monkeypatch):
+def test_the_child_starts_from_a_daemonic_process_confined_by_bubblewrap(monkeypatch):
     # A Celery prefork pool process is daemonic: multiprocessing children are refused there.
     monkeypatch.setenv("SECRET_KEY", "not-for-the-child")
     monkeypatch.setenv("DATABASE_URL", "postgres://user:secret@db/day0")
@@ -235,7 +240,7 @@ def test_the_child_starts_from_a_daemonic_process_with_a_minimal_environment(mon
     queue = context.Queue()
     daemon = context.Process(target=_sandbox_in_a_daemon, args=(queue,), daemon=True)
     daemon.start()
-    message = queue.get(timeout=90)
+    message = queue.get(timeout=120)
     daemon.join(10)
     # the modeling code reports what it sees by raising (build_twin wraps that error)
     assert message.startswith("StageFailed: transformers rejects the twin"), message
@@ -245,16 +250,27 @@ def test_the_child_starts_from_a_daemonic_process_with_a_minimal_environment(mon
     assert {"PATH", "HOME", "PYTHONPATH", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"} <= set(
         seen["env"]
     )
-    assert seen["home"].startswith(seen["cwd"]) and "day0-remote-" in seen["cwd"]
-    assert not Path(seen["cwd"]).exists()  # the private folder is gone
-    assert seen["rlimit_as"] == 8 * 1024**3 and seen["rlimit_cpu"] == 120
-    assert seen["sid"] != os.getsid(0)  # its own session and process group
-    # the group was killed with what it left running (gone, or a zombie its new parent reaps)
-    assert _state(seen["grandchild"]) in (None, "Z"), _state(seen["grandchild"])
+    assert seen["cwd"] == "/sandbox/work" and seen["home"] == "/sandbox/work/home"
+    assert (seen["uid"], seen["gid"], seen["groups"]) == (65534, 65534, [])
+    assert seen["hostname"] == "day0-sandbox" and seen["no_new_privs"] == ["1"]
+    # soft and hard limits alike, so the code cannot raise them back
+    assert seen["rlimit_as"] == [8 * 1024**3, 8 * 1024**3] and seen["rlimit_cpu"] == 120
+    assert seen["rlimit_nproc"] == [300, 300]
+    # its own PID namespace: bwrap's first process, the child, and what the child started
+    assert seen["pids"][0] == 1 and seen["grandchild"] in seen["pids"]
+    assert len(seen["pids"]) <= 4, seen["pids"]
+    # what it left running died with the namespace
+    assert _host_processes(["sleep", "61.4142"]) == []
 
 
-def _state(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return None
+def _host_processes(argv: list[str]) -> list[int]:
+    """The host's processes whose command line is `argv`."""
+    wanted = ("\0".join(argv) + "\0").encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes() == wanted:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
