@@ -126,6 +126,25 @@ def env_stage_levels(
     return result
 
 
+_HEADER_NAME = re.compile(r"[A-Za-z0-9-]+")
+
+
+def env_header(name: str) -> tuple[str, str] | None:
+    """An HTTP header and the value it must have, written "Name: value" (e.g.
+    "X-Forwarded-Proto: https"), as Django's `SECURE_PROXY_SSL_HEADER` takes it: the header's
+    META key ("HTTP_X_FORWARDED_PROTO") and the value. None when unset or blank."""
+    raw = env_str(name, "").strip()
+    if not raw:
+        return None
+    header, sep, value = raw.partition(":")
+    header, value = header.strip(), value.strip()
+    if not sep or not _HEADER_NAME.fullmatch(header) or not value:
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} is not a header and its value: use e.g. X-Forwarded-Proto: https."
+        )
+    return "HTTP_" + header.upper().replace("-", "_"), value
+
+
 def local_url(host: str, port: str) -> str:
     """The http URL of a server listening on `host`:`port` (`make run`'s DAY0_HOST and
     DAY0_PORT): an IPv6 address in brackets, and a wildcard address (0.0.0.0, ::), which is

@@ -19,6 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 from day0web.env import (
     env_bool,
     env_cache,
+    env_header,
     env_int,
     env_list,
     env_rate,
@@ -172,7 +173,7 @@ LOGGING = {
     "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
 }
 
-# --- security headers and HTTPS ----------------------------------------------------------
+# --- security headers, HTTPS and request limits -----------------------------------------
 # Content-Security-Policy on every response (django-csp 4): scripts, styles, fonts and fetches
 # from day0's own origin only (plotly.js and htmx are served from static files), no inline
 # script, event handler or style attribute; the one inline <style> is the printable release
@@ -194,6 +195,22 @@ CONTENT_SECURITY_POLICY = {
         "frame-ancestors": [NONE],
     }
 }
+
+# HTTPS (docs/operations.md, "HTTPS"): all off by default, so `make run` serves plain http on
+# localhost; .env.example's production block turns them on for a site served over TLS, where
+# `manage.py check --deploy --fail-level WARNING` then passes (tests/web/test_deploy_check.py).
+# Plain http requests are redirected to https:
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+# Browsers are told to use https only, for this many seconds (Strict-Transport-Security):
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# The session and CSRF cookies go over https only:
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+# Behind a proxy that ends TLS: the header it sets on https requests, "Name: value". Set it
+# only when the proxy always sets or strips that header, else a client could claim https.
+SECURE_PROXY_SSL_HEADER = env_header("SECURE_PROXY_SSL_HEADER")
 
 # --- cache and REST API ---------------------------------------------------------------------
 # The API's throttle counts live here. Blank: a memory cache per process (each gunicorn worker
