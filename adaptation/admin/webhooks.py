@@ -141,6 +141,12 @@ class WebhookDeliveryAdmin(_ReadOnlyAdmin):
     search_fields = ("repo_id", "revision", "delivery_id")
     date_hierarchy = "received_at"
     list_select_related = ("endpoint", "job")
+    # The raw body is binary: shown as text (invalid UTF-8 replaced, NUL escaped).
+    readonly_fields = ("body_text",)
+
+    @admin.display(description="Body")
+    def body_text(self, obj: WebhookDelivery) -> str:
+        return obj.body_text
 
     @admin.display(description="Revision", ordering="revision")
     def short_revision(self, obj: WebhookDelivery) -> str:

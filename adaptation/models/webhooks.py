@@ -77,9 +77,12 @@ class DeliveryVerdict(models.TextChoices):
 class WebhookDelivery(models.Model):
     """One inbound request to an endpoint, whatever became of it.
 
-    `headers` are stored without secrets or signatures; `body` is the raw body as text (up to
-    the size limit; larger bodies are refused with 413 and stored empty; a delivery refused
-    before its sender proved itself keeps its first KiB only). `idempotency_key`
+    `headers` are stored without secrets or signatures; `body` is the raw body, the bytes as
+    received, whatever they are (up to the size limit; larger bodies are refused with 413 and
+    stored empty; a delivery refused before its sender proved itself keeps its first KiB
+    only). The text fields taken from a delivery (`event`, `repo_id`, `revision`, ...) are
+    stored with NUL characters and lone surrogates escaped (`\\u0000`, `\\ud800`), which
+    PostgreSQL text columns cannot hold. `idempotency_key`
     is set only on the delivery that first claimed its key (a generic `webhook-id`): the
     unique constraint makes a second job for the same key impossible, even under races.
     """
@@ -98,7 +101,7 @@ class WebhookDelivery(models.Model):
     )
     remote_addr = models.GenericIPAddressField(null=True, blank=True)
     headers = models.JSONField(default=dict, blank=True)
-    body = models.TextField(blank=True)
+    body = models.BinaryField(blank=True, default=b"")
     event = models.CharField(max_length=64, blank=True, help_text='e.g. "repo.content/update".')
     repo_id = models.CharField(max_length=256, blank=True)
     revision = models.CharField(max_length=128, blank=True)
@@ -123,6 +126,16 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.endpoint.name} {self.received_at:%Y-%m-%d %H:%M:%S} {self.verdict}"
+
+    @property
+    def body_bytes(self) -> bytes:
+        """The stored body as bytes (PostgreSQL hands a binary column back as a memoryview)."""
+        return bytes(self.body or b"")
+
+    @property
+    def body_text(self) -> str:
+        """The body as text to show: invalid UTF-8 replaced (U+FFFD), NUL as `\\u0000`."""
+        return self.body_bytes.decode("utf-8", errors="replace").replace("\x00", "\\u0000")
 
 
 class PendingUpload(models.Model):

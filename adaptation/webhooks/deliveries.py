@@ -7,6 +7,12 @@ refused before its sender proved itself (unknown secret or signature, a disabled
 body over the limit) keeps only the first `UNAUTHENTICATED_BODY_BYTES` of its body, so knowing
 an endpoint's URL is not enough to fill the disk; `webhook_deliveries_prune` (the daily
 `day0.prune_webhook_deliveries`) deletes old deliveries that started nothing.
+
+Bytes: the body is stored as received (`WebhookDelivery.body` is binary), whatever it holds.
+Text taken from it is stored through `storable_text` (NUL and lone surrogates escaped:
+PostgreSQL's text columns refuse the one and UTF-8 cannot encode the other); a provider
+refuses a body whose fields it uses hold such text (`invalid_text_at`) with a 400, before any
+query sees them.
 """
 
 from __future__ import annotations
@@ -49,6 +55,51 @@ PRUNED_VERDICTS = (DeliveryVerdict.REJECTED, DeliveryVerdict.IGNORED, DeliveryVe
 PRUNE_BATCH = 500
 
 
+def storable_text(value: str) -> str:
+    """`value` as a text column can hold it: NUL as the six characters `\\u0000` (PostgreSQL
+    refuses NUL in text) and each lone surrogate as its `\\udXXX` escape (not encodable as
+    UTF-8); anything else unchanged."""
+    value = value.replace("\x00", "\\u0000")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        value = value.encode("utf-8", errors="backslashreplace").decode("utf-8")
+    return value
+
+
+def _text_problem(text: str) -> str:
+    if "\x00" in text:
+        return "a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a lone surrogate (\\u{ord(text[exc.start]):04x})"
+    return ""
+
+
+def invalid_text_at(value: Any, path: str = "$") -> str:
+    """Where parsed JSON `value` holds text no database column takes, and what: the first
+    string (object keys included) with a NUL character or a lone surrogate (JSON escapes
+    such as `\\u0000` and `\\ud800` parse to them), as "$.repo.headSha: a NUL character";
+    "" when there is none. Walks nested lists and objects (as deep as `json.loads` went)."""
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, str):
+            problem = _text_problem(item)
+            if problem:
+                return f"{where}: {problem}"
+        elif isinstance(item, dict):
+            for key, inner in reversed(list(item.items())):
+                problem = _text_problem(key)
+                if problem:
+                    return f"{where}: a key with {problem}"
+                stack.append((f"{where}.{key}", inner))
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{i}]", inner) for i, inner in reversed(list(enumerate(item))))
+    return ""
+
+
 class BodyTooLarge(Exception):
     """The request's body is over `DAY0_WEBHOOK_MAX_BODY_BYTES` (declared or as read)."""
 
@@ -64,11 +115,6 @@ class Incoming:
     raw_headers: dict[str, str]
     remote_addr: str | None
     received_at: datetime
-
-    @property
-    def body_text(self) -> str:
-        """The body as text for storage (undecodable bytes replaced)."""
-        return self.body.decode("utf-8", errors="replace")
 
 
 @dataclass
@@ -143,14 +189,15 @@ def delivery_record(
     """Store one delivery as received and decided (`received_at` is when it arrived, so the
     deliveries of a coalesced upload can be found from the upload's first event).
 
-    Unless the sender proved itself (`authenticated`: its secret or signature checked), only
-    the first `UNAUTHENTICATED_BODY_BYTES` of the body and the first headers up to
+    The body is stored as the bytes received. Unless the sender proved itself
+    (`authenticated`: its secret or signature checked), only the first
+    `UNAUTHENTICATED_BODY_BYTES` of the body and the first headers up to
     `UNAUTHENTICATED_HEADERS_CHARS` are kept, and the stored reason says so
-    ("body_truncated", "headers_truncated")."""
-    body, headers, reason = incoming.body_text, incoming.headers, outcome.reason
+    ("body_truncated", "headers_truncated"). Text fields and headers go through
+    `storable_text`, so no bytes a sender chose make the insert fail."""
+    body, headers, reason = incoming.body, incoming.headers, outcome.reason
     if not authenticated and len(incoming.body) > UNAUTHENTICATED_BODY_BYTES:
-        kept = incoming.body[:UNAUTHENTICATED_BODY_BYTES]
-        body = kept.decode("utf-8", errors="replace")
+        body = incoming.body[:UNAUTHENTICATED_BODY_BYTES]
         reason = (
             f"{reason} [body_truncated: the sender was not authenticated; the first "
             f"{UNAUTHENTICATED_BODY_BYTES} of {len(incoming.body)} bytes are kept]"
@@ -170,17 +217,17 @@ def delivery_record(
     return WebhookDelivery.objects.create(
         endpoint=endpoint,
         received_at=incoming.received_at,
-        delivery_id=delivery_id[:255],
+        delivery_id=storable_text(delivery_id)[:255],
         idempotency_key=idempotency_key,
         remote_addr=incoming.remote_addr,
-        headers=headers,
+        headers={storable_text(k): storable_text(v) for k, v in headers.items()},
         body=body,
-        event=event[:64],
-        repo_id=repo_id[:256],
-        revision=revision[:MAX_REVISION_CHARS],
+        event=storable_text(event)[:64],
+        repo_id=storable_text(repo_id)[:256],
+        revision=storable_text(revision)[:MAX_REVISION_CHARS],
         status_code=outcome.status_code,
         verdict=outcome.verdict,
-        reason=reason,
+        reason=storable_text(reason),
         release=outcome.release,
         job=outcome.job,
     )

@@ -53,6 +53,7 @@ from adaptation.webhooks.deliveries import (
     DeliveryRecorder,
     Incoming,
     Outcome,
+    invalid_text_at,
     rejected,
 )
 from engine.hubs import HubSpec, canonical_endpoint
@@ -187,12 +188,13 @@ def generic_delivery_handle(*, endpoint: WebhookEndpoint, incoming: Incoming) ->
     """Verify, parse and act on one generic delivery to `endpoint`; return its outcome.
 
     401 (signature missing or wrong, timestamp more than 5 minutes off), 400 (body not
-    UTF-8 JSON or nested too deeply, not a request day0 can run), 500 (the endpoint's
-    stored secret cannot be decrypted: the secrets key changed), 200 "duplicate" (the
-    `webhook-id` was accepted before: the first delivery's job), 202 "accepted" (release
-    found or created, job created; its first stage is queued after commit). Every delivery
-    is stored (the body whole only once the signature is checked). Raises nothing of its
-    own (database errors propagate).
+    UTF-8 JSON or nested too deeply, a string in it holding a NUL character or a lone
+    surrogate, a `webhook-id` with control characters, not a request day0 can run), 500
+    (the endpoint's stored secret cannot be decrypted: the secrets key changed), 200
+    "duplicate" (the `webhook-id` was accepted before: the first delivery's job), 202
+    "accepted" (release found or created, job created; its first stage is queued after
+    commit). Every delivery is stored, its raw bytes (whole only once the signature is
+    checked). Raises nothing of its own (database errors propagate).
     """
     webhook_id = incoming.raw_headers.get("webhook-id", "")
     record = DeliveryRecorder(
@@ -215,6 +217,8 @@ def generic_delivery_handle(*, endpoint: WebhookEndpoint, incoming: Incoming) ->
     record = record.authenticated_()
     if len(webhook_id) > MAX_WEBHOOK_ID_CHARS:
         return record(rejected(400, f"webhook-id is longer than {MAX_WEBHOOK_ID_CHARS} chars"))
+    if not webhook_id.isprintable():  # it becomes the stored idempotency key
+        return record(rejected(400, "webhook-id must be printable text (no control characters)"))
 
     first = endpoint.deliveries.filter(idempotency_key=webhook_id).first()
     if first is not None:
@@ -222,6 +226,11 @@ def generic_delivery_handle(*, endpoint: WebhookEndpoint, incoming: Incoming) ->
     payload: Any = None
     try:
         payload = json.loads(body_text)
+        # Before any field reaches a query: PostgreSQL refuses NUL, UTF-8 lone surrogates.
+        invalid = invalid_text_at(payload)
+        if invalid:
+            payload = None  # nothing of it is stored as fields
+            raise RequestError(f"body holds text no database takes at {invalid}")
         request = adapt_request_parse(payload, endpoint=endpoint)
     except json.JSONDecodeError as exc:
         reason = f"body is not valid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})"

@@ -45,6 +45,7 @@ from adaptation.webhooks.deliveries import (
     DeliveryRecorder,
     Incoming,
     Outcome,
+    invalid_text_at,
     rejected,
 )
 from engine.hubs import canonical_endpoint
@@ -121,7 +122,8 @@ def hub_event_parse(body: bytes) -> HubEvent:
     not UTF-8 JSON (or JSON nested too deeply to read), not an object, or a required field
     missing (`event.scope`, `event.action`, `repo.type`, `repo.name`, which must be a Hub
     repo id, `is_valid_repo_id`; `repo.headSha` when present must be a string of at most 128
-    characters)."""
+    characters), or one of those (or `updatedRefs`) holding a NUL character or a lone
+    surrogate (`invalid_text_at`)."""
     try:
         payload = json.loads(body.decode("utf-8"))
     except UnicodeDecodeError:
@@ -139,6 +141,18 @@ def hub_event_parse(body: bytes) -> HubEvent:
         raise PayloadError("event is missing or not an object")
     if not isinstance(repo, dict):
         raise PayloadError("repo is missing or not an object")
+    # The fields read reach queries and text columns: no NUL, no lone surrogate (other
+    # fields, a comment's text, are kept only in the raw body).
+    for where, value in (
+        ("event.scope", event.get("scope")),
+        ("event.action", event.get("action")),
+        ("repo.type", repo.get("type")),
+        ("repo.headSha", repo.get("headSha")),
+        ("updatedRefs", payload.get("updatedRefs")),
+    ):
+        invalid = invalid_text_at(value, f"$.{where}")
+        if invalid:
+            raise PayloadError(f"body holds text no database takes at {invalid}")
     head_sha = repo.get("headSha")
     if head_sha is not None and (
         not isinstance(head_sha, str) or len(head_sha.strip()) > MAX_REVISION_CHARS
