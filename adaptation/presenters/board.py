@@ -1,12 +1,17 @@
 """The release board: a row per release (per stage, the newest job on each pool that ran it;
-its running jobs; its Day-0 clock), a column per stage."""
+its running jobs; its Day-0 clock), a column per stage; one page of releases at a time.
+
+The rows hold plain values (states, names, numbers, durations) so that the template reads each
+with one lookup: the board renders a few thousand of them per request."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
+
+from django.urls import reverse
 
 from adaptation.models import (
     AcceleratorPool,
@@ -16,22 +21,33 @@ from adaptation.models import (
     StageRun,
     StageStatus,
 )
+from adaptation.models.limitations import SEVERITY_RANK
 from adaptation.presenters.day0_clock import Day0Clock, day0_clock, newest_job_per_stage
 from adaptation.presenters.stages import StageColumn, failure_class, stage_columns
+from adaptation.selectors.board import CELL_FIGURE_KEYS
 from adaptation.selectors.jobs import latest_runs_by_stage
 from engine.formatting import finite
-from engine.stored import as_mapping
+
+STATUS_LABELS = dict(StageStatus.choices)
 
 
-def _missing_operators(result: Mapping[str, Any]) -> int:
-    return int(finite(as_mapping(result.get("counts")).get("missing")) or 0)
+def _count(value: Any) -> int:
+    """A stored figure as a count: a finite number above zero (or its text, as PostgreSQL
+    reads a JSON value out), else 0."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return 0
+    number = finite(value)
+    return int(number) if number is not None and number > 0 else 0
 
 
-# A stage's figure on its board cells, from a run's stored result: a count the cell shows
-# when it is not zero, worded by `templates/adaptation/board_cells/<stage>.html`.
-CELL_FIGURES: dict[str, Callable[[Mapping[str, Any]], int]] = {
-    "operators": _missing_operators,
-}
+# A stage's figure on its board cells, from the value its run stored at
+# `selectors.board.CELL_FIGURE_KEYS[stage]` (read in the database; the result is not loaded):
+# a count the cell shows when it is not zero, worded by
+# `templates/adaptation/board_cells/<stage>.html`.
+CELL_FIGURES: dict[str, Callable[[Any], int]] = {stage: _count for stage in CELL_FIGURE_KEYS}
 
 
 def cell_figure_template(stage: str) -> str:
@@ -40,59 +56,114 @@ def cell_figure_template(stage: str) -> str:
 
 
 @dataclass(frozen=True)
-class StageCell:
-    """The latest attempt of one stage of the newest job on a pool that ran it, as a board
-    cell: the run, the pool no live worker serves when the run is queued there (None
-    otherwise), the first line of its error (the cell's tooltip), for a stage in
-    `CELL_FIGURES` its figure (`figure_template` words it), the failed run's class
-    ("infrastructure", "release", or "" when unclassified or not failed), and whether the run
-    is of an older job than the newest on its pool (`older`: the cell names its job)."""
+class StageEntry:
+    """The latest attempt of one stage of the newest job on a pool that ran it: its status
+    (`label` the model's word for it), duration (None before it starts), attempt number, job,
+    pool name, the first line of its error (the tooltip), for a stage in `CELL_FIGURES` its
+    figure (`figure_template` words it), the failed run's class ("infrastructure", "release",
+    or ""), the pool no live worker serves when the run is queued there (`waiting_for`, None
+    otherwise), and whether the run is of an older job than the newest on its pool (`older`:
+    the entry names its job)."""
 
-    run: StageRun
-    waiting_for: AcceleratorPool | None
+    status: str
+    label: str
+    duration: timedelta | None
+    attempt: int
+    job_id: int
+    pool_name: str
     error_summary: str
     figure: int = 0
     figure_template: str = ""
     failure_class: str = ""
+    waiting_for: AcceleratorPool | None = None
     older: bool = False
 
     @property
-    def job_id(self) -> int:
-        return self.run.job_id
+    def plain(self) -> bool:
+        """Whether the entry says nothing but its status and duration (the template's short
+        way)."""
+        return not (
+            self.failure_class
+            or self.figure
+            or self.waiting_for is not None
+            or self.attempt > 1
+            or self.older
+        )
 
 
-def stage_cell(
+def stage_entry(
     run: StageRun, *, idle_pool: AcceleratorPool | None = None, older: bool = False
-) -> StageCell:
-    """A board cell from a stage run; `idle_pool`: its pool, when no live worker serves it;
-    `older`: the run is of a job older than the newest on its pool."""
-    error = run.error.strip()
+) -> StageEntry:
+    """A board entry from a stage run (as `selectors.board.board_runs` reads it: `error_head`
+    and `cell_figure` annotated, its job and the job's pool loaded); `idle_pool`: its pool,
+    when no live worker serves it; `older`: the run is of a job older than the newest on its
+    pool."""
+    error = (getattr(run, "error_head", None) or "").strip()
     figure = CELL_FIGURES.get(run.stage)
-    return StageCell(
-        run=run,
-        waiting_for=idle_pool if run.status == StageStatus.QUEUED else None,
+    return StageEntry(
+        status=str(run.status),
+        label=STATUS_LABELS.get(run.status, str(run.status)),
+        duration=run.duration,
+        attempt=run.attempt,
+        job_id=run.job_id,
+        pool_name=run.job.pool.name,
         error_summary=error.splitlines()[0] if error else "",
-        figure=figure(as_mapping(run.result)) if figure is not None else 0,
+        figure=figure(getattr(run, "cell_figure", None)) if figure is not None else 0,
         figure_template=cell_figure_template(run.stage) if figure is not None else "",
         failure_class=failure_class(run),
+        waiting_for=idle_pool if run.status == StageStatus.QUEUED else None,
         older=older,
     )
 
 
 @dataclass(frozen=True)
+class StageCell:
+    """A board cell: one stage of a release, an entry per pool whose jobs hold the stage
+    (empty when none does). The cell takes its first entry's status and failure class, and its
+    error as the tooltip when it has that one entry only (several entries carry their own)."""
+
+    stage: str
+    entries: list[StageEntry]
+    status: str = ""
+    failure_class: str = ""
+    title: str = ""
+    # The entry alone when it says nothing but its status and duration, on a release that
+    # ran on one pool (most cells: the template's short way), else None.
+    plain: StageEntry | None = None
+
+
+def stage_cell(stage: str, entries: list[StageEntry], *, several_pools: bool) -> StageCell:
+    """The cell of `stage` from its entries (one per pool that holds it)."""
+    if not entries:
+        return StageCell(stage=stage, entries=entries)
+    first = entries[0]
+    plain = not several_pools and len(entries) == 1 and first.plain and not first.error_summary
+    return StageCell(
+        stage=stage,
+        entries=entries,
+        status=first.status,
+        failure_class=first.failure_class,
+        title=first.error_summary if len(entries) == 1 else "",
+        plain=first if plain else None,
+    )
+
+
+@dataclass(frozen=True)
 class BoardRow:
-    """One release on the board: its newest job, per column the cells of each pool its jobs
-    ran on (the newest job there that ran the stage: `day0_clock.newest_job_per_stage`; a
-    list, empty where no job holds the stage), its running jobs (pending or running, newest
-    first: each is shown, even one whose stages a newer job covers), whether it ran on more
-    than one pool (a cell then names its pool), and its clock."""
+    """One release on the board: its page's address, its newest job, per column a cell, its
+    running jobs (pending or running, newest first: each is shown, even one whose stages a
+    newer job covers), whether it ran on more than one pool (an entry then names its pool), its
+    clock, and its open limitations' count and most severe severity ("" when none)."""
 
     release: ModelRelease
+    url: str
     job: AdaptationJob | None
-    cells: list[list[StageCell]]
+    cells: list[StageCell]
     clock: Day0Clock
     running_jobs: list[AdaptationJob] = field(default_factory=list)
     several_pools: bool = False
+    limitation_count: int = 0
+    limitation_worst: str = ""
 
 
 @dataclass(frozen=True)
@@ -103,52 +174,70 @@ class Board:
     rows: list[BoardRow]
 
 
+def _worst(limitations: list[Any]) -> str:
+    """The most severe severity among `limitations` ("" when none)."""
+    ranked = sorted(limitations, key=lambda note: SEVERITY_RANK.get(note.severity, 99))
+    return str(ranked[0].severity) if ranked else ""
+
+
+def board_row(
+    release: ModelRelease,
+    jobs: list[AdaptationJob],
+    columns: list[StageColumn],
+    *,
+    now: datetime,
+    idle: Mapping[int, AcceleratorPool],
+) -> BoardRow:
+    """The row of `release` with its `jobs` (newest first, runs and pool loaded) under
+    `columns`."""
+    by_pool: dict[int, list[AdaptationJob]] = {}
+    for each in jobs:
+        by_pool.setdefault(each.pool_id, []).append(each)
+    entries: dict[str, list[StageEntry]] = {column.name: [] for column in columns}
+    latest: dict[int, dict[str, StageRun]] = {}  # per job id, read once
+    for pool_jobs in by_pool.values():
+        for stage, owner in newest_job_per_stage(pool_jobs).items():
+            if stage in entries:
+                runs = latest.get(owner.pk)
+                if runs is None:
+                    runs = latest[owner.pk] = latest_runs_by_stage(owner)
+                entries[stage].append(
+                    stage_entry(
+                        runs[stage],
+                        idle_pool=idle.get(owner.pool_id),
+                        older=owner is not pool_jobs[0],
+                    )
+                )
+    limitations = list(getattr(release, "open_limitations", ()))
+    return BoardRow(
+        release=release,
+        url=reverse("adaptation:release_detail", args=[release.pk]),
+        job=jobs[0] if jobs else None,
+        cells=[
+            stage_cell(column.name, entries[column.name], several_pools=len(by_pool) > 1)
+            for column in columns
+        ],
+        clock=day0_clock(release, jobs, now=now, limitations=limitations),
+        running_jobs=[j for j in jobs if j.status in (JobStatus.PENDING, JobStatus.RUNNING)],
+        several_pools=len(by_pool) > 1,
+        limitation_count=len(limitations),
+        limitation_worst=_worst(limitations),
+    )
+
+
 def board(
     releases: Iterable[ModelRelease],
     *,
     now: datetime,
     pools_without_worker: Mapping[int, AcceleratorPool] | None = None,
 ) -> Board:
-    """Build the board from releases whose jobs and stage runs are prefetched (newest job
-    first, as `selectors.releases_for_board` returns them, with `open_limitations`: the clock
-    shows each pool's most severe). `pools_without_worker` (by id,
+    """Build the board from releases as `selectors.board.board_releases` reads them (jobs
+    newest first with their pool and stage runs, `open_limitations`: the clock shows each
+    pool's most severe). `pools_without_worker` (by id,
     `selectors.workers.pools_without_live_worker`) marks queued stages of those pools as
     waiting."""
     idle = pools_without_worker or {}
     with_jobs = [(release, list(release.jobs.all())) for release in releases]
     columns = stage_columns(job.stages for _, jobs in with_jobs for job in jobs)
-    rows = []
-    for release, jobs in with_jobs:
-        job = jobs[0] if jobs else None
-        by_pool: dict[int, list[AdaptationJob]] = {}
-        for each in jobs:
-            by_pool.setdefault(each.pool_id, []).append(each)
-        cells: list[list[StageCell]] = [[] for _ in columns]
-        for pool_jobs in by_pool.values():
-            owners = newest_job_per_stage(pool_jobs)
-            for index, column in enumerate(columns):
-                owner = owners.get(column.name)
-                if owner is None:
-                    continue
-                cells[index].append(
-                    stage_cell(
-                        latest_runs_by_stage(owner)[column.name],
-                        idle_pool=idle.get(owner.pool_id),
-                        older=owner is not pool_jobs[0],
-                    )
-                )
-        clock = day0_clock(
-            release, jobs, now=now, limitations=getattr(release, "open_limitations", ())
-        )
-        running = [j for j in jobs if j.status in (JobStatus.PENDING, JobStatus.RUNNING)]
-        rows.append(
-            BoardRow(
-                release=release,
-                job=job,
-                cells=cells,
-                clock=clock,
-                running_jobs=running,
-                several_pools=len(by_pool) > 1,
-            )
-        )
+    rows = [board_row(release, jobs, columns, now=now, idle=idle) for release, jobs in with_jobs]
     return Board(columns=columns, rows=rows)

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from django.db.models import (
     Case,
-    Count,
     IntegerField,
-    OuterRef,
     Prefetch,
     Q,
     QuerySet,
-    Subquery,
     Value,
     When,
 )
-from django.db.models.functions import Coalesce
 
 from adaptation.models import (
     AcceleratorPool,
@@ -72,22 +67,6 @@ def severity_rank() -> Case:
         default=Value(len(SEVERITY_ORDER)),
         output_field=IntegerField(),
     )
-
-
-def open_limitation_annotations() -> dict[str, Any]:
-    """Annotations for a `ModelRelease` queryset: `open_limitation_count` (how many of its
-    notes are open) and `open_limitation_worst` (the most severe of their severities, None
-    when none), as two correlated subqueries of the release query itself: no query per
-    row."""
-    open_notes = KnownLimitation.objects.filter(
-        release=OuterRef("pk"), status=LimitationStatus.OPEN
-    )
-    counted = open_notes.order_by().values("release").annotate(n=Count("pk")).values("n")[:1]
-    worst = open_notes.annotate(rank=severity_rank()).order_by("rank", "pk").values("severity")
-    return {
-        "open_limitation_count": Coalesce(Subquery(counted, output_field=IntegerField()), Value(0)),
-        "open_limitation_worst": Subquery(worst[:1]),
-    }
 
 
 def sort_key(note: KnownLimitation) -> tuple[int, int, float]:

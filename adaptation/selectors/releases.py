@@ -1,4 +1,5 @@
-"""Reads of releases: the board's rows, one release's page, the newest job, earlier analyses."""
+"""Reads of releases: one release's page, the newest job, earlier analyses (the board's rows
+are `selectors.board`)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from adaptation.models import (
     StageStatus,
 )
 from adaptation.selectors.jobs import jobs_with_stage_runs
-from adaptation.selectors.limitations import open_limitation_annotations, open_limitations_prefetch
+from adaptation.selectors.limitations import open_limitations_prefetch
 
 
 def known_family_analyses(*, exclude_release_id: int | None, limit: int = 50) -> list[dict]:
@@ -39,24 +40,6 @@ def known_family_analyses(*, exclude_release_id: int | None, limit: int = 50) ->
             if len(seen) >= limit:
                 break
     return list(seen.values())
-
-
-def releases_for_board(*, limit: int = 100) -> QuerySet[ModelRelease]:
-    """Releases, newest first, each with its jobs (newest first) and their stage runs, and
-    its open limitations (`open_limitations_prefetch`), annotated with their count and most
-    severe severity (`open_limitation_annotations`) for the board's badge."""
-    jobs = AdaptationJob.objects.select_related("pool").prefetch_related(
-        Prefetch("stage_runs", queryset=StageRun.objects.order_by("position", "attempt"))
-    )
-    return (
-        ModelRelease.objects.select_related("watch")
-        .annotate(**open_limitation_annotations())
-        .prefetch_related(
-            Prefetch("jobs", queryset=jobs.order_by("-created_at", "-id")),
-            open_limitations_prefetch(),
-        )
-        .order_by("-discovered_at", "-id")[:limit]
-    )
 
 
 # A stage run's fields that are large and read only where the page shows the run in full.
