@@ -348,3 +348,15 @@ def test_migration_keeps_stored_bodies_byte_for_byte_both_ways():
     finally:
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+def test_the_admin_shows_a_stored_body_of_any_bytes(client, hub, cast):
+    body = b'{"a": "\x00"}\xff'
+    response = post(client, hub, body, **{"X-Webhook-Secret": hub.secret})
+    delivery = stored(response)
+    client.force_login(cast.ada)
+
+    page = client.get(f"/admin/adaptation/webhookdelivery/{delivery.pk}/change/")
+
+    assert page.status_code == 200
+    assert "{&quot;a&quot;: &quot;\\u0000&quot;}\ufffd" in page.content.decode()
