@@ -212,6 +212,10 @@ CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
 # only when the proxy always sets or strips that header, else a client could claim https.
 SECURE_PROXY_SSL_HEADER = env_header("SECURE_PROXY_SSL_HEADER")
 
+# Request bodies (forms, API calls) over this many bytes are refused: a 413 in the API's error
+# shape, Django's 400 page for a form. Webhook receivers have their own limit below.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 1024 * 1024, minimum=1024)
+
 # --- cache and REST API ---------------------------------------------------------------------
 # The API's throttle counts live here. Blank: a memory cache per process (each gunicorn worker
 # then counts on its own); redis://host:port/db shares them between processes.
@@ -226,11 +230,12 @@ REST_FRAMEWORK = {
         "adaptation.api.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    # DRF's parsers, JSON's answering 400 (not a 500) for JSON nested too deeply to read.
+    # DRF's parsers, JSON's answering 400 (not a 500) for JSON nested too deeply to read,
+    # multipart's refusing a body over DATA_UPLOAD_MAX_MEMORY_SIZE unread (413).
     "DEFAULT_PARSER_CLASSES": [
         "adaptation.api.parsers.JSONParser",
         "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
+        "adaptation.api.parsers.MultiPartParser",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],

@@ -27,3 +27,10 @@ urlpatterns = [
     path("webhooks/", include("adaptation.webhooks.urls")),
     path("", include("adaptation.urls")),
 ]
+
+# Django's error answers: JSON in the API's one error shape under /api/, the site's pages
+# elsewhere (adaptation/api/exceptions.py).
+handler400 = "adaptation.api.exceptions.bad_request"
+handler403 = "adaptation.api.exceptions.permission_denied"
+handler404 = "adaptation.api.exceptions.page_not_found"
+handler500 = "adaptation.api.exceptions.server_error"

@@ -1,5 +1,9 @@
 """django-filter FilterSets of the API's lists, and their ordering; each list also takes
-`ordering` over its view's `ordering_fields` (and releases `search`), see the views."""
+`ordering` over its view's `ordering_fields` (and releases `search`), see the views.
+
+A filter given blank (`?since=`, `?status=`) is a 400 unless it takes free text: django-filter
+would read it as no filter at all, while the schema says a time, an id, a choice or a
+boolean."""
 
 from __future__ import annotations
 
@@ -136,7 +140,24 @@ class SinceFilter(filters.IsoDateTimeFilter):
         super().__init__(*args, **kwargs)
 
 
-class ReleaseFilter(filters.FilterSet):
+class FilterSet(filters.FilterSet):
+    """django-filter's FilterSet, refusing a blank value for a filter that takes no free
+    text (`BLANK_MESSAGE` on the parameter)."""
+
+    BLANK_MESSAGE = "Give a value, or leave the parameter out."
+
+    def is_valid(self) -> bool:
+        valid = super().is_valid()
+        for name, definition in self.filters.items():
+            value = self.data.get(name)
+            if isinstance(definition, filters.CharFilter) or value is None or value.strip():
+                continue
+            self.form.add_error(name, forms.ValidationError(self.BLANK_MESSAGE, code="blank"))
+            valid = False
+        return valid
+
+
+class ReleaseFilter(FilterSet):
     """Releases by org, the status of their newest job, discovery time, hub and family."""
 
     org = filters.CharFilter(
@@ -164,7 +185,7 @@ class ReleaseFilter(filters.FilterSet):
         return queryset.filter(repo_id__istartswith=f"{value.strip('/')}/")
 
 
-class JobFilter(filters.FilterSet):
+class JobFilter(FilterSet):
     """Jobs by status, pool (name), release (id), trigger and creation time."""
 
     status = filters.ChoiceFilter(choices=JobStatus.choices, label="Job status.")
@@ -180,7 +201,7 @@ class JobFilter(filters.FilterSet):
         fields = ["status", "pool", "release", "trigger", "created_since"]
 
 
-class StageRunFilter(filters.FilterSet):
+class StageRunFilter(FilterSet):
     """Stage runs (every attempt) by job, stage name, status and pool."""
 
     job = IdFilter(field_name="job_id", label="Job id.")
@@ -193,7 +214,7 @@ class StageRunFilter(filters.FilterSet):
         fields = ["job", "stage", "status", "pool"]
 
 
-class PoolFilter(filters.FilterSet):
+class PoolFilter(FilterSet):
     """Pools by whether they are enabled and by backend."""
 
     enabled = filters.BooleanFilter(label="Enabled pools only (true) or disabled ones (false).")
@@ -204,7 +225,7 @@ class PoolFilter(filters.FilterSet):
         fields = ["enabled", "backend"]
 
 
-class WebhookEndpointFilter(filters.FilterSet):
+class WebhookEndpointFilter(FilterSet):
     """Webhook endpoints by kind and whether they are enabled."""
 
     kind = filters.ChoiceFilter(choices=WebhookKind.choices, label="Delivery format.")
