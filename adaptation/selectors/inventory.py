@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Min, Prefetch
+from django.db.models import Count, Min
+from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
 from adaptation.models import (
@@ -216,29 +217,71 @@ class PoolInventory:
         return [state.worker for state in self.live_workers]
 
 
-def _latest_runs(job: AdaptationJob) -> list[StageRun]:
-    """The latest attempt of each stage from prefetched runs, in stage order."""
-    latest: dict[int, StageRun] = {}
-    for run in sorted(job.stage_runs.all(), key=lambda r: (r.position, r.attempt)):
+@dataclass(frozen=True)
+class _RunState:
+    """What the inventory reads of a stage attempt of an active job (never its result)."""
+
+    position: int
+    attempt: int
+    status: str
+    queued_at: datetime | None
+    run_id: int
+
+
+def _latest_runs(runs: list[_RunState]) -> list[_RunState]:
+    """The latest attempt of each stage among a job's `runs`, in stage order."""
+    latest: dict[int, _RunState] = {}
+    for run in sorted(runs, key=lambda r: (r.position, r.attempt)):
         latest[run.position] = run
     return [latest[p] for p in sorted(latest)]
 
 
-def plan_devices(job: AdaptationJob) -> int | None:
-    """The devices of the job's latest succeeded `plan` attempt (prefetched runs), or None
-    when it has none or its result names no positive device count."""
-    plans = [
-        run
-        for run in job.stage_runs.all()
-        if run.stage == PLAN_STAGE and run.status == StageStatus.SUCCEEDED
-    ]
-    if not plans:
-        return None
-    result = max(plans, key=lambda run: run.attempt).result
-    devices = result.get("devices") if isinstance(result, dict) else None
+def _plan_devices(devices: object) -> int | None:
+    """A plan's stored `devices` as a device count: a positive integer (not a bool), else
+    None."""
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         return None
     return devices
+
+
+def plan_devices_by_job(job_ids: Iterable[int]) -> dict[int, int]:
+    """Per job id, the devices of its latest succeeded `plan` attempt; a job whose latest
+    succeeded plan names no positive device count, or that has none, is left out. One query;
+    only the `devices` value of each result is read."""
+    rows = (
+        StageRun.objects.filter(
+            job_id__in=list(job_ids), stage=PLAN_STAGE, status=StageStatus.SUCCEEDED
+        )
+        .annotate(devices=KeyTransform("devices", "result"))
+        .order_by("job_id", "attempt")
+        .values_list("job_id", "devices")
+    )
+    latest = dict(rows)  # the last row of each job is its latest attempt
+    return {
+        job_id: count
+        for job_id, devices in latest.items()
+        if (count := _plan_devices(devices)) is not None
+    }
+
+
+# What the pools page reads of a running stage run (never its result or log), of its job and
+# of its release.
+_RUNNING_COLUMNS = (
+    "id",
+    "job_id",
+    "stage",
+    "status",
+    "started_at",
+    "finished_at",
+    "worker_host",
+    "job__id",
+    "job__pool_id",
+    "job__release_id",
+    "job__created_at",
+    "job__release__id",
+    "job__release__repo_id",
+)
+_JOB_COLUMNS = ("id", "pool_id", "release_id", "status", "created_at")
 
 
 @dataclass
@@ -246,20 +289,24 @@ class _PoolActivity:
     """What runs on and waits for one pool, as `_pools_activity` reads it."""
 
     running: list[StageRun] = field(default_factory=list)  # oldest start first
-    active_jobs: list[AdaptationJob] = field(default_factory=list)  # oldest first
+    # Jobs with a stage queued or running, oldest first, with every attempt of their stages.
+    active_jobs: list[tuple[AdaptationJob, list[_RunState]]] = field(default_factory=list)
     queue_depth: int = 0
     oldest_queued_at: datetime | None = None
+    plan_devices: dict[int, int] = field(default_factory=dict)  # per active job id
 
 
 def _pools_activity(pools: list[AcceleratorPool]) -> dict[int, _PoolActivity]:
-    """Per pool id: its running stage runs (job and release loaded), its jobs with a stage
-    queued or running (runs prefetched) and its queue. Four queries for any number of
-    pools."""
+    """Per pool id: its running stage runs (job and the release's repo id loaded), its jobs
+    with a stage queued or running (the state of every attempt of their stages, and their
+    plans' devices) and its queue. Six queries for any number of pools; no stored result, log
+    or config is loaded."""
     ids = [pool.pk for pool in pools]
     activity = {pk: _PoolActivity() for pk in ids}
     running = (
         StageRun.objects.filter(job__pool_id__in=ids, status=StageStatus.RUNNING)
         .select_related("job__release")
+        .only(*_RUNNING_COLUMNS)
         .order_by("started_at", "id")
     )
     for run in running:
@@ -276,28 +323,38 @@ def _pools_activity(pools: list[AcceleratorPool]) -> dict[int, _PoolActivity]:
     active = StageRun.objects.filter(
         job__pool_id__in=ids, status__in=(StageStatus.QUEUED, StageStatus.RUNNING)
     ).values("job_id")
-    jobs = (
-        AdaptationJob.objects.filter(pk__in=active)
-        .select_related("release", "pool")
-        .prefetch_related(
-            Prefetch("stage_runs", queryset=StageRun.objects.order_by("position", "attempt"))
-        )
-        .order_by("created_at", "id")
+    runs: dict[int, list[_RunState]] = {}
+    attempts = StageRun.objects.filter(job_id__in=active).values_list(
+        "job_id", "position", "attempt", "status", "queued_at", "id"
     )
-    for job in jobs:
-        activity[job.pool_id].active_jobs.append(job)
+    for job_id, *state in attempts:
+        runs.setdefault(job_id, []).append(_RunState(*state))
+    jobs = AdaptationJob.objects.filter(pk__in=active).only(*_JOB_COLUMNS)
+    devices = plan_devices_by_job(runs)
+    for job in jobs.order_by("created_at", "id"):
+        pool_activity = activity[job.pool_id]
+        pool_activity.active_jobs.append((job, runs.get(job.pk, [])))
+        if job.pk in devices:
+            pool_activity.plan_devices[job.pk] = devices[job.pk]
     return activity
 
 
-def _jobs_by_state(jobs: list[AdaptationJob]) -> tuple[list[JobHolding], list[WaitingJob]]:
+def _jobs_by_state(activity: _PoolActivity) -> tuple[list[JobHolding], list[WaitingJob]]:
+    """The pool's jobs holding devices (a stage of them runs: the running run as
+    `_pools_activity` read it) and those waiting (a stage queued, none running)."""
+    running_runs = {run.pk: run for run in activity.running}
     holdings: list[JobHolding] = []
     waiting: list[WaitingJob] = []
-    for job in jobs:
-        latest = _latest_runs(job)
+    for job, runs in activity.active_jobs:
+        latest = _latest_runs(runs)
         remaining = sum(1 for run in latest if run.status in _UNFINISHED)
-        planned = plan_devices(job)
+        planned = activity.plan_devices.get(job.pk)
         devices = planned or 1
-        running = [run for run in latest if run.status == StageStatus.RUNNING]
+        running = [
+            running_runs[run.run_id]
+            for run in latest
+            if run.status == StageStatus.RUNNING and run.run_id in running_runs
+        ]
         queued = [run for run in latest if run.status == StageStatus.QUEUED]
         if running:
             holdings.append(
@@ -403,7 +460,7 @@ def _pool_inventory(
         elif worker.last_heartbeat_at >= now - RECENT_WORKERS:
             inactive.append(WorkerState(worker, state, age))
     inactive.sort(key=lambda s: s.worker.last_heartbeat_at, reverse=True)
-    holdings, waiting = _jobs_by_state(activity.active_jobs)
+    holdings, waiting = _jobs_by_state(activity)
     return PoolInventory(
         pool=pool,
         now=now,
@@ -620,7 +677,7 @@ __all__ = [
     "StartEstimate",
     "WaitingJob",
     "WorkerState",
-    "plan_devices",
+    "plan_devices_by_job",
     "plan_start_estimate",
     "pool_inventory",
     "pools_overview",
