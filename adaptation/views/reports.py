@@ -21,11 +21,17 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from adaptation.charts import reports as report_charts
+from adaptation.charts.cache import cached_figure
 from adaptation.models import AcceleratorPool
 from adaptation.presenters import reports
 from adaptation.selectors import reports as report_selectors
 from adaptation.selectors.reports import ReportQuery
 from adaptation.views.access import VIEW_JOBS, permission_required
+
+# The time-to-Day-0 chart, drawn once per set of points (`charts.cache`: keyed by a digest of
+# them and of the chart code, so never stale); plotly's validation of a figure of a thousand
+# points costs more than the rest of the page.
+time_to_day0_chart = cached_figure(report_charts.time_to_day0)
 
 # Releases per page of the report's table (the summary, the chart and the CSV cover them all).
 REPORT_ROWS_PER_PAGE = 50
@@ -112,7 +118,7 @@ def report(request: HttpRequest) -> HttpResponse:
         "form": form,
         "report": result,
         "page": page,
-        "chart": report_charts.time_to_day0(reports.chart_points(result.rows)),
+        "chart": time_to_day0_chart(reports.chart_points(result.rows)),
         "csv_url": _url("adaptation:report_csv", query),
         "readiness_url": _url("adaptation:report_readiness", query),
         "page_params": urlencode(query.params()),
