@@ -69,10 +69,12 @@ class ReleaseFiles:
     """The raw bytes of a release's describing files, as fetched.
 
     `files` maps a name from `RELEASE_FILES` to its bytes, for the files the repo has.
-    `safetensors_metadata` is filled only when the repo has no index: the tensors read from
-    the safetensors headers, as {"total_size": bytes, "shard_count": files read, "tensors":
-    {name: {"dtype": str, "shape": [int, ...]}}} (dtype as safetensors names it: "BF16",
-    "F8_E4M3"...); None when an index exists or the repo has no safetensors file.
+    `safetensors_metadata`: the tensors read from the header of every weight file (the
+    index's shards, else `model.safetensors`: `safetensors_headers.weight_files`), as
+    {"total_size": bytes, "shard_count": files read, "tensors": {name: {"dtype": str,
+    "shape": [int, ...]}}} plus "duplicates" ({"count", "names"}) when a name is in two
+    files (dtype as safetensors names it: "BF16", "F8_E4M3"...); None when the repo has no
+    safetensors file.
     `file_sizes` maps every file of the repo to its size in bytes where the hub says it.
     """
 

@@ -1,13 +1,16 @@
 """The Hugging Face Hub (or any Hub-compatible mirror) as a source of releases.
 
 All traffic goes through `huggingface_hub.HfApi`, so its caching, auth (`HF_TOKEN`) and
-`HF_ENDPOINT` conventions hold. Only the describing files are downloaded; safetensors headers
-are read with HTTP range requests, never the weights.
+`HF_ENDPOINT` conventions hold. Only the describing files are downloaded; every weight file's
+safetensors header is read with HTTP range requests (`safetensors_headers.py`), never the
+weights.
 
 The library retries 429/5xx/network errors itself, up to 5 times, sleeping up to 8 s or a
 whole `Retry-After` each time. In a poll or a Celery task that would hold a worker for
 minutes, so calls made here run with those retries switched off: a failure surfaces at once
-as a `HubError` and the caller (poller, task) schedules the retry with its own backoff.
+as a `HubError` and the caller (poller, task) schedules the retry with its own backoff. The
+one exception is the header reads: one of many files' headers meeting a 429 is retried here
+within a short budget, so that a release's hundred range requests are not started over.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from engine.hubs.http import (
     DEFAULT_TIMEOUT_S,
     retry_after_seconds,
 )
+from engine.hubs.safetensors_headers import HeaderCache, read_hub_headers, weight_files
 from engine.hubs.trust import hf_token_allowed
 
 logger = logging.getLogger(__name__)
@@ -334,10 +338,12 @@ class HuggingFaceSource:
     def fetch_release(self, repo_id: str, revision: str) -> ReleaseFiles:
         """The describing files of `repo_id` at `revision` (a sha, branch or tag).
 
-        Downloads those of `RELEASE_FILES` the repo has; without an index, reads every
-        `*.safetensors` header with range requests. `file_sizes` (bytes) come from the
-        repo's file metadata. The returned `revision` is the commit sha the hub resolved.
-        Raises a `HubError` subclass.
+        Downloads those of `RELEASE_FILES` the repo has and reads the header of every weight
+        file (`safetensors_headers.weight_files`: the index's shards, else
+        `model.safetensors`) with HTTP range requests, in parallel, cached per commit; never
+        the weights. `file_sizes` (bytes) come from the repo's file metadata. The returned
+        `revision` is the commit sha the hub resolved. Raises a `HubError` subclass
+        (`HubRateLimited` once 429s outlast `safetensors_headers.MAX_RATE_LIMIT_WAIT_S`).
         """
 
         def run() -> ReleaseFiles:
@@ -353,9 +359,16 @@ class HuggingFaceSource:
             for name in RELEASE_FILES:
                 if name in names:
                     fetched.files[name] = self._download(repo_id, name, commit)
-            shards = sorted(n for n in names if n.endswith(".safetensors"))
-            if INDEX_FILE not in fetched.files and shards:
-                fetched.safetensors_metadata = self._read_headers(repo_id, commit, shards)
+            shards = weight_files(names, fetched.files.get(INDEX_FILE))
+            if shards:
+                fetched.safetensors_metadata = read_hub_headers(
+                    self.api,
+                    repo_id,
+                    commit,
+                    shards,
+                    cache=HeaderCache(self.endpoint, repo_id, commit),
+                    timeout_s=self.timeout_s,
+                )
             return fetched
 
         return self._call(f"{repo_id}@{revision}", run)
@@ -370,20 +383,6 @@ class HuggingFaceSource:
             return {name: self._download(repo_id, name, revision) for name in names}
 
         return self._call(f"{repo_id}@{revision}: {', '.join(names)}", run)
-
-    def _read_headers(self, repo_id: str, revision: str, filenames: list[str]) -> dict:
-        """Tensors of the safetensors files, from their headers (range requests only)."""
-        tensors: dict[str, dict[str, Any]] = {}
-        total_size = 0
-        for filename in filenames:
-            header = self.api.parse_safetensors_file_metadata(
-                repo_id, filename, revision=revision, timeout=self.timeout_s
-            )
-            for name, info in header.tensors.items():
-                tensors[name] = {"dtype": info.dtype, "shape": list(info.shape)}
-                start, end = info.data_offsets
-                total_size += end - start
-        return {"total_size": total_size, "shard_count": len(filenames), "tensors": tensors}
 
 
 def _newest_first(candidate: ReleaseCandidate) -> tuple[bool, float]:

@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from engine.hubs.base import (
     INDEX_FILE,
@@ -26,8 +25,8 @@ from engine.hubs.base import (
     ReleaseFiles,
     incomplete_reason,
     repo_matches,
-    tensor_nbytes,
 )
+from engine.hubs.safetensors_headers import read_local_headers, weight_files
 
 # Names a copy still in progress leaves: huggingface_hub (`.incomplete`), curl/wget/browsers
 # (`.part`, `.partial`), generic `.tmp`, and rsync's `.<name>.XXXXXX`.
@@ -202,9 +201,11 @@ class MirrorSource:
         """The release files of `repo_id` if the folder is still at `revision` ("main": as
         it is now).
 
-        Without an index, the `*.safetensors` headers are read (never the tensors).
-        Raises `HubNotFound` (no folder; the folder changed since `revision`),
-        `HubUnavailable` (read error), `HubError` (unreadable safetensors header).
+        The header of every weight file (the index's shards, else `model.safetensors`, else
+        every top-level `*.safetensors`) is read: its 8-byte length and header bytes only.
+        Raises `HubNotFound` (no folder; the folder changed since `revision`; a shard the
+        index names is missing), `HubUnavailable` (read error), `HubError` (an unreadable
+        safetensors header: too short, an absurd length, bad JSON).
         """
         snap = self._snapshot(repo_id, self._folder(repo_id))
         if revision not in (snap.revision, "main"):
@@ -215,10 +216,9 @@ class MirrorSource:
         fetched = ReleaseFiles(
             repo_id=repo_id, revision=snap.revision, files=snap.files, file_sizes=snap.sizes
         )
-        if INDEX_FILE not in snap.files and snap.safetensors:
-            fetched.safetensors_metadata = _read_headers(
-                repo_id, self.root / repo_id, snap.safetensors
-            )
+        shards = weight_files(snap.sizes, snap.files.get(INDEX_FILE))
+        if shards:
+            fetched.safetensors_metadata = read_local_headers(repo_id, self.root / repo_id, shards)
         return fetched
 
     def fetch_files(self, repo_id: str, revision: str, names: list[str]) -> dict[str, bytes]:
@@ -251,27 +251,3 @@ class MirrorSource:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _read_headers(repo_id: str, folder: Path, filenames: list[str]) -> dict[str, Any]:
-    """Tensors of the safetensors files in `folder`, from their headers (no tensor is loaded).
-
-    Raises `HubError` naming the file when a header cannot be read.
-    """
-    from safetensors import SafetensorError, safe_open
-
-    tensors: dict[str, dict[str, Any]] = {}
-    total_size = 0
-    for filename in filenames:
-        try:
-            with safe_open(folder / filename, framework="pt") as handle:
-                for name in handle.keys():  # noqa: SIM118 (safe_open is not iterable)
-                    tensor = handle.get_slice(name)
-                    dtype, shape = tensor.get_dtype(), list(tensor.get_shape())
-                    tensors[name] = {"dtype": dtype, "shape": shape}
-                    total_size += tensor_nbytes(dtype, shape)
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise HubError(
-                f"{repo_id}: cannot read the safetensors header of {filename}: {exc}"
-            ) from exc
-    return {"total_size": total_size, "shard_count": len(filenames), "tensors": tensors}

@@ -22,6 +22,7 @@ from engine.hubs.base import (
 )
 from engine.hubs.http import retry_after_seconds
 from engine.hubs.huggingface import HuggingFaceSource
+from tests.checkpoints import safetensors_file
 from tests.fakehub import FakeHub
 
 REALCONFIGS = Path(__file__).resolve().parents[2] / "data" / "realconfigs"
@@ -35,7 +36,8 @@ def realconfig(repo_id: str) -> bytes:
 
 def release(repo_id: str, *, shards: int = 2, extra: dict[str, bytes] | None = None) -> dict:
     """A repo's files: real config, generation config, README, an index naming `shards`
-    shards (all present, a few bytes each), a tokenizer that must never be fetched."""
+    shards (all present, each a safetensors file holding the one F16 tensor of 4 values the
+    index puts there), a tokenizer that must never be fetched."""
     shard_names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
     index = {
         "metadata": {"total_size": 123456},
@@ -47,7 +49,10 @@ def release(repo_id: str, *, shards: int = 2, extra: dict[str, bytes] | None = N
         "model.safetensors.index.json": json.dumps(index).encode(),
         "README.md": f"# {repo_id}\n\nReleased today.\n".encode(),
         "tokenizer.json": b'{"version": "1.0"}',
-        **{name: b"\0" * 64 for name in shard_names},
+        **{
+            name: safetensors_file({f"model.layers.{i}.weight": ("F16", (4,))})
+            for i, name in enumerate(shard_names)
+        },
     }
     files.update(extra or {})
     return files
@@ -216,9 +221,16 @@ def test_fetch_release_downloads_only_the_describing_files(fake_hub):
     assert json.loads(fetched.files["config.json"])["model_type"] == "kimi_k2"
     assert fetched.files["README.md"] == files["README.md"]
     assert fetched.file_sizes == {name: len(content) for name, content in files.items()}
-    assert fetched.safetensors_metadata is None  # the index describes the weights
+    # Every shard's header is read, index or not: one range request each, never the weights.
+    assert fetched.safetensors_metadata["tensors"] == {
+        f"model.layers.{i}.weight": {"dtype": "F16", "shape": [4]} for i in range(3)
+    }
+    assert fetched.safetensors_metadata["shard_count"] == 3
+    shard_reads = [r for r in fake_hub.requests if r.path.endswith(".safetensors")]
+    assert len(shard_reads) == 3
+    assert all(r.method == "GET" and r.range == "bytes=0-100000" for r in shard_reads)
     fetched_paths = [r.path for r in fake_hub.requests if r.method == "GET"]
-    assert not [p for p in fetched_paths if p.endswith((".safetensors", "tokenizer.json"))]
+    assert not [p for p in fetched_paths if p.endswith("tokenizer.json")]
     assert all(f"/resolve/{sha}/" in p for p in fetched_paths if "/resolve/" in p)
 
 
@@ -420,12 +432,31 @@ def test_rate_limit_while_reading_safetensors_headers(fake_hub, tmp_path):
         "openai/gpt-oss-20b",
         {"config.json": b"{}", "model.safetensors": (tmp_path / "model.safetensors").read_bytes()},
     )
+    # Longer than a header read waits (safetensors_headers.MAX_RATE_LIMIT_WAIT_S): the task
+    # retries later.
     fake_hub.fail_next(
-        f"/openai/gpt-oss-20b/resolve/{sha}/model.safetensors", 429, {"Retry-After": "3"}
+        f"/openai/gpt-oss-20b/resolve/{sha}/model.safetensors", 429, {"Retry-After": "3600"}
     )
     with pytest.raises(HubRateLimited) as raised:
         source(fake_hub).fetch_release("openai/gpt-oss-20b", "main")
-    assert raised.value.retry_after_s == 3
+    assert raised.value.retry_after_s == 3600
+    assert len(fake_hub.requests_to("model.safetensors")) == 1
+
+
+def test_a_short_rate_limit_while_reading_headers_is_waited_out(fake_hub, tmp_path):
+    save_file(_tensors(), tmp_path / "model.safetensors")
+    sha = fake_hub.add_repo(
+        "openai/gpt-oss-20b",
+        {"config.json": b"{}", "model.safetensors": (tmp_path / "model.safetensors").read_bytes()},
+    )
+    fake_hub.fail_next(
+        f"/openai/gpt-oss-20b/resolve/{sha}/model.safetensors", 429, {"Retry-After": "1"}
+    )
+
+    fetched = source(fake_hub).fetch_release("openai/gpt-oss-20b", "main")
+
+    assert len(fetched.safetensors_metadata["tensors"]) == 6
+    assert [r.status for r in fake_hub.requests_to("model.safetensors")] == [429, 206]
 
 
 @pytest.mark.parametrize(

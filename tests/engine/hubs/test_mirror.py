@@ -16,6 +16,7 @@ from engine.hubs import hub_source
 from engine.hubs.base import HubError, HubNotFound, HubSpec
 from engine.hubs.huggingface import HuggingFaceSource
 from engine.hubs.mirror import MirrorSource
+from tests.checkpoints import safetensors_file
 
 REALCONFIGS = Path(__file__).resolve().parents[2] / "data" / "realconfigs"
 
@@ -27,8 +28,9 @@ def realconfig(repo_id: str) -> bytes:
 def put_release(
     root: Path, repo_id: str, *, mtime: datetime | None = None, shards: int = 2, index: bool = True
 ) -> Path:
-    """Write a release folder: real config, README, index and its shards (a few bytes each);
-    every file's mtime set to `mtime`."""
+    """Write a release folder: real config, README, index and its shards (each a safetensors
+    file holding the one F16 tensor of 4 values the index puts there); every file's mtime
+    set to `mtime`."""
     folder = root / repo_id
     folder.mkdir(parents=True)
     (folder / "config.json").write_bytes(realconfig(repo_id))
@@ -37,8 +39,8 @@ def put_release(
     if index:
         weight_map = {f"model.layers.{i}.weight": name for i, name in enumerate(names)}
         (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    for name in names:
-        (folder / name).write_bytes(b"\0" * 16)
+    for i, name in enumerate(names):
+        (folder / name).write_bytes(safetensors_file({f"model.layers.{i}.weight": ("F16", (4,))}))
     if mtime is not None:
         set_mtime(folder, mtime)
     return folder
@@ -106,7 +108,7 @@ def test_revision_is_the_content_hash_and_stable_across_scans(root):
         content = (folder / name).read_bytes()
         expected.update(f"{name}\0{len(content)}\0".encode() + content)
     for name in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
-        expected.update(f"{name}\0{16}\0".encode())
+        expected.update(f"{name}\0{(folder / name).stat().st_size}\0".encode())
     assert first.revision == expected.hexdigest()
 
 
@@ -145,7 +147,11 @@ def test_fetch_release_reads_the_files_and_sizes(root):
     assert fetched.files["config.json"] == realconfig(repo_id)
     assert json.loads(fetched.files["config.json"])["num_experts"] == 128
     assert fetched.file_sizes == {p.name: p.stat().st_size for p in folder.iterdir()}
-    assert fetched.safetensors_metadata is None
+    # The index's shards' headers are read too.
+    assert fetched.safetensors_metadata["tensors"] == {
+        "model.layers.0.weight": {"dtype": "F16", "shape": [4]},
+        "model.layers.1.weight": {"dtype": "F16", "shape": [4]},
+    }
 
 
 def test_incomplete_without_config(root):
