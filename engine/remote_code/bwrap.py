@@ -21,7 +21,7 @@ with a user namespace mapping its own uid to nobody. A worker that runs as root 
 to root outside (uid 0, which the kernel exempts from `RLIMIT_NPROC`), so there bwrap runs without
 a user namespace, keeps only CAP_SETUID and CAP_SETGID, and the child drops to the real uid 65534
 before it reads the release's code (`child.drop_privileges`). bwrap sets no_new_privs, so nothing
-inside can regain privileges.
+inside can regain privileges, and a seccomp filter (`seccomp.py`) refuses new user namespaces.
 
 `DAY0_BWRAP` names the bwrap program (default `bwrap` on PATH).
 """
@@ -34,8 +34,10 @@ import shutil
 import stat
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+
+from engine.remote_code import seccomp
 
 BWRAP_ENV = "DAY0_BWRAP"
 SANDBOX_UID = 65534
@@ -113,9 +115,11 @@ def _outermost(paths: Iterable[str]) -> list[str]:
 
 
 def _library_dirs(env: Mapping[str, str]) -> list[str]:
-    """LD_LIBRARY_PATH's existing folders (a GPU runtime's libraries may live there)."""
+    """LD_LIBRARY_PATH's existing folders (a GPU runtime's libraries may live there), but
+    never the root folder: that would bind the whole host."""
     value = env.get("LD_LIBRARY_PATH", "")
-    return [os.path.realpath(p) for p in value.split(":") if p and os.path.isdir(p)]
+    found = [os.path.realpath(p) for p in value.split(":") if p and os.path.isdir(p)]
+    return [path for path in found if path != "/"]
 
 
 def device_nodes(backend: str) -> list[str]:
@@ -179,6 +183,7 @@ def command(
     backend: str,
     tmp_bytes: int,
     as_root: bool,
+    seccomp_fd: int | None,
     argv: Sequence[str],
 ) -> list[str]:
     """The whole bwrap command line running `argv` (the child, by absolute paths) confined.
@@ -186,7 +191,8 @@ def command(
     `code_dir` (host) is bound read-only at `CODE_DIR`, `work_dir` (host, writable by nobody)
     at `WORK_DIR`, the cwd; `etc_dir` holds the passwd and group written from `PASSWD` and
     `GROUP`. `env` is the child's whole environment. `backend` picks the device nodes
-    (`DEVICE_GLOBS`); `tmp_bytes` caps /tmp; `as_root` as `runs_as_root`.
+    (`DEVICE_GLOBS`); `tmp_bytes` caps /tmp; `as_root` as `runs_as_root`; `seccomp_fd` holds
+    `seccomp.program()` (None: no filter), to be passed to bwrap (`pass_fds`).
     """
     out = _Args()
     out.args += [
@@ -235,6 +241,8 @@ def command(
     for node in device_nodes(backend):
         out.args += ["--dev-bind", node, node]
     out.args += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
+    if seccomp_fd is not None:
+        out.args += ["--seccomp", str(seccomp_fd)]
     out.args += ["--chdir", WORK_DIR, "--clearenv"]
     for name, value in sorted(env.items()):
         out.args += ["--setenv", name, value]
@@ -250,26 +258,29 @@ def write_identity(etc_dir: str) -> None:
         os.chmod(os.path.join(etc_dir, name), 0o644)
 
 
-def probe(full_command: Sequence[str], python: str) -> None:
-    """Start the same sandbox around `python -I -c pass` (no release code): raises
-    `SandboxUnavailable` with bwrap's own words when it cannot (no namespaces allowed, a
-    missing mount point) or Python cannot start inside it within `PROBE_TIMEOUT_S` seconds."""
-    cut = list(full_command).index("--")
-    argv = [*full_command[: cut + 1], python, "-I", "-c", "pass"]
-    try:
-        done = subprocess.run(
-            argv,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=PROBE_TIMEOUT_S,
-            env={"PATH": os.defpath},
-            start_new_session=True,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SandboxUnavailable(f"bubblewrap ({full_command[0]}) could not start: {exc}") from exc
+def probe(build: Callable[[int | None], list[str]], python: str) -> None:
+    """Start the sandbox `build(seccomp_fd)` makes around `python -I -c pass` (no release
+    code): raises `SandboxUnavailable` with bwrap's own words when it cannot (no namespaces
+    allowed, a missing mount point) or Python cannot start inside it within `PROBE_TIMEOUT_S`
+    seconds."""
+    with seccomp.filter_fd() as fd:
+        full = build(fd)
+        argv = [*full[: full.index("--") + 1], python, "-I", "-c", "pass"]
+        try:
+            done = subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=PROBE_TIMEOUT_S,
+                env={"PATH": os.defpath},
+                start_new_session=True,
+                pass_fds=() if fd is None else (fd,),
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SandboxUnavailable(f"bubblewrap ({full[0]}) could not start: {exc}") from exc
     if done.returncode != 0:
         said = (done.stderr or done.stdout).decode("utf-8", "replace").strip()[-500:]
         raise SandboxUnavailable(
-            f"bubblewrap ({full_command[0]}) cannot confine a process on this worker "
+            f"bubblewrap ({full[0]}) cannot confine a process on this worker "
             f"(exit code {done.returncode}): {said or 'no message'}"
         )

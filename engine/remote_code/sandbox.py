@@ -7,7 +7,9 @@ release's org (the repo id before "/") is in the pool's `trust_remote_code_orgs`
 
 Allowed code never runs in the calling process, and never outside bubblewrap (`bwrap.py`:
 no network, its own PID namespace, read-only binds of only the Python environment, the
-repository's `engine/` and the release's files, a private /tmp, nobody's uid). `run_sandboxed`
+repository's `engine/` and the release's files, a private /tmp, nobody's uid, no new user
+namespaces: `seccomp.py`). bwrap is started around `python -I -c pass` first (`bwrap.probe`),
+so a worker that cannot confine fails before anything of the release runs. `run_sandboxed`
 starts `python -m engine.remote_code.child` inside it: a fresh interpreter, not a fork, and not
 `multiprocessing` (a Celery prefork pool process is daemonic, and a daemonic process may not
 start `multiprocessing` children). The child gets:
@@ -19,7 +21,8 @@ start `multiprocessing` children). The child gets:
   URLs), and no view of the worker's /proc to read them from;
 - the release's files (and its config.json) read-only at `bwrap.CODE_DIR`, written here;
 - stdin (the task, JSON), and stdout/stderr into a log file outside its reach (its tail is
-  quoted when it fails); no other file descriptors (`close_fds`).
+  quoted when it fails); no other file descriptors (`close_fds`) but the seccomp filter's,
+  which bwrap reads and closes.
 
 The child sets its limits before importing anything heavy (see `child`): address space
 (`RLIMIT_AS`; GPU pools may need `RLIMIT_DATA`, see `memory_rlimit`), CPU seconds
@@ -37,6 +40,7 @@ reason, blamed on the infrastructure (`failure.culprit`), and nothing of the rel
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -59,7 +63,7 @@ from engine.contract import (
     StageTransientError,
     resolve_callable,
 )
-from engine.remote_code import bwrap
+from engine.remote_code import bwrap, seccomp
 
 DEFAULT_TIME_LIMIT_S = 240.0
 DEFAULT_MEMORY_LIMIT_BYTES = 16 * 1024**3
@@ -431,7 +435,8 @@ def run_sandboxed(
     limit_gib = memory_limit_bytes / 1024**3
     with tempfile.TemporaryDirectory(prefix="day0-remote-") as folder:
         _prepare(folder, config, files)
-        command = bwrap.command(
+        build = functools.partial(
+            bwrap.command,
             bwrap=program,
             code_dir=os.path.join(folder, "code"),
             work_dir=os.path.join(folder, "work"),
@@ -444,13 +449,13 @@ def run_sandboxed(
             argv=[sys.executable, "-m", "engine.remote_code.child"],
         )
         try:
-            bwrap.probe(command, sys.executable)
+            bwrap.probe(lambda fd: build(seccomp_fd=fd), sys.executable)
         except bwrap.SandboxUnavailable as exc:
             raise sandbox_refused(exc.reason) from None
         log_path = os.path.join(folder, "child.log")
-        with open(log_path, "wb") as log:
+        with open(log_path, "wb") as log, seccomp.filter_fd() as seccomp_fd:
             process = subprocess.Popen(
-                command,
+                build(seccomp_fd=seccomp_fd),
                 stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -458,6 +463,7 @@ def run_sandboxed(
                 env={"PATH": os.defpath},  # bwrap's own; the child's is set by --setenv
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=() if seccomp_fd is None else (seccomp_fd,),
             )
         try:
             process.communicate(json.dumps(task).encode("utf-8"), timeout=time_limit_s)

@@ -10,12 +10,14 @@ model's constructor (the one channel the child has back: the stage's failure rea
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -151,6 +153,19 @@ def survivor():
     return pid
 
 
+def user_namespace():
+    import ctypes
+
+    pid = os.fork()  # single-threaded, as unshare(CLONE_NEWUSER) wants
+    if pid == 0:
+        libc = ctypes.CDLL(None, use_errno=True)
+        os._exit(0 if libc.unshare(0x10000000) == 0 else ctypes.get_errno())
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code:
+        raise OSError(code, os.strerror(code))
+    return "created"
+
+
 attempt("canary", lambda: connect(SETUP["canary_port"], b"escaped"))
 attempt("redis", lambda: connect(6379, b"PING\\r\\n"))
 attempt("postgres", lambda: connect(5432, bytes([0, 0, 0, 8, 4, 210, 22, 47])))
@@ -161,6 +176,7 @@ attempt("write_outside", write_outside)
 attempt("fork_bomb", fork_bomb)
 attempt("allocate", allocate)
 attempt("survivor", survivor)
+attempt("user_namespace", user_namespace)
 
 
 class Day0HostileForCausalLM(LlamaForCausalLM):
@@ -248,6 +264,11 @@ def secrets(monkeypatch) -> Iterator[dict[str, object]]:
     for name, value in values.items():
         monkeypatch.setenv(name, value)
     decoy = subprocess.Popen(["sleep", "600"], env={**os.environ, **values})
+    environ = Path(f"/proc/{decoy.pid}/environ")
+    for _ in range(100):  # the kernel shows it once exec has set the new stack up
+        if values["SECRET_KEY"].encode() in environ.read_bytes():
+            break
+        time.sleep(0.05)
     yield {"values": values, "decoy_pid": decoy.pid}
     decoy.kill()
     decoy.wait()
@@ -340,6 +361,11 @@ def test_a_hostile_release_is_contained_and_the_next_run_works(tmp_path, canary,
     assert report["allocate"]["ok"] is False
     assert "Cannot allocate memory" in report["allocate"]["error"]
     assert report["survivor"]["ok"] is True, report["survivor"]
+    # no user namespace of its own, where it would hold every capability
+    assert report["user_namespace"] == {
+        "ok": False,
+        "error": "PermissionError: [Errno 1] Operation not permitted",
+    }
 
     # the next sandboxed run works (and gives the survivor, were it alive, time to write)
     mirror_release(
@@ -371,6 +397,7 @@ def test_a_worker_that_is_not_root_runs_the_child_in_a_user_namespace(monkeypatc
     assert (seen["uid"], seen["gid"], seen["cwd"]) == (65534, 65534, "/sandbox/work")
     assert seen["no_new_privs"] == ["1"] and seen["rlimit_nproc"] == [300, 300]
     assert seen["pids"][0] == 1 and len(seen["pids"]) <= 4, seen["pids"]
+    assert seen["unshare_user"] == errno.EPERM
 
 
 WRITES_AT_IMPORT = """

@@ -6,6 +6,7 @@ subclass under a new name with `auto_map`, which transformers does not know.
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
 from pathlib import Path
@@ -52,6 +53,9 @@ import threading
 
 class Day0SlowForCausalLM(Day0TinyForCausalLM):
     def __init__(self, config):
+        import subprocess
+
+        subprocess.Popen(["sleep", "62.718"], start_new_session=True)  # its own session
         threading.Event().wait()  # blocks until killed
         super().__init__(config)
 
@@ -66,9 +70,14 @@ class Day0HungryForCausalLM(Day0TinyForCausalLM):
 
 class Day0NosyForCausalLM(Day0TinyForCausalLM):
     def __init__(self, config):
-        import json, os, resource, socket, subprocess
+        import ctypes, json, os, resource, socket, subprocess
 
         grandchild = subprocess.Popen(["sleep", "61.4142"])
+        unsharing = os.fork()  # single-threaded, as unshare(CLONE_NEWUSER) wants
+        if unsharing == 0:
+            libc = ctypes.CDLL(None, use_errno=True)
+            os._exit(0 if libc.unshare(0x10000000) == 0 else ctypes.get_errno())
+        unshared = os.waitstatus_to_exitcode(os.waitpid(unsharing, 0)[1])
         with open("/proc/self/status") as status:
             no_new_privs = [line.split()[1] for line in status if line.startswith("NoNewPrivs")]
         raise RuntimeError(json.dumps({
@@ -85,6 +94,7 @@ class Day0NosyForCausalLM(Day0TinyForCausalLM):
             "rlimit_nproc": resource.getrlimit(resource.RLIMIT_NPROC),
             "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
             "grandchild": grandchild.pid,
+            "unshare_user": unshared,
         }))
 """
 )
@@ -199,6 +209,8 @@ def test_the_child_is_killed_at_its_time_limit():
             org="acme",
             time_limit_s=3,
         )
+    # what it started in a session of its own died with the sandbox's PID namespace
+    assert _host_processes(["sleep", "62.718"]) == []
 
 
 def test_the_child_fails_at_its_memory_limit():
@@ -256,6 +268,7 @@ def test_the_child_starts_from_a_daemonic_process_confined_by_bubblewrap(monkeyp
     # soft and hard limits alike, so the code cannot raise them back
     assert seen["rlimit_as"] == [8 * 1024**3, 8 * 1024**3] and seen["rlimit_cpu"] == 120
     assert seen["rlimit_nproc"] == [300, 300]
+    assert seen["unshare_user"] == errno.EPERM  # no user namespace of its own (seccomp)
     # its own PID namespace: bwrap's first process, the child, and what the child started
     assert seen["pids"][0] == 1 and seen["grandchild"] in seen["pids"]
     assert len(seen["pids"]) <= 4, seen["pids"]
