@@ -37,9 +37,6 @@ from tests.engine.stages.test_remote_code import (
 )
 from workers.failures import classify_stage_failed
 
-# Builds and runs scaled twins with torch in the sandbox: left out of `make test-fast`.
-pytestmark = pytest.mark.slow
-
 REPO_ROOT = Path(remote_code.__file__).resolve().parents[2]
 FORK_BOMB_CAP = 10_000  # children the bomb tries for; bounds it if the sandbox failed
 
@@ -286,6 +283,7 @@ def host_processes_naming(marker: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow  # builds scaled twins with torch in the sandbox
 def test_a_hostile_release_is_contained_and_the_next_run_works(tmp_path, canary, secrets):
     token = uuid.uuid4().hex
     hub, outside = tmp_path / "hub", tmp_path / "outside"
@@ -380,6 +378,7 @@ def test_a_hostile_release_is_contained_and_the_next_run_works(tmp_path, canary,
     assert host_processes_naming(setup["marker"]) == []
 
 
+@pytest.mark.slow  # builds scaled twins with torch in the sandbox
 def test_a_worker_that_is_not_root_runs_the_child_in_a_user_namespace(monkeypatch):
     # bwrap maps this worker's uid to nobody (as root here that is uid 0 outside, which the
     # kernel exempts from RLIMIT_NPROC: why a root worker runs it without a user namespace)
