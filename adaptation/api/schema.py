@@ -16,7 +16,8 @@ ERROR_SCHEMA: dict[str, Any] = {
                     "type": "string",
                     "description": 'Machine-readable: "invalid", "parse_error" (a body '
                     'that is not JSON), "not_authenticated", "authentication_failed", '
-                    '"permission_denied", "not_found", "conflict", "throttled", ...',
+                    '"permission_denied", "not_found", "conflict", "too_large", "throttled", '
+                    "...",
                 },
                 "message": {"type": "string", "description": "For the person reading it."},
                 "fields": {
@@ -38,6 +39,8 @@ _ERRORS = {
     "404": "No such object (or, for a list, no such page).",
     "429": "Too many requests (see Retry-After).",
 }
+# Operations that take a body can also answer this.
+_BODY_TOO_LARGE = ("413", "The body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE bytes.")
 
 
 def add_error_responses(result: dict[str, Any], **_: Any) -> dict[str, Any]:
@@ -56,6 +59,8 @@ def add_error_responses(result: dict[str, Any], **_: Any) -> dict[str, Any]:
                 if code == "404" and "{" not in path and not paged:
                     continue
                 responses.setdefault(code, {"description": description})
+            if "requestBody" in operation:
+                responses.setdefault(_BODY_TOO_LARGE[0], {"description": _BODY_TOO_LARGE[1]})
             for code, response in responses.items():
                 if code.startswith(("4", "5")):
                     response["content"] = {"application/json": {"schema": ref}}
