@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .attention import attention_layout
-from .config_reader import ModelConfig, read_config, structural_default_notes
+from .config_reader import (
+    ESTIMATED,
+    TRANSFORMERS_BUILD,
+    ModelConfig,
+    read_config,
+    structural_default_notes,
+)
 from .errors import AnalysisError
-from .kv_cache import kv_cache_bytes_at_context, kv_cache_bytes_per_token
+from .kv_cache import kv_cache_bytes_at_context, kv_cache_bytes_per_token, windowed_kv
+from .meta_build import MetaBuild, MetaBuildError
 from .moe import moe_layout
-from .params import build_inventory, count_params, mtp_layer_count
+from .params import build_inventory, built_inventory, count_params, mtp_layer_count
 from .quantization import QuantScheme, WeightBytes, model_dtype_of, parse_quantization, weight_bytes
 from .rope import rope_info
 
@@ -39,6 +46,18 @@ CONVENTIONS: Mapping[str, str] = {
         "buffers and MTP modules included; safetensors headers not included"
     ),
     "kv_cache_bytes": "bf16 K/V (MLA: latent + RoPE key) over every layer that keeps K/V",
+    "kv_cache_bytes_at_max_context": (
+        "one sequence of max_position_embeddings tokens with out-of-window KV freed: a "
+        "sliding-window layer holds sliding_window tokens (chunked layers their chunk); "
+        "kv_cache_bytes_at_max_context_kept is the same sequence with full-length KV on every "
+        "layer; kv_cache_windowed says which engines do which"
+    ),
+    "params_source": (
+        "family table: day0's own module list for the family; transformers meta-device build: "
+        "a model type day0's table lacks, built by the installed transformers on the meta "
+        "device and counted exactly; estimated: a model type neither knows, counted with "
+        "Llama-style modules from the standard keys (assumptions lists what was assumed)"
+    ),
 }
 
 
@@ -76,12 +95,23 @@ class ArchitectureAnalysis:
     checkpoint_total_size_bytes: int | None
     kv_cache_bytes_per_token: int
     kv_cache_bytes_at_max_context: int | None
+    kv_cache_bytes_at_max_context_kept: int | None
+    kv_cache_windowed: dict[str, Any] | None
     max_position_embeddings: int | None
     tie_word_embeddings: bool
     torch_dtype: str | None
     config_keys: list[str]
+    params_source: str = "family table"
+    params_by_group: dict[str, int] = field(default_factory=dict)
+    multimodal_tower_params: int = 0
+    assumptions: list[str] = field(default_factory=list)
     conventions: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def estimated(self) -> bool:
+        """True when the parameter counts are an estimate (a model type nobody knows)."""
+        return self.params_source == ESTIMATED
 
     @property
     def active_params_including_embedding(self) -> int:
@@ -120,10 +150,17 @@ class ArchitectureAnalysis:
             "checkpoint_total_size_bytes": self.checkpoint_total_size_bytes,
             "kv_cache_bytes_per_token": self.kv_cache_bytes_per_token,
             "kv_cache_bytes_at_max_context": self.kv_cache_bytes_at_max_context,
+            "kv_cache_bytes_at_max_context_kept": self.kv_cache_bytes_at_max_context_kept,
+            "kv_cache_windowed": _copy(self.kv_cache_windowed),
             "max_position_embeddings": self.max_position_embeddings,
             "tie_word_embeddings": self.tie_word_embeddings,
             "torch_dtype": self.torch_dtype,
             "config_keys": list(self.config_keys),
+            "params_source": self.params_source,
+            "estimated": self.estimated,
+            "params_by_group": dict(self.params_by_group),
+            "multimodal_tower_params": self.multimodal_tower_params,
+            "assumptions": list(self.assumptions),
             "conventions": dict(self.conventions),
             "notes": list(self.notes),
         }
@@ -199,26 +236,56 @@ def analyze_config(config: dict, *, weights: dict | None = None) -> Architecture
     notes = list(cfg.view.notes)
     layout, attn_notes = attention_layout(cfg)
     moe, moe_notes = moe_layout(cfg)
-    if moe is None and cfg.intermediate_size is None:
+    if moe is None and cfg.intermediate_size is None and cfg.source != TRANSFORMERS_BUILD:
         raise AnalysisError("config.json is missing required key: intermediate_size")
-    rope, rope_notes = rope_info(cfg.view)
+    rope, rope_notes = rope_info(cfg.view, layout.layer_types)
     model_dtype = model_dtype_of(cfg.torch_dtype)
     scheme, quant_notes = parse_quantization(cfg.view.raw, model_dtype)
-    inventory = build_inventory(cfg, layout, moe)
+    build: MetaBuild | None = None
+    if cfg.source == TRANSFORMERS_BUILD:
+        try:
+            inventory, build = built_inventory(cfg, moe)
+        except MetaBuildError as err:
+            # Never a refusal: the standard keys still give an estimate.
+            cfg = replace(cfg, source=ESTIMATED)
+            cfg.view.notes.append(f"meta-device build of {cfg.model_type!r} failed ({err})")
+            cfg.view.assumptions.append(
+                "transformers could not build the model: Llama-style modules (q/k/v/o "
+                "projections, gated MLP, two RMSNorms per layer) from the standard keys"
+            )
+            notes = list(cfg.view.notes)
+    if build is None:
+        inventory = build_inventory(cfg, layout, moe)
     counts = count_params(cfg, inventory)
     wb = weight_bytes(inventory, scheme, model_dtype)
     checkpoint_size = _checkpoint_size(weights)
     mtp = mtp_layer_count(cfg)
+    kv_widths = build.kv_widths if build is not None else None
 
     notes += attn_notes + moe_notes + rope_notes + quant_notes
     notes += structural_default_notes(cfg.view)
     notes += _weight_notes(cfg, scheme, wb, weights, checkpoint_size)
+    if build is not None:
+        notes.append(
+            f"parameters counted from transformers' {build.class_name} built on the meta "
+            f"device ({build.build_s:.1f} s)"
+        )
+        if counts.towers:
+            notes.append(
+                f"multimodal towers and projectors: {counts.towers:,} params, in "
+                "multimodal_tower_params and params_by_group, not in total_params"
+            )
     if mtp:
         layout_note = ""
         if cfg.family is not None and cfg.family.mtp_layout == "qwen3_next":
             layout_note = (
                 " (stored under mtp.*: fc, pre-fc norms, full-attention MoE decoder layer(s) "
                 "and a norm; the embedding and LM head are the main model's)"
+            )
+        elif build is not None:
+            layout_note = (
+                " (estimated: transformers builds none; each taken as a copy of the last "
+                "decoder layer plus DeepSeek-V3's enorm, hnorm, eh_proj and shared_head.norm)"
             )
         notes.append(
             f"{mtp} MTP (next-token-prediction) module(s){layout_note}: {counts.extra:,} params "
@@ -228,6 +295,9 @@ def analyze_config(config: dict, *, weights: dict | None = None) -> Architecture
         notes.append(
             f"router score-correction bias (e_score_correction_bias, {counts.buffers:,} values) "
             "is a buffer in transformers: not in total_params, in weight_bytes as fp32"
+            if build is None
+            else f"persistent buffers ({counts.buffers:,} values) are stored in the checkpoint "
+            "but are not parameters in transformers: not in total_params, in weight_bytes"
         )
     if layout.kind == "MLA":
         notes.append("MLA KV cache: latent + RoPE key per layer, identical on every TP rank")
@@ -236,8 +306,21 @@ def analyze_config(config: dict, *, weights: dict | None = None) -> Architecture
             "linear-attention/SSM layers keep a fixed-size recurrent state per sequence, not "
             "per-token KV: not in the KV-cache figures"
         )
+    if kv_widths and any(width == 0 for width in kv_widths.values()):
+        shared = sum(1 for width in kv_widths.values() if width == 0)
+        notes.append(
+            f"{shared} layer(s) reuse another layer's K/V (transformers is_kv_shared_layer): "
+            "no KV cache of their own"
+        )
 
     max_pos = cfg.max_position_embeddings
+    windowed = windowed_kv(cfg, layout, max_pos, kv_widths) if max_pos else None
+    if windowed is not None:
+        notes.append(
+            f"KV cache at {max_pos:,} tokens: {windowed.freed_bytes:,} B where the engine frees "
+            f"out-of-window KV (vLLM, SGLang by default), {windowed.kept_bytes:,} B where it "
+            "keeps full-length KV on sliding layers (see kv_cache_windowed)"
+        )
     quant = _quant_dict(scheme, wb)
     return ArchitectureAnalysis(
         architecture=cfg.architecture,
@@ -264,14 +347,26 @@ def analyze_config(config: dict, *, weights: dict | None = None) -> Architecture
         weight_bytes=wb.total,
         weight_bytes_by_dtype=wb.by_dtype,
         checkpoint_total_size_bytes=checkpoint_size,
-        kv_cache_bytes_per_token=kv_cache_bytes_per_token(cfg, layout),
-        kv_cache_bytes_at_max_context=kv_cache_bytes_at_context(cfg, layout, max_pos)
+        kv_cache_bytes_per_token=kv_cache_bytes_per_token(cfg, layout, kv_widths),
+        kv_cache_bytes_at_max_context=kv_cache_bytes_at_context(
+            cfg, layout, max_pos, widths=kv_widths
+        )
         if max_pos
         else None,
+        kv_cache_bytes_at_max_context_kept=kv_cache_bytes_at_context(
+            cfg, layout, max_pos, keep_full_length=True, widths=kv_widths
+        )
+        if max_pos
+        else None,
+        kv_cache_windowed=windowed.to_dict() if windowed is not None else None,
         max_position_embeddings=max_pos,
         tie_word_embeddings=cfg.tie_word_embeddings,
         torch_dtype=cfg.torch_dtype,
         config_keys=list(cfg.config_keys),
+        params_source=cfg.source,
+        params_by_group=counts.by_group,
+        multimodal_tower_params=counts.towers,
+        assumptions=list(cfg.view.assumptions),
         conventions=dict(CONVENTIONS),
         notes=notes,
     )

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .config_reader import ModelConfig, as_sequence, check_int
+from .config_reader import TRANSFORMERS_BUILD, ModelConfig, as_sequence, check_int
 from .errors import AnalysisError
 from .tensors import ATTENTION, NORM, TensorGroup, linear, vector
 
@@ -102,6 +102,12 @@ def layer_pattern(types: tuple[str, ...]) -> str:
     return ", ".join(short)
 
 
+# Layer type names read as themselves (transformers' own, and the common aliases).
+_KNOWN_NAMES = frozenset(
+    {FULL, SLIDING, CHUNKED, LINEAR, MAMBA, "full", "global", "attention", "local", "sliding"}
+)
+
+
 def _normalise_type(raw: Any, index: int) -> str:
     if not isinstance(raw, str):
         raise AnalysisError(f"layer_types[{index}] must be a string, got {raw!r}")
@@ -152,7 +158,25 @@ def _layer_types(cfg: ModelConfig, notes: list[str]) -> tuple[str, ...]:
         if raw is not None:
             if not isinstance(raw, list) or len(raw) != n:
                 raise AnalysisError(f"{key} must list one entry per layer ({n})")
-            return tuple(_normalise_type(t, i) for i, t in enumerate(raw))
+            types = tuple(_normalise_type(t, i) for i, t in enumerate(raw))
+            read_as = {t: k for t, k in zip(raw, types, strict=True) if t not in _KNOWN_NAMES}
+            if read_as:
+                # DeepSeek-V4's compressed attention, GLM-5's indexed attention: their K/V is
+                # counted as the kind they are read as (an upper bound for compressed K/V).
+                notes.append(
+                    f"{key} names kinds day0 does not model apart: "
+                    + ", ".join(f"{t} read as {k}" for t, k in sorted(read_as.items()))
+                )
+            return types
+    attn_types = view.raw.get("attn_type_list")
+    if attn_types is not None:
+        # MiniMax-Text-01 / MiniMax-M1: 0 = lightning (linear) attention, 1 = softmax attention
+        # (transformers' MiniMax conversion turns it into layer_types the same way).
+        if not isinstance(attn_types, list) or len(attn_types) != n:
+            raise AnalysisError(f"attn_type_list must list one entry per layer ({n})")
+        if any(t not in (0, 1) or isinstance(t, bool) for t in attn_types):
+            raise AnalysisError("attn_type_list entries must be 0 (linear) or 1 (softmax)")
+        return tuple(FULL if t == 1 else LINEAR for t in attn_types)
     window = view.int("sliding_window", None, minimum=0)
     if view.has("attn_layer_period") or family == "jamba":
         # Jamba: attention where i % attn_layer_period == attn_layer_offset, Mamba elsewhere.
@@ -222,10 +246,12 @@ def attention_layout(cfg: ModelConfig) -> tuple[AttentionLayout, list[str]]:
             q_lora_rank=view.int("q_lora_rank", None),
             kv_lora_rank=view.int("kv_lora_rank"),  # type: ignore[arg-type]
             qk_nope_head_dim=view.int("qk_nope_head_dim"),  # type: ignore[arg-type]
-            qk_rope_head_dim=view.int("qk_rope_head_dim"),  # type: ignore[arg-type]
+            qk_rope_head_dim=view.int("qk_rope_head_dim", minimum=0),  # type: ignore[arg-type]
             v_head_dim=view.int("v_head_dim"),  # type: ignore[arg-type]
         )
-        if cfg.family is not None and cfg.family.mla_indexer:
+        # A model type only transformers knows (GLM-5's glm_moe_dsa) says so by its keys.
+        built_indexer = cfg.source == TRANSFORMERS_BUILD and view.has("index_head_dim")
+        if (cfg.family is not None and cfg.family.mla_indexer) or built_indexer:
             if mla.q_lora_rank is None:
                 raise AnalysisError(
                     "the sparse-attention indexer reads q_lora_rank, which is unset"

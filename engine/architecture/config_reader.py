@@ -15,6 +15,7 @@ from typing import Any
 from .errors import AnalysisError
 from .families import family_for
 from .family_spec import FamilySpec
+from .meta_build import MetaBuildError, resolved_text_config, transformers_knows
 
 # Upper bounds that no real checkpoint comes near: a value above one is a typo or a unit error.
 LIMITS: Mapping[str, int] = {
@@ -58,13 +59,15 @@ _MISSING = object()
 class ConfigView:
     """A config dict (text model already unwrapped) plus its family's defaults.
 
-    `notes` collects what a reader of the analysis should know about how values were read.
+    `notes` collects what a reader of the analysis should know about how values were read;
+    `assumptions` what an estimate of an unknown family took for granted.
     """
 
     raw: Mapping[str, Any]
     family: FamilySpec | None
     notes: list[str] = field(default_factory=list)
     used_defaults: list[str] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
 
     def has(self, key: str) -> bool:
         """True when the config itself sets `key` to a non-null value."""
@@ -109,6 +112,14 @@ class ConfigView:
             if self.raw.get(name) is not None:
                 return name
         return None
+
+    def spelling(self, key: str) -> str:
+        """The name the config itself uses for `key` (an alias or the family's own spelling,
+        Hunyuan's `moe_topk` for `num_experts_per_tok`), else `key`."""
+        names = (key, *KEY_ALIASES.get(key, ()))
+        if self.family is not None:
+            names += self.family.defaults.spellings(key)
+        return next((name for name in names if name in self.raw), key)
 
     def int(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> int | None:
         """An integer in [minimum, limit]; None when absent and `default` is None.
@@ -166,11 +177,20 @@ def check_int(key: str, raw: Any, *, minimum: int = 1) -> int:
     return raw
 
 
+# Where the parameter counts of an analysis come from.
+FAMILY_TABLE = "family table"  # day0's own module list for the family (families.py)
+TRANSFORMERS_BUILD = "transformers meta-device build"  # model type only transformers knows
+ESTIMATED = "estimated"  # neither knows it: Llama-style modules from the standard keys
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The standard shape of a decoder-only transformer, normalised across families.
 
     Sizes are counts (layers, heads) or widths in elements (hidden size, head_dim).
+    `source` is one of FAMILY_TABLE, TRANSFORMERS_BUILD, ESTIMATED; for TRANSFORMERS_BUILD
+    `build_config`/`build_model_type` are what transformers builds (the whole multimodal
+    wrapper when transformers knows it, else the text model).
     """
 
     view: ConfigView
@@ -192,6 +212,9 @@ class ModelConfig:
     lm_head_bias: bool
     torch_dtype: str | None
     is_mla: bool
+    source: str = FAMILY_TABLE
+    build_config: Mapping[str, Any] | None = None
+    build_model_type: str | None = None
 
 
 def unwrap_text_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -216,7 +239,7 @@ def unwrap_text_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], str |
     wrapper = config.get("model_type") or "multimodal"
     note = (
         f"multimodal config ({wrapper}): the text model in text_config is analysed; "
-        "vision/audio towers and projectors are not counted"
+        "vision/audio towers and projectors are not in total_params"
     )
     return merged, note
 
@@ -254,14 +277,51 @@ def read_config(config: Mapping[str, Any]) -> ModelConfig:
     architectures = merged.get("architectures") or []
     if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
         raise AnalysisError(f"architectures must be a list of class names, got {architectures!r}")
+    config_keys = tuple(sorted(set(config) | set(merged)))
     family, via = family_for(model_type, architectures)
+    source, build_config, build_type = FAMILY_TABLE, None, None
+    build_note = None
+    if (family is None or via.startswith("architectures")) and transformers_knows(model_type):
+        # transformers has the model type and day0's table does not: its class resolves the
+        # config and its meta-device build gives the parameters (meta_build.py).
+        build_config, build_type = _build_target(
+            config, merged, model_type, wrapped=wrapper_note is not None
+        )
+        try:
+            resolved = resolved_text_config(build_config, build_type)
+        except MetaBuildError as err:
+            build_note = f"{err}; analysed without transformers' build"
+        else:
+            family, via, source = (
+                FamilySpec(name=str(model_type)),
+                "transformers",
+                TRANSFORMERS_BUILD,
+            )
+            for key, value in resolved.items():
+                if key not in merged and value is not None:
+                    merged[key] = value
+    if family is None:
+        source, build_config, build_type = ESTIMATED, None, None
     view = ConfigView(raw=merged, family=family)
     if wrapper_note:
         view.notes.append(wrapper_note)
+    if build_note:
+        view.notes.append(build_note)
     if family is None:
         view.notes.append(
-            f"unknown model_type {model_type!r}: analysed from the standard keys with "
-            "Llama-style modules (gated MLP, two RMSNorms per layer); check the figures"
+            f"unknown model_type {model_type!r}: neither day0's family table nor transformers "
+            "knows it; estimated from the standard keys with Llama-style modules (see "
+            "assumptions)"
+        )
+        view.assumptions.append(
+            "decoder layer: q/k/v/o projections, a gated MLP (gate/up/down) and two RMSNorms; "
+            "a final RMSNorm; no other modules"
+        )
+    elif source == TRANSFORMERS_BUILD:
+        view.notes.append(
+            f"model_type {model_type!r} is not in day0's family table: the config is resolved "
+            f"by transformers {family.defaults.transformers_version}'s own config class and "
+            "the parameters counted from its meta-device build"
         )
     else:
         if via != "model_type":
@@ -289,6 +349,8 @@ def read_config(config: Mapping[str, Any]) -> ModelConfig:
     assert hidden_size and num_layers and heads and vocab_size  # required above
 
     kv_heads = view.int("num_key_value_heads", None) or heads
+    if family is None and not view.has("num_key_value_heads"):
+        view.assumptions.append("num_key_value_heads absent: one K/V head per attention head (MHA)")
     if heads % kv_heads:
         raise AnalysisError(
             f"num_attention_heads ({heads}) is not a multiple of num_key_value_heads ({kv_heads})"
@@ -297,9 +359,11 @@ def read_config(config: Mapping[str, Any]) -> ModelConfig:
         # MLA: q/k heads are nope + rope wide (DeepSeek-V2 paper §2.1); transformers reports
         # head_dim = qk_rope_head_dim, which is not the width of a head (so its class default,
         # DeepSeek-V3.2's 64, is not read; a config's own value is only checked).
-        if view.has("head_dim"):
+        # transformers' own resolution (a model type only it knows) may set it to
+        # qk_rope_head_dim = 0 (GLM-5-Next's NoPE MLA).
+        if view.has("head_dim") and source != TRANSFORMERS_BUILD:
             view.int("head_dim")
-        head_dim = view.int("qk_nope_head_dim") + view.int("qk_rope_head_dim")  # type: ignore[operator]
+        head_dim = view.int("qk_nope_head_dim") + view.int("qk_rope_head_dim", minimum=0)  # type: ignore[operator]
     else:
         # An explicit head_dim wins (Qwen3, Gemma, gpt-oss set it apart from hidden/heads).
         head_dim = view.int("head_dim", None)
@@ -310,6 +374,8 @@ def read_config(config: Mapping[str, Any]) -> ModelConfig:
                     f"({heads}) and no head_dim is given"
                 )
             head_dim = hidden_size // heads
+            if family is None:
+                view.assumptions.append("head_dim absent: hidden_size / num_attention_heads")
 
     torch_dtype = merged.get("torch_dtype") or merged.get("dtype")
     if torch_dtype is not None and not isinstance(torch_dtype, str):
@@ -320,6 +386,11 @@ def read_config(config: Mapping[str, Any]) -> ModelConfig:
         view.notes.append(
             "tie_word_embeddings absent: transformers' default (tied) assumed for an unknown family"
         )
+        view.assumptions.append("tie_word_embeddings absent: tied (transformers' default)")
+    if family is None:
+        for key in ("attention_bias", "mlp_bias"):
+            if not view.has(key):
+                view.assumptions.append(f"{key} absent: no biases")
     max_pos = view.int("max_position_embeddings", None)
     if max_pos is None:
         view.notes.append("max_position_embeddings absent: KV cache at max context unknown")
@@ -328,7 +399,6 @@ def read_config(config: Mapping[str, Any]) -> ModelConfig:
     bias_key = family.bias_key if family is not None else None
     all_bias = view.bool(bias_key, False) if bias_key else None
 
-    config_keys = tuple(sorted(set(config) | set(merged)))
     return ModelConfig(
         view=view,
         model_type=model_type,
@@ -349,7 +419,21 @@ def read_config(config: Mapping[str, Any]) -> ModelConfig:
         lm_head_bias=bool(all_bias and family is not None and family.lm_head_follows_bias_key),
         torch_dtype=torch_dtype,
         is_mla=is_mla,
+        source=source,
+        build_config=build_config,
+        build_model_type=build_type,
     )
+
+
+def _build_target(
+    config: Mapping[str, Any], merged: Mapping[str, Any], model_type: Any, wrapped: bool
+) -> tuple[Mapping[str, Any], str]:
+    """What transformers builds: a multimodal wrapper (`wrapped`) whole when it knows the
+    top-level model type (its towers then show apart), else the text model alone."""
+    top = config.get("model_type")
+    if wrapped and isinstance(top, str) and transformers_knows(top):
+        return dict(config), top
+    return dict(merged), str(model_type)
 
 
 def structural_default_notes(view: ConfigView) -> list[str]:

@@ -394,6 +394,10 @@ _ARCHITECTURE_FAMILIES: Mapping[str, str] = MappingProxyType(
         "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe_text",
         "KimiLinearForCausalLM": "kimi_linear",
         "MiniMaxForCausalLM": "minimax",
+        # MiniMax-Text-01 and MiniMax-M1 ship their own classes (model_type "minimax_m1"); the
+        # architecture is transformers' MiniMax (lightning + softmax attention, attn_type_list).
+        "MiniMaxText01ForCausalLM": "minimax",
+        "MiniMaxM1ForCausalLM": "minimax",
         "CohereForCausalLM": "cohere",
         "Cohere2ForCausalLM": "cohere2",
         "ArceeForCausalLM": "arcee",

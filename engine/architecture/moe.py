@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from .config_reader import ModelConfig, check_int
@@ -34,6 +35,17 @@ SHARED_COUNT_KEYS = ("n_shared_experts", "moe_num_shared_experts", "num_shared_e
 
 
 @dataclass(frozen=True)
+class MoeLayerShape:
+    """The MoE block of one layer: routed experts, experts per token, FFN widths (elements)."""
+
+    num_experts: int
+    experts_per_token: int
+    expert_intermediate_size: int
+    num_shared_experts: int
+    shared_expert_intermediate_size: int | None
+
+
+@dataclass(frozen=True)
 class MoeLayout:
     """Routed/shared experts and which layers are MoE.
 
@@ -41,6 +53,11 @@ class MoeLayout:
     `num_shared_experts` experts of the routed width (DeepSeek `n_shared_experts`, fused into one
     MLP of width n x moe_intermediate_size) or one of `shared_expert_intermediate_size` (Qwen2-MoE,
     with a sigmoid `shared_expert_gate`).
+
+    Configs may give the expert count, experts per token, expert width and shared-expert count
+    per layer (Hunyuan-A13B's `moe_topk: [8, 8, ...]`): `by_layer` holds each MoE layer's
+    shape, and the scalar fields are the value shared by every MoE layer, or the largest one
+    when they differ (`varies` names those fields).
     """
 
     num_experts: int
@@ -58,10 +75,30 @@ class MoeLayout:
     topk_group: int | None
     norm_topk_prob: bool | None
     routed_scaling_factor: float | None
+    by_layer: Mapping[int, MoeLayerShape] = field(default_factory=dict)
+    varies: tuple[str, ...] = ()
+
+    def shape_of(self, layer: int) -> MoeLayerShape:
+        """The MoE shape of `layer`; an MTP layer (past the last) takes the last MoE layer's."""
+        if layer in self.by_layer:
+            return self.by_layer[layer]
+        if self.moe_layers and self.moe_layers[-1] in self.by_layer:
+            return self.by_layer[self.moe_layers[-1]]
+        return MoeLayerShape(
+            self.num_experts,
+            self.experts_per_token,
+            self.expert_intermediate_size,
+            self.num_shared_experts,
+            self.shared_expert_intermediate_size,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able summary; layer lists are indices, sizes are FFN widths in elements."""
-        return {
+        """JSON-able summary; layer lists are indices, sizes are FFN widths in elements.
+
+        `per_layer` (only when a value varies between MoE layers) lists each field per layer,
+        None for dense layers.
+        """
+        out: dict[str, Any] = {
             "num_experts": self.num_experts,
             "experts_per_token": self.experts_per_token,
             "num_shared_experts": self.num_shared_experts,
@@ -78,16 +115,79 @@ class MoeLayout:
             "norm_topk_prob": self.norm_topk_prob,
             "routed_scaling_factor": self.routed_scaling_factor,
         }
+        if self.varies:
+            n = len(self.moe_layers) + len(self.dense_layers)
+            out["per_layer"] = {
+                name: [
+                    getattr(self.by_layer[i], name) if i in self.by_layer else None
+                    for i in range(n)
+                ]
+                for name in self.varies
+            }
+        return out
 
 
-def _first_int(
+def _per_layer(
     cfg: ModelConfig, keys: tuple[str, ...], minimum: int
-) -> tuple[int | None, str | None]:
+) -> tuple[list[int] | None, str | None, bool]:
+    """The first of `keys` the config (or family default) sets, one value per layer.
+
+    A key may hold one integer for every layer or a list of one integer per layer (Hunyuan's
+    `moe_topk`, `num_experts`, `moe_intermediate_size`). Returns `(values, key, was_list)`, or
+    `(None, None, False)` when no key is set; `AnalysisError` for a list of the wrong length.
+    """
     for key in keys:
         value = cfg.view.value(key)
         if value is not None:
-            return check_int(key, value, minimum=minimum), key
-    return None, None
+            name = cfg.view.spelling(key)
+            return per_layer_values(cfg, name, value, minimum), name, isinstance(value, list)
+    return None, None, False
+
+
+def per_layer_values(cfg: ModelConfig, key: str, value: Any, minimum: int) -> list[int]:
+    """`value` (an integer or a list of one per layer) as one integer per layer."""
+    n = cfg.num_layers
+    if isinstance(value, list | tuple):
+        if len(value) != n:
+            raise AnalysisError(
+                f"{key} must be an integer or a list of one integer per layer ({n}), "
+                f"got a list of {len(value)}"
+            )
+        return [check_int(f"{key}[{i}]", item, minimum=minimum) for i, item in enumerate(value)]
+    return [check_int(key, value, minimum=minimum)] * n
+
+
+def _mlp_kinds(cfg: ModelConfig, notes: list[str]) -> list[bool] | None:
+    """`mlp_layer_types` (DeepSeek-V3.2/V4, GLM-4.7-Flash, Kimi Linear, EXAONE-MoE) as
+    MoE-or-not per layer: "dense" is a dense MLP; "sparse", "moe" and other MoE kinds
+    (DeepSeek-V4's token-id-hashed "hash_moe") are MoE. None when the key is absent."""
+    mlp_types = cfg.view.raw.get("mlp_layer_types")
+    if mlp_types is None:
+        return None
+    n = cfg.num_layers
+    if not isinstance(mlp_types, list) or len(mlp_types) != n:
+        raise AnalysisError(f"mlp_layer_types must list one entry per layer ({n})")
+    kinds = []
+    for i, kind in enumerate(mlp_types):
+        if not isinstance(kind, str):
+            raise AnalysisError(f"mlp_layer_types[{i}] must be a string, got {kind!r}")
+        name = kind.lower()
+        if name == "dense":
+            kinds.append(False)
+        elif name == "sparse" or any(part in name for part in ("moe", "expert", "sparse")):
+            kinds.append(True)
+        else:
+            raise AnalysisError(
+                f"mlp_layer_types[{i}] = {kind!r} is neither dense nor an MoE kind "
+                "(sparse, moe, hash_moe)"
+            )
+    other = sorted({t for t in mlp_types if t.lower() not in ("dense", "sparse", "moe")})
+    if other:
+        notes.append(
+            f"mlp_layer_types has {', '.join(other)} layers: counted as routed-expert (MoE) "
+            "layers of the same shape"
+        )
+    return kinds
 
 
 def moe_layout(cfg: ModelConfig) -> tuple[MoeLayout | None, list[str]]:
@@ -97,36 +197,50 @@ def moe_layout(cfg: ModelConfig) -> tuple[MoeLayout | None, list[str]]:
     (`first_k_dense_replace`, `moe_layer_freq`: modeling_deepseek.py), Qwen-MoE
     (`decoder_sparse_step`, `mlp_only_layers`), Llama 4 (`moe_layers` /
     `interleave_moe_layer_step`), Jamba (`expert_layer_period`/`offset`), Ernie 4.5
-    (`moe_layer_start_index`/`end_index`/`interval`); otherwise every layer.
+    (`moe_layer_start_index`/`end_index`/`interval`); otherwise every layer. Expert counts,
+    experts per token, expert widths and shared-expert counts may be per-layer lists.
     """
     notes: list[str] = []
     view = cfg.view
+    n = cfg.num_layers
     fam = cfg.family.name if cfg.family else None
-    experts, experts_key = _first_int(cfg, EXPERT_COUNT_KEYS, minimum=0)
-    if not experts:
+    experts_by, experts_key, _ = _per_layer(cfg, EXPERT_COUNT_KEYS, minimum=0)
+    if not experts_by or not any(experts_by):
         return None, notes
-    top_k, top_k_key = _first_int(cfg, TOP_K_KEYS, minimum=1)
-    if top_k is None:
-        raise AnalysisError(
-            f"{experts_key} = {experts} but no experts-per-token key ({', '.join(TOP_K_KEYS)})"
+    experts = max(experts_by)
+    top_k_by, top_k_key, _ = _per_layer(cfg, TOP_K_KEYS, minimum=1)
+    if top_k_by is None:
+        if cfg.family is not None:
+            raise AnalysisError(
+                f"{experts_key} = {experts} but no experts-per-token key ({', '.join(TOP_K_KEYS)})"
+            )
+        # An unknown family is estimated, never refused: the upper bound is every expert.
+        top_k_by, top_k_key = list(experts_by), "(assumed)"
+        view.assumptions.append(
+            f"no experts-per-token key ({', '.join(TOP_K_KEYS)}): every expert counted "
+            "active, so active_params is an upper bound"
         )
-    if top_k > experts:
-        raise AnalysisError(f"{top_k_key} ({top_k}) exceeds the number of experts ({experts})")
+    for i, (k, e) in enumerate(zip(top_k_by, experts_by, strict=True)):
+        if e and k > e:
+            where = f" in layer {i}" if len(set(top_k_by)) > 1 or len(set(experts_by)) > 1 else ""
+            raise AnalysisError(f"{top_k_key} ({k}) exceeds the number of experts ({e}){where}")
     for key in TOP_K_KEYS:
         other = view.raw.get(key)
-        if key != top_k_key and other is not None and other != top_k:
-            notes.append(f"{key} = {other} disagrees with {top_k_key} = {top_k}: {top_k_key} used")
+        if key == top_k_key or other is None:
+            continue
+        shown = other if not isinstance(other, list) else f"{other}"
+        try:
+            same = per_layer_values(cfg, key, other, 1) == top_k_by
+        except AnalysisError:
+            same = False
+        if not same:
+            used = top_k_by[0] if len(set(top_k_by)) == 1 else top_k_by
+            notes.append(f"{key} = {shown} disagrees with {top_k_key} = {used}: {top_k_key} used")
 
-    n = cfg.num_layers
     dense_width = cfg.intermediate_size
-    mlp_types = view.raw.get("mlp_layer_types")
-    if mlp_types is not None:
-        # DeepSeek-V3.2, GLM-4.7-Flash, Kimi Linear, EXAONE-MoE: "dense"/"sparse" per layer.
-        if not isinstance(mlp_types, list) or len(mlp_types) != n:
-            raise AnalysisError(f"mlp_layer_types must list one entry per layer ({n})")
-        if set(mlp_types) - {"dense", "sparse"}:
-            raise AnalysisError(f"mlp_layer_types entries must be 'dense' or 'sparse': {mlp_types}")
-        is_moe = [t == "sparse" for t in mlp_types]
+    kinds = _mlp_kinds(cfg, notes)
+    if kinds is not None:
+        is_moe = kinds
     elif view.has("moe_layer_start_index") or fam == "ernie4_5_moe":
         # modeling_ernie4_5_moe.py: MoE iff (i + 1) % interval == 0 and start <= i <= end.
         start = view.int("moe_layer_start_index", 0, minimum=0)
@@ -161,37 +275,82 @@ def moe_layout(cfg: ModelConfig) -> tuple[MoeLayout | None, list[str]]:
         step = view.int("decoder_sparse_step", 1)
         mlp_only = set(view.int_list("mlp_only_layers") or [])
         is_moe = [i not in mlp_only and (i + 1) % step == 0 for i in range(n)]  # type: ignore[operator]
+        if cfg.family is None:
+            view.assumptions.append(
+                "every layer is an MoE layer (no first_k_dense_replace, decoder_sparse_step, "
+                "mlp_only_layers or mlp_layer_types)"
+            )
+    # A per-layer expert count of 0 is a dense layer.
+    is_moe = [m and experts_by[i] > 0 for i, m in enumerate(is_moe)]
     moe_layers = tuple(i for i in range(n) if is_moe[i])
     dense_layers = tuple(i for i in range(n) if not is_moe[i])
 
-    expert_width = view.int("moe_intermediate_size", None)
-    if expert_width is None:
+    always_shared = cfg.family.always_shared_expert if cfg.family else None
+    width_by, _, _ = _per_layer(cfg, ("moe_intermediate_size",), minimum=1)
+    if always_shared == "intermediate_size":
+        # Hunyuan: transformers builds every expert at intermediate_size
+        # (modeling_hunyuan_v1_moe.py HunYuanMoEV1Experts) and ignores moe_intermediate_size.
+        if cfg.intermediate_size is None:
+            raise AnalysisError("config.json is missing required key: intermediate_size")
+        if width_by is not None and any(width_by[i] != cfg.intermediate_size for i in moe_layers):
+            notes.append(
+                f"moe_intermediate_size differs from intermediate_size ({cfg.intermediate_size})"
+                ": transformers builds the experts at intermediate_size, counted so"
+            )
+        width_by = [cfg.intermediate_size] * n
+    elif width_by is None:
         # Mixtral, gpt-oss, Llama 4, Jamba: the expert FFN width is intermediate_size.
-        expert_width = cfg.intermediate_size
-    if expert_width is None:
-        raise AnalysisError("MoE config has neither moe_intermediate_size nor intermediate_size")
+        if cfg.intermediate_size is None:
+            raise AnalysisError(
+                "MoE config has neither moe_intermediate_size nor intermediate_size"
+            )
+        width_by = [cfg.intermediate_size] * n
+        if cfg.family is None:
+            view.assumptions.append(
+                "expert FFN width = intermediate_size (no moe_intermediate_size)"
+            )
     if dense_layers and dense_width is None:
         raise AnalysisError("dense layers need intermediate_size, which is missing")
 
-    shared_count = 0
+    shared_by: list[int] = [0] * n
     for key in SHARED_COUNT_KEYS:
         if view.value(key) is not None:
-            shared_count = view.int(key, 0, minimum=0) or 0
+            shared_by = per_layer_values(cfg, key, view.value(key), 0)
             break
-    shared_width: int | None = None
+    shared_width_by: list[int | None] = [None] * n
     shared_gate = False
-    always_shared = cfg.family.always_shared_expert if cfg.family else None
     if always_shared == "intermediate_size":
         # Hunyuan: one shared MLP of intermediate_size, whatever num_shared_expert says.
-        shared_count, shared_width = 1, cfg.intermediate_size
-    elif shared_count:
-        shared_width = shared_count * expert_width
+        shared_by, shared_width_by = [1] * n, [cfg.intermediate_size] * n
+    elif any(shared_by):
+        shared_width_by = [c * w if c else None for c, w in zip(shared_by, width_by, strict=True)]
     elif view.value("shared_expert_intermediate_size"):
-        shared_count, shared_gate = 1, True
-        shared_width = view.int("shared_expert_intermediate_size")
+        shared_gate = True
+        width = view.int("shared_expert_intermediate_size")
+        shared_by, shared_width_by = [1] * n, [width] * n
     elif always_shared == "expert":
         # Llama 4 always adds one shared expert of the routed width (modeling_llama4.py).
-        shared_count, shared_width = 1, expert_width
+        shared_by, shared_width_by = [1] * n, list(width_by)
+
+    by_layer = {
+        i: MoeLayerShape(experts_by[i], top_k_by[i], width_by[i], shared_by[i], shared_width_by[i])
+        for i in moe_layers
+    }
+    shapes = list(by_layer.values())
+    varies = tuple(
+        name
+        for name in MoeLayerShape.__dataclass_fields__
+        if len({getattr(s, name) for s in shapes}) > 1
+    )
+    if varies:
+        notes.append(
+            f"{', '.join(varies)} vary between MoE layers: each layer counted with its own "
+            "value; the single figures here are the largest"
+        )
+
+    def top(name: str) -> Any:
+        values = [getattr(s, name) for s in shapes if getattr(s, name) is not None]
+        return max(values) if values else None
 
     scoring = view.value("scoring_func") or "softmax"
     if not isinstance(scoring, str):
@@ -204,12 +363,12 @@ def moe_layout(cfg: ModelConfig) -> tuple[MoeLayout | None, list[str]]:
     scale = view.value("routed_scaling_factor")
     return (
         MoeLayout(
-            num_experts=experts,
-            experts_per_token=top_k,
-            num_shared_experts=shared_count,
-            shared_expert_intermediate_size=shared_width,
+            num_experts=top("num_experts") or experts,
+            experts_per_token=top("experts_per_token") or top_k_by[0],
+            num_shared_experts=top("num_shared_experts") or 0,
+            shared_expert_intermediate_size=top("shared_expert_intermediate_size"),
             shared_expert_gate=shared_gate,
-            expert_intermediate_size=expert_width,
+            expert_intermediate_size=top("expert_intermediate_size") or width_by[0],
             moe_layers=moe_layers,
             dense_layers=dense_layers,
             dense_intermediate_size=dense_width if dense_layers else None,
@@ -219,6 +378,8 @@ def moe_layout(cfg: ModelConfig) -> tuple[MoeLayout | None, list[str]]:
             topk_group=topk_group,
             norm_topk_prob=norm_topk if isinstance(norm_topk, bool) else None,
             routed_scaling_factor=float(scale) if isinstance(scale, int | float) else None,
+            by_layer=by_layer,
+            varies=varies,
         ),
         notes,
     )
@@ -252,7 +413,26 @@ def dense_mlp_tensors(
 def moe_tensors(
     cfg: ModelConfig, moe: MoeLayout, layers: tuple[int, ...], *, mtp: bool = False
 ) -> list[TensorGroup]:
-    """Router, routed experts and shared experts of the MoE `layers`.
+    """Router, routed experts and shared experts of the MoE `layers`, each layer with its own
+    shape (`MoeLayout.shape_of`: per-layer expert counts, top-k and widths)."""
+    groups: list[TensorGroup] = []
+    by_shape: dict[MoeLayerShape, list[int]] = {}
+    for layer in layers:
+        by_shape.setdefault(moe.shape_of(layer), []).append(layer)
+    for shape, same in by_shape.items():
+        groups += _moe_block_tensors(cfg, moe, shape, tuple(same), mtp=mtp)
+    return groups
+
+
+def _moe_block_tensors(
+    cfg: ModelConfig,
+    moe: MoeLayout,
+    shape: MoeLayerShape,
+    layers: tuple[int, ...],
+    *,
+    mtp: bool = False,
+) -> list[TensorGroup]:
+    """Router, routed experts and shared experts of MoE `layers` that share one `shape`.
 
     Router: `nn.Linear(hidden, experts)` (with bias in gpt-oss). Routed experts: gated FFN of
     `expert_intermediate_size` each (gpt-oss adds gate_up/down biases per expert,
@@ -265,9 +445,9 @@ def moe_tensors(
     fam = cfg.family
     h, e, k, w = (
         cfg.hidden_size,
-        moe.num_experts,
-        moe.experts_per_token,
-        moe.expert_intermediate_size,
+        shape.num_experts,
+        shape.experts_per_token,
+        shape.expert_intermediate_size,
     )
     mlp = f"model.layers.{{layer}}.{fam.mlp_prefix if fam else 'mlp'}."
     router = mlp + (fam.router_name if fam else "gate")
@@ -313,8 +493,8 @@ def moe_tensors(
         groups += linear(ex + "{expert}." + gate, w, h, ROUTED_EXPERT, layers, **kw)  # type: ignore[arg-type]
         groups += linear(ex + "{expert}." + up, w, h, ROUTED_EXPERT, layers, **kw)  # type: ignore[arg-type]
         groups += linear(ex + "{expert}." + down, h, w, ROUTED_EXPERT, layers, **kw)  # type: ignore[arg-type]
-    if moe.num_shared_experts and moe.shared_expert_intermediate_size:
-        sw = moe.shared_expert_intermediate_size
+    if shape.num_shared_experts and shape.shared_expert_intermediate_size:
+        sw = shape.shared_expert_intermediate_size
         sp = mlp + (fam.shared_expert_name if fam else "shared_experts") + "."
         # Shared experts carry biases only where one flag biases every MLP (Ernie use_bias).
         sb = bool(fam and fam.bias_key and cfg.mlp_bias)

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from .attention import FULL, LINEAR, MAMBA, AttentionLayout, attention_tensors
 from .config_reader import ModelConfig
 from .linear_mixers import linear_mixer_tensors, mamba_tensors
+from .meta_build import MetaBuild, meta_build
 from .moe import MoeLayout, dense_mlp_tensors, moe_tensors
-from .tensors import EMBEDDING, LM_HEAD, MTP_PROJ, NORM, TensorGroup, linear, vector
+from .tensors import (
+    EMBEDDING,
+    LM_HEAD,
+    MTP_PROJ,
+    NORM,
+    PER_LAYER_EMBEDDING,
+    TOWER,
+    TensorGroup,
+    linear,
+    vector,
+)
 
 # Hidden-size norms of a decoder layer, in the order families add them (Gemma 2/3 use all four).
 _LAYER_NORM_NAMES = (
@@ -27,7 +38,10 @@ class ParamCounts:
     modules excluded). `active`: per token, excluding the input embedding table. `extra`:
     parameters stored in the checkpoint outside the main model (MTP modules, including their
     stored copies of the embedding and LM head). `buffers`: stored tensors that are buffers in
-    transformers (router score-correction bias). `embedding`: the input embedding table.
+    transformers (router score-correction bias). `embedding`: the input embedding tables (the
+    main one and any per-layer ones). `towers`: multimodal towers and projectors, outside
+    `total`. `by_group`: `total` split by tensor role (embedding, attention, dense_mlp,
+    routed_expert, ...), towers under "multimodal_tower".
     """
 
     total: int
@@ -35,6 +49,8 @@ class ParamCounts:
     extra: int
     buffers: int
     embedding: int
+    towers: int = 0
+    by_group: dict[str, int] = field(default_factory=dict)
 
 
 def _layer_tensors(
@@ -170,10 +186,11 @@ def count_params(cfg: ModelConfig, inventory: list[TensorGroup]) -> ParamCounts:
 
     Active parameters follow the convention of published "activated" figures (DeepSeek-V3,
     Qwen3, gpt-oss model cards): every non-expert parameter, `experts_per_token` routed experts
-    per MoE layer, the LM head, not the input embedding table. With tied embeddings the shared
+    per MoE layer, the LM head, not the input embedding tables. With tied embeddings the shared
     matrix is counted once, as the LM head it also is.
     """
-    total = active = extra = buffers = embedding = 0
+    total = active = extra = buffers = embedding = towers = 0
+    by_group: dict[str, int] = {}
     for g in inventory:
         if g.mtp:
             extra += g.numel
@@ -181,13 +198,61 @@ def count_params(cfg: ModelConfig, inventory: list[TensorGroup]) -> ParamCounts:
         if g.buffer:
             buffers += g.numel
             continue
+        by_group[g.role] = by_group.get(g.role, 0) + g.numel
+        if g.role == TOWER:
+            towers += g.numel
+            continue
         total += g.numel
-        if g.role == EMBEDDING:
+        if g.role in (EMBEDDING, PER_LAYER_EMBEDDING):
             embedding += g.numel
-            if cfg.tie_word_embeddings:
+            if cfg.tie_word_embeddings and g.role == EMBEDDING:
                 active += g.numel
             continue
         active += g.active_numel
     return ParamCounts(
-        total=total, active=active, extra=extra, buffers=buffers, embedding=embedding
+        total=total,
+        active=active,
+        extra=extra,
+        buffers=buffers,
+        embedding=embedding,
+        towers=towers,
+        by_group=dict(sorted(by_group.items())),
     )
+
+
+def built_inventory(cfg: ModelConfig, moe: MoeLayout | None) -> tuple[list[TensorGroup], MetaBuild]:
+    """The inventory of a model type only transformers knows, from its meta-device build
+    (meta_build.py), plus the MTP modules the checkpoint stores beside it.
+
+    transformers builds no MTP modules (it drops `mtp.*` on load), so `mtp_layer_count` of
+    them are estimated DeepSeek-V3-style: a copy of the last decoder layer with enorm, hnorm,
+    shared_head.norm and eh_proj (hidden x 2*hidden). Raises `MetaBuildError`.
+    """
+    assert cfg.build_config is not None and cfg.build_model_type is not None
+    top_k = {i: s.experts_per_token for i, s in moe.by_layer.items()} if moe else {}
+    build = meta_build(cfg.build_config, cfg.build_model_type, top_k)
+    groups = list(build.groups)
+    count = mtp_layer_count(cfg)
+    if count:
+        groups += _estimated_mtp(cfg, groups, count)
+    return groups, build
+
+
+def _estimated_mtp(cfg: ModelConfig, groups: list[TensorGroup], count: int) -> list[TensorGroup]:
+    """`count` MTP modules shaped like the last decoder layer of `groups`, DeepSeek-V3-style."""
+    last = cfg.num_layers - 1
+    layers = tuple(range(cfg.num_layers, cfg.num_layers + count))
+    h = cfg.hidden_size
+    copies = [
+        replace(g, layers=layers, mtp=True)
+        for g in groups
+        if last in g.layers and not g.buffer and g.role != TOWER
+    ]
+    p = "model.layers.{layer}."
+    return [
+        *copies,
+        vector(p + "enorm", h, NORM, layers, mtp=True),
+        vector(p + "hnorm", h, NORM, layers, mtp=True),
+        vector(p + "shared_head.norm", h, NORM, layers, mtp=True),
+        *linear(p + "eh_proj", h, 2 * h, MTP_PROJ, layers, mtp=True),
+    ]

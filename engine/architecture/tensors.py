@@ -16,6 +16,13 @@ SHARED_EXPERT = "shared_expert"
 ROUTER = "router"
 LINEAR_MIXER = "linear_mixer"
 MTP_PROJ = "mtp_proj"
+# Roles only transformers' meta-device builds produce (meta_build.py): input embedding tables
+# other than the main one (Gemma 3n/4 per-layer inputs), multimodal towers and projectors
+# (outside `total_params`), and parameters no other role describes (DeepSeek-V4
+# hyper-connections).
+PER_LAYER_EMBEDDING = "per_layer_embedding"
+TOWER = "multimodal_tower"
+OTHER = "other"
 
 
 @dataclass(frozen=True)
