@@ -98,6 +98,10 @@ def engine_environment(extra: Mapping[str, str], run_id: str) -> dict[str, str]:
     env[RUN_TAG] = run_id
     env[OWNER_TAG] = str(os.getpid())
     env["PYTHONUNBUFFERED"] = "1"
+    # vLLM renames its engine core and workers with setproctitle, which by default writes the
+    # new title over the memory /proc/<pid>/environ shows: the tags above would vanish from the
+    # processes holding the model. SPT_NOENV keeps the environment (the title fits in argv).
+    env["SPT_NOENV"] = "1"
     return env
 
 

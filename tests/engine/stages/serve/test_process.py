@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,7 @@ from engine.stages.serve.process import (
     free_port,
     reap_orphans,
 )
+from tests.engine.stages.serve.engine_server import ENGINE_MISSING, engine_python
 
 
 @pytest.fixture
@@ -73,6 +75,39 @@ def test_a_silent_engine_times_out(tmp_path):
     with pytest.raises(EngineRefused, match="did not answer /health within 2 s"):
         engine.wait_ready(timeout_s=2)  # the folder has no /health: 404 until the deadline
     engine.stop()
+    assert engine.pids() == []
+
+
+def test_a_renamed_engine_process_keeps_its_tags(tmp_path):
+    # vLLM renames its engine core and workers ("VLLM::EngineCore") with setproctitle, which
+    # overwrites what /proc/<pid>/environ shows unless SPT_NOENV is set: untagged, a stop, the
+    # peak memory and reap_orphans would all miss the processes that hold the model.
+    python = engine_python()
+    if python is None:
+        pytest.skip(ENGINE_MISSING)
+    (tmp_path / "renamed_engine.py").write_text(
+        "import setproctitle, time\n"
+        "setproctitle.setproctitle('VLLM::EngineCore')\n"
+        "print('renamed', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    engine = EngineProcess(
+        [str(python), "-m", "renamed_engine"],
+        env={"PYTHONPATH": str(tmp_path)},
+        log_path=tmp_path / "engine.log",
+        base_url="",
+    )
+    engine.start()
+    try:
+        deadline = time.monotonic() + 60
+        while "renamed" not in engine.log_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "renamed" in engine.log_text()
+        pid = engine.proc.pid
+        assert Path(f"/proc/{pid}/comm").read_text().startswith("VLLM::Engine")
+        assert engine.pids() == [pid]
+    finally:
+        engine.stop()
     assert engine.pids() == []
 
 
