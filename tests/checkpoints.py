@@ -37,6 +37,12 @@ def meta_checkpoint(config: Mapping[str, Any], *, dtype: str = "BF16") -> Table:
     """The tensors `save_pretrained` writes for `config` (a config.json dict), all in `dtype`
     (persistent float32 buffers such as DeepSeek's `e_score_correction_bias` in F32), built
     on the meta device (no memory). The model type must be one transformers knows."""
+    return meta_build(config, dtype=dtype)[0]
+
+
+def meta_build(config: Mapping[str, Any], *, dtype: str = "BF16") -> tuple[Table, int]:
+    """`meta_checkpoint`'s table and the parameters of the model transformers builds
+    (`model.parameters()`: buffers not counted, a tied matrix once)."""
     import torch
     import transformers
     from transformers.core_model_loading import revert_weight_conversion
@@ -58,7 +64,7 @@ def meta_checkpoint(config: Mapping[str, Any], *, dtype: str = "BF16") -> Table:
     for name, tensor in state.items():
         kept = "F32" if name in buffers and tensor.dtype == torch.float32 else dtype
         table[name] = (kept, tuple(int(d) for d in tensor.shape))
-    return table
+    return table, sum(p.numel() for p in model.parameters())
 
 
 def header_bytes(table: Table) -> tuple[bytes, int]:

@@ -58,3 +58,26 @@ def test_bad_input_still_exits_with_one_line(tmp_path):
     assert done.returncode == 1
     assert done.stderr.startswith("CommandError: ")
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_release_folder_with_weights_is_counted_from_its_headers(tmp_path, monkeypatch):
+    from tests.checkpoint_cases import llama
+    from tests.checkpoints import shard
+
+    monkeypatch.setenv("DAY0_VAR_DIR", str(tmp_path / "var"))
+    case = llama()
+    folder = tmp_path / "hub" / "acme" / "small-llama"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(case.config))
+    for name, content in shard(case.table, 3, data=False).items():
+        (folder / name).write_bytes(content)
+
+    out = StringIO()
+    call_command("analyze", str(folder), stdout=out)
+
+    text = out.getvalue()
+    assert f"checkpoint    {len(case.table)} tensors: {case.params:,} params" in text
+    assert text.rstrip().endswith(
+        "Parameters and bytes are counted from the checkpoint's safetensors headers; the rest "
+        "is computed from the config (nothing measured)."
+    )

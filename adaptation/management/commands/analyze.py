@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 from adaptation.targets import TargetError, resolve_target
 from engine import formatting as fmt
 from engine.architecture import AnalysisError, analyze_config
+from engine.architecture.checkpoint_analysis import with_checkpoint
 from engine.contract import StageFailed
 from engine.hubs import hub_source
 from engine.hubs.base import HubError
@@ -63,8 +64,22 @@ def summary_text(a: dict) -> str:
         f"{fmt.gib(a.get('kv_cache_bytes_at_max_context'))} at max context "
         f"({a.get('max_position_embeddings'):,} tokens)",
     ]
+    checkpoint = a.get("checkpoint")
+    if a.get("params_counted_from") == "checkpoint" and isinstance(checkpoint, dict):
+        config_total = (a.get("config_figures") or {}).get("total_params")
+        lines.append(
+            f"  {'checkpoint':<14}{checkpoint.get('tensor_count', 0):,} tensors: "
+            f"{fmt.params_words(checkpoint.get('total_params'))}; the config gives "
+            f"{fmt.params_words(config_total)}"
+        )
     lines += [f"  note: {note}" for note in a.get("notes", [])]
-    lines.append("Every figure is computed from the config (nothing measured).")
+    if a.get("params_counted_from") == "checkpoint":
+        lines.append(
+            "Parameters and bytes are counted from the checkpoint's safetensors headers; the"
+            " rest is computed from the config (nothing measured)."
+        )
+    else:
+        lines.append("Every figure is computed from the config (nothing measured).")
     return "\n".join(lines)
 
 
@@ -84,7 +99,9 @@ class Command(BaseCommand):
         settings.VAR_DIR  # noqa: B018
         try:
             config, weights = self._load(target)
-            analysis = analyze_config(config, weights=weights).to_dict()
+            analysis = with_checkpoint(
+                analyze_config(config, weights=weights).to_dict(), config, weights
+            )
         except (TargetError, StageFailed, AnalysisError, HubError) as exc:
             message = getattr(exc, "reason", None) or getattr(exc, "message", None) or str(exc)
             raise CommandError(" ".join(str(message).split())) from exc

@@ -11,14 +11,17 @@ from engine import formatting as fmt
 from engine import markdown as md
 from engine.architecture.rope import TRANSFORMERS_ROPE_TYPES
 from engine.findings import MAJOR, MINOR, Finding, cut_title
+from engine.stages.analyze.checkpoint_findings import checkpoint_findings
 
 
 def findings(result: Mapping[str, Any], *, pool: str) -> list[Finding] | None:
     """Features of the release that serving or validation does not cover, from its analysis
     (notes for every pool): MTP modules (speculative decoding), a RoPE type transformers
     does not implement, modeling code shipped with the release for a family day0 does not
-    know. None for a result that is not an analysis. `pool` is not read: these notes hold
-    on every pool (`Finding.all_pools`)."""
+    know; and from the checkpoint's own tensors (`checkpoint_findings`): its count against
+    the config's, missing, extra and wrong-shape tensors, layer and MTP counts. None for a
+    result that is not an analysis. `pool` is not read: these notes hold on every pool
+    (`Finding.all_pools`)."""
     if "mtp_layers" not in result and "rope" not in result:
         return None
     found = []
@@ -81,4 +84,4 @@ def findings(result: Mapping[str, Any], *, pool: str) -> list[Finding] | None:
                 all_pools=True,
             )
         )
-    return found
+    return found + checkpoint_findings(result)

@@ -1,7 +1,9 @@
 """The `fetch` stage: get a release's describing files from its hub and parse them.
 
 `config.json`, `generation_config.json`, `model.safetensors.index.json` and `README.md` are
-fetched and parsed; without an index, the safetensors headers are read (never the weights).
+fetched and parsed; the header of every safetensors weight file is read, index or not (never
+the weights), and every tensor's name, dtype and shape kept, folded by layer and expert
+number, for the `analyze` stage to count and check.
 The release's tokenizer files (`tokenizer.json`, `tokenizer_config.json`, a sentencepiece or
 tiktoken model, ...) are fetched too and stored content-addressed on the worker's disk for
 the `serve` stage (`tokenizer.py`: which files, the caps, where they are kept); the result's
@@ -15,12 +17,15 @@ import re
 from collections import Counter
 from typing import Any
 
+from engine.architecture.checkpoint_names import fold_tensors
 from engine.contract import StageContext, StageFailed, StageTransientError
 from engine.hubs import HubSpec, hub_source
 from engine.hubs.base import HubError, ReleaseFiles, tensor_nbytes
 from engine.stages.fetch.tokenizer import fetch_tokenizer
 
 README_EXCERPT_CHARS = 4000
+# Tensor names listed where the index and the headers disagree, at most.
+SHOWN_NAMES = 10
 
 _NON_FINITE = re.compile(r"[:\[,]\s*(-?Infinity|NaN)\b")
 
@@ -71,28 +76,39 @@ def parse_json_file(name: str, raw: bytes) -> Any:
         ) from exc
 
 
+def _index_weight_map(index: Any) -> dict[str, Any]:
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict):
+        raise StageFailed("model.safetensors.index.json has no 'weight_map' object.")
+    return weight_map
+
+
+def _index_total(index: dict[str, Any]) -> int | None:
+    total = (index.get("metadata") or {}).get("total_size")
+    return int(total) if isinstance(total, int | float) else None
+
+
+def _names(names: set[str]) -> dict[str, Any]:
+    return {"count": len(names), "names": sorted(names)[:SHOWN_NAMES]}
+
+
 def summarize_weights(
     index: dict[str, Any] | None, safetensors_metadata: dict[str, Any] | None
 ) -> dict[str, Any] | None:
-    """Summarize the checkpoint from its index or from the safetensors headers.
+    """Summarize the checkpoint from its safetensors headers (else from its index alone).
 
-    Returns {"source": "index" | "safetensors_headers", "total_size": bytes | None,
-    "shard_count": int, "tensor_count": int, "dtypes": {dtype: bytes}} or None when the
-    release has neither. `dtypes` is only known from headers (an index lists no dtypes).
-    Raises `StageFailed` when the index has no `weight_map` object.
+    From headers: {"source": "safetensors_headers", "total_size": bytes of every tensor,
+    "shard_count": files read, "tensor_count", "dtypes": {dtype: bytes}, "tensors": every
+    tensor folded by layer and expert number (`checkpoint_names.fold_tensors`: a few dozen
+    entries for 100,000 tensors)}, plus "duplicates" (a name in two files) and, with an
+    index, "index_total_size" (bytes its metadata states) and "index_mismatch" (names in
+    the index only or in the headers only: {"index_only", "headers_only"}, each {"count",
+    "names"}) when they differ. From an index alone: {"source": "index", "total_size",
+    "shard_count", "tensor_count", "dtypes": {}}. None when the release has neither.
+    Raises `StageFailed` when the index has no `weight_map` object or a header names a
+    dtype safetensors does not define.
     """
-    if index is not None:
-        weight_map = index.get("weight_map") if isinstance(index, dict) else None
-        if not isinstance(weight_map, dict):
-            raise StageFailed("model.safetensors.index.json has no 'weight_map' object.")
-        total = (index.get("metadata") or {}).get("total_size")
-        return {
-            "source": "index",
-            "total_size": int(total) if isinstance(total, int | float) else None,
-            "shard_count": len(set(weight_map.values())),
-            "tensor_count": len(weight_map),
-            "dtypes": {},
-        }
+    weight_map = _index_weight_map(index) if index is not None else None
     if safetensors_metadata is not None:
         tensors = safetensors_metadata.get("tensors", {})
         per_dtype: Counter[str] = Counter()
@@ -101,12 +117,33 @@ def summarize_weights(
                 per_dtype[info["dtype"]] += tensor_nbytes(info["dtype"], info.get("shape", []))
             except ValueError as exc:
                 raise StageFailed(f"safetensors header of tensor {name!r}: {exc}.") from exc
-        return {
+        summary: dict[str, Any] = {
             "source": "safetensors_headers",
             "total_size": int(safetensors_metadata.get("total_size") or sum(per_dtype.values())),
             "shard_count": int(safetensors_metadata.get("shard_count", 1)),
             "tensor_count": len(tensors),
             "dtypes": dict(per_dtype),
+            "tensors": fold_tensors(tensors),
+        }
+        if safetensors_metadata.get("duplicates"):
+            summary["duplicates"] = safetensors_metadata["duplicates"]
+        if index is not None and weight_map is not None:
+            summary["index_total_size"] = _index_total(index)
+            index_only = set(weight_map) - set(tensors)
+            headers_only = set(tensors) - set(weight_map)
+            if index_only or headers_only:
+                summary["index_mismatch"] = {
+                    "index_only": _names(index_only),
+                    "headers_only": _names(headers_only),
+                }
+        return summary
+    if index is not None and weight_map is not None:
+        return {
+            "source": "index",
+            "total_size": _index_total(index),
+            "shard_count": len(set(weight_map.values())),
+            "tensor_count": len(weight_map),
+            "dtypes": {},
         }
     return None
 
@@ -162,6 +199,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
         raise StageFailed(str(exc)) from exc
     ctx.log(f"fetched {', '.join(sorted(fetched.files))} from {release.hub_kind}")
     result = parse_release_files(fetched)
+    weights = result.get("weights") or {}
+    if weights.get("source") == "safetensors_headers":
+        ctx.log(
+            f"read the safetensors headers of {weights['shard_count']} file(s): "
+            f"{weights['tensor_count']:,} tensors, {weights['total_size']:,} bytes of weights"
+        )
     tokenizer = fetch_tokenizer(source, fetched.repo_id, fetched.revision, fetched.file_sizes)
     stored = ", ".join(entry["name"] for entry in tokenizer["files"]) or "none"
     ctx.log(f"tokenizer ({tokenizer['kind']}): {stored}")

@@ -67,6 +67,46 @@ def test_safetensors_headers_are_summarized_per_dtype():
     assert summary["source"] == "safetensors_headers"
 
 
+def test_headers_are_kept_with_an_index_and_folded_by_layer_and_expert():
+    tensors = {
+        f"model.layers.{layer}.mlp.experts.{expert}.{proj}.weight": {
+            "dtype": "F8_E4M3",
+            "shape": [32, 64],
+        }
+        for layer in range(3, 61)
+        for expert in range(256)
+        for proj in ("gate_proj", "up_proj")
+    }
+    tensors["lm_head.weight"] = {"dtype": "BF16", "shape": [256, 64]}
+    index = {
+        "metadata": {"total_size": 123},
+        "weight_map": dict.fromkeys(tensors, "model-00001-of-00001.safetensors"),
+    }
+
+    summary = summarize_weights(index, {"total_size": 7, "shard_count": 1, "tensors": tensors})
+
+    assert summary["source"] == "safetensors_headers"
+    assert summary["total_size"] == 7
+    assert summary["index_total_size"] == 123
+    assert summary["tensor_count"] == 58 * 256 * 2 + 1
+    assert "index_mismatch" not in summary
+    assert summary["tensors"] == [
+        {"name": "lm_head.weight", "dtype": "BF16", "shape": [256, 64]},
+        {
+            "name": "model.layers.*.mlp.experts.*.gate_proj.weight",
+            "dtype": "F8_E4M3",
+            "shape": [32, 64],
+            "index": ["3-60", "0-255"],
+        },
+        {
+            "name": "model.layers.*.mlp.experts.*.up_proj.weight",
+            "dtype": "F8_E4M3",
+            "shape": [32, 64],
+            "index": ["3-60", "0-255"],
+        },
+    ]
+
+
 def test_nan_and_infinity_are_refused_with_their_position():
     with pytest.raises(StageFailed) as info:
         parse_json_file("config.json", b'{\n  "rope_theta": NaN\n}')

@@ -1,0 +1,180 @@
+"""Checkpoint tensor names: folded for storage, and what a name says about its tensor.
+
+A large checkpoint holds ~100,000 tensors whose names differ only in their layer and expert
+numbers (`model.layers.7.mlp.experts.129.gate_proj.weight`). `fold_tensors` stores them as
+a few dozen entries, each a name template with `*` for every number, a dtype, a shape, and
+for each `*` the numbers it takes ("0-60"); `unfold_tensors` gives back every name exactly
+(a layer that lacks one expert is its own entry).
+
+The rest reads names the way checkpoints of many families write them (Llama, Qwen,
+DeepSeek, gpt-oss, GLM, MiniMax, Gemma, multimodal wrappers): the decoder layer a tensor
+belongs to, whether it is a multimodal tower's or a multi-token-prediction (MTP) module's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from itertools import product
+from typing import Any
+
+PLACEHOLDER = "*"
+
+# Prefixes wrappers put before the language model's names, stripped (repeatedly) to compare
+# names across layouts: `model.language_model.layers.0` and `language_model.model.layers.0`
+# are both `layers.0`.
+_WRAPPER_PREFIXES = ("model.", "language_model.", "text_model.", "transformer.", "backbone.")
+# The decoder stack, once prefixes are stripped: `layers.N.`, GPT-2/Falcon `h.N.`.
+_DECODER_LAYER = re.compile(r"^(?:layers|h|blocks|decoder\.layers)\.(\d+)\.")
+# Module-name parts of multimodal towers and projectors (substrings), and exact parts.
+_TOWER_MARKERS = (
+    "vision",
+    "visual",
+    "audio",
+    "image",
+    "video",
+    "multi_modal",
+    "mm_projector",
+    "merger",
+    "patch_merge",
+)
+_TOWER_PARTS = frozenset({"vit", "vpm", "apm", "resampler", "connector"})
+# Parts only DeepSeek-V3-style MTP layers hold (stored after the main layers).
+MTP_MARKERS = frozenset({"enorm", "hnorm", "eh_proj", "shared_head"})
+
+
+def format_ranges(values: Iterable[int]) -> str:
+    """Sorted integers as "0-3,7,9-12"."""
+    ordered = sorted(set(values))
+    parts: list[str] = []
+    start = prev = None
+    for value in ordered:
+        if prev is not None and value == prev + 1:
+            prev = value
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = value
+    if start is not None:
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(parts)
+
+
+def parse_ranges(text: str) -> list[int]:
+    """ "0-3,7" as [0, 1, 2, 3, 7]. Raises ValueError for anything else."""
+    values: list[int] = []
+    for part in str(text).split(","):
+        low, dash, high = part.partition("-")
+        start, end = int(low), int(high) if dash else int(low)
+        if end < start or start < 0:
+            raise ValueError(f"bad range {part!r}")
+        values.extend(range(start, end + 1))
+    return values
+
+
+def _template(name: str) -> tuple[str, tuple[int, ...]]:
+    parts = name.split(".")
+    numbers = tuple(int(p) for p in parts if p.isdigit())
+    return ".".join(PLACEHOLDER if p.isdigit() else p for p in parts), numbers
+
+
+def _compress(tuples: list[tuple[int, ...]]) -> list[tuple[frozenset[int], ...]]:
+    """Index tuples as rows of per-position sets whose products are exactly the tuples."""
+    if not tuples or not tuples[0]:
+        return [()]
+    columns = [frozenset(t[i] for t in tuples) for i in range(len(tuples[0]))]
+    size = 1
+    for column in columns:
+        size *= len(column)
+    if size == len(tuples):
+        return [tuple(columns)]
+    # Split on the first number; first numbers with the same rest share a row.
+    rests: dict[int, set[tuple[int, ...]]] = defaultdict(set)
+    for t in tuples:
+        rests[t[0]].add(t[1:])
+    by_rest: dict[frozenset[tuple[int, ...]], set[int]] = defaultdict(set)
+    for first, rest in rests.items():
+        by_rest[frozenset(rest)].add(first)
+    rows = []
+    for rest, firsts in by_rest.items():
+        for row in _compress(sorted(rest)):
+            rows.append((frozenset(firsts), *row))
+    return rows
+
+
+def fold_tensors(tensors: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`{name: {"dtype", "shape"}}` as entries {"name": template with `*` for each number,
+    "dtype", "shape", "index": one range string per `*` (absent without numbers)}, sorted;
+    `unfold_tensors` reverses it exactly."""
+    groups: dict[tuple[str, str, tuple[int, ...]], list[tuple[int, ...]]] = defaultdict(list)
+    for name, info in tensors.items():
+        template, numbers = _template(name)
+        shape = tuple(int(d) for d in info.get("shape", ()))
+        groups[(template, str(info.get("dtype")), shape)].append(numbers)
+    entries = []
+    for (template, dtype, shape), tuples in groups.items():
+        for row in _compress(sorted(set(tuples))):
+            entry: dict[str, Any] = {"name": template, "dtype": dtype, "shape": list(shape)}
+            if row:
+                entry["index"] = [format_ranges(column) for column in row]
+            entries.append(entry)
+    return sorted(entries, key=lambda e: (e["name"], e.get("index", []), e["dtype"]))
+
+
+def unfold_tensors(entries: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every `{name: {"dtype", "shape"}}` of `fold_tensors` entries. Raises ValueError for
+    an entry that is not one (a `*` count that does not match its index)."""
+    tensors: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        parts = str(entry["name"]).split(".")
+        slots = [i for i, part in enumerate(parts) if part == PLACEHOLDER]
+        index = entry.get("index") or []
+        if len(index) != len(slots):
+            raise ValueError(f"tensor entry {entry['name']!r} has {len(index)} index ranges")
+        info = {"dtype": str(entry["dtype"]), "shape": [int(d) for d in entry["shape"]]}
+        for numbers in product(*(parse_ranges(r) for r in index)):
+            for slot, number in zip(slots, numbers, strict=True):
+                parts[slot] = str(number)
+            tensors[".".join(parts)] = dict(info, shape=list(info["shape"]))
+    return tensors
+
+
+def strip_wrappers(name: str) -> str:
+    """`name` without the wrapper prefixes before the language model's own names."""
+    changed = True
+    while changed:
+        changed = False
+        for prefix in _WRAPPER_PREFIXES:
+            if name.startswith(prefix):
+                name = name[len(prefix) :]
+                changed = True
+    return name
+
+
+def decoder_layer(name: str) -> int | None:
+    """The decoder layer `name` belongs to (`model.layers.12.…` → 12), None outside the
+    decoder stack (embeddings, final norm, LM head, towers, `mtp.*`)."""
+    match = _DECODER_LAYER.match(strip_wrappers(name))
+    return int(match.group(1)) if match else None
+
+
+def is_tower(name: str) -> bool:
+    """Whether `name` is a multimodal tower's or projector's (vision, audio, merger...)."""
+    parts = name.lower().split(".")[:-1]
+    return any(part in _TOWER_PARTS for part in parts) or any(
+        marker in part for part in parts for marker in _TOWER_MARKERS
+    )
+
+
+def mtp_module(name: str) -> int | None:
+    """The MTP module a name outside the decoder stack belongs to (`mtp.0.…`,
+    `model.mtp_layers.1.…`, Qwen3-Next `mtp.layers.0.…`, `mtp.fc` → 0), None when no part
+    of it names MTP. DeepSeek-V3-style MTP layers are decoder layers past
+    `num_hidden_layers`; the caller decides those."""
+    parts = name.split(".")
+    for i, part in enumerate(parts[:-1]):
+        if part.startswith("mtp") or part in ("nextn", "next_n"):
+            following = next((p for p in parts[i + 1 :] if p.isdigit()), None)
+            return int(following) if following is not None else 0
+    return None
