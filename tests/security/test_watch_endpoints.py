@@ -115,6 +115,7 @@ CANARY_HOSTS = {
     "unspecified": "0.0.0.0",
     "decimal": "2130706433",
     "hex": "0x7f000001",
+    "ipv4-mapped-ipv6": "[::ffff:127.0.0.1]",
 }
 INTERNAL_URLS = {
     "link-local-metadata": "http://169.254.169.254",
@@ -199,6 +200,26 @@ def test_only_the_admin_role_manages_the_allow_list(client, cast):
     )
     assert response.status_code == 403
     assert not AllowedHubEndpoint.objects.exists()
+
+
+def test_a_hub_url_with_credentials_is_refused_whatever_host_it_reads_as(canary, client, cast):
+    """`http://huggingface.co@127.0.0.1/` reads as the public Hub but asks 127.0.0.1 (what
+    comes before "@" is a user name): refused when saved, allow-listed or polled, and a
+    release there gets no token."""
+    url = f"http://huggingface.co@127.0.0.1:{canary.port}"
+    client.force_login(cast.eli)
+
+    response = admin_add_watch(client, endpoint=url)
+
+    assert response.status_code == 200
+    assert "without credentials" in response.content.decode()
+    assert not HubWatch.objects.exists()
+    with pytest.raises(ValidationError, match="without credentials"):
+        AllowedHubEndpoint(url=url, allow_private_network=True).full_clean()
+    watch = make_watch(kind=HubKind.HUGGINGFACE, endpoint=url, author="acme")
+    assert hub_watch_poll(watch=watch).error.startswith("endpoint refused: ")
+    assert HuggingFaceSource(HubSpec(kind="huggingface", endpoint=url)).sends_hf_token is False
+    assert canary.seen == []
 
 
 # -- refused at the poll, and no token at the canary -----------------------------------------
@@ -411,4 +432,22 @@ def test_a_mirror_watch_row_outside_the_roots_is_refused_at_the_poll(case, mirro
 
     assert outcome.error.startswith("endpoint refused: ")
     assert "outside the mirror roots" in outcome.error
+    assert not ModelRelease.objects.exists()
+
+
+def test_a_mirror_folder_replaced_by_a_symlink_after_save_is_refused_at_the_poll(mirror):
+    folder = mirror["root"] / "hub"
+    watch = HubWatch(name="m", kind=HubKind.MIRROR, endpoint=str(folder), pool=cpu_pool())
+    watch.full_clean()
+    watch.save()
+    (folder / "acme" / "tiny" / "config.json").unlink()
+    (folder / "acme" / "tiny").rmdir()
+    (folder / "acme").rmdir()
+    folder.rmdir()
+    folder.symlink_to(mirror["outside"], target_is_directory=True)  # holds acme/tiny too
+
+    outcome = hub_watch_poll(watch=watch)
+
+    assert outcome.error.startswith("endpoint refused: ")
+    assert f"(resolved: {mirror['outside']})" in outcome.error
     assert not ModelRelease.objects.exists()
