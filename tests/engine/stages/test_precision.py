@@ -43,8 +43,23 @@ LAYER_KEYS = {"layer", "module", "name", "max_abs_error", "relative_error"}
 
 
 @pytest.fixture(scope="module")
-def on_cpu(seeded_twin):
-    return {name: measure_precision(seeded_twin(name), CPU) for name in CONFIGS}
+def measured_on_cpu(seeded_twin):
+    """`measured_on_cpu(name, seed)`: the precision stage's result for that twin on the CPU pool,
+    measured once per module (the rounding sweep and the routing-flip test read the same run).
+    Callers must not change the result."""
+    cache = {}
+
+    def get(name: str, seed: int = 0) -> dict:
+        if (name, seed) not in cache:
+            cache[(name, seed)] = measure_precision(seeded_twin(name, seed), CPU)
+        return cache[(name, seed)]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def on_cpu(measured_on_cpu):
+    return {name: measured_on_cpu(name) for name in CONFIGS}
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -89,13 +104,13 @@ def test_moe_layers_are_compared_as_moe_with_their_routing(on_cpu):
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("name", CONFIGS)
-def test_rounding_alone_never_names_a_divergent_layer(seeded_twin, name, seed):
+def test_rounding_alone_never_names_a_divergent_layer(measured_on_cpu, name, seed):
     """4 seeds (0 in `on_cpu`) x the release-day twins: no false positive in bf16 or fp16.
 
     The jump rule this replaced named an MoE layer in 6 of 24 such runs (a routing flip seen as
     an error) and, in bfloat16, the wrong module of a real perturbation.
     """
-    result = measure_precision(seeded_twin(name, seed), CPU)
+    result = measured_on_cpu(name, seed)
     for dtype in ("bfloat16", "float16"):
         entry = result["dtypes"][dtype]
         assert entry["passed"] is True, entry["reason"]
@@ -104,9 +119,9 @@ def test_rounding_alone_never_names_a_divergent_layer(seeded_twin, name, seed):
         assert entry["worst_local_relative_error"] < limit / 4
 
 
-def test_a_routing_flip_is_counted_and_forced_back_not_called_a_bug(seeded_twin):
+def test_a_routing_flip_is_counted_and_forced_back_not_called_a_bug(measured_on_cpu):
     # gpt-oss seed 3: its bfloat16 router flips experts for a few tokens (near-ties)
-    result = measure_precision(seeded_twin("openai__gpt-oss-20b", 3), CPU)
+    result = measured_on_cpu("openai__gpt-oss-20b", 3)
     entry = result["dtypes"]["bfloat16"]
     flips = sum(f["local"] + f["end_to_end"] for f in entry["routing_flips"])
     assert flips > 0
