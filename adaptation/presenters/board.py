@@ -62,8 +62,9 @@ class StageEntry:
     pool name, the first line of its error (the tooltip), for a stage in `CELL_FIGURES` its
     figure (`figure_template` words it), the failed run's class ("infrastructure", "release",
     or ""), the pool no live worker serves when the run is queued there (`waiting_for`, None
-    otherwise), and whether the run is of an older job than the newest on its pool (`older`:
-    the entry names its job)."""
+    otherwise), whether the run is of an older job than the newest on its pool (`older`: the
+    entry names its job), and whether it says nothing but its status and duration (`plain`:
+    most entries, which the template writes the short way)."""
 
     status: str
     label: str
@@ -77,18 +78,7 @@ class StageEntry:
     failure_class: str = ""
     waiting_for: AcceleratorPool | None = None
     older: bool = False
-
-    @property
-    def plain(self) -> bool:
-        """Whether the entry says nothing but its status and duration (the template's short
-        way)."""
-        return not (
-            self.failure_class
-            or self.figure
-            or self.waiting_for is not None
-            or self.attempt > 1
-            or self.older
-        )
+    plain: bool = False
 
 
 def stage_entry(
@@ -99,7 +89,10 @@ def stage_entry(
     when no live worker serves it; `older`: the run is of a job older than the newest on its
     pool."""
     error = (getattr(run, "error_head", None) or "").strip()
-    figure = CELL_FIGURES.get(run.stage)
+    count = CELL_FIGURES.get(run.stage)
+    figure = count(getattr(run, "cell_figure", None)) if count is not None else 0
+    fault = failure_class(run)
+    waiting_for = idle_pool if run.status == StageStatus.QUEUED else None
     return StageEntry(
         status=str(run.status),
         label=STATUS_LABELS.get(run.status, str(run.status)),
@@ -108,43 +101,47 @@ def stage_entry(
         job_id=run.job_id,
         pool_name=run.job.pool.name,
         error_summary=error.splitlines()[0] if error else "",
-        figure=figure(getattr(run, "cell_figure", None)) if figure is not None else 0,
-        figure_template=cell_figure_template(run.stage) if figure is not None else "",
-        failure_class=failure_class(run),
-        waiting_for=idle_pool if run.status == StageStatus.QUEUED else None,
+        figure=figure,
+        figure_template=cell_figure_template(run.stage) if count is not None else "",
+        failure_class=fault,
+        waiting_for=waiting_for,
         older=older,
+        plain=not (error or figure or fault or waiting_for or run.attempt > 1 or older),
     )
 
 
 @dataclass(frozen=True)
 class StageCell:
     """A board cell: one stage of a release, an entry per pool whose jobs hold the stage
-    (empty when none does). The cell takes its first entry's status and failure class, and its
-    error as the tooltip when it has that one entry only (several entries carry their own)."""
+    (empty when none does), on a release that ran on several pools (`lanes`: each entry then
+    names its pool) or one. The cell takes its first entry's status and failure class, and its
+    error as the tooltip when it has that one entry only (several entries carry their own).
+    `plain`: the entry alone when the release ran on one pool and the entry is plain (most
+    cells: the template's short way), else None."""
 
     stage: str
     entries: list[StageEntry]
+    lanes: bool = False
     status: str = ""
     failure_class: str = ""
     title: str = ""
-    # The entry alone when it says nothing but its status and duration, on a release that
-    # ran on one pool (most cells: the template's short way), else None.
     plain: StageEntry | None = None
 
 
-def stage_cell(stage: str, entries: list[StageEntry], *, several_pools: bool) -> StageCell:
-    """The cell of `stage` from its entries (one per pool that holds it)."""
+def stage_cell(stage: str, entries: list[StageEntry], *, lanes: bool) -> StageCell:
+    """The cell of `stage` from its entries (one per pool that holds it); `lanes`: the release
+    ran on several pools."""
     if not entries:
-        return StageCell(stage=stage, entries=entries)
+        return StageCell(stage=stage, entries=entries, lanes=lanes)
     first = entries[0]
-    plain = not several_pools and len(entries) == 1 and first.plain and not first.error_summary
     return StageCell(
         stage=stage,
         entries=entries,
+        lanes=lanes,
         status=first.status,
         failure_class=first.failure_class,
         title=first.error_summary if len(entries) == 1 else "",
-        plain=first if plain else None,
+        plain=first if not lanes and len(entries) == 1 and first.plain else None,
     )
 
 
@@ -214,7 +211,7 @@ def board_row(
         url=reverse("adaptation:release_detail", args=[release.pk]),
         job=jobs[0] if jobs else None,
         cells=[
-            stage_cell(column.name, entries[column.name], several_pools=len(by_pool) > 1)
+            stage_cell(column.name, entries[column.name], lanes=len(by_pool) > 1)
             for column in columns
         ],
         clock=day0_clock(release, jobs, now=now, limitations=limitations),
