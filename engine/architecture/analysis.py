@@ -233,9 +233,22 @@ def analyze_config(config: dict, *, weights: dict | None = None) -> Architecture
     if weights is not None and not isinstance(weights, Mapping):
         raise AnalysisError(f"weights must be an object or null, got {type(weights).__name__}")
     cfg = read_config(config)
-    notes = list(cfg.view.notes)
     layout, attn_notes = attention_layout(cfg)
-    moe, moe_notes = moe_layout(cfg)
+    try:
+        moe, moe_notes = moe_layout(cfg)
+    except AnalysisError as err:
+        if cfg.source != TRANSFORMERS_BUILD:
+            raise
+        # transformers builds it anyway (ERNIE-4.5-VL's per-modality expert lists): the
+        # parameters come from the build; only the MoE summary is missing.
+        moe, moe_notes = (
+            None,
+            [
+                f"MoE keys not read ({err}): no MoE summary; active_params counts "
+                "num_experts_per_tok routed experts per layer where it is one integer, else every "
+                "expert (an upper bound)"
+            ],
+        )
     if moe is None and cfg.intermediate_size is None and cfg.source != TRANSFORMERS_BUILD:
         raise AnalysisError("config.json is missing required key: intermediate_size")
     rope, rope_notes = rope_info(cfg.view, layout.layer_types)
@@ -253,7 +266,6 @@ def analyze_config(config: dict, *, weights: dict | None = None) -> Architecture
                 "transformers could not build the model: Llama-style modules (q/k/v/o "
                 "projections, gated MLP, two RMSNorms per layer) from the standard keys"
             )
-            notes = list(cfg.view.notes)
     if build is None:
         inventory = build_inventory(cfg, layout, moe)
     counts = count_params(cfg, inventory)
@@ -261,6 +273,7 @@ def analyze_config(config: dict, *, weights: dict | None = None) -> Architecture
     checkpoint_size = _checkpoint_size(weights)
     mtp = mtp_layer_count(cfg)
     kv_widths = build.kv_widths if build is not None else None
+    notes = list(cfg.view.notes)  # with what the build added
 
     notes += attn_notes + moe_notes + rope_notes + quant_notes
     notes += structural_default_notes(cfg.view)

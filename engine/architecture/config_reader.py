@@ -188,6 +188,8 @@ class ModelConfig:
     """The standard shape of a decoder-only transformer, normalised across families.
 
     Sizes are counts (layers, heads) or widths in elements (hidden size, head_dim).
+    `intermediate_by_layer`: the dense MLP width of each layer when the config lists them per
+    layer and they differ (Gemma 3n); `intermediate_size` is then the largest.
     `source` is one of FAMILY_TABLE, TRANSFORMERS_BUILD, ESTIMATED; for TRANSFORMERS_BUILD
     `build_config`/`build_model_type` are what transformers builds (the whole multimodal
     wrapper when transformers knows it, else the text model).
@@ -213,6 +215,7 @@ class ModelConfig:
     torch_dtype: str | None
     is_mla: bool
     source: str = FAMILY_TABLE
+    intermediate_by_layer: tuple[int, ...] | None = None
     build_config: Mapping[str, Any] | None = None
     build_model_type: str | None = None
 
@@ -368,7 +371,15 @@ def read_config(config: Mapping[str, Any]) -> ModelConfig:
         # An explicit head_dim wins (Qwen3, Gemma, gpt-oss set it apart from hidden/heads).
         head_dim = view.int("head_dim", None)
         if head_dim is None:
-            if hidden_size % heads:
+            if hidden_size % heads and source == TRANSFORMERS_BUILD:
+                # transformers' own modules take hidden_size // heads (GLM-4.5V's text model);
+                # the KV figures use each layer's built k_proj instead.
+                view.notes.append(
+                    f"head_dim absent and hidden_size ({hidden_size}) not divisible by "
+                    f"num_attention_heads ({heads}): {hidden_size // heads}, as transformers "
+                    "takes it"
+                )
+            elif hidden_size % heads:
                 raise AnalysisError(
                     f"hidden_size ({hidden_size}) is not divisible by num_attention_heads "
                     f"({heads}) and no head_dim is given"
@@ -394,7 +405,13 @@ def read_config(config: Mapping[str, Any]) -> ModelConfig:
     max_pos = view.int("max_position_embeddings", None)
     if max_pos is None:
         view.notes.append("max_position_embeddings absent: KV cache at max context unknown")
-    intermediate = view.int("intermediate_size", None)
+    intermediate_by_layer = _per_layer_widths(view, "intermediate_size", num_layers)
+    if intermediate_by_layer is not None:
+        intermediate: int | None = max(intermediate_by_layer)
+        if len(set(intermediate_by_layer)) == 1:
+            intermediate_by_layer = None
+    else:
+        intermediate = view.int("intermediate_size", None)
     # Ernie 4.5: one `use_bias` flag for every projection, the MLP and the LM head.
     bias_key = family.bias_key if family is not None else None
     all_bias = view.bool(bias_key, False) if bias_key else None
@@ -412,6 +429,7 @@ def read_config(config: Mapping[str, Any]) -> ModelConfig:
         head_dim=head_dim,
         vocab_size=vocab_size,
         intermediate_size=intermediate,
+        intermediate_by_layer=intermediate_by_layer,
         max_position_embeddings=max_pos,
         tie_word_embeddings=tie,
         attention_bias=all_bias if all_bias is not None else view.bool("attention_bias", False),
@@ -423,6 +441,19 @@ def read_config(config: Mapping[str, Any]) -> ModelConfig:
         build_config=build_config,
         build_model_type=build_type,
     )
+
+
+def _per_layer_widths(view: ConfigView, key: str, layers: int) -> tuple[int, ...] | None:
+    """`key` as one width per layer when the config gives a list, else None."""
+    raw = view.value(key, None)
+    if not isinstance(raw, list | tuple):
+        return None
+    if len(raw) != layers:
+        raise AnalysisError(
+            f"{key} must be an integer or a list of one integer per layer ({layers}), "
+            f"got a list of {len(raw)}"
+        )
+    return tuple(check_int(f"{key}[{i}]", item) for i, item in enumerate(raw))
 
 
 def _build_target(

@@ -128,19 +128,25 @@ def _transformers_config(config: Mapping[str, Any], model_type: str) -> Any:
         with _quiet_transformers():
             return transformers.AutoConfig.for_model(model_type, **_build_kwargs(config))
     except Exception as err:  # the class's own validation: any exception type
-        raise MetaBuildError(f"transformers' {model_type} config class refused it: {err}") from err
+        raise MetaBuildError(
+            f"transformers' {model_type} config class refused it: {_short(err)}"
+        ) from err
 
 
 def meta_build(
-    config: Mapping[str, Any], model_type: str, top_k_by_layer: Mapping[int, int]
+    config: Mapping[str, Any],
+    model_type: str,
+    top_k_by_layer: Mapping[int, int],
+    default_top_k: int | None = None,
 ) -> MetaBuild:
     """Build `config` (model type `model_type`) on the meta device and group its parameters.
 
     `top_k_by_layer`: experts per token of each MoE layer, for the routed experts' active
-    count. Cached per config. Raises `MetaBuildError` when transformers cannot build it or the
-    build goes past the bounds.
+    count; a layer not in it takes `default_top_k`, or every expert when that is None (an
+    upper bound). Cached per config. Raises `MetaBuildError` when transformers cannot build it
+    or the build goes past the bounds.
     """
-    key = json.dumps(sorted(top_k_by_layer.items()))
+    key = json.dumps([sorted(top_k_by_layer.items()), default_top_k])
     return _meta_build(_canonical(config), model_type, key)
 
 
@@ -152,7 +158,8 @@ def _meta_build(config_json: str, model_type: str, top_k_json: str) -> MetaBuild
     from .transformers_defaults import _quiet_transformers
 
     cfg = _transformers_config(json.loads(config_json), model_type)
-    top_k = {int(layer): k for layer, k in json.loads(top_k_json)}
+    by_layer, default_top_k = json.loads(top_k_json)
+    top_k = {int(layer): k for layer, k in by_layer}
     errors: list[str] = []
     model = None
     start = time.perf_counter()
@@ -181,16 +188,22 @@ def _meta_build(config_json: str, model_type: str, top_k_json: str) -> MetaBuild
         except _BuildTooLarge:
             raise
         except Exception as err:  # the class refused the config: try the next auto class
-            errors.append(f"{auto.__name__}: {err}")
+            errors.append(f"{auto.__name__}: {_short(err)}")
     if model is None:
         raise MetaBuildError("transformers could not build it: " + "; ".join(errors))
-    groups = _group_parameters(model, top_k)
+    groups = _group_parameters(model, top_k, default_top_k)
     return MetaBuild(
         class_name=type(model).__name__,
         groups=tuple(groups),
         kv_widths=_kv_widths(model),
         build_s=time.perf_counter() - start,
     )
+
+
+def _short(err: BaseException, limit: int = 200) -> str:
+    """One line of at most `limit` characters from an exception's message."""
+    text = " ".join(str(err).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _BuildTooLarge(MetaBuildError):
@@ -226,12 +239,18 @@ class _bounded_build:
         self.handle.remove()
 
 
-def _role(name: str, module: Any, input_embedding: Any) -> str:
-    """The inventory role of parameter `name` (owned by `module`), from its module path."""
+def _role(name: str, module: Any, input_embedding: Any, in_tower: bool | None) -> str:
+    """The inventory role of parameter `name` (owned by `module`), from its module path.
+
+    `in_tower`: whether the parameter lies outside the language model (the model's
+    `get_decoder()`), None when that is unknown (then tower names decide).
+    """
     import torch
 
     parts = name.lower().split(".")
-    if any(marker in part for part in parts[:-1] for marker in _TOWER_PARTS):
+    if in_tower is None:
+        in_tower = any(marker in part for part in parts[:-1] for marker in _TOWER_PARTS)
+    if in_tower and "lm_head" not in parts and module is not input_embedding:
         return TOWER
     if "lm_head" in parts:
         return LM_HEAD
@@ -258,12 +277,22 @@ def _role(name: str, module: Any, input_embedding: Any) -> str:
     return OTHER
 
 
-def _group_parameters(model: Any, top_k: Mapping[int, int]) -> list[TensorGroup]:
+def _group_parameters(
+    model: Any, top_k: Mapping[int, int], default_top_k: int | None
+) -> list[TensorGroup]:
     """Fold the model's parameters and persistent buffers into `TensorGroup`s."""
     import torch
 
     modules = dict(model.named_modules())
     input_embedding = model.get_input_embeddings()
+    language_model: set[int] | None = None
+    try:
+        decoder = model.get_decoder()
+    except Exception:  # a model class without a decoder accessor: tower names decide
+        decoder = None
+    if decoder is not None:
+        language_model = {id(p) for p in decoder.parameters()}
+        language_model |= {id(b) for b in decoder.buffers()}
     persistent = set(model.state_dict().keys())
     folded: dict[tuple[Any, ...], set[int]] = {}
     experts_seen: dict[tuple[Any, ...], set[int]] = {}
@@ -271,7 +300,8 @@ def _group_parameters(model: Any, top_k: Mapping[int, int]) -> list[TensorGroup]
     def add(name: str, tensor: Any, *, buffer: bool) -> None:
         module_name, _, param = name.rpartition(".")
         module = modules.get(module_name)
-        role = _role(name, module, input_embedding)
+        in_tower = None if language_model is None else id(tensor) not in language_model
+        role = _role(name, module, input_embedding, in_tower)
         shape = tuple(int(d) for d in tensor.shape)
         experts = 1
         template = module_name
@@ -294,7 +324,7 @@ def _group_parameters(model: Any, top_k: Mapping[int, int]) -> list[TensorGroup]
         fused_weight = role == ROUTED_EXPERT and len(shape) == 2 and "bias" not in param
         linear = is_linear_weight or fused_weight
         dtype = "F32" if buffer and tensor.dtype == torch.float32 else None
-        k = top_k.get(layer, 1) if role == ROUTED_EXPERT and layer is not None else 1
+        k = top_k.get(layer, default_top_k) if role == ROUTED_EXPERT and layer is not None else 1
         key = (template, param, shape, role, experts, k, linear, buffer, dtype)
         folded.setdefault(key, set())
         if layer is not None:
@@ -313,7 +343,7 @@ def _group_parameters(model: Any, top_k: Mapping[int, int]) -> list[TensorGroup]
         template, param, shape, role, experts, k, linear, buffer, dtype = key
         if key in experts_seen:
             experts = len(experts_seen[key])
-        active = min(k, experts) if role == ROUTED_EXPERT else experts
+        active = min(k, experts) if role == ROUTED_EXPERT and k is not None else experts
         groups.append(
             TensorGroup(
                 module=template,
@@ -335,7 +365,11 @@ def _kv_widths(model: Any) -> dict[int, int]:
     """K+V elements per token of each decoder layer whose attention has its own `k_proj`
     (a layer that reuses another's K/V, Gemma 3n/4 `is_kv_shared_layer`, holds none)."""
     out: dict[int, int] = {}
-    for name, module in model.named_modules():
+    try:
+        decoder = model.get_decoder() or model
+    except Exception:  # a model class without a decoder accessor
+        decoder = model
+    for name, module in decoder.named_modules():
         match = re.search(r"(?:^|\.)layers\.(\d+)\.(?:self_attn|attention|attn)$", name)
         if not match or any(marker in name.lower() for marker in _TOWER_PARTS):
             continue

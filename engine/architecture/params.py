@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from .attention import FULL, LINEAR, MAMBA, AttentionLayout, attention_tensors
 from .config_reader import ModelConfig
 from .linear_mixers import linear_mixer_tensors, mamba_tensors
-from .meta_build import MetaBuild, meta_build
+from .meta_build import MetaBuild, MetaBuildError, meta_build, transformers_knows
 from .moe import MoeLayout, dense_mlp_tensors, moe_tensors
 from .tensors import (
     EMBEDDING,
@@ -70,7 +70,7 @@ def _layer_tensors(
     groups += mamba_tensors(cfg, tuple(i for i in layers if types[i] == MAMBA))
     if moe is None:
         assert cfg.intermediate_size is not None  # checked by the caller
-        groups += dense_mlp_tensors(cfg, layers, cfg.intermediate_size, mtp=mtp)
+        groups += _dense_mlps(cfg, layers, cfg.intermediate_size, mtp=mtp)
     else:
         moe_set = set(moe.moe_layers)
         sparse = tuple(i for i in layers if i in moe_set or i >= cfg.num_layers)
@@ -78,13 +78,30 @@ def _layer_tensors(
         groups += moe_tensors(cfg, moe, sparse, mtp=mtp)
         if dense:
             assert moe.dense_intermediate_size is not None
-            groups += dense_mlp_tensors(cfg, dense, moe.dense_intermediate_size, mtp=mtp)
+            groups += _dense_mlps(cfg, dense, moe.dense_intermediate_size, mtp=mtp)
     norms = fam.norms_per_layer if fam is not None else 2
     names = fam.norm_names if fam is not None and fam.norm_names else _LAYER_NORM_NAMES[:norms]
     for name in names:
         groups.append(
             vector(f"model.layers.{{layer}}.{name}", cfg.hidden_size, NORM, layers, mtp=mtp)
         )
+    return groups
+
+
+def _dense_mlps(
+    cfg: ModelConfig, layers: tuple[int, ...], width: int, *, mtp: bool
+) -> list[TensorGroup]:
+    """Dense MLPs of `layers`, each at its own width where the config lists
+    `intermediate_size` per layer (else `width`; an MTP layer takes the last layer's)."""
+    per_layer = cfg.intermediate_by_layer
+    if per_layer is None or width != cfg.intermediate_size:
+        return dense_mlp_tensors(cfg, layers, width, mtp=mtp)
+    by_width: dict[int, list[int]] = {}
+    for i in layers:
+        by_width.setdefault(per_layer[min(i, len(per_layer) - 1)], []).append(i)
+    groups: list[TensorGroup] = []
+    for each, same in by_width.items():
+        groups += dense_mlp_tensors(cfg, tuple(same), each, mtp=mtp)
     return groups
 
 
@@ -226,11 +243,26 @@ def built_inventory(cfg: ModelConfig, moe: MoeLayout | None) -> tuple[list[Tenso
 
     transformers builds no MTP modules (it drops `mtp.*` on load), so `mtp_layer_count` of
     them are estimated DeepSeek-V3-style: a copy of the last decoder layer with enorm, hnorm,
-    shared_head.norm and eh_proj (hidden x 2*hidden). Raises `MetaBuildError`.
+    shared_head.norm and eh_proj (hidden x 2*hidden). A multimodal wrapper transformers cannot
+    build (a vision tower needing an uninstalled library: Gemma 3n's timm) is retried as its
+    text model alone (the config as transformers resolved it), noted in `cfg.view.notes`.
+    Raises `MetaBuildError`.
     """
     assert cfg.build_config is not None and cfg.build_model_type is not None
     top_k = {i: s.experts_per_token for i, s in moe.by_layer.items()} if moe else {}
-    build = meta_build(cfg.build_config, cfg.build_model_type, top_k)
+    scalar = cfg.view.value("num_experts_per_tok")
+    default_top_k = scalar if isinstance(scalar, int) and not isinstance(scalar, bool) else None
+    try:
+        build = meta_build(cfg.build_config, cfg.build_model_type, top_k, default_top_k)
+    except MetaBuildError as err:
+        text_type = cfg.model_type
+        if not text_type or text_type == cfg.build_model_type or not transformers_knows(text_type):
+            raise
+        build = meta_build(dict(cfg.view.raw), text_type, top_k, default_top_k)
+        cfg.view.notes.append(
+            f"the {cfg.build_model_type} wrapper could not be built ({err}): its text model "
+            f"{text_type} was built alone, the towers are not counted"
+        )
     groups = list(build.groups)
     count = mtp_layer_count(cfg)
     if count:

@@ -505,3 +505,56 @@ def test_minimax_m1_reads_attn_type_list_as_transformers_minimax_does():
     assert analysis.total_params == _param_count(model) == 456_089_655_296
     # K/V only on the 10 softmax layers: 2 x 8 heads x 128 x 2 B each.
     assert analysis.kv_cache_bytes_per_token == 10 * 2 * 8 * 128 * 2
+
+
+# --- per-layer FFN widths, wrappers transformers cannot build, MoE keys it reads its own way ----
+
+
+def test_per_layer_intermediate_sizes_count_each_layer_at_its_width():
+    config = {
+        "model_type": "zephyrine",
+        "hidden_size": 64,
+        "intermediate_size": [96, 64, 96],
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "vocab_size": 100,
+        "tie_word_embeddings": False,
+    }
+    analysis = analyze_config(config)
+    per_layer = 4 * 64 * 64 + 2 * 64
+    mlps = 3 * 64 * (96 + 64 + 96)
+    assert analysis.total_params == 3 * per_layer + mlps + 2 * 100 * 64 + 64
+    assert analysis.intermediate_size == 96
+
+
+def test_wrapper_without_its_tower_library_counts_the_text_model():
+    """Gemma 3n's wrapper needs timm (and PIL) for its vision tower; when transformers cannot
+    build it the text model is built alone. Either way total_params is the text model's, and
+    its KV-sharing layers (num_kv_shared_layers) hold no KV of their own."""
+    config = {
+        "model_type": "gemma3n",
+        "architectures": ["Gemma3nForConditionalGeneration"],
+        "text_config": {"model_type": "gemma3n_text"},
+    }
+    analysis = analyze_config(config)
+    text = _transformers_model({"model_type": "gemma3n_text"})
+    assert analysis.params_source == "transformers meta-device build"
+    assert analysis.total_params == _param_count(text)
+    own = [
+        layer.self_attn.k_proj.out_features
+        for layer in text.model.layers
+        if not layer.self_attn.is_kv_shared_layer
+    ]
+    assert len(own) < len(text.model.layers)
+    assert analysis.kv_cache_bytes_per_token == sum(2 * w * 2 for w in own)
+
+
+def test_moe_keys_transformers_reads_its_own_way_do_not_stop_the_count():
+    """ERNIE-4.5-VL lists moe_intermediate_size per modality ([text, vision]), not per layer:
+    the MoE summary is skipped with a note, the count is transformers' own."""
+    analysis = analyze_config({"model_type": "ernie4_5_vl_moe"})
+    model = _transformers_model({"model_type": "ernie4_5_vl_moe"}, "AutoModelForImageTextToText")
+    assert analysis.moe is None and any("MoE keys not read" in n for n in analysis.notes)
+    assert analysis.total_params + analysis.multimodal_tower_params == _param_count(model)
+    assert analysis.multimodal_tower_params > 0
