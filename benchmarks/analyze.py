@@ -13,9 +13,17 @@ script that builds the same config on transformers' meta device, and their ratio
 cache a first, untimed run fills (its time is printed: a transformers version's first run
 imports transformers).
 
+Then the checkpoint's headers (`--only headers`): DeepSeek-V3 as published (its 91,000-odd
+tensor names and shapes from transformers' meta-device build, FP8 with its scale tensors) in
+64 header-only shards on the fake Hub: the time `fetch` takes to read every header (cold, then
+from the per-commit cache), the requests it makes, and the time the analysis takes to count
+and check those tensors. Target: at most two range requests per shard (one when a header is
+under 100 kB) plus the release's five other requests, and the total parameters exactly the
+checkpoint's.
+
 Exits non-zero when a target fails.
 
-Run: .venv/bin/python benchmarks/analyze.py [--only engine|process]
+Run: .venv/bin/python benchmarks/analyze.py [--only engine|process|headers]
 """
 
 from __future__ import annotations
@@ -191,15 +199,94 @@ def engine() -> list[str]:
     return failures
 
 
+HEADER_CONFIG = "deepseek-ai__DeepSeek-V3"
+HEADER_SHARDS = 64
+# Two range requests per shard (a header over the 100 kB the first asks for), then model
+# info and HEAD + GET for config.json and the index.
+HEADER_MAX_REQUESTS = 2 * HEADER_SHARDS + 5
+
+
+def headers() -> list[str]:
+    """The header read of a 64-shard fake release; returns its failures."""
+    from engine.architecture.checkpoint_analysis import with_checkpoint
+    from engine.hubs import HubSpec
+    from engine.hubs.huggingface import HuggingFaceSource
+    from engine.stages.fetch.run import parse_release_files
+    from tests.checkpoint_cases import fp8_blocks
+    from tests.checkpoints import meta_build, shard
+    from tests.fakehub import FakeHub
+
+    config = json.loads((CONFIGS / f"{HEADER_CONFIG}.json").read_text())
+    unquantized = {k: v for k, v in config.items() if k != "quantization_config"}
+    table, params = meta_build(unquantized)
+    table = fp8_blocks(table)
+    files = {"config.json": json.dumps(config).encode(), **shard(table, HEADER_SHARDS, data=False)}
+    header_kb = max(len(v) for k, v in files.items() if k.endswith(".safetensors")) / 1e3
+    repo = "deepseek-ai/DeepSeek-V3"
+    failures: list[str] = []
+    saved = os.environ.get("DAY0_VAR_DIR")
+    with tempfile.TemporaryDirectory(prefix="day0-headers-bench-") as var, FakeHub() as hub:
+        os.environ["DAY0_VAR_DIR"] = var
+        try:
+            sha = hub.add_repo(repo, files)
+            source = HuggingFaceSource(HubSpec(kind="huggingface", endpoint=hub.url))
+            start = time.perf_counter()
+            fetched = source.fetch_release(repo, sha)
+            cold_s = time.perf_counter() - start
+            requests = len(hub.requests)
+            ranges = sum(1 for r in hub.requests if r.path.endswith(".safetensors"))
+            hub.clear_log()
+            start = time.perf_counter()
+            source.fetch_release(repo, sha)
+            warm_s = time.perf_counter() - start
+            warm_ranges = sum(1 for r in hub.requests if r.path.endswith(".safetensors"))
+            start = time.perf_counter()
+            weights = parse_release_files(fetched)["weights"]
+            fold_s = time.perf_counter() - start
+            start = time.perf_counter()
+            result = with_checkpoint(
+                analyze_config(config, weights=weights).to_dict(), config, weights
+            )
+            analysis_s = time.perf_counter() - start
+        finally:
+            if saved is None:
+                os.environ.pop("DAY0_VAR_DIR", None)
+            else:
+                os.environ["DAY0_VAR_DIR"] = saved
+    requests_ok = requests <= HEADER_MAX_REQUESTS
+    total_ok = result["total_params"] == params
+    print(
+        f"headers: {HEADER_CONFIG}, {len(table):,} tensors in {HEADER_SHARDS} shards "
+        f"(headers up to {header_kb:.0f} kB), fake Hub"
+    )
+    print(f"  header read, cold            {cold_s:7.3f} s  ({ranges} range requests)")
+    print(f"  header read, cached          {warm_s:7.3f} s  ({warm_ranges} range requests)")
+    print(f"  fold for the fetch result    {fold_s:7.3f} s  ({len(weights['tensors'])} entries)")
+    print(f"  count and check (analysis)   {analysis_s:7.3f} s  (transformers' build included)")
+    print(
+        f"  requests {requests} <= {HEADER_MAX_REQUESTS} {'PASS' if requests_ok else 'FAIL'}; "
+        f"total {result['total_params']:,} == transformers' {params:,} "
+        f"{'PASS' if total_ok else 'FAIL'}"
+    )
+    if not requests_ok:
+        failures.append(f"reading {HEADER_SHARDS} shards' headers took {requests} requests")
+    if not total_ok:
+        failures.append(f"checkpoint total {result['total_params']:,} != {params:,}")
+    print()
+    return failures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["engine", "process"], default=None)
+    parser.add_argument("--only", choices=["engine", "process", "headers"], default=None)
     args = parser.parse_args()
     failures: list[str] = []
     if args.only in (None, "engine"):
         failures += engine()
     if args.only in (None, "process"):
         failures += whole_process()
+    if args.only in (None, "headers"):
+        failures += headers()
     for failure in failures:
         print(f"FAIL {failure}")
     print("PASS" if not failures else f"FAIL ({len(failures)} failed)")

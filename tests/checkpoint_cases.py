@@ -66,7 +66,7 @@ def _deepseek_v3_config(name: str) -> dict[str, Any]:
     return config
 
 
-def _fp8(table: Table) -> Table:
+def fp8_blocks(table: Table) -> Table:
     """Decoder-layer Linear weights (not the MTP eh_proj) as F8 with one F32
     `weight_scale_inv` per 128x128 block, as DeepSeek-V3 publishes them."""
     out: Table = {}
@@ -103,7 +103,7 @@ def deepseek_v3() -> Case:
         }
     )
     mtp_params = sum(math.prod(shape) for _, shape in mtp.values())
-    return Case("deepseek_v3", config, _fp8({**table, **mtp}), params, mtp_params)
+    return Case("deepseek_v3", config, fp8_blocks({**table, **mtp}), params, mtp_params)
 
 
 def kimi_k2() -> Case:
@@ -111,7 +111,7 @@ def kimi_k2() -> Case:
     config = _deepseek_v3_config("moonshotai__Kimi-K2-Instruct")
     config.update(num_hidden_layers=3, n_group=1)
     table, params = meta_build(dict(_unquantized(config), model_type="deepseek_v3"))
-    return Case("kimi_k2", config, _fp8(table), params)
+    return Case("kimi_k2", config, fp8_blocks(table), params)
 
 
 def gpt_oss() -> Case:

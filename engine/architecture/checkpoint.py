@@ -32,7 +32,14 @@ from typing import Any
 
 from engine.hubs.base import SAFETENSORS_DTYPE_BITS, tensor_nbytes
 
-from .checkpoint_names import MTP_MARKERS, decoder_layer, is_tower, mtp_module, strip_wrappers
+from .checkpoint_names import (
+    MTP_MARKERS,
+    PLACEHOLDER,
+    decoder_layer,
+    is_tower,
+    name_template,
+    strip_wrappers,
+)
 
 EMBEDDING = "embedding"
 PER_LAYER_EMBEDDING = "per_layer_embedding"
@@ -84,8 +91,10 @@ _BUFFER_PARAMS = frozenset({"e_score_correction_bias"})
 @dataclass(frozen=True)
 class TensorCount:
     """One checkpoint tensor as counted: `params` logical elements (0 for a scale),
-    `bytes` as stored, its `group`, decoder `layer` (None outside the stack) and routed
-    `expert` index (None when fused or not an expert)."""
+    `bytes` as stored, its `group`, decoder `layer` (None outside the stack), routed
+    `expert` index (None when fused or not an expert), `packed` logical values per stored
+    element, and the MTP module it belongs to (`mtp_module`: the `mtp.N` number, else its
+    decoder layer; meaningful in group MTP only)."""
 
     name: str
     dtype: str
@@ -96,6 +105,7 @@ class TensorCount:
     layer: int | None
     expert: int | None
     packed: int = 1
+    mtp_module: int | None = None
 
 
 def _siblings(tensors: Mapping[str, Any]) -> dict[str, set[str]]:
@@ -185,12 +195,46 @@ def group_of(name: str) -> str:
     return "other"
 
 
-def _expert_index(name: str) -> int | None:
-    parts = name.split(".")
-    for i, part in enumerate(parts[:-1]):
-        if part == "experts" and parts[i + 1].isdigit():
-            return int(parts[i + 1])
+@dataclass(frozen=True)
+class _TemplateFacts:
+    """What a name template (`checkpoint_names.name_template`) says, the same for every
+    layer and expert: which of its numbers is the decoder layer, the routed expert, the
+    MTP module; whether it holds an MTP-only part; its group in the main model."""
+
+    layer_slot: int | None
+    expert_slot: int | None
+    mtp_slot: int | None
+    mtp_name: bool
+    mtp_marker: bool
+    group: str
+
+
+def _slot_after(parts: list[str], index: int) -> int | None:
+    """Which number (0-based among the `*` parts) is the first `*` after `parts[index]`."""
+    for j in range(index + 1, len(parts)):
+        if parts[j] == PLACEHOLDER:
+            return parts[:j].count(PLACEHOLDER)
     return None
+
+
+def _template_facts(template: str) -> _TemplateFacts:
+    parts = template.split(".")
+    layer_slot = 0 if decoder_layer(template.replace(PLACEHOLDER, "0")) is not None else None
+    expert_slot = mtp_slot = None
+    mtp_name = False
+    for i, part in enumerate(parts[:-1]):
+        if part == "experts" and parts[i + 1] == PLACEHOLDER and expert_slot is None:
+            expert_slot = parts[: i + 1].count(PLACEHOLDER)
+        if not mtp_name and (part.startswith("mtp") or part in ("nextn", "next_n")):
+            mtp_name, mtp_slot = True, _slot_after(parts, i)
+    return _TemplateFacts(
+        layer_slot=layer_slot,
+        expert_slot=expert_slot,
+        mtp_slot=mtp_slot,
+        mtp_name=mtp_name,
+        mtp_marker=bool(MTP_MARKERS & set(parts)),
+        group=group_of(template),
+    )
 
 
 def classify(
@@ -204,43 +248,52 @@ def classify(
     """Every tensor of `{name: {"dtype", "shape"}}` as counted. Decoder layers at or past
     `num_layers` are MTP when the config declares `mtp_layers` or the layer holds an MTP
     part (`enorm`, `hnorm`, `eh_proj`, `shared_head`); `buffers` names tensors transformers
-    keeps as buffers. Raises ValueError for a dtype safetensors does not define."""
+    keeps as buffers. What a name says is worked out once per name template (its layer and
+    expert numbers aside). Raises ValueError for a dtype safetensors does not define."""
     siblings = _siblings(tensors)
+    facts: dict[str, _TemplateFacts] = {}
+    named: list[tuple[str, Mapping[str, Any], _TemplateFacts, tuple[int, ...]]] = []
     mtp_past: set[int] = set()
-    for name in tensors:
-        layer = decoder_layer(name)
-        past = layer is not None and layer >= num_layers
-        if past and (mtp_layers > 0 or MTP_MARKERS & set(name.split("."))):
-            mtp_past.add(layer)
-    counted = []
     for name, info in tensors.items():
+        template, numbers = name_template(name)
+        fact = facts.get(template)
+        if fact is None:
+            fact = facts[template] = _template_facts(template)
+        named.append((name, info, fact, numbers))
+        past = fact.layer_slot is not None and numbers[fact.layer_slot] >= num_layers
+        if past and (mtp_layers > 0 or fact.mtp_marker):
+            mtp_past.add(numbers[fact.layer_slot])  # type: ignore[index]
+    counted = []
+    for name, info, fact, numbers in named:
         dtype = str(info.get("dtype"))
         shape = tuple(int(d) for d in info.get("shape", ()))
-        nbytes = tensor_nbytes(dtype, shape)
-        layer = decoder_layer(name)
+        layer = numbers[fact.layer_slot] if fact.layer_slot is not None else None
         packed = 1
         if _is_scale(name, dtype, tensors, siblings):
             group, params = SCALES, 0
         else:
             packed = packing_factor(name, dtype, bits)
             params = math.prod(shape) * packed
-            if mtp_module(name) is not None or (layer is not None and layer in mtp_past):
+            if fact.mtp_name or (layer is not None and layer in mtp_past):
                 group = MTP
             elif name in buffers:
                 group = BUFFERS
             else:
-                group = group_of(name)
+                group = fact.group
         counted.append(
             TensorCount(
                 name=name,
                 dtype=dtype,
                 shape=shape,
                 params=params,
-                bytes=nbytes,
+                bytes=tensor_nbytes(dtype, shape),
                 group=group,
                 layer=layer,
-                expert=_expert_index(name),
+                expert=numbers[fact.expert_slot] if fact.expert_slot is not None else None,
                 packed=packed,
+                mtp_module=(numbers[fact.mtp_slot] if fact.mtp_slot is not None else 0)
+                if fact.mtp_name
+                else layer,
             )
         )
     return counted
@@ -345,9 +398,7 @@ def count_checkpoint(counted: list[TensorCount], analysis: Mapping[str, Any]) ->
             continue
         active -= routed - routed * min(k, experts) // experts
     main_layers = {t.layer for t in counted if t.layer is not None and t.group not in (MTP, TOWER)}
-    mtp_ids = {
-        (t.layer if t.layer is not None else mtp_module(t.name)) for t in counted if t.group == MTP
-    }
+    mtp_ids = {t.mtp_module for t in counted if t.group == MTP}
     return {
         "total_params": total,
         "active_params": active,

@@ -83,7 +83,11 @@ def with_checkpoint(
     except ExpectedBuildError as err:
         why_not = str(err)
     buffers = (
-        frozenset(name for name in tensors if expected.is_buffer(name))
+        frozenset(
+            name
+            for name, info in tensors.items()
+            if expected.is_buffer(name, tuple(info.get("shape", ())))
+        )
         if expected is not None
         else frozenset()
     )

@@ -22,7 +22,7 @@ from typing import Any
 
 from .checkpoint import MTP, SCALES, TOWER, TensorCount, base_name
 from .checkpoint_expected import ExpectedTensors, matches_any
-from .checkpoint_names import format_ranges, mtp_module
+from .checkpoint_names import format_ranges
 
 # Names listed per problem at most; the rest are counted.
 SHOWN_NAMES = 10
@@ -118,9 +118,7 @@ def _layer_check(counted: list[TensorCount], analysis: Mapping[str, Any]) -> dic
     layers = {
         t.layer for t in counted if t.layer is not None and t.group not in (MTP, TOWER, SCALES)
     }
-    mtp = {
-        t.layer if t.layer is not None else mtp_module(t.name) for t in counted if t.group == MTP
-    }
+    mtp = {t.mtp_module for t in counted if t.group == MTP}
     out: dict[str, Any] = {}
     if layers:
         missing = sorted(set(range(n)) - layers)

@@ -55,14 +55,21 @@ class ExpectedTensors:
     canonical: Callable[[str], str]
     build_s: float
 
-    def is_buffer(self, name: str) -> bool:
-        """Whether checkpoint tensor `name` is a persistent buffer in transformers (matched
-        by its exact name, else by its load-time form)."""
-        return name in self.buffers or self.canonical(name) in self._buffer_forms
+    def is_buffer(self, name: str, shape: tuple[int, ...]) -> bool:
+        """Whether checkpoint tensor `name` of `shape` is a persistent buffer in transformers
+        (matched by its exact name, else by its load-time form; only a tensor of a buffer's
+        shape is put in that form)."""
+        if name in self.buffers:
+            return True
+        return shape in self._buffer_shapes and self.canonical(name) in self._buffer_forms
 
     @functools.cached_property
     def _buffer_forms(self) -> frozenset[str]:
         return frozenset(self.canonical(name) for name in self.buffers)
+
+    @functools.cached_property
+    def _buffer_shapes(self) -> frozenset[tuple[int, ...]]:
+        return frozenset(self.shapes[name] for name in self.buffers)
 
 
 def _kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -183,8 +190,14 @@ def _expected(config_json: str) -> ExpectedTensors | None:
 
     # The reversal may rename a buffer (DeepSeek-V4 `mlp.gate.tid2eid` is stored as
     # `ffn.gate.tid2eid`): a reverted name is a buffer when its load-time form is one.
+    # (Only names of a buffer's shape are put in that form: a renaming costs ~20 us a name.)
     model_buffers = {strip_wrappers(name) for name in buffer_names}
-    buffers = frozenset(n for n in shapes if n in buffer_names or canonical(n) in model_buffers)
+    buffer_shapes = {tuple(int(d) for d in state[name].shape) for name in buffer_names}
+    buffers = frozenset(
+        n
+        for n, shape in shapes.items()
+        if n in buffer_names or (shape in buffer_shapes and canonical(n) in model_buffers)
+    )
 
     return ExpectedTensors(
         class_name=type(model).__name__,

@@ -8,7 +8,8 @@ for each `*` the numbers it takes ("0-60"); `unfold_tensors` gives back every na
 
 The rest reads names the way checkpoints of many families write them (Llama, Qwen,
 DeepSeek, gpt-oss, GLM, MiniMax, Gemma, multimodal wrappers): the decoder layer a tensor
-belongs to, whether it is a multimodal tower's or a multi-token-prediction (MTP) module's.
+belongs to, whether it is a multimodal tower's, the parts only multi-token-prediction (MTP)
+layers hold.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from itertools import product
 from typing import Any
 
 PLACEHOLDER = "*"
+# A dotted part that is a number (ASCII digits only, as `str.isdigit` would not ensure).
+_NUMBER_PART = re.compile(r"(?:^|(?<=\.))([0-9]+)(?=\.|$)")
 
 # Prefixes wrappers put before the language model's names, stripped (repeatedly) to compare
 # names across layouts: `model.language_model.layers.0` and `language_model.model.layers.0`
@@ -73,10 +76,13 @@ def parse_ranges(text: str) -> list[int]:
     return values
 
 
-def _template(name: str) -> tuple[str, tuple[int, ...]]:
-    parts = name.split(".")
-    numbers = tuple(int(p) for p in parts if p.isdigit())
-    return ".".join(PLACEHOLDER if p.isdigit() else p for p in parts), numbers
+def name_template(name: str) -> tuple[str, tuple[int, ...]]:
+    """`name` with `*` for each number, and the numbers: `model.layers.3.mlp.experts.7.w1`
+    → (`model.layers.*.mlp.experts.*.w1`, (3, 7))."""
+    found = _NUMBER_PART.findall(name)
+    if not found:
+        return name, ()
+    return _NUMBER_PART.sub(PLACEHOLDER, name), tuple(int(n) for n in found)
 
 
 def _compress(tuples: list[tuple[int, ...]]) -> list[tuple[frozenset[int], ...]]:
@@ -109,7 +115,7 @@ def fold_tensors(tensors: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any
     `unfold_tensors` reverses it exactly."""
     groups: dict[tuple[str, str, tuple[int, ...]], list[tuple[int, ...]]] = defaultdict(list)
     for name, info in tensors.items():
-        template, numbers = _template(name)
+        template, numbers = name_template(name)
         shape = tuple(int(d) for d in info.get("shape", ()))
         groups[(template, str(info.get("dtype")), shape)].append(numbers)
     entries = []
@@ -123,8 +129,9 @@ def fold_tensors(tensors: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any
 
 
 def unfold_tensors(entries: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Every `{name: {"dtype", "shape"}}` of `fold_tensors` entries. Raises ValueError for
-    an entry that is not one (a `*` count that does not match its index)."""
+    """Every `{name: {"dtype", "shape"}}` of `fold_tensors` entries (the tensors of one entry
+    share their dict: read it, do not change it). Raises ValueError for an entry that is not
+    one (a `*` count that does not match its index)."""
     tensors: dict[str, dict[str, Any]] = {}
     for entry in entries:
         parts = str(entry["name"]).split(".")
@@ -132,11 +139,12 @@ def unfold_tensors(entries: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, 
         index = entry.get("index") or []
         if len(index) != len(slots):
             raise ValueError(f"tensor entry {entry['name']!r} has {len(index)} index ranges")
+        # One dict shared by the entry's tensors: readers must not change it.
         info = {"dtype": str(entry["dtype"]), "shape": [int(d) for d in entry["shape"]]}
         for numbers in product(*(parse_ranges(r) for r in index)):
             for slot, number in zip(slots, numbers, strict=True):
                 parts[slot] = str(number)
-            tensors[".".join(parts)] = dict(info, shape=list(info["shape"]))
+            tensors[".".join(parts)] = info
     return tensors
 
 
@@ -165,16 +173,3 @@ def is_tower(name: str) -> bool:
     return any(part in _TOWER_PARTS for part in parts) or any(
         marker in part for part in parts for marker in _TOWER_MARKERS
     )
-
-
-def mtp_module(name: str) -> int | None:
-    """The MTP module a name outside the decoder stack belongs to (`mtp.0.…`,
-    `model.mtp_layers.1.…`, Qwen3-Next `mtp.layers.0.…`, `mtp.fc` → 0), None when no part
-    of it names MTP. DeepSeek-V3-style MTP layers are decoder layers past
-    `num_hidden_layers`; the caller decides those."""
-    parts = name.split(".")
-    for i, part in enumerate(parts[:-1]):
-        if part.startswith("mtp") or part in ("nextn", "next_n"):
-            following = next((p for p in parts[i + 1 :] if p.isdigit()), None)
-            return int(following) if following is not None else 0
-    return None
