@@ -323,20 +323,6 @@ def test_a_download_redirected_off_the_hub_carries_no_token(canary, fake_hub, mo
 # -- webhooks cannot name a refused hub or watch -------------------------------------------------
 
 
-@pytest.fixture
-def queued(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Stage and settle messages the webhooks would send (recorded, not sent)."""
-    from adaptation.services import queueing
-    from workers import tasks
-
-    messages: list[str] = []
-    monkeypatch.setattr(queueing, "stage_message_send", lambda **kw: messages.append("stage"))
-    monkeypatch.setattr(
-        tasks.settle_upload, "apply_async", lambda *a, **kw: messages.append("settle")
-    )
-    return messages
-
-
 def webhook(kind: str) -> Endpoint:
     from adaptation.webhooks.endpoints import webhook_endpoint_create
 

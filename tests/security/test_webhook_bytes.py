@@ -57,20 +57,6 @@ def client() -> Client:
 
 
 @pytest.fixture
-def queued(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Celery messages the receivers would send (recorded, not sent)."""
-    from adaptation.services import queueing
-    from workers import tasks
-
-    messages: list[str] = []
-    monkeypatch.setattr(queueing, "stage_message_send", lambda **kw: messages.append("stage"))
-    monkeypatch.setattr(
-        tasks.settle_upload, "apply_async", lambda *a, **kw: messages.append("settle")
-    )
-    return messages
-
-
-@pytest.fixture
 def generic(queued) -> Endpoint:
     cpu_pool()
     make_watch(name="acme", kind=HubKind.HUGGINGFACE, endpoint="", author="acme-ai")
