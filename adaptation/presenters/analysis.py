@@ -14,6 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptation.models import ModelRelease, StageRun, StageStatus
+from adaptation.presenters.analysis_checkpoint import (
+    checkpoint_figures,
+    config_beside,
+    counted_from_checkpoint,
+)
 from adaptation.presenters.analysis_figures import (
     Figure,
     Figures,
@@ -29,8 +34,8 @@ ANALYZE_STAGE = "analyze"
 
 @dataclass(frozen=True)
 class AnalysisSection:
-    """A group of figures: "model", "size", "shape", "attention", "rope", "moe" or
-    "quantization" (the template titles it)."""
+    """A group of figures: "model", "size", "shape", "attention", "rope", "moe",
+    "quantization" or "checkpoint" (the template titles it)."""
 
     kind: str
     figures: list[Figure]
@@ -58,6 +63,8 @@ class Analysis:
     family_known: bool | None
     mtp_layers: int | None
     conventions: list[tuple[str, str]]
+    # Whether the counts are the checkpoint's, read from its safetensors headers.
+    from_headers: bool = False
 
 
 def _mapping(value: Any) -> Mapping[str, Any] | None:
@@ -233,7 +240,7 @@ def analysis_sections(
     `config` is the `config.json` the analysis read; a figure's source is "config" only when
     that config holds it (`figure_sources.FIGURE_CONFIG_KEYS`), else "computed".
     """
-    figures = Figures(FigureSources.of_config(config))
+    figures = Figures(FigureSources.of_config(config, from_headers=counted_from_checkpoint(result)))
     of = figures.of
     family = shown_value(result.get("family"))[0]
     by_dtype = _bytes_by_dtype(result.get("weight_bytes_by_dtype"))
@@ -252,7 +259,9 @@ def analysis_sections(
     ]
     size = [
         of("total_params", result.get("total_params"), "params"),
+        *filter(None, [config_beside(result, "total_params")]),
         of("active_params", result.get("active_params"), "params"),
+        *filter(None, [config_beside(result, "active_params")]),
         of("extra_params", result.get("extra_params"), "params"),
         of("embedding_params", result.get("embedding_params"), "params"),
         of("weight_bytes", result.get("weight_bytes"), "gib"),
@@ -282,6 +291,7 @@ def analysis_sections(
         of("max_position_embeddings", result.get("max_position_embeddings"), "tokens"),
     ]
     quantization = _quantization(result, figures)
+    checkpoint = checkpoint_figures(result, figures)
     return [
         AnalysisSection("model", model),
         AnalysisSection("size", size),
@@ -290,6 +300,7 @@ def analysis_sections(
         AnalysisSection("rope", _rope(_mapping(result.get("rope")), figures)),
         AnalysisSection("moe", _experts(result, figures)),
         *([quantization] if quantization else []),
+        *([AnalysisSection("checkpoint", checkpoint)] if checkpoint else []),
     ]
 
 
@@ -373,4 +384,5 @@ def analysis(release: ModelRelease) -> Analysis | None:
         family_known=family_known if isinstance(family_known, bool) else None,
         mtp_layers=mtp if isinstance(mtp, int) and not isinstance(mtp, bool) else None,
         conventions=_conventions(result.get("conventions")),
+        from_headers=counted_from_checkpoint(result),
     )

@@ -1,5 +1,6 @@
 """Where each figure of the analysis comes from: read from the release's `config.json`, computed
-from it by the engine, or published in the weight index. The analysis table says which beside
+from it by the engine, published in the weight index, or counted from the checkpoint's
+safetensors headers. The analysis table says which beside
 every figure (`adaptation.presenters.analysis`)."""
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from engine.architecture.moe import EXPERT_COUNT_KEYS, SHARED_COUNT_KEYS, TOP_K_
 READ_FROM_CONFIG = "config"
 COMPUTED = "computed"
 FROM_INDEX = "index"
+# Counted from the checkpoint's own safetensors headers.
+FROM_HEADERS = "headers"
 
 # The config key(s) each analysis figure is read from, as dotted paths into `config.json`
 # (a number indexes a list); a figure is "read from config" only when the config itself holds
@@ -109,6 +112,18 @@ FIGURE_CONFIG_KEYS: Mapping[str, tuple[str, ...]] = {
 }
 # Figures whose source is neither the config nor the engine's arithmetic.
 FIGURE_SOURCES: Mapping[str, str] = {"checkpoint_total_size_bytes": FROM_INDEX}
+# Figures the checkpoint's headers give when the fetch stage read them (the analysis's
+# `params_counted_from` is "checkpoint").
+HEADER_FIGURES = frozenset(
+    {
+        "total_params",
+        "active_params",
+        "extra_params",
+        "embedding_params",
+        "weight_bytes",
+        "weight_bytes_by_dtype",
+    }
+)
 
 _DEFAULT_PREFIXES: Mapping[str, tuple[str, ...]] = {
     "attention": ("",),
@@ -166,19 +181,26 @@ class FigureSources:
     """
 
     scopes: tuple[Mapping[str, Any], ...]
+    from_headers: bool = False
 
     @classmethod
-    def of_config(cls, config: Any) -> FigureSources:
+    def of_config(cls, config: Any, *, from_headers: bool = False) -> FigureSources:
+        """Sources against `config`; `from_headers`: the counts (`HEADER_FIGURES`) are the
+        checkpoint's headers'."""
         if not isinstance(config, Mapping):
-            return cls(scopes=())
+            return cls(scopes=(), from_headers=from_headers)
         text = config.get("text_config")
-        return cls(scopes=(text, config) if isinstance(text, Mapping) else (config,))
+        scopes = (text, config) if isinstance(text, Mapping) else (config,)
+        return cls(scopes=scopes, from_headers=from_headers)
 
     def source(self, figure: str, value: Any) -> str:
         """`READ_FROM_CONFIG` when the config holds one of the figure's keys with `value`, the
-        fixed source of an index figure, else `COMPUTED`."""
+        fixed source of an index figure, `FROM_HEADERS` for a count the headers gave, else
+        `COMPUTED`."""
         if figure in FIGURE_SOURCES:
             return FIGURE_SOURCES[figure]
+        if self.from_headers and figure in HEADER_FIGURES:
+            return FROM_HEADERS
         for path in figure_config_keys(figure):
             for scope in self.scopes:
                 found = _dig(scope, path)

@@ -42,7 +42,7 @@ from .transformers_defaults import class_defaults, installed_transformers_versio
 
 # Keys that make transformers quantize or load a release's own code; shapes do not depend on them.
 _DROP_KEYS = ("quantization_config", "auto_map")
-MAX_MODULES = 500_000  # a 1T-parameter MoE with fused experts registers a few thousand
+MAX_MODULES = 200_000  # a 1T MoE registers a few thousand (fused experts), ~100,000 (not)
 MAX_BUILD_S = 30.0  # the analyze stage has 60 s (soft) in all
 
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
