@@ -13,6 +13,9 @@ binds of only what it needs:
 - the release's files at `CODE_DIR`;
 
 and, writable: a private tmpfs /tmp (`tmp_bytes` at most) and its own work folder at `WORK_DIR`.
+The tmpfs root and /dev are remounted read-only once built: without a user namespace root owns
+them, but with one the sandbox's uid does, and writing there would take memory (a tmpfs) that
+`RLIMIT_AS` does not count and no `--size` caps.
 Its environment is only what `env` holds (`--clearenv`). `--die-with-parent` kills it when the
 worker process dies, and `--new-session` keeps it off the worker's terminal.
 
@@ -241,6 +244,8 @@ def command(
     for node in device_nodes(backend):
         out.args += ["--dev-bind", node, node]
     out.args += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
+    # the root and /dev tmpfs read-only (module docstring); mounts on them keep their own mode
+    out.args += ["--remount-ro", "/", "--remount-ro", "/dev"]
     if seccomp_fd is not None:
         out.args += ["--seccomp", str(seccomp_fd)]
     out.args += ["--chdir", WORK_DIR, "--clearenv"]

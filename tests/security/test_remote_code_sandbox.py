@@ -399,6 +399,55 @@ def test_a_worker_that_is_not_root_runs_the_child_in_a_user_namespace(monkeypatc
     assert seen["unshare_user"] == errno.EPERM
 
 
+WRITES_EVERYWHERE = (
+    MODELING
+    + """
+
+class Day0WriterForCausalLM(Day0TinyForCausalLM):
+    def __init__(self, config):
+        import json, os
+
+        wrote = {{}}
+        for folder in {folders!r}:
+            path = os.path.join(folder, "day0-written")
+            try:
+                with open(path, "w") as fh:
+                    fh.write("x")
+                os.unlink(path)
+                wrote[folder] = "written"
+            except OSError as exc:
+                wrote[folder] = exc.strerror
+        raise RuntimeError(json.dumps(wrote))
+"""
+)
+
+
+@pytest.mark.slow  # builds scaled twins with torch in the sandbox
+@pytest.mark.parametrize("as_root", [True, False], ids=["root-worker", "user-namespace"])
+def test_the_sandbox_writes_only_its_tmp_and_work_folder(monkeypatch, as_root):
+    """With a user namespace the sandbox's uid owns the tmpfs root and /dev that bwrap builds:
+    unless they are read-only, writing there is memory no limit counts."""
+    monkeypatch.setattr(bwrap, "runs_as_root", lambda: as_root)
+    writable = ["/tmp", bwrap.WORK_DIR]
+    refused = ["/", "/etc", "/sandbox", "/dev", "/dev/shm", str(REPO_ROOT)]
+    files = {
+        **FILES,
+        "modeling_day0tiny.py": WRITES_EVERYWHERE.format(folders=writable + refused).encode(),
+    }
+    with pytest.raises(StageFailed) as failed:
+        remote_code.run_sandboxed(
+            "twin",
+            tiny_config("Day0WriterForCausalLM"),
+            files,
+            PoolSpec("cpu", "cpu", "cpu"),
+            org="acme",
+        )
+    wrote = json.loads(failed.value.reason.split("RuntimeError: ", 1)[1])
+    assert {folder: wrote[folder] for folder in writable} == dict.fromkeys(writable, "written")
+    for folder in refused:
+        assert wrote[folder] in ("Read-only file system", "Permission denied"), (folder, wrote)
+
+
 WRITES_AT_IMPORT = """
 from pathlib import Path
 
