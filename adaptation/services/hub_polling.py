@@ -61,10 +61,10 @@ def hub_watch_poll(*, watch: HubWatch, now: datetime | None = None) -> WatchPoll
     A watch whose endpoint the rules refuse (`HubWatch.endpoint_refusal`: not a configured
     hub, an internal address, a folder outside the mirror roots) is not polled: that is
     recorded as its failure, before any request. Any failure (a hub error, an unreadable
-    mirror, a disabled pool, a database or broker
-    error) is recorded on the watch (message, failure count) and pushes its next poll out
-    exponentially from its interval (at least the hub's Retry-After on 429), capped at
-    `DAY0_MAX_BACKOFF_S`. Nothing is raised, except Celery's soft time limit.
+    mirror, a disabled pool, a database or broker error) is recorded on the watch (message,
+    failure count) and pushes its next poll out exponentially from its interval (at least
+    the hub's Retry-After on 429), capped at `DAY0_MAX_BACKOFF_S`. Nothing is raised, except
+    Celery's soft time limit.
     """
     now = now or timezone.now()
     outcome = WatchPollOutcome(watch=watch.name)
