@@ -26,7 +26,7 @@ from django.db import models
 from django.utils import timezone
 
 from adaptation.outbound_http import OutboundError, resolve_checked
-from engine.hubs.trust import configured_hub_endpoint, hub_url_key, same_hub
+from engine.hubs.trust import DEFAULT_PORTS, configured_hub_endpoint, hub_url_key, same_hub
 
 # Where the allow-list is managed, as refusals name it.
 ALLOW_LIST_PLACE = "the admin's Allowed hub endpoints"
@@ -86,8 +86,7 @@ def _malformed(url: str) -> str:
 def _url_from_key(key: tuple[str, str, int, str]) -> str:
     scheme, host, port, path = key
     shown = f"[{host}]" if ":" in host else host
-    default = {"http": 80, "https": 443}[scheme]
-    return f"{scheme}://{shown}{'' if port == default else f':{port}'}{path}"
+    return f"{scheme}://{shown}{'' if port == DEFAULT_PORTS[scheme] else f':{port}'}{path}"
 
 
 def _address_refusal(key: tuple[str, str, int, str]) -> str:

@@ -28,7 +28,8 @@ logger = logging.getLogger(__name__)
 # A check the app registers: whether a (non-default) endpoint may receive HF_TOKEN.
 TokenCheck = Callable[[str], bool]
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
+# Each hub scheme with its default port.
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 _token_check: TokenCheck | None = None
 
@@ -53,11 +54,11 @@ def hub_url_key(url: str) -> tuple[str, str, int, str] | None:
     except ValueError:
         return None
     scheme = parts.scheme.lower()
-    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+    if scheme not in DEFAULT_PORTS or not parts.hostname:
         return None
     if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
         return None
-    return (scheme, parts.hostname.lower(), port or _DEFAULT_PORTS[scheme], parts.path.rstrip("/"))
+    return (scheme, parts.hostname.lower(), port or DEFAULT_PORTS[scheme], parts.path.rstrip("/"))
 
 
 def same_hub(url: str, other: str) -> bool:

@@ -193,6 +193,20 @@ def test_the_allow_list_refuses_an_internal_address(case, canary, client, cast):
     assert canary.seen == []
 
 
+@pytest.mark.parametrize(
+    ("typed", "stored"),
+    [
+        ("HTTP://[::1]:80/mirror/", "http://[::1]/mirror"),
+        ("https://Hub.Example:443", "https://hub.example"),
+        ("https://hub.example:8443/", "https://hub.example:8443"),
+    ],
+)
+def test_an_allow_list_entry_is_stored_canonical(typed, stored):
+    entry = AllowedHubEndpoint(url=typed, allow_private_network=True)  # resolves nothing
+    entry.full_clean()
+    assert entry.url == stored
+
+
 def test_only_the_admin_role_manages_the_allow_list(client, cast):
     client.force_login(cast.eli)
     response = client.post(
