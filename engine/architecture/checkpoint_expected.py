@@ -29,8 +29,9 @@ from typing import Any
 
 from .checkpoint_names import strip_wrappers
 
-MAX_MODULES = 500_000
-MAX_BUILD_S = 180.0
+# Bounds inside the analyze stage's limits (60 s soft): past them the layer counts only.
+MAX_MODULES = 200_000
+MAX_BUILD_S = 30.0
 _DROP_KEYS = ("quantization_config", "compression_config", "auto_map", "model_type")
 
 

@@ -7,8 +7,9 @@ checkpoint's own tensors:
 
 - Hub: one HTTP range request per file (two when its header is over 100 kB), through
   `huggingface_hub`'s `HfApi.parse_safetensors_file_metadata`, `HEADER_WORKERS` files at a
-  time. A 429 is waited out here (its `Retry-After`, else 1, 2, 4, 8 s) while the waits stay
-  within `MAX_RATE_LIMIT_WAIT_S`; past that the error goes up for the task to retry later.
+  time. A 429 is waited out here (its `Retry-After`, else 1, 2, 4, 8 s) while the waits of all
+  the files together stay within `MAX_RATE_LIMIT_WAIT_S`; past that the error goes up for the
+  task to retry later.
   Each header read is kept on disk per revision (`HeaderCache`), so a retried fetch asks
   again only for the files it had not read.
 - Mirror folders: `huggingface_hub.parse_local_safetensors_file_metadata`, which reads the
@@ -25,6 +26,7 @@ import json
 import os
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -36,7 +38,8 @@ from engine.paths import var_dir
 
 # Files whose headers are read at once (threads, each one HTTP request at a time).
 HEADER_WORKERS = 8
-# Seconds one header read may spend waiting out 429s before the error goes to the caller.
+# Seconds a release's header reads may spend waiting out 429s, all files together, before
+# the error goes to the caller (the fetch stage's soft limit is 120 s).
 MAX_RATE_LIMIT_WAIT_S = 30.0
 # Waits after a 429 that names none (seconds), in turn.
 _BACKOFF_S = (1.0, 2.0, 4.0, 8.0)
@@ -206,20 +209,30 @@ def read_hub_headers(
     through `api.parse_safetensors_file_metadata` (`api`: an `HfApi`, whose token rule the
     caller set), `workers` files at a time, cached in `cache`.
 
-    A 429 is retried after its `Retry-After` (else 1, 2, 4, 8 s) while one file's waits stay
-    within `max_wait_s` seconds. Raises what the library raised (the first failure; the
-    other reads are cancelled, those done are cached) or `HubError` for a header that does
-    not add up.
+    A 429 is retried after its `Retry-After` (else 1, 2, 4, 8 s) while the waits of all the
+    files together stay within `max_wait_s` seconds (so the read ends within the fetch
+    stage's time limit however many files meet a 429). Raises what the library raised (the
+    first failure; the other reads are cancelled, those done are cached) or `HubError` for a
+    header that does not add up.
     """
     from huggingface_hub.errors import HfHubHTTPError
 
     from engine.hubs.http import retry_after_seconds
 
+    waited = [0.0]  # seconds spent waiting, all files together (the budget is shared)
+    lock = threading.Lock()
+
+    def take_wait(wait_s: float) -> bool:
+        with lock:
+            if waited[0] + wait_s > max_wait_s:
+                return False
+            waited[0] += wait_s
+            return True
+
     def read(filename: str) -> Tensors:
         cached = cache.get(filename)
         if cached is not None:
             return cached
-        waited = 0.0
         attempt = 0
         while True:
             try:
@@ -236,10 +249,9 @@ def read_hub_headers(
                     if attempt >= len(_BACKOFF_S):
                         raise
                     wait_s = _BACKOFF_S[attempt]
-                if waited + wait_s > max_wait_s:
+                if not take_wait(wait_s):
                     raise
                 sleep(wait_s)
-                waited += wait_s
                 attempt += 1
         tensors = _tensors_of(metadata, filename, f"{repo_id}@{revision}")
         cache.put(filename, tensors)

@@ -198,6 +198,36 @@ def test_429_retry_after_is_honoured_within_the_budget(tmp_path, monkeypatch):
     assert waits == [12.0, 12.0]
 
 
+def test_the_wait_budget_is_shared_by_all_the_files(tmp_path, monkeypatch):
+    class PerFile(_RateLimitedApi):
+        def __init__(self) -> None:
+            super().__init__(0, {"Retry-After": "12"})
+            self.limited: set[str] = set()
+
+        def parse_safetensors_file_metadata(self, repo_id, filename, *, revision, timeout):
+            if filename not in self.limited:  # every file's first read is a 429
+                self.limited.add(filename)
+                self.left = 1
+            return super().parse_safetensors_file_metadata(
+                repo_id, filename, revision=revision, timeout=timeout
+            )
+
+    monkeypatch.setenv("DAY0_VAR_DIR", str(tmp_path))
+    waits: list[float] = []
+    with pytest.raises(HfHubHTTPError):
+        read_hub_headers(
+            PerFile(),
+            "org/model",
+            "a" * 40,
+            ["a.safetensors", "b.safetensors", "c.safetensors"],
+            cache=HeaderCache("http://hub", "org/model", "a" * 40),
+            timeout_s=1.0,
+            workers=1,
+            sleep=waits.append,
+        )
+    assert waits == [12.0, 12.0]  # a third 12 s would pass the 30 s of the whole read
+
+
 def test_rate_limited_past_the_budget_is_a_transient_hub_error(fake_hub, table):
     sha, _ = hub_release(fake_hub, table, shards=2)
     fake_hub.fail_next(
