@@ -4,6 +4,9 @@ and precision rows."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
@@ -16,6 +19,7 @@ from adaptation.models import (
     PrecisionResult,
     StageRun,
 )
+from engine.hubs.trust import same_hub
 
 
 @admin.register(HubWatch)
@@ -43,17 +47,54 @@ class HubWatchAdmin(admin.ModelAdmin):
     )
 
 
+class AllowedHubEndpointForm(forms.ModelForm):
+    """An allow-list entry's fields; `allows_private_network` (set by the admin per request)
+    says whether the user may keep `allow_private_network` for a changed URL."""
+
+    allows_private_network = False
+
+    class Meta:
+        model = AllowedHubEndpoint
+        fields = ("url", "allow_private_network", "note")
+
+    def clean(self) -> dict:
+        """Drop the leave to reach private networks when a user who may not give it changes
+        the URL (the model's clean then checks the new address)."""
+        cleaned = super().clean()
+        entry = self.instance
+        if (
+            not self.allows_private_network
+            and entry.allow_private_network
+            and not same_hub(cleaned.get("url") or "", self.initial.get("url") or "")
+        ):
+            entry.allow_private_network = False
+        return cleaned
+
+
 @admin.register(AllowedHubEndpoint)
 class AllowedHubEndpointAdmin(admin.ModelAdmin):
     """Hubs besides HF_ENDPOINT that Hugging Face watches may poll and that receive the
     worker's HF_TOKEN: the admin role's list (engineers see it, to know which hubs they may
     use). A URL resolving to an internal address is refused unless "allow private network"
-    is set (`AllowedHubEndpoint.clean`)."""
+    is set (`AllowedHubEndpoint.clean`), which only a superuser may set, as for a pool's
+    engine and a notification subscription."""
 
+    form = AllowedHubEndpointForm
     list_display = ("url", "allow_private_network", "note", "created_at")
     list_filter = ("allow_private_network",)
     search_fields = ("url", "note")
-    readonly_fields = ("created_at",)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        """`created_at`; `allow_private_network` too unless the user is a superuser (it lets
+        the worker, and its HF_TOKEN, reach the internal network)."""
+        if request.user.is_superuser:
+            return ("created_at",)
+        return ("created_at", "allow_private_network")
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any):
+        form = super().get_form(request, obj, change, **kwargs)
+        form.allows_private_network = bool(request.user.is_superuser)
+        return form
 
 
 class StageRunInline(admin.TabularInline):

@@ -3,7 +3,7 @@
 A Hugging Face watch's endpoint is the worker's `HF_ENDPOINT` (blank, or that URL; the public
 Hub when unset) or a URL on the admin-managed allow-list (`AllowedHubEndpoint`). An allow-list
 entry goes through the same private-address guard as outbound notifications
-(`adaptation.outbound_http.resolve_checked`) unless the admin set its
+(`adaptation.outbound_http.resolve_checked`) unless a superuser set its
 `allow_private_network`; `HF_ENDPOINT` is not guarded, since the operator configured it
 (a site mirror on the internal network, the test suite's local fake Hub).
 
@@ -37,8 +37,9 @@ class AllowedHubEndpoint(models.Model):
     receives the worker's `HF_TOKEN`. Managed in the admin by the admin role.
 
     Its address must not resolve to a private, loopback, link-local or otherwise internal
-    network unless `allow_private_network` is set: that is the admin's decision to let the
-    worker (and its token) reach an internal host.
+    network unless `allow_private_network` is set: that is a superuser's decision to let the
+    worker (and its token) reach an internal host (the admin site shows it read-only to
+    anyone else, `AllowedHubEndpointAdmin`).
     """
 
     url = models.CharField(

@@ -236,6 +236,50 @@ def test_a_hub_url_with_credentials_is_refused_whatever_host_it_reads_as(canary,
     assert canary.seen == []
 
 
+def test_only_a_superuser_may_allow_a_private_hub(canary, client, cast, django_user_model):
+    """As for a pool's engine and a notification subscription: the admin role's form shows
+    "allow private network" read-only, and a value posted for it is ignored."""
+    data = {"url": canary.url(), "allow_private_network": "on", "note": ""}
+    client.force_login(cast.ada)
+
+    form = client.get("/admin/adaptation/allowedhubendpoint/add/").content.decode()
+    response = client.post("/admin/adaptation/allowedhubendpoint/add/", data)
+
+    assert 'name="allow_private_network"' not in form
+    assert response.status_code == 200
+    assert "loopback address" in response.content.decode()
+    assert not AllowedHubEndpoint.objects.exists()
+
+    root = django_user_model.objects.create_user("root", is_staff=True, is_superuser=True)
+    client.force_login(root)
+    response = client.post("/admin/adaptation/allowedhubendpoint/add/", data)
+
+    assert response.status_code == 302
+    assert AllowedHubEndpoint.objects.get().allow_private_network is True
+    assert canary.seen == []
+
+
+def test_an_admin_moving_a_private_hub_entry_loses_the_leave(canary, client, cast):
+    """An entry a superuser allowed onto a private network keeps that leave for its own URL
+    only: the admin role may edit its note, but a new URL is checked by the guard."""
+    entry = AllowedHubEndpoint.objects.create(url=canary.url(), allow_private_network=True)
+    change = f"/admin/adaptation/allowedhubendpoint/{entry.pk}/change/"
+    client.force_login(cast.ada)
+
+    moved = client.post(change, {"url": "http://169.254.169.254", "note": ""})
+    noted = client.post(change, {"url": entry.url, "note": "the site's hub"})
+
+    assert moved.status_code == 200
+    assert "link-local address" in moved.content.decode()
+    assert noted.status_code == 302
+    entry.refresh_from_db()
+    assert (entry.url, entry.allow_private_network, entry.note) == (
+        canary.url(),
+        True,
+        "the site's hub",
+    )
+
+
 # -- refused at the poll, and no token at the canary -----------------------------------------
 
 
@@ -276,7 +320,8 @@ def test_a_release_on_an_internal_address_is_fetched_without_the_token(case, can
 
 
 def test_an_admin_may_allow_a_private_hub_explicitly(canary):
-    """`allow_private_network` is the admin's decision: that hub is then used, token and all."""
+    """`allow_private_network` is a superuser's decision: that hub is then used, token and
+    all."""
     entry = AllowedHubEndpoint(url=canary.url("127.0.0.1"), allow_private_network=True)
     entry.full_clean()
     entry.save()
