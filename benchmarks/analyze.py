@@ -224,9 +224,11 @@ def headers() -> list[str]:
     header_kb = max(len(v) for k, v in files.items() if k.endswith(".safetensors")) / 1e3
     repo = "deepseek-ai/DeepSeek-V3"
     failures: list[str] = []
-    saved = os.environ.get("DAY0_VAR_DIR")
+    saved = {name: os.environ.get(name) for name in ("DAY0_VAR_DIR", "HF_HUB_CACHE")}
     with tempfile.TemporaryDirectory(prefix="day0-headers-bench-") as var, FakeHub() as hub:
+        # A fresh header cache and download cache: the first read is a cold one.
         os.environ["DAY0_VAR_DIR"] = var
+        os.environ["HF_HUB_CACHE"] = os.path.join(var, "hf-cache")
         try:
             sha = hub.add_repo(repo, files)
             source = HuggingFaceSource(HubSpec(kind="huggingface", endpoint=hub.url))
@@ -249,10 +251,11 @@ def headers() -> list[str]:
             )
             analysis_s = time.perf_counter() - start
         finally:
-            if saved is None:
-                os.environ.pop("DAY0_VAR_DIR", None)
-            else:
-                os.environ["DAY0_VAR_DIR"] = saved
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
     requests_ok = requests <= HEADER_MAX_REQUESTS
     total_ok = result["total_params"] == params
     print(
