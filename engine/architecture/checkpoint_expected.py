@@ -30,7 +30,7 @@ from typing import Any
 from .checkpoint_names import strip_wrappers
 
 # Bounds inside the analyze stage's limits (60 s soft): past them the layer counts only.
-MAX_MODULES = 200_000
+MAX_MODULES = 120_000  # 100,000 meta Linear modules hold about 350 MB
 MAX_BUILD_S = 30.0
 _DROP_KEYS = ("quantization_config", "compression_config", "auto_map", "model_type")
 
