@@ -130,10 +130,26 @@ class AdaptationJobAdmin(admin.ModelAdmin):
 
 @admin.register(ModelRelease)
 class ModelReleaseAdmin(admin.ModelAdmin):
+    """Releases as polls, webhooks and the API found them. Where a release is (its hub,
+    endpoint, repo and revision) is read-only and none is added here: the stages fetch from
+    it, and only a watch's or webhook's endpoint is checked against the allowed hubs and
+    mirror roots (`adaptation.models.hub_endpoints`)."""
+
     list_display = ("repo_id", "revision", "hub_kind", "family", "published_at", "discovered_at")
     list_filter = ("hub_kind", "found_by", "family")
     search_fields = ("repo_id", "revision")
-    readonly_fields = ("config", "metadata")
+    readonly_fields = (
+        "watch",
+        "hub_kind",
+        "hub_endpoint",
+        "repo_id",
+        "revision",
+        "config",
+        "metadata",
+    )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
 
 
 @admin.register(OperatorCheck)

@@ -335,6 +335,42 @@ def test_an_admin_may_allow_a_private_hub_explicitly(canary):
     assert set(canary.tokens_seen) == {BEARER}
 
 
+def test_the_admin_cannot_point_a_release_at_another_hub_or_folder(client, cast):
+    """A release's hub and endpoint are where the stages fetch from: the admin site neither
+    adds a release nor changes where one is (which would skip the watch rules)."""
+    release = ModelRelease.objects.create(
+        hub_kind=HubKind.HUGGINGFACE,
+        hub_endpoint="https://huggingface.co",
+        repo_id="acme/tiny",
+        revision="a" * 40,
+        found_by="poll",
+    )
+    client.force_login(cast.ada)
+    moved = {
+        "hub_kind": HubKind.MIRROR,
+        "hub_endpoint": "/",
+        "repo_id": "etc/ssl",
+        "revision": "main",
+        "found_by": "poll",
+        "discovered_at_0": "2026-01-01",
+        "discovered_at_1": "00:00:00",
+    }
+
+    added = client.post("/admin/adaptation/modelrelease/add/", moved)
+    changed = client.post(f"/admin/adaptation/modelrelease/{release.pk}/change/", moved)
+
+    assert added.status_code == 403
+    assert changed.status_code == 302
+    release.refresh_from_db()
+    assert (release.hub_kind, release.hub_endpoint, release.repo_id, release.revision) == (
+        HubKind.HUGGINGFACE,
+        "https://huggingface.co",
+        "acme/tiny",
+        "a" * 40,
+    )
+    assert ModelRelease.objects.count() == 1
+
+
 # -- redirects off the configured hub ---------------------------------------------------------
 
 
