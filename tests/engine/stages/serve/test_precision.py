@@ -299,24 +299,9 @@ MAX_TOKENS = 16
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """One vLLM launch for the whole module: the original checkpoint served in bfloat16, and a
-    perturbed copy of it on disk (never served)."""
-    from tests.engine.stages.serve.engine_server import (
-        ENGINE_MISSING,
-        EngineServer,
-        engine_python,
-        make_checkpoint,
-    )
-
-    python = engine_python()
-    if python is None:
-        pytest.skip(ENGINE_MISSING)
-    root = tmp_path_factory.mktemp("serve-precision")
-    checkpoint = make_checkpoint(root / "checkpoint", seed=0)
-    perturbed = _perturbed_copy(checkpoint, root / "perturbed")
-    with EngineServer(python, checkpoint, extra_args=("--max-logprobs", "20")) as server:
-        yield server, checkpoint, perturbed
+def perturbed(tiny_engine, tmp_path_factory):
+    """A copy of the shared engine's checkpoint with one layer scaled, on disk (never served)."""
+    return _perturbed_copy(tiny_engine.checkpoint, tmp_path_factory.mktemp("perturbed") / "ckpt")
 
 
 def _perturbed_copy(checkpoint: Path, folder: Path) -> Path:
@@ -335,17 +320,17 @@ def _perturbed_copy(checkpoint: Path, folder: Path) -> Path:
 
 @pytest.mark.engine
 @pytest.mark.slow
-def test_bfloat16_engine_agrees_with_float32_transformers(served):
+def test_bfloat16_engine_agrees_with_float32_transformers(tiny_engine):
     from engine.stages.serve.precision import measure_precision
 
-    server, checkpoint, _ = served
     lines = []
     result = measure_precision(
-        base_url=server.base_url,
-        model=str(checkpoint),
-        checkpoint_dir=checkpoint,
+        base_url=tiny_engine.base_url,
+        model=tiny_engine.model,
+        checkpoint_dir=tiny_engine.checkpoint,
         dtype="bfloat16",
         max_tokens=MAX_TOKENS,
+        headers=tiny_engine.headers,
         log=lines.append,
     )
     assert result["passed"] is True, result
@@ -364,16 +349,16 @@ def test_bfloat16_engine_agrees_with_float32_transformers(served):
 
 @pytest.mark.engine
 @pytest.mark.slow
-def test_perturbed_reference_fails_with_a_first_divergence(served):
+def test_perturbed_reference_fails_with_a_first_divergence(tiny_engine, perturbed):
     from engine.stages.serve.precision import measure_precision
 
-    server, checkpoint, perturbed = served
     result = measure_precision(
-        base_url=server.base_url,
-        model=str(checkpoint),
+        base_url=tiny_engine.base_url,
+        model=tiny_engine.model,
         checkpoint_dir=perturbed,
         dtype="bfloat16",
         max_tokens=MAX_TOKENS,
+        headers=tiny_engine.headers,
     )
     assert result["passed"] is False
     assert result["max_abs_logprob_diff"] > LIMITS["bfloat16"]["max_abs_logprob_diff"]
@@ -384,13 +369,13 @@ def test_perturbed_reference_fails_with_a_first_divergence(served):
 
 @pytest.mark.engine
 @pytest.mark.slow
-def test_engine_error_quotes_vllm(served):
-    server, checkpoint, _ = served
-    with pytest.raises(EngineRequestError, match="HTTP 4"):
+def test_engine_error_quotes_vllm(tiny_engine):
+    with pytest.raises(EngineRequestError, match="HTTP 400"):
         engine_completions(
-            base_url=server.base_url,
-            model=str(checkpoint),
+            base_url=tiny_engine.base_url,
+            model=tiny_engine.model,
             prompt_ids_list=[[1] * 2000],  # longer than --max-model-len 1024
             max_tokens=4,
             top_k=5,
+            headers=tiny_engine.headers,  # without the key: a 401, not the error under test
         )

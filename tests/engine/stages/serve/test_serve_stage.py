@@ -4,8 +4,8 @@ A Llama-3.1-8B and a Qwen3-235B-A22B (MoE) release lie in a mirror folder with t
 a tokenizer; the stage saves each one's serving twin, launches the plan's own command at TP=2
 (then TP=1 to compare greedy tokens), checks precision through the engine against transformers
 float32, sweeps the load and scrapes /metrics. Each release's stage runs once per module; the
-tests read its result. The other tests cover a refused flag, an engine killed mid-sweep and
-attach mode against a second engine.
+tests read its result. The other tests cover a refused flag, an engine killed mid-sweep (each
+its own launch) and attach mode against the package's shared engine (conftest.tiny_engine).
 """
 
 from __future__ import annotations
@@ -30,11 +30,7 @@ from engine.stages.serve.findings import SERVE_CANNOT_SERVE, SERVE_SWEEP
 from engine.stages.serve.process import OWNER_TAG
 from engine.stages.serve.run import run as serve_run
 from tests.engine.stages.realconfigs import REALCONFIGS_DIR
-from tests.engine.stages.serve.engine_server import (
-    ENGINE_MISSING,
-    EngineServer,
-    engine_python,
-)
+from tests.engine.stages.serve.engine_server import ENGINE_MISSING, engine_python
 
 pytestmark = [
     pytest.mark.engine,
@@ -242,45 +238,37 @@ def test_an_engine_killed_mid_sweep_fails_cleanly(mirror, var_dir):
     assert _engine_processes() == []
 
 
-def test_attach_mode_measures_a_running_endpoint(served, var_dir, monkeypatch):
-    folder = Path(served["meta-llama/Llama-3.1-8B"]["checkpoint"]["folder"])
-    assert folder.is_dir()
-    # The endpoint refuses /v1 requests without this key (vLLM's --api-key; /health and
-    # /metrics stay open): precision, the load sweep and /v1/models must all send it.
-    secret = "team-endpoint-key-0451"
-    monkeypatch.setenv("TEAM_ENGINE_KEY", secret)
-    with EngineServer(
-        engine_python(),
-        folder,
-        log_path=var_dir / "attach.log",
-        extra_args=("--api-key", secret),
-    ) as server:
-        assert httpx.get(f"{server.base_url}/v1/models", timeout=10).status_code == 401
-        pool = PoolSpec(
-            name="gpu-team",
-            backend="cuda",
-            queue="gpu-team",
-            engine={
-                "kind": "openai",
-                "base_url": server.base_url,
-                "api_key_env": "TEAM_ENGINE_KEY",
-                "reference": str(folder),
-                "python": str(engine_python()),
-            },
-        )
-        ctx = StageContext(
-            release=ReleaseRef("mirror", "", "meta-llama/Llama-3.1-8B", "main"),
-            pool=pool,
-            previous={"plan": {"concurrency": 2}},
-            options=OPTIONS,
-            log=print,
-        )
-        result = serve_run(ctx)
+def test_attach_mode_measures_a_running_endpoint(tiny_engine, var_dir, monkeypatch):
+    # The endpoint refuses /v1 requests without its key (vLLM's --api-key; /health and /metrics
+    # stay open): precision, the load sweep and /v1/models must all send it.
+    assert httpx.get(f"{tiny_engine.base_url}/v1/models", timeout=10).status_code == 401
+    monkeypatch.setenv("TEAM_ENGINE_KEY", tiny_engine.api_key)
+    pool = PoolSpec(
+        name="gpu-team",
+        backend="cuda",
+        queue="gpu-team",
+        engine={
+            "kind": "openai",
+            "base_url": tiny_engine.base_url,
+            "api_key_env": "TEAM_ENGINE_KEY",
+            "reference": str(tiny_engine.checkpoint),
+            "python": str(tiny_engine.python),
+        },
+    )
+    ctx = StageContext(
+        release=ReleaseRef("mirror", "", "meta-llama/Llama-3.1-8B", "main"),
+        pool=pool,
+        previous={"plan": {"concurrency": 2}},
+        options=OPTIONS,
+        log=print,
+    )
+    result = serve_run(ctx)
     assert result["status"] == "attached" and result["mode"] == "attached"
-    assert result["engine"]["base_url"] == server.base_url
+    assert result["engine"]["base_url"] == tiny_engine.base_url
+    assert result["engine"]["model"] == tiny_engine.model  # the first of its /v1/models
     assert result["precision"]["passed"] is True
     assert [p["concurrency"] for p in result["sweep"]] == [1, 2]
     assert all(p["errors"] == 0 for p in result["sweep"])
     assert result["metrics"]["series"]
     assert result["passed"] is True
-    assert secret not in json.dumps(result)  # read from the environment, never stored
+    assert tiny_engine.api_key not in json.dumps(result)  # read from the environment, never stored

