@@ -370,10 +370,11 @@ lost_work_check(
 DAY0_MAX_BACKOFF_S = env_int("DAY0_MAX_BACKOFF_S", 6 * 3600, minimum=60)
 DAY0_DEMO_HUB_DIR = Path(env_str("DAY0_DEMO_HUB_DIR", str(BASE_DIR / "demo" / "hub")))
 # Folders a mirror hub watch may read (each one or inside one, symlinks and `..` resolved);
-# relative entries are under the checkout. Default: the demo's mirror and the var folder.
+# relative entries are under the checkout. Default: the demo's mirror and var/mirrors (not the
+# whole var folder, which holds the SQLite database and the caches).
 DAY0_MIRROR_ROOTS = [
     str(BASE_DIR / root)
-    for root in env_list("DAY0_MIRROR_ROOTS", [str(DAY0_DEMO_HUB_DIR), str(VAR_DIR)])
+    for root in env_list("DAY0_MIRROR_ROOTS", [str(DAY0_DEMO_HUB_DIR), str(VAR_DIR / "mirrors")])
 ]
 # The Python of the serving engine's own environment (`make engine`: the CPU build of vLLM),
 # for a pool whose vllm or sglang engine names no `python` (docs/stages/serve.md). Under the
