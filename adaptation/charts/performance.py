@@ -104,7 +104,7 @@ def curves(
     p95_names = {m["p95"] for m in shown if m.get("p95")}
     filled = {(r["model"], r["metric"]) for r in charted}
     along = x_word(x)
-    panel_px, gap_px = 330, 120  # a row of panels, and the gap for its x title and the next's
+    panel_px, gap_px = 250, 100  # a row of panels, and the gap for its x title and the next's
     plot_height = panel_px * len(panels) + gap_px * (len(panels) - 1)
     # A cell's error bar is promised only where a p95 row is there to draw it.
     with_p95 = {

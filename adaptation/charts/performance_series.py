@@ -169,8 +169,9 @@ def prompt_only_series(rows: Iterable[Mapping[str, Any]]) -> set[tuple]:
     return {k for k, b in batches.items() if len(b) == 1 and len(prompts[k] - {None}) > 1}
 
 
-def _legend_lines(names: Sequence[str], width: float = 1100.0) -> int:
-    """About how many lines a horizontal legend of `names` takes at `width` px."""
+def _legend_lines(names: Sequence[str], width: float = 840.0) -> int:
+    """About how many lines a horizontal legend of `names` takes at `width` px (the default:
+    the plot's width in a 1024 px window, so the legend is never clipped down to there)."""
     lines, used = 0, width
     for name in names:
         entry = 50 + 6.8 * len(name)

@@ -87,6 +87,7 @@ def drift_figure(series: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
                 )
             )
         if result["diverged_at"] is not None:
+            # Each dtype's arrow a line higher than the last, so two at one module stay apart.
             fig.add_annotation(
                 x=result["diverged_at"],
                 y=0,
@@ -94,6 +95,7 @@ def drift_figure(series: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
                 text=f"{result['dtype']} diverges",
                 showarrow=True,
                 arrowhead=2,
+                ay=-30 - 16 * len(fig.layout.annotations),
             )
     if not fig.data:
         return None

@@ -30,6 +30,8 @@ from adaptation.presenters.figure_sources import COMPUTED, FigureSources
 from engine.formatting import finite
 
 ANALYZE_STAGE = "analyze"
+# The page shows the first sections (model, size, shape) open and folds the rest.
+OPEN_SECTIONS = 3
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,21 @@ class Analysis:
     conventions: list[tuple[str, str]]
     # Whether the counts are the checkpoint's, read from its safetensors headers.
     from_headers: bool = False
+
+    @property
+    def open_sections(self) -> list[AnalysisSection]:
+        """The sections the page shows open: the model, its size and its shape."""
+        return self.sections[:OPEN_SECTIONS]
+
+    @property
+    def folded_sections(self) -> list[AnalysisSection]:
+        """The sections folded under their titles (attention, position encoding, ...)."""
+        return self.sections[OPEN_SECTIONS:]
+
+    @property
+    def folded_figures(self) -> int:
+        """How many figures the folded sections hold."""
+        return sum(len(section.figures) for section in self.folded_sections)
 
 
 def _mapping(value: Any) -> Mapping[str, Any] | None:

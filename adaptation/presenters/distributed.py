@@ -246,6 +246,12 @@ class DistributedPanel:
     def dom_id(self) -> str:
         return f"distributed-job-{self.job.pk}"
 
+    @property
+    def divisibility_broken(self) -> bool:
+        """Whether a size the degree must divide was not kept for the twin (the panel then
+        shows how the run was set up unfolded)."""
+        return any(row.kept is False for row in self.divisibility)
+
 
 def _divergence(value: Any) -> Divergence | None:
     div = as_mapping(value)

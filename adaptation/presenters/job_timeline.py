@@ -96,6 +96,11 @@ class StageTimeline:
     def runs(self) -> list[TimelineRun]:
         return [TimelineRun(run=run, attempts=run_attempts(run)) for run in self.attempts]
 
+    @property
+    def failed(self) -> bool:
+        """Whether the stage's latest attempt failed (the timeline shows it first, open)."""
+        return bool(self.attempts) and self.attempts[-1].status == StageStatus.FAILED
+
 
 @dataclass(frozen=True)
 class JobTimeline:
@@ -108,11 +113,13 @@ class JobTimeline:
 
     @property
     def failed(self) -> bool:
-        """Whether a stage's latest attempt failed (the timeline then opens unfolded)."""
-        return any(
-            stage.attempts and stage.attempts[-1].status == StageStatus.FAILED
-            for stage in self.stages
-        )
+        """Whether a stage's latest attempt failed (the timeline shows it first, open)."""
+        return any(stage.failed for stage in self.stages)
+
+    @property
+    def unfailed(self) -> list[StageTimeline]:
+        """The stages whose latest attempt did not fail (folded once the job is done)."""
+        return [stage for stage in self.stages if not stage.failed]
 
 
 def job_timeline(job: AdaptationJob, *, idle_pool: AcceleratorPool | None = None) -> JobTimeline:

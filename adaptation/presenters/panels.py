@@ -263,6 +263,15 @@ def panel_gaps(page: ReleasePage) -> list[StageColumn]:
     ]
 
 
+def panel_jobs(shown: ShownJobs, stage: str) -> list[AdaptationJob]:
+    """The jobs `stage`'s panel draws: those shown for each stage it shows (`PANEL_STAGES`),
+    each once, newest first."""
+    jobs = {
+        job.pk: job for name in PANEL_STAGES.get(stage, (stage,)) for job in shown.jobs_for(name)
+    }
+    return sorted(jobs.values(), key=lambda job: (job.created_at, job.pk), reverse=True)
+
+
 def release_panels(page: ReleasePage) -> list[Panel]:
     """The release page's stage panels, in registry order: each stage with a panel template,
     with the values of its presenter (`PRESENTERS`), else of `stage_panel`. A stage that
@@ -278,7 +287,7 @@ def release_panels(page: ReleasePage) -> list[Panel]:
             page
             if page.shown is None
             else replace(
-                page, release=release_showing(page.release, page.shown.jobs_for(stage.name))
+                page, release=release_showing(page.release, panel_jobs(page.shown, stage.name))
             )
         )
         values = present(seen) if present is not None else stage_panel(seen, stage.name)

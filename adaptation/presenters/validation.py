@@ -1,5 +1,6 @@
 """The release page's "Operators and precision" section: the `operators` and `precision`
-stages' rows for the release's scaled twin."""
+stages' rows for the release's scaled twin, from the newest of the jobs the page shows that
+ran each stage (the jobs prefetched: `presenters.panels.release_showing`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from adaptation.charts import precision as precision_charts
 from adaptation.models import ModelRelease, OperatorCheck, PrecisionResult, StageRun
-from adaptation.selectors.releases import release_latest_stage_run
+from adaptation.presenters.stages import finished_run
 from adaptation.selectors.results import operator_checks, precision_results
 
 
@@ -94,6 +95,11 @@ class Precision:
     reference_device: str
     figure: dict[str, Any] | None
 
+    @property
+    def passed(self) -> bool:
+        """Whether every dtype measured passed (its per-module chart is then folded)."""
+        return all(item.row.passed for item in self.rows)
+
 
 @dataclass
 class Validation:
@@ -105,8 +111,18 @@ class Validation:
     twin_shrunk: list[dict[str, Any]] = field(default_factory=list)
 
 
+def latest_finished_run(release: ModelRelease, *, stage: str) -> StageRun | None:
+    """The newest finished attempt of `stage` over the release's prefetched jobs (newest job
+    first, their stage runs prefetched); None when none ran it."""
+    for job in release.jobs.all():
+        run = finished_run(r for r in job.stage_runs.all() if r.stage == stage)
+        if run is not None:
+            return run
+    return None
+
+
 def _operators(release: ModelRelease) -> OperatorCoverage | None:
-    run = release_latest_stage_run(release, stage="operators")
+    run = latest_finished_run(release, stage="operators")
     if run is None:
         return None
     rows = list(operator_checks(run))
@@ -128,7 +144,7 @@ def _operators(release: ModelRelease) -> OperatorCoverage | None:
 
 
 def _precision(release: ModelRelease) -> Precision | None:
-    run = release_latest_stage_run(release, stage="precision")
+    run = latest_finished_run(release, stage="precision")
     if run is None:
         return None
     stored = list(precision_results(run))

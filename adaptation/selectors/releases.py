@@ -80,20 +80,6 @@ def stage_runs_load_heavy(jobs: Iterable[AdaptationJob]) -> None:
             setattr(runs[pk], name, value)
 
 
-def release_latest_stage_run(release: ModelRelease, *, stage: str) -> StageRun | None:
-    """The newest finished attempt of `stage` over the release's jobs (newest job first)."""
-    return (
-        StageRun.objects.filter(
-            job__release=release,
-            stage=stage,
-            status__in=(StageStatus.SUCCEEDED, StageStatus.FAILED),
-        )
-        .select_related("job__pool")
-        .order_by("-job__created_at", "-job_id", "-attempt")
-        .first()
-    )
-
-
 def releases_with_latest_job(*, with_jobs: bool = False) -> QuerySet[ModelRelease]:
     """Releases annotated with their newest job's id and status (`latest_job_id`,
     `latest_job_status`; None for a release without a job); `with_jobs` prefetches every

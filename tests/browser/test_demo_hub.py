@@ -134,6 +134,9 @@ def test_demo_hub_releases_are_adapted_and_shown(
     expect(size.get_by_role("row", name=re.compile("^KV cache per token"))).to_contain_text(
         "70,272 bytes/token"
     )
+    # Attention, position encoding and experts are folded under one line, a click away.
+    expect(page.locator("#analysis-more summary")).to_contain_text("Attention, position encoding")
+    page.locator("#analysis-more summary").click()
     expect(page.get_by_role("table", name="Attention")).to_contain_text("MLA")
     # The plan on the cpu pool: the reason it does not fit, and what would.
     reason = page.get_by_text("moonshotai/Kimi-K2-Instruct does not fit 1 x cpu").first

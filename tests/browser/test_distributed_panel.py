@@ -55,6 +55,11 @@ def test_measured_point_is_drawn_and_the_rank_table_fits(live_server, browser, d
         panel = page.locator(f"#distributed-job-{job.pk}")
         expect(panel).to_be_visible()
         expect(panel.locator(".stability-verdict")).to_contain_text("Passed")
+        # Every rank passed, so their table is folded under a line that says so.
+        ranks = panel.locator(f"#distributed-job-{job.pk}-ranks")
+        expect(ranks.locator("summary")).to_contain_text("2 ranks, each within its tolerance")
+        expect(ranks.locator("table.distributed-ranks")).to_be_hidden()
+        ranks.locator("summary").click()
         expect(panel.locator("table.distributed-ranks tbody tr")).to_have_count(2)
         widths = page.evaluate(
             """(id) => {

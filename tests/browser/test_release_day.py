@@ -103,6 +103,58 @@ def five_jobs():
     return release, jobs
 
 
+def reads_at_a_glance(page, *, width: int, jobs, failed, failure: str, name: str) -> int:
+    """The checks of a release page with five jobs (`jobs`, oldest first) at `width` px: the
+    newest job drawn in full and the others a line each, under 6,000 px, no paragraph twice,
+    no "ms" figure above 100,000, every chart drawn with points and its titles inside it,
+    nothing past the right edge; then `failed`'s panels a click away, saying `failure`.
+    Returns the page's height (px)."""
+    page.locator("#job-history").wait_for()
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('div.chart')]"
+        ".every(d => d.classList.contains('js-plotly-plot'))"
+    )
+    page.screenshot(path=f"/tmp/day0-release-{name}-{width}.png", full_page=True)
+
+    height = page.evaluate("document.documentElement.scrollHeight")
+    assert height < 6000, f"{height} px tall at {width} px"
+    # The newest job drawn in full, the other four a line each with a link.
+    assert page.locator("article.job").count() == 1
+    assert page.locator(f"#job-{jobs[-1].pk}").count() == 1
+    assert page.locator("table.job-history tbody tr").count() == 5
+    assert (
+        page.locator(f"#history-link-{jobs[0].pk}")
+        .get_attribute("href")
+        .endswith(f"?job={jobs[0].pk}")
+    )
+    # No paragraph twice.
+    paragraphs = [
+        re.sub(r"\s+", " ", text).strip()
+        for text in page.locator("main p").all_inner_texts()
+        if len(text.strip()) > 40
+    ]
+    repeated = {text for text in paragraphs if paragraphs.count(text) > 1}
+    assert not repeated, repeated
+
+    figures = page.evaluate(MS_FIGURES)
+    assert figures, "the page writes some times in ms"
+    assert max(figures) <= 100_000, sorted(figures)[-3:]
+
+    charts = page.evaluate(CHARTS)
+    assert charts, "the page draws charts"
+    for chart in charts:
+        assert chart["drawn"], f"{chart['id']} was not drawn"
+        assert chart["points"] > 0, f"{chart['id']} is an empty chart"
+        assert not chart["overflowing"], f"{chart['id']} at {width} px: {chart['overflowing']}"
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+
+    # An older job's panels are a click away, and say whose fault its failure was.
+    page.locator(f"#history-link-{failed.pk}").click()
+    page.locator(f"#job-{failed.pk}").wait_for()
+    assert failure in page.locator(f"#job-{failed.pk}").inner_text()
+    return height
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 def test_release_page_with_five_jobs_reads_at_a_glance(
     live_server, browser, django_user_model, width
@@ -114,51 +166,73 @@ def test_release_page_with_five_jobs_reads_at_a_glance(
         page = context.new_page()
         log_in(page, live_server, django_user_model)
         page.goto(f"{live_server.url}/releases/{release.pk}/")
-        page.locator("#job-history").wait_for()
-        page.wait_for_function(
-            "() => [...document.querySelectorAll('div.chart')]"
-            ".every(d => d.classList.contains('js-plotly-plot'))"
-        )
-        page.screenshot(path=f"/tmp/day0-release-5-jobs-{width}.png", full_page=True)
-
-        height = page.evaluate("document.documentElement.scrollHeight")
+        page.locator(f"#plan-job-{jobs[-1].pk}").wait_for()
         page.locator(f"#plan-job-{jobs[-1].pk}").screenshot(path=f"/tmp/day0-plan-{width}.png")
         page.locator(f"#serve-job-{jobs[-1].pk}").screenshot(path=f"/tmp/day0-serve-{width}.png")
-        assert height < 6000, f"{height} px tall at {width} px"
-        # The newest job drawn in full, the other four a line each with a link.
-        assert page.locator("article.job").count() == 1
-        assert page.locator(f"#job-{jobs[-1].pk}").count() == 1
-        assert page.locator("table.job-history tbody tr").count() == 5
-        assert (
-            page.locator(f"#history-link-{jobs[0].pk}")
-            .get_attribute("href")
-            .endswith(f"?job={jobs[0].pk}")
+        reads_at_a_glance(
+            page,
+            width=width,
+            jobs=jobs,
+            failed=jobs[1],
+            failure="infrastructure failure",
+            name="5-jobs",
         )
-        # No paragraph twice.
-        paragraphs = [
-            re.sub(r"\s+", " ", text).strip()
-            for text in page.locator("main p").all_inner_texts()
-            if len(text.strip()) > 40
-        ]
-        repeated = {text for text in paragraphs if paragraphs.count(text) > 1}
-        assert not repeated, repeated
+    finally:
+        context.close()
 
-        figures = page.evaluate(MS_FIGURES)
-        assert figures, "the page writes some times in ms"
-        assert max(figures) <= 100_000, sorted(figures)[-3:]
 
-        charts = page.evaluate(CHARTS)
-        assert charts, "the page draws charts"
-        for chart in charts:
-            assert chart["drawn"], f"{chart['id']} was not drawn"
-            assert chart["points"] > 0, f"{chart['id']} is an empty chart"
-            assert not chart["overflowing"], f"{chart['id']} at {width} px: {chart['overflowing']}"
-        assert page.evaluate("document.documentElement.scrollWidth") <= width
+@pytest.mark.parametrize("width", WIDTHS)
+def test_release_page_with_five_jobs_that_ran_every_stage_reads_at_a_glance(
+    live_server, browser, django_user_model, width
+):
+    """Five jobs of every registered stage (`tests.full_jobs`): the newest passed them all,
+    an older one failed its precision run (the release's fault), another could not start
+    vLLM (the host's)."""
+    from tests.full_jobs import FULL_STAGES, five_full_jobs
 
-        # An older job's panels are a click away, and say whose fault its failure was.
-        page.locator(f"#history-link-{jobs[1].pk}").click()
-        page.locator(f"#job-{jobs[1].pk}").wait_for()
-        assert "infrastructure failure" in page.locator(f"#job-{jobs[1].pk}").inner_text()
+    release, jobs = five_full_jobs()
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    context.set_default_timeout(15_000)
+    try:
+        page = context.new_page()
+        log_in(page, live_server, django_user_model)
+        page.goto(f"{live_server.url}/releases/{release.pk}/")
+        # Every stage's panel is drawn, from the newest job.
+        newest = jobs[-1].pk
+        for panel in (
+            "analysis",
+            "validation",
+            f"plan-job-{newest}",
+            f"distributed-job-{newest}",
+            f"serve-job-{newest}",
+            f"performance-job-{newest}",
+            f"stability-job-{newest}",
+            "release-notes",
+        ):
+            assert page.locator(f"#{panel}").count() == 1, panel
+        assert page.locator("#panel-gaps").count() == 0
+        assert len(FULL_STAGES) == page.locator(f"#job-{newest} section.stage-block").count()
+        # The folds hold every figure: the performance charts are drawn in theirs.
+        assert page.locator(f"#performance-job-{newest}-throughput-chart.js-plotly-plot").count()
+        reads_at_a_glance(
+            page,
+            width=width,
+            jobs=jobs,
+            failed=jobs[3],
+            failure="infrastructure failure",
+            name="5-full-jobs",
+        )
+        # The precision failure shows first on its job's page: the failed stage's attempt
+        # above the folded rest, the skipped stages naming it once instead of its reason.
+        page.goto(f"{live_server.url}/releases/{release.pk}/?job={jobs[1].pk}")
+        failed = page.locator(f"#job-{jobs[1].pk}-stage-precision")
+        assert failed.is_visible()
+        assert "release failure" in failed.inner_text()
+        assert page.locator("#precision-drift-fold").get_attribute("open") is not None
+        skipped = page.locator(f"#performance-job-{jobs[1].pk}-skipped")
+        assert "the precision stage failed" in skipped.inner_text()
+        reason = failed.locator("pre.error").inner_text().strip()
+        assert page.locator("main").inner_text().count(reason.splitlines()[0]) == 1
     finally:
         context.close()
 

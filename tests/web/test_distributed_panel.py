@@ -127,9 +127,9 @@ def fact(html: str, label: str) -> str:
 
 
 def headline(panel: str, label: str) -> str:
-    """The figure of the headline row `label`, without its note."""
-    row = rf'<th scope="row">{re.escape(label)}</th><td class="num">'
-    match = re.search(rf'{row}(.*?)(?:<div class="note">|</td>)', panel, re.S)
+    """The figure of the headline fact `label`, without its note."""
+    row = rf"<dt>{re.escape(label)}</dt><dd>"
+    match = re.search(rf'{row}(.*?)(?:<div class="note">|</dd>)', panel, re.S)
     assert match, f"no headline row {label!r}"
     return text(match[1])
 
@@ -333,12 +333,12 @@ def test_page_shows_a_passed_validation_beside_the_plans_split(
     assert fact(panel, "Threads per rank") == "1"
     assert fact(panel, "The plan's split") == "TP8 PP1 EP8 DP1"
     assert "TP=2, the largest divisor of 8 the worker holds, is the split to validate" in panel
-    assert table_row(panel, "Decode step at TP=2 (measured, twin)").startswith("16.4 ms")
-    assert table_row(panel, "Decode step at TP=1 (measured, twin)").startswith("5.49 ms")
-    assert table_row(panel, "Decode at TP=2 (measured, twin)").startswith("122 tokens/s")
-    assert table_row(panel, "Decode at TP=1 (measured, twin)").startswith("364 tokens/s")
-    assert table_row(panel, "Time in collectives (measured, twin)").startswith("11.1 %")
-    assert table_row(panel, "Scaling efficiency (measured, twin)").startswith("16.7 %")
+    assert headline(panel, "Decode step at TP=2 (measured, twin)").startswith("16.4 ms")
+    assert headline(panel, "Decode step at TP=1 (measured, twin)").startswith("5.49 ms")
+    assert headline(panel, "Decode at TP=2 (measured, twin)").startswith("122 tokens/s")
+    assert headline(panel, "Decode at TP=1 (measured, twin)").startswith("364 tokens/s")
+    assert headline(panel, "Time in collectives (measured, twin)").startswith("11.1 %")
+    assert headline(panel, "Scaling efficiency (measured, twin)").startswith("16.7 %")
     assert rank_rows(panel) == [
         ["0", "7.45e-07", "1.28e-04", "100.0 %", "none", "16.4 ms", "12.5 %"],
         ["1", "7.45e-07", "1.28e-04", "100.0 %", "none", "16.3 ms", "9.7 %"],

@@ -14,7 +14,7 @@ import pytest
 from django.urls import reverse
 
 from adaptation.models import PerformancePoint
-from engine.formatting import ms
+from engine.formatting import ms, tokens_per_s
 from tests.factories import make_job, make_release
 from tests.performance_rows import DENSE, MOE, OOM_BATCH, engine_results, h200_pool, measured_job
 
@@ -262,7 +262,8 @@ def test_table_view_holds_the_same_numbers(logged_in_client):
         table,
         re.S,
     )[1]
-    assert f"{decode.value:,.0f} tokens/s" in line
+    # As the one writer writes it (whole numbers from 100 tokens/s, three figures below).
+    assert f'<td class="num">{tokens_per_s(decode.value)}</td>' in line
 
 
 def test_csv_download_is_the_stored_rows(logged_in_client, client):
@@ -409,7 +410,9 @@ def test_a_failed_sweep_without_rows_says_why(logged_in_client):
     assert "no point was measured: stopped at batch 1: out of memory" in panel
 
 
-def test_sections_of_stages_skipped_after_a_failed_plan_say_why(logged_in_client):
+def test_sections_of_stages_skipped_after_a_failed_plan_name_it_once(logged_in_client):
+    """Each skipped stage's panel names the failed stage and links to its attempts on the
+    stage timeline, where its reason is: said there, not once per skipped panel."""
     job = make_job(
         stages=("fetch", "plan", "performance", "stability"),
         statuses={
@@ -424,10 +427,14 @@ def test_sections_of_stages_skipped_after_a_failed_plan_say_why(logged_in_client
     html = page(logged_in_client, job)
     for section in ("performance", "stability"):
         panel = article(html, f"{section}-job-{job.pk}")
-        assert (
-            f'id="{section}-job-{job.pk}-skipped"' in panel
-            and "skipped: the plan stage failed — the model does not fit this pool." in panel
-        ), section
+        skipped = re.search(rf'id="{section}-job-{job.pk}-skipped".*?</p>', panel, re.S)
+        assert skipped, section
+        assert f'the <a href="#job-{job.pk}-stage-plan">plan stage</a> failed' in skipped[0]
+        assert "does not fit" not in skipped[0], section
+    timeline = re.search(
+        rf'<section class="stage-block" id="job-{job.pk}-stage-plan".*?</section>', html, re.S
+    )
+    assert "the model does not fit this pool." in timeline[0]
 
 
 def test_a_running_sweep_shows_its_status(logged_in_client):

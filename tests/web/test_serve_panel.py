@@ -156,9 +156,16 @@ def test_every_figure_of_a_served_run_is_labelled_measured_on_the_engine_serving
         "What the launch changed from the plan's command",
         "Engine and checkpoint",
         "Precision through the engine (measured, engine, twin)",
-        "Tensor parallel through the engine (measured, engine, twin)",
         "Load sweep (measured, engine, twin)",
     ]
+    # The tensor-parallel check is one line, its figures folded under it.
+    tp = re.search(
+        rf'<details[^>]*id="serve-job-{job.pk}-tp-fold">\s*<summary>(.*?)</summary>', panel, re.S
+    )
+    assert text(tp[1]) == (
+        "Tensor parallel through the engine: TP=2 launched as planned; greedy tokens match "
+        "TP=1 over 160 tokens (measured, engine, twin)"
+    )
 
 
 def test_real_weights_are_labelled_so():
