@@ -13,9 +13,11 @@ The key holds everything the figure depends on, so a cached figure is never stal
   the engine modules they format with) and of plotly's version, so an edit of a chart or a
   plotly upgrade draws every figure anew.
 
-Only the figure (plotly JSON, or None for "nothing to draw") is cached, never page state.
-The cache is Django's default (`DAY0_CACHE_URL`: a per-process memory cache when blank, Redis
-shared by every process otherwise); a lost entry is only built again.
+Only the figure (plotly JSON, or None for "nothing to draw") is cached, never page state,
+with the same figure as text ready to embed in a page's `<script type="application/json">`
+(`EmbeddedFigure.script_json`), so that a page view does not serialise it again. The cache is
+Django's default (`DAY0_CACHE_URL`: a per-process memory cache when blank, Redis shared by
+every process otherwise); a lost entry is only built again.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any, TypeVar
 
 import plotly
 from django.core.cache import cache
+from django.core.serializers.json import DjangoJSONEncoder
 
 # Engine modules whose code shapes a figure's words or numbers (the charts import them).
 _ENGINE_MODULES = ("engine.formatting", "engine.units")
@@ -41,6 +44,8 @@ _ENGINE_MODULES = ("engine.formatting", "engine.units")
 # room figures take in a shared cache.
 FIGURE_TIMEOUT_S = 7 * 24 * 3600
 _MISSING = object()
+# What `django.utils.html.json_script` escapes, so the text is safe inside a <script>.
+_SCRIPT_ESCAPES = {ord(">"): "\\u003E", ord("<"): "\\u003C", ord("&"): "\\u0026"}
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -83,6 +88,24 @@ def _plain(value: Any) -> Any:
     )
 
 
+class EmbeddedFigure(dict):
+    """A figure (plotly JSON as a dict) with `script_json`: the same figure as the text
+    `django.utils.html.json_script` would write inside its <script>, made once with it."""
+
+    script_json: str
+
+    @classmethod
+    def of(cls, figure: dict[str, Any], script_json: str | None = None) -> EmbeddedFigure:
+        embedded = cls(figure)
+        embedded.script_json = script_json if script_json is not None else script_text(figure)
+        return embedded
+
+
+def script_text(figure: dict[str, Any]) -> str:
+    """`figure` as JSON text safe inside a <script> element (as `json_script` writes it)."""
+    return json.dumps(figure, cls=DjangoJSONEncoder).translate(_SCRIPT_ESCAPES)
+
+
 def figure_key(name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     """The cache key of chart `name` drawn from `args` and `kwargs` (see the module's
     docstring). Raises TypeError when an input is not JSON-like data."""
@@ -93,8 +116,9 @@ def figure_key(name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> s
 
 def cached_figure(build: F) -> F:
     """`build` (a chart function returning figure JSON or None) with its figures kept in the
-    cache by `figure_key`. Every call returns its own copy (the cache hands out copies), so a
-    caller may change the figure it gets."""
+    cache by `figure_key`, returned as `EmbeddedFigure`s. Every call returns its own copy (the
+    cache hands out copies), so a caller may change the figure it gets; its `script_json` is
+    the figure as built."""
     name = f"{build.__module__}.{build.__qualname__}"
 
     @functools.wraps(build)
@@ -102,11 +126,13 @@ def cached_figure(build: F) -> F:
         key = figure_key(name, args, kwargs)
         stored = cache.get(key, _MISSING)
         if stored is not _MISSING:
-            return stored["figure"]
+            figure, text = stored["figure"], stored["json"]
+            return None if figure is None else EmbeddedFigure.of(figure, text)
         figure = build(*args, **kwargs)
+        text = None if figure is None else script_text(figure)
         # Wrapped, so that "nothing to draw" (None) is kept too.
-        cache.set(key, {"figure": figure}, timeout=FIGURE_TIMEOUT_S)
-        return figure
+        cache.set(key, {"figure": figure, "json": text}, timeout=FIGURE_TIMEOUT_S)
+        return None if figure is None else EmbeddedFigure.of(figure, text)
 
     wrapper.uncached = build  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]

@@ -72,8 +72,10 @@ def jobs_with_performance(*, limit: int = COMPARE_CHOICES_LIMIT) -> list[Adaptat
         .values_list("job_id", flat=True)
         .distinct()
     )  # the DISTINCT needs no ordering
+    # Only what a choice names (job, release, pool), not the jobs' options or the configs.
     return list(
         AdaptationJob.objects.filter(pk__in=ids)
         .select_related("release", "pool")
+        .only("id", "created_at", "release_id", "pool_id", "release__repo_id", "pool__name")
         .order_by("-created_at", "-id")[:limit]
     )

@@ -118,3 +118,22 @@ def test_the_release_page_charts_are_cached():
         stability_charts.step_time,
     ):
         assert hasattr(chart, "uncached"), chart.__name__
+
+
+def test_a_cached_figure_is_embedded_as_json_script_writes_it(memory_chart):
+    from django.utils.html import json_script
+
+    from adaptation.templatetags.day0_charts import figure_script
+
+    built = memory_chart(SAMPLES, **MEMORY)  # built now
+    cached = memory_chart(SAMPLES, **MEMORY)  # read back
+    expected = json_script(dict(built), "stability-memory-figure")
+
+    assert isinstance(cached, figure_cache.EmbeddedFigure)
+    assert figure_script(built, "stability-memory-figure") == expected
+    assert figure_script(cached, "stability-memory-figure") == expected
+    # A plain figure (one no cache made) is written by json_script itself.
+    assert figure_script(dict(cached), "stability-memory-figure") == expected
+    # What a page could not hold inside <script> is escaped.
+    figure = dict(cached) | {"layout": {"title": "</script><b>&"}}
+    assert "</script><b>" not in figure_script(figure_cache.EmbeddedFigure.of(figure), "x")
