@@ -14,6 +14,9 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] in ENGINE_ONLY_COMMANDS:
         from importlib import import_module
 
+        # No Celery app either (day0web/__init__.py): these commands send no task.
+        os.environ["DAY0_ENGINE_ONLY"] = "1"
+
         import_module(ENGINE_ONLY_COMMANDS[sys.argv[1]]).Command().run_from_argv(sys.argv)
         sys.exit(0)
     from django.core.management import execute_from_command_line

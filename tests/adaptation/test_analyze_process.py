@@ -1,6 +1,6 @@
 """`manage.py analyze` as a user runs it: an engine-only command, run without Django's system
 checks or the app registry, and (once the defaults cache holds the family) without importing
-transformers, torch, the models, the views or the API."""
+transformers, torch, the models, the views, the API or the Celery app."""
 
 from __future__ import annotations
 
@@ -36,8 +36,10 @@ def test_analyze_imports_only_the_engine_once_the_defaults_are_cached(tmp_path):
     )
     assert again.returncode == 0, again.stderr
     imported = set(re.findall(r"\|\s+([\w.]+)$", again.stderr, flags=re.MULTILINE))
+    # Nor the Celery app (day0web/__init__.py): an engine-only command sends no task.
     for module in ("transformers", "torch", "adaptation.models", "adaptation.views",
-                   "adaptation.admin", "rest_framework", "drf_spectacular"):  # fmt: skip
+                   "adaptation.admin", "rest_framework", "drf_spectacular",
+                   "day0web.celery"):  # fmt: skip
         assert module not in imported, module
     assert json.loads(again.stdout) == json.loads(first.stdout)
 
