@@ -249,6 +249,23 @@ def _bytes_by_dtype(value: Any) -> list[tuple[str, float]] | None:
     return sorted(sizes, key=lambda item: -(item[1] or 0.0))  # type: ignore[return-value]
 
 
+def _windowed_and_estimated(result: Mapping[str, Any], figures: Figures) -> list[Figure]:
+    """The figures only some releases have: full-length KV at max context where sliding layers
+    make it differ from the freed figure (engines that keep out-of-window KV), and how the
+    parameters were counted where day0's family table did not (transformers' meta-device
+    build, or an estimate with what it assumed)."""
+    shown = []
+    kept = result.get("kv_cache_bytes_at_max_context_kept")
+    if kept is not None and kept != result.get("kv_cache_bytes_at_max_context"):
+        shown.append(figures.of("kv_cache_bytes_at_max_context_kept", kept, "gib"))
+    source = result.get("params_source")
+    if source and source != "family table":
+        shown.append(figures.of("params_source", source))
+    if result.get("assumptions"):
+        shown.append(figures.of("assumptions", "; ".join(map(str, result["assumptions"]))))
+    return shown
+
+
 def analysis_sections(
     result: Mapping[str, Any], config: Mapping[str, Any] | None = None
 ) -> list[AnalysisSection]:
@@ -296,6 +313,7 @@ def analysis_sections(
         of("checkpoint_total_size_bytes", result.get("checkpoint_total_size_bytes"), "gib"),
         of("kv_cache_bytes_per_token", result.get("kv_cache_bytes_per_token"), "bytes_per_token"),
         of("kv_cache_bytes_at_max_context", result.get("kv_cache_bytes_at_max_context"), "gib"),
+        *_windowed_and_estimated(result, figures),
     ]
     shape = [
         of(key, result.get(key), "count")

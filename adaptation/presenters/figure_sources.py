@@ -109,6 +109,9 @@ FIGURE_CONFIG_KEYS: Mapping[str, tuple[str, ...]] = {
     "weight_bytes_by_dtype": (),
     "kv_cache_bytes_per_token": (),
     "kv_cache_bytes_at_max_context": (),
+    "kv_cache_bytes_at_max_context_kept": (),
+    "params_source": (),
+    "assumptions": (),
 }
 # Figures whose source is neither the config nor the engine's arithmetic.
 FIGURE_SOURCES: Mapping[str, str] = {"checkpoint_total_size_bytes": FROM_INDEX}

@@ -588,3 +588,37 @@ def test_figure_config_keys_cover_the_engine_key_spellings():
     assert set(EXPERT_COUNT_KEYS) <= set(FIGURE_CONFIG_KEYS["moe.num_experts"])
     assert set(TOP_K_KEYS) <= set(FIGURE_CONFIG_KEYS["moe.experts_per_token"])
     assert set(SHARED_COUNT_KEYS) <= set(FIGURE_CONFIG_KEYS["moe.num_shared_experts"])
+
+
+def test_sliding_window_kv_is_shown_freed_and_kept(logged_in_client):
+    """gpt-oss-20b's sliding layers: the page gives KV at max context both ways, freed (vLLM,
+    SGLang by default) and full-length kept, each the engine's figure in GiB."""
+    from engine.architecture import analyze_config
+    from tests.conftest import load_realconfig
+
+    result = analyze_config(load_realconfig("openai__gpt-oss-20b")).to_dict()
+    freed = result["kv_cache_bytes_at_max_context"]
+    kept = result["kv_cache_bytes_at_max_context_kept"]
+    assert kept > freed
+    html = logged_in_client.get(page_url(engine_release("openai__gpt-oss-20b"))).content.decode()
+    assert row_value(html, "KV cache at max context").startswith(f"{freed / 2**30:.1f} GiB")
+    assert row_value(html, "KV cache at max context, full-length KV kept").startswith(
+        f"{kept / 2**30:.1f} GiB"
+    )
+    assert "Parameters counted by" not in html  # day0's own family table: nothing to say
+
+
+def test_an_unknown_model_type_is_marked_estimated_with_its_assumptions(logged_in_client):
+    config = {
+        "model_type": "never_seen_lm",
+        "architectures": ["NeverSeenForCausalLM"],
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "intermediate_size": 4096,
+        "vocab_size": 32000,
+        "max_position_embeddings": 4096,
+    }
+    html = logged_in_client.get(page_url(engine_release("", config=config))).content.decode()
+    assert row_value(html, "Parameters counted by") == "estimated"
+    assert "num_key_value_heads" in row_value(html, "Assumed (estimate)")
