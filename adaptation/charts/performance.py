@@ -441,8 +441,10 @@ def _stop_lines(fig, stops, panels, shown, y_top, y_low, log_y, legend_seen, col
         batch = stop.get("batch_size")
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             continue
+        # A sweep stops where memory ran out or where its time budget did (budget.py).
+        cause = "time budget" if "time budget" in str(stop.get("reason") or "") else "out of memory"
         name = (
-            f"{prefix}out of memory at batch {batch} ({stop.get('dtype')}, prompt "
+            f"{prefix}{cause} at batch {batch} ({stop.get('dtype')}, prompt "
             f"{stop.get('prompt_len')})"
         )
         for col in range(1, len(shown) + 1):

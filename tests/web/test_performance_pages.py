@@ -226,7 +226,7 @@ def test_an_out_of_memory_stop_keeps_the_measured_points_and_is_shown(logged_in_
     stop = engine_results()[MOE]["performance"]["stopped"][0]
 
     assert stop["batch_size"] == OOM_BATCH
-    assert "Out of memory" in panel
+    assert "Where the sweep stopped" in panel
     assert html_lib.escape(f"bfloat16, prompt 16: {stop['reason']}", quote=True) in panel
     fig = figure(html, f"performance-job-{job.pk}-throughput-figure")
     decode = one_curve(fig, kind="measured", metric="decode_tokens_per_s", dtype="bfloat16")
