@@ -153,6 +153,8 @@ def test_board_live_refresh_and_release_page(live_server, page):
     expect(size.get_by_role("row", name=re.compile("^Checkpoint size"))).to_contain_text(
         "as published in the index"
     )
+    # The analysis past model, size and shape is folded under a one-line summary.
+    page.locator("#analysis-more summary").click()
     expect(page.get_by_role("table", name="Attention")).to_contain_text("MLA")
     expect(page.locator("#job-panel")).to_contain_text("Fetch")
     page.screenshot(path=RELEASE_SCREENSHOT, full_page=True)
