@@ -216,6 +216,10 @@ def command(
     else:
         out.args += ["--unshare-user", "--disable-userns"]
         out.args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
+    # The private /tmp first: a checkout or venv under /tmp (a CI clone in `mktemp -d`) is
+    # bound on top of it below, where a tmpfs mounted afterwards would hide it.
+    out.args += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
+    out._dirs.add("/tmp")
     system = []
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
@@ -243,7 +247,6 @@ def command(
     out.args += ["--proc", "/proc", "--dev", "/dev"]
     for node in device_nodes(backend):
         out.args += ["--dev-bind", node, node]
-    out.args += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
     # the root and /dev tmpfs read-only (module docstring); mounts on them keep their own mode
     out.args += ["--remount-ro", "/", "--remount-ro", "/dev"]
     if seccomp_fd is not None:

@@ -502,3 +502,22 @@ def test_without_a_working_bubblewrap_remote_code_is_refused_unrun(
     )
     assert verdict.failure_class == "infrastructure"
     assert failed.value.result["failure"]["culprit"] == "infrastructure"
+
+
+def test_a_checkout_under_tmp_stays_visible_inside_the_sandbox(monkeypatch, tmp_path):
+    """A CI clone lives in `mktemp -d` (under /tmp): the private /tmp is mounted before the
+    binds, so a venv or engine/ under /tmp is bound on top of it, not hidden by it."""
+    from engine.remote_code import bwrap as sandbox_args
+
+    venv = "/tmp/ci-clone/.venv"
+    monkeypatch.setattr(sandbox_args, "python_roots", lambda: [venv])
+    args = sandbox_args.command(
+        bwrap="bwrap", code_dir=str(tmp_path), work_dir=str(tmp_path), etc_dir=str(tmp_path),
+        repo_root=Path("/tmp/ci-clone"), env={}, backend="cpu", tmp_bytes=2**20,
+        as_root=True, seccomp_fd=None, argv=["/bin/true"],
+    )  # fmt: skip
+    tmpfs = args.index("--tmpfs")
+    assert args[tmpfs + 1] == "/tmp"
+    binds = [i for i, a in enumerate(args) if a == "--ro-bind" and args[i + 2].startswith("/tmp/")]
+    assert {args[i + 2] for i in binds} == {venv, "/tmp/ci-clone/engine"}
+    assert all(i > tmpfs for i in binds)
