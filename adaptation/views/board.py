@@ -40,7 +40,9 @@ def board(request: HttpRequest) -> HttpResponse:
     """The release board, page `?page=` (default the first; past the last, the last) of the
     releases whose repo id contains `?q=`; refreshed quickly while work runs and slowly
     otherwise, so new releases appear without a reload."""
-    query = " ".join(request.GET.get("q", "").split())[:BOARD_QUERY_MAX_CHARS]
+    # Control characters (a NUL) are no part of a repo id: dropped, never echoed into the page.
+    raw = "".join(c for c in request.GET.get("q", "") if c.isprintable() or c.isspace())
+    query = " ".join(raw.split())[:BOARD_QUERY_MAX_CHARS]
     page = board_page(query=query, number=request.GET.get("page"))
     running = anything_running()
     # Queued stages of a pool without a live worker say so (two queries, only while work runs).

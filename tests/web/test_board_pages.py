@@ -161,3 +161,11 @@ def test_the_board_asks_the_same_number_of_queries_for_3_releases_or_60(logged_i
     )
     assert 'class="limitation-count severity-major"' in sixty
     assert sixty.count("· busy-watch") == BOARD_PAGE_SIZE
+
+
+def test_a_nul_in_the_search_is_dropped_not_echoed(logged_in_client):
+    response = logged_in_client.get("/", {"q": "qw\x00en"})
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "\x00" not in html
+    assert 'value="qwen"' in html
