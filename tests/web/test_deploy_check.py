@@ -61,7 +61,9 @@ def production_block() -> dict[str, str]:
 def environment(tmp_path: Path, **values: str) -> dict[str, str]:
     """This process's environment without any variable day0 reads (the defaults, then),
     a var folder of its own, and `values`."""
-    names = documented_names()
+    # DJANGO_ALLOW_ASYNC_UNSAFE: the browser tests' conftest sets it for this test process
+    # (sync Playwright beside the live server); no deployment has it (async.E001).
+    names = documented_names() | {"DJANGO_ALLOW_ASYNC_UNSAFE"}
     env = {k: v for k, v in os.environ.items() if k not in names}
     return env | {"DAY0_VAR_DIR": str(tmp_path / "var")} | values
 
