@@ -11,8 +11,8 @@ class is the model type's, else that architecture's (Kimi-K2's `kimi_k2` is a
 and the shapes are the unquantized ones. A model type transformers does not know gives None
 (the caller then checks only layer counts).
 
-The build is bounded: a module-registration hook (this thread only) stops it past
-`MAX_MODULES` modules or `MAX_BUILD_S` seconds. transformers and torch are imported on the
+The build is bounded (`meta_bounds.bounded_build`): past its module count or time the caller
+checks layer counts only. transformers and torch are imported on the
 first call only.
 """
 
@@ -21,18 +21,13 @@ from __future__ import annotations
 import functools
 import json
 import re
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .checkpoint_names import strip_wrappers
-
-# Bounds inside the analyze stage's limits (60 s soft): past them the layer counts only.
-MAX_MODULES = 120_000  # 100,000 meta Linear modules hold about 350 MB
-MAX_BUILD_S = 30.0
-_DROP_KEYS = ("quantization_config", "compression_config", "auto_map", "model_type")
+from .meta_bounds import bounded_build, config_kwargs
 
 
 class ExpectedBuildError(Exception):
@@ -73,15 +68,6 @@ class ExpectedTensors:
         return frozenset(self.shapes[name] for name in self.buffers)
 
 
-def _kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
-    kwargs = {k: v for k, v in config.items() if k not in _DROP_KEYS}
-    for key in ("text_config", "vision_config", "audio_config"):
-        sub = kwargs.get(key)
-        if isinstance(sub, Mapping):
-            kwargs[key] = {k: v for k, v in sub.items() if k not in _DROP_KEYS[:3]}
-    return kwargs
-
-
 def _model_class(transformers: Any, config: Mapping[str, Any]) -> Any:
     from transformers import PreTrainedModel
 
@@ -95,40 +81,12 @@ def _config_object(transformers: Any, config: Mapping[str, Any], model_class: An
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     model_type = config.get("model_type")
-    kwargs = _kwargs(config)
+    kwargs = config_kwargs(config)
     if isinstance(model_type, str) and model_type in CONFIG_MAPPING:
         return transformers.AutoConfig.for_model(model_type, **kwargs)
     if model_class is not None and getattr(model_class, "config_class", None) is not None:
         return model_class.config_class(**kwargs)
     return None
-
-
-class _Bounded:
-    """Stop a build on this thread past `MAX_MODULES` registered modules or `MAX_BUILD_S`."""
-
-    def __init__(self) -> None:
-        self.start = time.perf_counter()
-        self.count = 0
-        self.thread = threading.get_ident()
-        self.handle: Any = None
-
-    def _hook(self, module: Any, name: str, submodule: Any) -> None:
-        if threading.get_ident() != self.thread:
-            return
-        self.count += 1
-        if self.count > MAX_MODULES:
-            raise ExpectedBuildError(f"the model registers over {MAX_MODULES:,} modules")
-        if self.count % 256 == 0 and time.perf_counter() - self.start > MAX_BUILD_S:
-            raise ExpectedBuildError(f"the meta-device build ran past {MAX_BUILD_S:.0f} s")
-
-    def __enter__(self) -> _Bounded:
-        from torch.nn.modules.module import register_module_module_registration_hook
-
-        self.handle = register_module_module_registration_hook(self._hook)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.handle.remove()
 
 
 def expected_tensors(config: Mapping[str, Any]) -> ExpectedTensors | None:
@@ -163,7 +121,7 @@ def _expected(config_json: str) -> ExpectedTensors | None:
         if cfg is None:
             return None
         start = time.perf_counter()
-        with _Bounded(), torch.device("meta"):
+        with bounded_build(ExpectedBuildError), torch.device("meta"):
             model = _build(transformers, cfg, model_class)
         state = remove_tied_weights_from_state_dict(model.state_dict(), model)
         buffer_names = {name for name, _ in model.named_buffers()} & set(state)

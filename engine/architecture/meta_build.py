@@ -7,9 +7,8 @@ The build never runs a release's own code: the config class comes from transform
 `CONFIG_MAPPING` (`auto_map` is dropped) and the model from its auto classes with
 `trust_remote_code=False`.
 
-The build is bounded: a global module-registration hook (this thread only) stops it when it
-registers more than `MAX_MODULES` modules or runs longer than `MAX_BUILD_S` seconds, and the
-caller then estimates instead. transformers (and torch) are imported on the first call only.
+The build is bounded (`meta_bounds.bounded_build`: module count and seconds), and past the
+bound the caller estimates instead. transformers (and torch) are imported on the first call only.
 """
 
 from __future__ import annotations
@@ -17,12 +16,12 @@ from __future__ import annotations
 import functools
 import json
 import re
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .meta_bounds import bounded_build, config_kwargs
 from .tensors import (
     ATTENTION,
     DENSE_MLP,
@@ -39,13 +38,6 @@ from .tensors import (
     TensorGroup,
 )
 from .transformers_defaults import class_defaults, installed_transformers_version
-
-# Keys that make transformers quantize or load a release's own code; shapes do not depend on them.
-_DROP_KEYS = ("quantization_config", "auto_map")
-# A 1T MoE registers a few thousand modules (fused experts), ~100,000 unfused; 100,000 meta
-# Linear modules hold about 350 MB (measured), so the bound caps the build near 420 MB.
-MAX_MODULES = 120_000
-MAX_BUILD_S = 30.0  # the analyze stage has 60 s (soft) in all
 
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
@@ -94,15 +86,6 @@ class MetaBuild:
     build_s: float = 0.0
 
 
-def _build_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
-    kwargs = {k: v for k, v in config.items() if k not in _DROP_KEYS and k != "model_type"}
-    for key in ("text_config", "vision_config", "audio_config"):
-        sub = kwargs.get(key)
-        if isinstance(sub, Mapping):
-            kwargs[key] = {k: v for k, v in sub.items() if k not in _DROP_KEYS}
-    return kwargs
-
-
 def _canonical(config: Mapping[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, default=str)
 
@@ -128,7 +111,7 @@ def _transformers_config(config: Mapping[str, Any], model_type: str) -> Any:
 
     try:
         with _quiet_transformers():
-            return transformers.AutoConfig.for_model(model_type, **_build_kwargs(config))
+            return transformers.AutoConfig.for_model(model_type, **config_kwargs(config))
     except Exception as err:  # the class's own validation: any exception type
         raise MetaBuildError(
             f"transformers' {model_type} config class refused it: {_short(err)}"
@@ -184,7 +167,7 @@ def _meta_build(config_json: str, model_type: str, top_k_json: str) -> MetaBuild
             if mapping is not None:
                 mapping[type(cfg)]  # imports the modeling module, outside the time bound
             start = time.perf_counter()
-            with _bounded_build(start), _quiet_transformers(), torch.device("meta"):
+            with bounded_build(_BuildTooLarge, start), _quiet_transformers(), torch.device("meta"):
                 model = auto.from_config(cfg, trust_remote_code=False)
             break
         except _BuildTooLarge:
@@ -210,35 +193,6 @@ def _short(err: BaseException, limit: int = 200) -> str:
 
 class _BuildTooLarge(MetaBuildError):
     pass
-
-
-class _bounded_build:
-    """Stop a build on this thread past `MAX_MODULES` registered modules or `MAX_BUILD_S`."""
-
-    def __init__(self, start: float) -> None:
-        self.start = start
-        self.count = 0
-        self.thread = threading.get_ident()
-        self.handle: Any = None
-
-    def _hook(self, module: Any, name: str, submodule: Any) -> None:
-        if threading.get_ident() != self.thread:
-            return None
-        self.count += 1
-        if self.count > MAX_MODULES:
-            raise _BuildTooLarge(f"the model registers over {MAX_MODULES:,} modules")
-        if self.count % 256 == 0 and time.perf_counter() - self.start > MAX_BUILD_S:
-            raise _BuildTooLarge(f"the meta-device build ran past {MAX_BUILD_S:.0f} s")
-        return None
-
-    def __enter__(self) -> _bounded_build:
-        from torch.nn.modules.module import register_module_module_registration_hook
-
-        self.handle = register_module_module_registration_hook(self._hook)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.handle.remove()
 
 
 def _role(name: str, module: Any, input_embedding: Any, in_tower: bool | None) -> str:

@@ -16,7 +16,6 @@ reaper sends the stage when the broker is back).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -29,6 +28,7 @@ from adaptation.job_options import (
     job_options_from_args,
     plan_options_from_args,
 )
+from adaptation.management.arguments import number_of
 from adaptation.management.commands.plan import add_plan_option_arguments
 from adaptation.models import (
     ACTIVE_STAGE_STATUSES,
@@ -53,17 +53,6 @@ QUEUE_WARN_S = 15.0
 EXIT_NOT_SENT = 75
 
 
-def _positive_seconds(text: str) -> float:
-    """argparse type: a number of seconds above zero."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be above 0 seconds")
-    return value
-
-
 def _queued_for_s(run) -> float | None:
     """Seconds `run` has sat queued since its `queued_at`; None when it is not queued (a
     worker took it, or it ended) or has no `queued_at`."""
@@ -81,7 +70,7 @@ class Command(BaseCommand):
         parser.add_argument("--wait", action="store_true", help="Follow the job until it ends.")
         parser.add_argument(
             "--timeout",
-            type=_positive_seconds,
+            type=number_of("seconds", minimum=0, inclusive=False, whole=False),
             default=3600.0,
             help="Seconds --wait follows the job before giving up (default 3600).",
         )

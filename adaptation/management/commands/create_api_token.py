@@ -10,7 +10,6 @@ in the admin, only a superuser may make a token for a superuser. An unknown user
 
 from __future__ import annotations
 
-import argparse
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
@@ -18,16 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from knox.models import AuthToken
 
-
-def _days(text: str) -> int:
-    """argparse type: a whole number of days, 1 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of days") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be 1 day or more")
-    return value
+from adaptation.management.arguments import number_of
 
 
 class Command(BaseCommand):
@@ -39,7 +29,10 @@ class Command(BaseCommand):
             "--replace", action="store_true", help="Revoke USER's other API tokens first."
         )
         parser.add_argument(
-            "--days", type=_days, default=None, help="Expire after N days (default: never)."
+            "--days",
+            type=number_of("days", minimum=1),
+            default=None,
+            help="Expire after N days (default: never).",
         )
 
     def handle(self, *args, username: str, replace: bool, days: int | None, **options) -> None:

@@ -9,11 +9,11 @@ append to day0's address. An unknown pool or a name in use exits 1 with the reas
 
 from __future__ import annotations
 
-import argparse
 import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from adaptation.management.arguments import number_of
 from adaptation.models import WebhookKind
 from adaptation.services.errors import ServiceError
 from adaptation.services.pools import pool_get
@@ -23,17 +23,6 @@ from adaptation.webhooks.endpoints import (
     webhook_setup_hint,
     webhook_url_path,
 )
-
-
-def _seconds(text: str) -> int:
-    """argparse type: a whole number of seconds, 0 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more seconds")
-    return value
 
 
 class Command(BaseCommand):
@@ -50,7 +39,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--quiet-period-s",
-            type=_seconds,
+            type=number_of("seconds", minimum=0),
             default=None,
             help="Hub endpoints: seconds a repo must be quiet before its job starts (60).",
         )

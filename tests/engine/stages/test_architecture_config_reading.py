@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.architecture import AnalysisError, analyze_config
+from engine.architecture import AnalysisError, analyze_config, meta_bounds
 from engine.architecture import meta_build as meta_build_module
 
 from .realconfigs import load
@@ -385,7 +385,7 @@ def test_multimodal_wrapper_towers_are_counted_apart():
 
 
 def test_meta_build_past_its_bound_falls_back_to_an_estimate(monkeypatch):
-    monkeypatch.setattr(meta_build_module, "MAX_MODULES", 5)
+    monkeypatch.setattr(meta_bounds, "MAX_MODULES", 5)
     meta_build_module._meta_build.cache_clear()
     try:
         analysis = analyze_config(_gemma4_text(num_hidden_layers=5))
