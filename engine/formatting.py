@@ -35,6 +35,15 @@ def count(value: Any) -> str:
     return MISSING if number is None else f"{round(number):,}"
 
 
+def counted(value: Any, noun: str, plural: str | None = None) -> str:
+    """A count with its noun, singular for exactly one: (1, "tensor") → "1 tensor",
+    (3, "tensor") → "3 tensors", (2, "MTP module") → "2 MTP modules"; `plural` where adding
+    "s" is wrong ("index", "indexes"). A missing value gives "— tensors"."""
+    number = finite(value)
+    word = noun if number == 1 else (plural or noun + "s")
+    return f"{count(value)} {word}"
+
+
 def gib(value: Any) -> str:
     """Bytes as binary gibibytes: "16.0 GiB"; three decimals below 1 GiB ("0.067 GiB")."""
     number = finite(value)

@@ -36,6 +36,14 @@ def test_each_unit_reads_as_the_pages_write_it():
     assert fmt.seconds(20.02) == "20.0 s"
 
 
+def test_a_count_takes_its_noun_in_the_singular_only_for_one():
+    assert fmt.counted(1, "tensor") == "1 tensor"
+    assert fmt.counted(0, "tensor") == "0 tensors"
+    assert fmt.counted(1_234, "MTP module") == "1,234 MTP modules"
+    assert fmt.counted(2, "index", "indexes") == "2 indexes"
+    assert fmt.counted(None, "layer") == "— layers"
+
+
 def test_exit_statuses_follow_a_subject():
     assert fmt.exit_status(1) == "exited with code 1"
     assert fmt.exit_status(-9) == "was killed by SIGKILL"

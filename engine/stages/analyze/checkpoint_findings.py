@@ -29,6 +29,14 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:] + "."
 
 
+def _are(count: Any) -> str:
+    return "is" if count == 1 else "are"
+
+
+def _have(count: Any) -> str:
+    return "has" if count == 1 else "have"
+
+
 def _finding(key: str, title: str, body: str, severity: str) -> Finding:
     return Finding(
         key=f"analyze:checkpoint-{key}",
@@ -90,8 +98,8 @@ def _tensor_findings(check: Mapping[str, Any]) -> list[Finding]:
         found.append(
             _finding(
                 "missing",
-                f"{fmt.count(missing['count'])} tensor(s) the config implies are not in the "
-                "checkpoint",
+                f"{fmt.counted(missing['count'], 'tensor')} the config implies "
+                f"{_are(missing['count'])} not in the checkpoint",
                 f"transformers' {source} built from the config has tensors no safetensors "
                 f"header holds: {_names(missing)}. Loading leaves them at their initial "
                 "values, so the model would compute wrong outputs; the config or the upload "
@@ -117,8 +125,8 @@ def _tensor_findings(check: Mapping[str, Any]) -> list[Finding]:
         found.append(
             _finding(
                 "shape",
-                f"{fmt.count(wrong['count'])} checkpoint tensor(s) have another shape than "
-                "the config implies",
+                f"{fmt.counted(wrong['count'], 'checkpoint tensor')} "
+                f"{_have(wrong['count'])} another shape than the config implies",
                 body,
                 MAJOR,
             )
@@ -128,7 +136,7 @@ def _tensor_findings(check: Mapping[str, Any]) -> list[Finding]:
         found.append(
             _finding(
                 "extra",
-                f"{fmt.count(extra['count'])} checkpoint tensor(s) the config does not imply",
+                f"{fmt.counted(extra['count'], 'checkpoint tensor')} the config does not imply",
                 f"The checkpoint holds tensors transformers' {source} built from the config "
                 f"does not have: {_names(extra)}. transformers does not load them; serving "
                 "engines may refuse the checkpoint or skip them too.",
@@ -164,10 +172,11 @@ def _layer_findings(check: Mapping[str, Any]) -> list[Finding]:
         found.append(
             _finding(
                 "mtp",
-                f"The checkpoint holds {fmt.count(mtp.get('checkpoint'))} MTP module(s), the "
+                f"The checkpoint holds {fmt.counted(mtp.get('checkpoint'), 'MTP module')}, the "
                 f"config says {fmt.count(mtp.get('config'))}",
-                f"The config declares {fmt.count(mtp.get('config'))} multi-token-prediction "
-                f"module(s) (`num_nextn_predict_layers` or the like) and the checkpoint holds "
+                f"The config declares "
+                f"{fmt.counted(mtp.get('config'), 'multi-token-prediction module')} "
+                "(`num_nextn_predict_layers` or the like) and the checkpoint holds "
                 f"{fmt.count(mtp.get('checkpoint'))} (decoder layers past `num_hidden_layers`, "
                 "or `mtp.*` tensors). Speculative decoding with MTP would not find the modules "
                 "it expects.",
@@ -184,7 +193,8 @@ def _header_findings(check: Mapping[str, Any]) -> list[Finding]:
         found.append(
             _finding(
                 "duplicates",
-                f"{fmt.count(duplicates['count'])} tensor name(s) are in two safetensors files",
+                f"{fmt.counted(duplicates['count'], 'tensor name')} "
+                f"{_are(duplicates['count'])} in two safetensors files",
                 f"More than one file's header holds {_names(duplicates)}; which copy a loader "
                 "takes depends on the loader.",
                 MINOR,

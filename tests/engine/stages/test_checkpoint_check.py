@@ -119,7 +119,7 @@ def test_mtp_layers_the_config_does_not_declare_are_reported():
     assert result["extra_params"] == c.mtp_params
     assert result["checkpoint_check"]["mtp"] == {"config": 0, "checkpoint": 1}
     assert by_key(result)["analyze:checkpoint-mtp"].title == (
-        "The checkpoint holds 1 MTP module(s), the config says 0"
+        "The checkpoint holds 1 MTP module, the config says 0"
     )
 
 
