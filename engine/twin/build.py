@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from engine.architecture import AnalysisError, analyze_config
-from engine.architecture.config_reader import unwrap_text_config
+from engine.architecture.config_reader import KEY_ALIASES, unwrap_text_config
 from engine.architecture.rope import TRANSFORMERS_ROPE_TYPES
 from engine.contract import StageFailed
 
@@ -293,16 +293,28 @@ def built_config_dict(
     transformers stores unknown kwargs as attributes, so a key the shrink wrote under a name
     the class never reads (`num_key_value_heads` for Falcon, which reads `num_kv_heads`) would
     make the analysis see a size the model does not have. Dropped: keys neither in the release's
-    config nor in the class's defaults (`config_cls().to_dict()`); nothing is dropped when the
-    class has no defaults to compare with.
+    config nor in the class's defaults (`config_cls().to_dict()`), and a spelling of a size
+    (`KEY_ALIASES`) the release does not use whose value disagrees with the release's own;
+    only the latter when the class has no defaults to compare with.
     """
     built = {k: v for k, v in twin_config.to_dict().items() if k not in ("auto_map", "dtype")}
     try:
         declared = set(config_cls().to_dict()) | set(getattr(config_cls, "attribute_map", {}))
-    except Exception:  # a config class that needs arguments: keep every key
-        return built, []
-    ignored = sorted(k for k in built if k not in raw and k not in declared)
-    return {k: v for k, v in built.items() if k not in ignored}, ignored
+        ignored = {k for k in built if k not in raw and k not in declared}
+    except Exception:  # a config class that needs arguments: no defaults to compare with
+        ignored = set()
+    # A size under two spellings that disagree (the shrink wrote the standard name, the class
+    # derives it from the release's own spelling, as transformers 5.25's Falcon derives
+    # `num_key_value_heads` from `num_kv_heads`): the class reads the release's spelling.
+    for key, aliases in KEY_ALIASES.items():
+        own = [name for name in (key, *aliases) if name in raw and name in built]
+        if own:
+            ignored |= {
+                name
+                for name in (key, *aliases)
+                if name in built and name not in raw and built[name] != built[own[0]]
+            }
+    return {k: v for k, v in built.items() if k not in ignored}, sorted(ignored)
 
 
 # Integer config keys that are not widths: never reported as "left unshrunk".

@@ -26,8 +26,10 @@ def twins(seeded_twin):
 
 
 def falcon_40b() -> dict:
-    """Falcon-40B's shape in Falcon's own spelling (num_kv_heads, ffn_hidden_size)."""
-    return transformers.FalconConfig(
+    """Falcon-40B's shape in Falcon's own spelling (num_kv_heads, ffn_hidden_size), as its
+    config.json holds it: transformers 5.25+ also writes the derived `num_key_value_heads`
+    in `to_dict()`, which a Falcon checkpoint's config does not carry."""
+    config = transformers.FalconConfig(
         hidden_size=8192,
         num_attention_heads=128,
         num_kv_heads=8,
@@ -35,6 +37,8 @@ def falcon_40b() -> dict:
         num_hidden_layers=60,
         ffn_hidden_size=32768,
     ).to_dict() | {"architectures": ["FalconForCausalLM"]}
+    config.pop("num_key_value_heads", None)
+    return config
 
 
 def sizes(twin) -> dict:
