@@ -69,16 +69,12 @@ class RunLike(Protocol):
 @dataclass(frozen=True)
 class JobReadiness:
     """A job's level, the stage keeping it from the next one ("" once complete, or when the
-    job runs none of the stages the levels name) and when it was first ready (None before)."""
+    job runs none of the stages the levels name) and when it was first ready (None before).
+    Pages word the level in `adaptation/partials/readiness_level.html`."""
 
     readiness: str
     blocking_stage: str
     ready_at: datetime | None
-
-    @property
-    def label(self) -> str:
-        """The level's display name ("Functional"; "None" below experimental)."""
-        return level_label(self.readiness)
 
 
 def readiness_thresholds_check(thresholds: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
@@ -191,14 +187,6 @@ def job_readiness(*, job: AdaptationJob) -> JobReadiness:
     its pool is not loaded)."""
     runs = StageRun.objects.filter(job=job).only("stage", "attempt", "status", "finished_at")
     return readiness_from_runs(stages=job.stages or [], runs=runs, engine=pool_has_engine(job.pool))
-
-
-def level_label(level: str) -> str:
-    """A level's display name: the model's label, except "None yet" for a job
-    that has not reached the first level (it may well have started)."""
-    if level == Readiness.NONE:
-        return "None yet"
-    return Readiness(level).label if level in Readiness.values else level
 
 
 def top_limitation(limitations: Iterable[Any], *, pool_id: int | None) -> Any | None:

@@ -21,9 +21,14 @@ from adaptation.selectors.jobs import latest_runs_by_stage
 
 @dataclass(frozen=True)
 class PoolReadiness:
-    """A release on one pool: the readiness of its latest job there (`adaptation.readiness`),
-    the stage blocking the next level, the most severe open limitation that applies there
-    (None when none), and when the release was first ready on the pool."""
+    """A release on one pool: its readiness there (`pool_level`), the stage blocking the next
+    level, the most severe open limitation that applies there (None when none), and when the
+    release was first ready on the pool.
+
+    `job` is the job that earned the level (`level_job`); `newer_job` the pool's newest job
+    when that is another one (cancelled, still running, or one that does not run every stage
+    the level needs), None otherwise: the page names it beside the level, never as the level's
+    job."""
 
     pool_id: int
     pool_name: str
@@ -31,6 +36,7 @@ class PoolReadiness:
     level: JobReadiness
     top_limitation: Any
     ready_at: datetime | None
+    newer_job: AdaptationJob | None = None
 
     @property
     def blocking_title(self) -> str:
@@ -77,12 +83,28 @@ def pool_level(jobs: list[AdaptationJob]) -> JobReadiness:
     return readiness_from_runs(stages=stages, runs=runs, engine=pool_has_engine(jobs[0].pool))
 
 
+# A job that ended by itself: every stage it holds ran to an end. A cancelled one was stopped,
+# a pending or running one has not ended.
+_ENDED_BY_ITSELF = (JobStatus.SUCCEEDED, JobStatus.FAILED)
+
+
+def level_job(jobs: list[AdaptationJob], level: JobReadiness) -> AdaptationJob:
+    """The job of `jobs` (one pool's, newest first, runs prefetched) that earned the pool's
+    `level`: the newest that ended by itself (succeeded or failed) at that level by its own
+    stages, else the newest at that level in any state, else the newest. A newer cancelled,
+    pending or running job, or a partial one (a webhook's three stages), never takes the
+    place of the full job whose stages the level reads."""
+    at_level = [job for job in jobs if job_readiness(job).readiness == level.readiness]
+    ended = [job for job in at_level if job.status in _ENDED_BY_ITSELF]
+    return (ended or at_level or jobs)[0]
+
+
 def pool_readiness(
     jobs: Iterable[AdaptationJob], *, limitations: Iterable[Any] = ()
 ) -> list[PoolReadiness]:
-    """Per pool the release's jobs ran on (by pool name), its readiness (`pool_level`): jobs
-    newest first with their stage runs and pool prefetched; `limitations` the release's open
-    ones."""
+    """Per pool the release's jobs ran on (by pool name), its readiness (`pool_level`) and the
+    job that earned it (`level_job`): jobs newest first with their stage runs and pool
+    prefetched; `limitations` the release's open ones."""
     limitations = list(limitations)
     by_pool: dict[int, list[AdaptationJob]] = {}
     for job in jobs:
@@ -91,6 +113,7 @@ def pool_readiness(
     for pool_id, pool_jobs in by_pool.items():
         latest = pool_jobs[0]
         level = pool_level(pool_jobs)
+        earned_by = level_job(pool_jobs, level)
         times = [at for at in (job_readiness(job).ready_at for job in pool_jobs) if at]
         if level.ready_at is not None:
             times.append(level.ready_at)
@@ -98,10 +121,11 @@ def pool_readiness(
             PoolReadiness(
                 pool_id=pool_id,
                 pool_name=latest.pool.name,
-                job=latest,
+                job=earned_by,
                 level=level,
                 top_limitation=top_limitation(limitations, pool_id=pool_id),
                 ready_at=min(times) if times else None,
+                newer_job=latest if latest is not earned_by else None,
             )
         )
     return sorted(rows, key=lambda row: row.pool_name)
@@ -221,8 +245,8 @@ class ClockEvent:
 
 def day0_timeline(release: ModelRelease, clock: Day0Clock) -> list[ClockEvent]:
     """The release's Day-0 timeline, oldest first: published (when known), discovered, and per
-    pool (its latest job) the job's start, each stage's latest attempt finished, and its
-    Day 0. Jobs come from `clock.pools`, runs prefetched."""
+    pool (the job that earned its level: `level_job`) the job's start, each stage's latest
+    attempt finished, and its Day 0. Jobs come from `clock.pools`, runs prefetched."""
     start, _ = day0_basis(release)
     events: list[ClockEvent] = []
 

@@ -45,7 +45,7 @@ from django.core.paginator import Page
 
 from adaptation.models import FailureClass, JobStatus
 from adaptation.presenters.stages import stage_title
-from adaptation.readiness import level_label, readiness_thresholds
+from adaptation.readiness import readiness_thresholds
 from adaptation.selectors.reports import (
     FailedAttempt,
     JobFacts,
@@ -183,10 +183,6 @@ class ReleaseRow:
     def within_24h(self) -> bool:
         seconds = self.time_to_day0_s
         return seconds is not None and seconds <= WITHIN_S
-
-    @property
-    def readiness_label(self) -> str:
-        return level_label(self.readiness) if self.readiness else ""
 
     @property
     def blocking_title(self) -> str:
@@ -477,10 +473,6 @@ class ReadinessCell:
     blocking_stage: str = ""
     ready_at: datetime | None = None
     time_to_day0_h: float | None = None
-
-    @property
-    def label(self) -> str:
-        return level_label(self.readiness)
 
     @property
     def blocking_title(self) -> str:

@@ -171,7 +171,7 @@ def test_day0_clock_keeps_the_first_readiness_through_a_later_successful_rerun(
         (
             {"fetch": "succeeded", "analyze": "failed"},
             "re-run failed",
-            "None yet · needs Architecture analysis",
+            "Not yet rated · needs Architecture analysis",
         ),
         # One still running, queued or pending ran nothing yet: the older success stands.
         ({"fetch": "succeeded", "analyze": "running"}, "re-run running", "Complete"),
@@ -237,7 +237,7 @@ def test_day0_clock_counts_a_stage_rerun_within_the_same_job(logged_in_client):
 
     assert clock_text(html, release.pk) == (
         "published 1 h 00 m ago detected after 1 h 00 m ready after 20 m 00 s from publication "
-        "· re-run failed cpu None yet · needs Architecture analysis"
+        "· re-run failed cpu Not yet rated · needs Architecture analysis"
     )
 
 
@@ -247,7 +247,7 @@ def test_day0_clock_not_ready_when_no_job_ever_succeeded(logged_in_client):
     html = logged_in_client.get(BOARD).content.decode()
     assert clock_text(html, release.pk) == (
         "published 1 h 00 m ago detected after 1 h 00 m not ready: a stage failed "
-        "cpu None yet · needs Architecture analysis"
+        "cpu Not yet rated · needs Architecture analysis"
     )
 
 
