@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from adaptation.models import AcceleratorPool, ModelRelease
+from adaptation.models import AcceleratorPool, JobStatus, ModelRelease
 from adaptation.presenters import release_notes as release_notes_presenters
 from adaptation.roles import CHANGE_NOTES_ADDITIONS, RERUN_STAGE
 from adaptation.selectors import jobs as job_selectors
@@ -20,6 +20,9 @@ from adaptation.selectors import pools as pool_selectors
 from adaptation.selectors import release_notes as notes_selectors
 from adaptation.services import release_notes as notes_services
 from adaptation.views.access import VIEW_NOTES, permission_required
+
+# A job that has not ended yet: its release_notes stage may still write the notes.
+UNFINISHED_JOB_STATUSES = (JobStatus.PENDING, JobStatus.RUNNING)
 
 
 class NotesAdditionsForm(forms.Form):
@@ -76,7 +79,9 @@ def release_notes_page(request: HttpRequest, pk: int) -> HttpResponse:
     """A release's notes on a pool (`?pool=`, default the pool with the newest notes): the
     latest version or `?version=N`, people's additions (an edit form for engineers), the
     version history, and links to the Markdown and the printable page (`?print=1` is the
-    printable page too). Without notes: 404, saying how they are made."""
+    printable page too). A release (or pool) without notes yet answers 200 with a page saying
+    why and how they are made, its jobs that are still running and those notes can be written
+    from; 404 only for an unknown release or pool, or a version that does not exist."""
     if request.GET.get("print"):
         return release_notes_print(request, pk)
     release, pool, version = _notes_request(request, pk)
@@ -85,16 +90,25 @@ def release_notes_page(request: HttpRequest, pk: int) -> HttpResponse:
         if pool is not None
         else None
     )
-    jobs = job_selectors.release_recent_jobs(release, limit=10)
+    jobs = [
+        job
+        for job in job_selectors.release_recent_jobs(release, limit=10)
+        if pool is None or job.pool_id == pool.pk
+    ]
     context: dict[str, object] = {
         "release": release,
         "pool": pool,
         "notes": notes,
-        "jobs": [job for job in jobs if pool is None or job.pool_id == pool.pk],
+        "jobs": jobs,
+        # Without notes: the jobs that may still write them, and those they can be written from.
+        "jobs_running": [job for job in jobs if job.status in UNFINISHED_JOB_STATUSES],
+        "jobs_ended": [job for job in jobs if job.status not in UNFINISHED_JOB_STATUSES],
         "notes_pools": notes_selectors.release_notes_pools(release),
     }
     if notes is None:
-        return render(request, "adaptation/release_notes.html", context, status=404)
+        # A version asked for that does not exist is not there; a release without notes yet is.
+        status = 404 if version is not None else 200
+        return render(request, "adaptation/release_notes.html", context, status=status)
     additions = notes_selectors.release_notes_additions(release=release, pool=pool)
     versions = notes_selectors.release_notes_versions(release=release, pool=pool)
     context.update(

@@ -13,6 +13,7 @@ from adaptation.services.release_notes import (
     release_notes_additions_update,
     release_notes_regenerate,
 )
+from tests.factories import make_job, make_release
 from tests.helpers import run_queued_stages
 from tests.release_notes.test_store import finished_job
 
@@ -133,17 +134,62 @@ def test_the_release_page_summarises_the_notes_and_links_them(client, cast, job)
     assert link in html  # from the job panel
 
 
-def test_without_notes_the_page_says_how_to_get_them(client, cast):
+def missing_text(html: str, part: str) -> str:
+    """The text of one paragraph (`notes-missing-<part>`) of the page without notes."""
+    found = re.search(rf'<p id="notes-missing-{part}">(.*?)</p>', html, re.S)
+    assert found, f"no notes-missing-{part} paragraph"
+    return " ".join(re.sub(r"<[^>]+>", " ", found[1]).split())
+
+
+def test_without_notes_the_page_says_why_and_how_to_get_them(client, cast):
+    """A release that exists but has no notes yet is a page (200), not a missing one: it says
+    no job reached the release_notes stage, that notes are written when a job ends, and, to
+    an engineer, offers to write them from the job that ended."""
     job = finished_job(notes_status="skipped")
     client.force_login(cast.eli)
     response = client.get(f"/releases/{job.release_id}/notes/")
-    assert response.status_code == 404
+    assert response.status_code == 200
     html = response.content.decode()
     assert "No release notes yet" in html
+    assert missing_text(html, "why").startswith(
+        "No job of this release has reached its release_notes stage yet. "
+        "The notes are written when a job ends"
+    )
     # The job ended (its notes stage skipped): an engineer can write notes from it.
     assert f'action="/jobs/{job.pk}/notes/regenerate/"' in html
+    assert "can still have notes written" in missing_text(html, "what")
     assert client.get(f"/releases/{job.release_id}/notes.md").status_code == 404
     assert client.get(f"/releases/{job.release_id}/notes/print/").status_code == 404
+    # A manager reads that an engineer can write them, without the buttons.
+    client.force_login(cast.mona)
+    html = client.get(f"/releases/{job.release_id}/notes/").content.decode()
+    assert missing_text(html, "what").startswith("An engineer can write notes from a job")
+    assert "/notes/regenerate/" not in html
+
+
+def test_without_notes_a_running_job_is_named_and_a_release_without_jobs_says_so(client, cast):
+    client.force_login(cast.mona)
+    running = make_job(release=make_release(), statuses={"fetch": "running"})
+    response = client.get(f"/releases/{running.release_id}/notes/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert missing_text(html, "running") == (
+        f"Job {running.pk} ({running.pool.name}) is running: its notes appear here when it ends."
+    )
+    assert 'id="notes-missing-what"' not in html  # nothing to write them from yet
+
+    alone = make_release()
+    response = client.get(f"/releases/{alone.pk}/notes/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert missing_text(html, "why").startswith("This release has no adaptation job yet.")
+    assert "An engineer can start a job" in missing_text(html, "what")
+
+
+def test_notes_of_a_release_that_does_not_exist_are_404(client, cast):
+    client.force_login(cast.mona)
+    assert client.get("/releases/999999/notes/").status_code == 404
+    assert client.get("/releases/999999/notes.md").status_code == 404
 
 
 # --- permissions ---------------------------------------------------------------------------------
