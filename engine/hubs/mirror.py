@@ -49,6 +49,7 @@ class _Snapshot:
     files: dict[str, bytes] = field(default_factory=dict)  # RELEASE_FILES present
     sizes: dict[str, int] = field(default_factory=dict)  # every visible file, bytes
     in_progress: list[str] = field(default_factory=list)
+    links_out: list[str] = field(default_factory=list)  # links out of the mirror: never read
     revision: str = ""
     modified_at: datetime | None = None  # the newest release file's mtime: listing order only
 
@@ -97,6 +98,25 @@ class MirrorSource:
             raise HubNotFound(f"mirror {self.root} has no folder {org}/{name}.")
         return folder
 
+    def _is_confined(self, path: Path) -> bool:
+        try:
+            return path.resolve().is_relative_to(self.root.resolve())
+        except (OSError, RuntimeError):  # a link loop
+            return False
+
+    def _confined(self, path: Path, repo_id: str) -> Path:
+        """`path` when, its links followed, it lies inside the mirror root. Raises `HubError`
+        (the release's fault, not transient) naming the file otherwise: a link out of the
+        mirror (to /proc/self/environ, a private key) would hand a worker's file to the
+        release's pages and to its own code. Links inside the root (a snapshot's blobs) are
+        kept."""
+        if not self._is_confined(path):
+            raise HubError(
+                f"{repo_id}: {path.relative_to(self.root / repo_id).as_posix()} links outside "
+                "the mirror; day0 reads no file outside the mirror root"
+            )
+        return path
+
     def _release_folders(self) -> list[tuple[str, Path]]:
         self._check_root()
         author = self.spec.author.lower()
@@ -124,7 +144,12 @@ class MirrorSource:
                     snap.in_progress.append(relative)
                     continue
                 hidden = any(part.startswith(".") for part in path.relative_to(folder).parts)
-                if hidden or not path.is_file():
+                if hidden:
+                    continue
+                if not self._is_confined(path):
+                    snap.links_out.append(relative)  # listed (a revision), refused at fetch
+                    continue
+                if not path.is_file():
                     continue
                 stat = path.stat()
                 snap.sizes[relative] = stat.st_size
@@ -144,6 +169,8 @@ class MirrorSource:
         # Weights are not hashed (too big to read); their names and sizes are.
         for name in snap.safetensors:
             digest.update(f"{name}\0{snap.sizes[name]}\0".encode())
+        for name in snap.links_out:  # a link added or removed is a new revision
+            digest.update(f"link\0{name}\0".encode())
         snap.revision = digest.hexdigest()
         if mtimes:
             snap.modified_at = datetime.fromtimestamp(max(mtimes), tz=UTC)
@@ -213,11 +240,19 @@ class MirrorSource:
                 f"{repo_id}@{revision[:12]}: the mirror changed since this revision was seen; the"
                 f" folder is now at {snap.revision[:12]}, a new release."
             )
+        if snap.links_out:
+            raise HubError(
+                f"{repo_id}: {', '.join(snap.links_out[:5])} "
+                f"{'links' if len(snap.links_out) == 1 else 'link'} outside the mirror; day0 "
+                "reads no file outside the mirror root"
+            )
         fetched = ReleaseFiles(
             repo_id=repo_id, revision=snap.revision, files=snap.files, file_sizes=snap.sizes
         )
         shards = weight_files(snap.sizes, snap.files.get(INDEX_FILE))
         if shards:
+            for shard in shards:
+                self._confined(self.root / repo_id / shard, repo_id)
             fetched.safetensors_metadata = read_local_headers(repo_id, self.root / repo_id, shards)
         return fetched
 
@@ -240,7 +275,7 @@ class MirrorSource:
         for name in names:
             if "/" in name or "\\" in name or name.startswith(".") or not name:
                 raise HubNotFound(f"{repo_id}: {name!r} is not a top-level file name.")
-            path = folder / name
+            path = self._confined(folder / name, repo_id)
             if not path.is_file():
                 raise HubNotFound(f"mirror {self.root} has no file {repo_id}/{name}.")
             try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -166,7 +167,7 @@ def test_incomplete_when_the_index_names_missing_shards(root):
     candidate = mirror(root).latest_release("deepseek-ai/DeepSeek-V3")
     assert candidate.complete is False
     assert candidate.reason == (
-        "model.safetensors.index.json names 1 shard(s) not uploaded yet: "
+        "model.safetensors.index.json names 1 shard not uploaded yet: "
         "model-00002-of-00002.safetensors"
     )
 
@@ -240,3 +241,39 @@ def test_hub_source_dispatches_on_kind(tmp_path):
     assert isinstance(hub_source(HubSpec(kind="huggingface")), HuggingFaceSource)
     with pytest.raises(ValueError, match="known kinds are huggingface, mirror"):
         hub_source(HubSpec(kind="modelscope"))
+
+
+@pytest.mark.parametrize("name", ["README.md", "modeling_evil.py", "model.safetensors"])
+def test_a_file_linking_out_of_the_mirror_is_refused_unread(tmp_path, name):
+    """A release file that is a link to a worker's secret (its environment, a key) is refused
+    naming the file; nothing of the target reaches the release's files."""
+    root = tmp_path / "mirror"
+    folder = put_release(root, "openai/gpt-oss-20b", shards=0, index=False)
+    secret = tmp_path / "worker.env"
+    secret.write_text("SECRET_KEY=do-not-leak\n")
+    (folder / name).unlink(missing_ok=True)
+    (folder / name).symlink_to(secret)
+    put_release(root, "Qwen/Qwen2.5-72B-Instruct")
+    source = mirror(root)
+    # The watch still lists both: one release's link does not stop the others' polling.
+    assert {c.repo_id for c in source.list_releases()} == {
+        "openai/gpt-oss-20b",
+        "Qwen/Qwen2.5-72B-Instruct",
+    }
+    with pytest.raises(HubError, match=rf"{re.escape(name)} links outside the mirror") as err:
+        source.fetch_release("openai/gpt-oss-20b", "main")
+    assert not err.value.transient and "do-not-leak" not in str(err.value)
+    with pytest.raises(HubError, match="links outside the mirror"):
+        source.fetch_files("openai/gpt-oss-20b", "main", [name])
+
+
+def test_a_link_inside_the_mirror_is_followed(tmp_path):
+    """A snapshot's files may link to blobs kept elsewhere under the same mirror root."""
+    root = tmp_path / "mirror"
+    folder = put_release(root, "openai/gpt-oss-20b", shards=0, index=False)
+    blobs = root / ".blobs"
+    blobs.mkdir()
+    (folder / "config.json").rename(blobs / "abc123")
+    (folder / "config.json").symlink_to(blobs / "abc123")
+    fetched = mirror(root).fetch_release("openai/gpt-oss-20b", "main")
+    assert fetched.files["config.json"] == realconfig("openai/gpt-oss-20b")
