@@ -3,10 +3,21 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponsePermanentRedirect
+from django.templatetags.static import static
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+
+def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
+    """`/favicon.ico`, which browsers and tools ask for on their own (a download, a JSON
+    answer, a page they read no `<link rel="icon">` of): a permanent redirect to day0's icon,
+    the static `favicon.svg` every page links."""
+    return HttpResponsePermanentRedirect(static("favicon.svg"))
+
+
 urlpatterns = [
+    path("favicon.ico", favicon, name="favicon"),
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

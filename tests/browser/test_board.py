@@ -171,8 +171,9 @@ def test_board_live_refresh_and_release_page(live_server, page):
     # Log out through the header's POST form (real CSRF).
     page.get_by_role("button", name="Log out").click()
     expect(page).to_have_url(re.compile(r"/accounts/login/$"))
-    # The inline SVG icon spares the browser a /favicon.ico request (a 404 in the log).
+    # The linked SVG icon spares the browser a /favicon.ico request (which would redirect).
     assert not [url for url in asked if url.endswith("/favicon.ico")]
+    assert [url for url in asked if url.endswith("/static/favicon.svg")]
 
 
 def log_in(page, live_server) -> None:

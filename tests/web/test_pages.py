@@ -1,26 +1,35 @@
-"""What every page shares: the inline favicon and the styled 404 page."""
+"""What every page shares: the favicon (and /favicon.ico) and the styled 404 page."""
 
 from __future__ import annotations
 
-import re
-from urllib.parse import unquote
+from xml.etree import ElementTree
 
 import pytest
+from django.contrib.staticfiles import finders
+from django.templatetags.static import static
 from django.urls import reverse
 
 pytestmark = pytest.mark.django_db
 
 
-def test_every_page_has_an_inline_svg_favicon(client, logged_in_client):
+def test_every_page_links_the_static_svg_favicon(client, logged_in_client):
+    href = static("favicon.svg")
     for html in (
         client.get(reverse("login")).content.decode(),
         logged_in_client.get(reverse("adaptation:board")).content.decode(),
+        logged_in_client.get(reverse("api-docs")).content.decode(),
     ):
-        icon = re.search(r'<link rel="icon" type="image/svg\+xml" href="([^"]+)">', html)
-        assert icon, "no favicon link: the browser asks for /favicon.ico"
-        assert icon[1].startswith("data:image/svg+xml,")
-        svg = unquote(icon[1].removeprefix("data:image/svg+xml,"))
-        assert svg.startswith("<svg xmlns='http://www.w3.org/2000/svg'") and svg.endswith("</svg>")
+        assert f'<link rel="icon" type="image/svg+xml" href="{href}">' in html
+    path = finders.find("favicon.svg")
+    assert path, "no static/favicon.svg"
+    svg = ElementTree.parse(path).getroot()
+    assert svg.tag == "{http://www.w3.org/2000/svg}svg" and svg.get("viewBox") == "0 0 32 32"
+
+
+def test_favicon_ico_redirects_permanently_to_the_svg_without_login(client):
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301
+    assert response["Location"] == static("favicon.svg")
 
 
 def test_unknown_release_gets_the_styled_404_page(logged_in_client):
