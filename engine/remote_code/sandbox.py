@@ -74,8 +74,11 @@ SOFT_LIMIT_MARGIN_S = 30
 DEFAULT_TMP_BYTES = 1024**3
 # Any one file the child writes (its log, its work folder's files).
 DEFAULT_FILE_LIMIT_BYTES = 1024**3
-# The most bytes of result.json read back.
-MAX_RESULT_BYTES = 64 * 1024**2
+# The most bytes of result.json read back: an operators or precision result of a large model is
+# tens of KiB; the release's code could write anything there, and it is stored in the database.
+MAX_RESULT_BYTES = 4 * 1024**2
+# The most characters of a failure reason the child reports (it comes from the release's code).
+MAX_REASON_CHARS = 2000
 # Environment variables the child may see when the worker has them (device visibility, the
 # loader's library path, thread counts); everything else is left out.
 PASSED_ENV = (
@@ -346,6 +349,8 @@ def _read_result(path: str) -> dict[str, Any] | None:
             raise StageFailed(f"the sandbox's result file is not JSON: {exc}") from exc
     if not isinstance(message, dict) or "ok" not in message:
         raise StageFailed("the sandbox's result file holds no result")
+    if message["ok"] and not isinstance(message.get("result"), dict):
+        raise StageFailed("the sandbox's result file holds a result that is not an object")
     return message
 
 
@@ -364,9 +369,12 @@ def _how_it_ended(code: int) -> str:
 
 
 def _log_tail(path: str, chars: int = 1500) -> str:
+    """The last `chars` characters of the child's log, reading only its last bytes (the
+    release's code may have written up to the file limit, 1 GiB, to it)."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()[-chars:].strip()
+        with open(path, "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4 * chars))
+            return fh.read().decode("utf-8", errors="replace")[-chars:].strip()
     except OSError:
         return ""
 
@@ -492,7 +500,7 @@ def run_sandboxed(
             )
     if message["ok"]:
         return message["result"]
-    reason = str(message.get("reason") or "no reason given")
+    reason = str(message.get("reason") or "no reason given")[:MAX_REASON_CHARS]
     if message.get("kind") == "memory":
         raise StageFailed(
             f"the release's modeling code exceeded the sandbox's memory limit of {limit_gib:g} "
