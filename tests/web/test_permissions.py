@@ -24,7 +24,8 @@ SAMPLES = {
     "endpoint_id": ENDPOINT_ID,
     "rest": "not-an-endpoint-id",
 }
-PUBLIC = {"accounts/login/": 200, "accounts/logout/": 405}  # logout is POST-only
+# Logout is POST-only; /favicon.ico redirects to the static icon, for anyone.
+PUBLIC = {"accounts/login/": 200, "accounts/logout/": 405, "favicon.ico": 301}
 WEBHOOK_RECEIVERS = ("webhooks/huggingface/", "webhooks/generic/")
 
 
@@ -185,6 +186,22 @@ def test_an_engineer_sees_cancel_only_on_an_unfinished_job(client, cast, jobs):
     html = client.get(f"/releases/{running.release_id}/").content.decode()
     assert f'id="cancel-{running.pk}"' in html
     assert f'action="/jobs/{running.pk}/cancel/"' in html
+    # Cancelling asks first, without script: the form is the content of a closed disclosure.
+    confirm = re.search(
+        rf'<details class="job-cancel-confirm" id="job-{running.pk}-cancel"( [^>]*)?>'
+        r"(.*?)</details>",
+        html,
+        re.S,
+    )
+    assert confirm and " open" not in (confirm[1] or "")
+    assert re.search(r"<summary[^>]*>Cancel job…</summary>", confirm[2])
+    assert f'action="/jobs/{running.pk}/cancel/"' in confirm[2]
+    button = re.search(
+        rf'<button type="submit" id="cancel-{running.pk}"[^>]*>(.*?)</button>', confirm[2]
+    )
+    assert button and button[1] == f"Yes, cancel job #{running.pk}"
+    assert "stages are cancelled" in confirm[2] and "can be re-run later" in confirm[2]
+    assert "onclick" not in confirm[2] and "<script" not in confirm[2]
     assert f'id="rerun-{running.pk}-fetch"' in html  # shown, disabled while it runs
     html = client.get(f"/releases/{failed.release_id}/").content.decode()
     assert f'id="cancel-{failed.pk}"' not in html
