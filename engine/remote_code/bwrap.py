@@ -40,6 +40,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+from engine.paths import var_dir
 from engine.remote_code import seccomp
 
 BWRAP_ENV = "DAY0_BWRAP"
@@ -117,12 +118,19 @@ def _outermost(paths: Iterable[str]) -> list[str]:
     return kept
 
 
-def _library_dirs(env: Mapping[str, str]) -> list[str]:
+def _library_dirs(env: Mapping[str, str], keep_out: Iterable[str]) -> list[str]:
     """LD_LIBRARY_PATH's existing folders (a GPU runtime's libraries may live there), but
-    never the root folder: that would bind the whole host."""
+    never the root folder (that would bind the whole host) nor one holding a folder of
+    `keep_out` (the checkout with its `.env`, the var folder with a SQLite database): an
+    operator's `LD_LIBRARY_PATH=/work` must not show those to the release's code."""
     value = env.get("LD_LIBRARY_PATH", "")
     found = [os.path.realpath(p) for p in value.split(":") if p and os.path.isdir(p)]
-    return [path for path in found if path != "/"]
+    private = [os.path.realpath(p) for p in keep_out]
+    return [
+        path
+        for path in found
+        if path != "/" and not any(_covered(inner, [path]) for inner in private)
+    ]
 
 
 def device_nodes(backend: str) -> list[str]:
@@ -238,7 +246,10 @@ def command(
         out.bind("--ro-bind", cpu, cpu)
     elif backend != "cpu" and os.path.isdir("/sys"):
         out.bind("--ro-bind", "/sys", "/sys")  # a GPU runtime reads its PCI devices there
-    roots = _outermost([*python_roots(), str(repo_root / "engine"), *_library_dirs(env)])
+    private = (str(repo_root), str(var_dir()))
+    roots = _outermost(
+        [*python_roots(), str(repo_root / "engine"), *_library_dirs(env, keep_out=private)]
+    )
     for path in roots:
         if not _covered(path, system):
             out.bind("--ro-bind", path, path)

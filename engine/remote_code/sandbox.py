@@ -135,10 +135,10 @@ def remote_code_allowed(repo_id: str, pool: PoolSpec) -> bool:
 
 def needs_remote_code(config: Mapping[str, Any]) -> bool:
     """True when transformers has neither the `architectures` class nor the `model_type`."""
-    from engine.twin.build import _transformers_class
+    from engine.twin.build import transformers_class_for
 
     raw, _ = unwrap_text_config(config)
-    model_cls, _cfg, _how = _transformers_class(
+    model_cls, _cfg, _how = transformers_class_for(
         raw.get("model_type"), list(raw.get("architectures") or [])
     )
     return model_cls is None

@@ -53,7 +53,9 @@ class Twin:
     analysis: dict[str, Any] | None = None
 
 
-def _transformers_class(model_type: str | None, architectures: list[str]) -> tuple[Any, Any, str]:
+def transformers_class_for(
+    model_type: str | None, architectures: list[str]
+) -> tuple[Any, Any, str]:
     """(model class, config class, how it was found) from transformers, or (None, None, "").
 
     The class named in `architectures` wins (so `kimi_k2` configs naming
@@ -146,7 +148,7 @@ def build_twin(
     arch = architectures[0] if architectures else model_type
     notes: list[str] = []
 
-    model_cls, config_cls, found_by = _transformers_class(model_type, architectures)
+    model_cls, config_cls, found_by = transformers_class_for(model_type, architectures)
     code_source = "transformers"
     if model_cls is None:
         who = org or "this release's org"

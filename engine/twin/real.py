@@ -23,11 +23,12 @@ from typing import Any
 
 import torch
 
+from engine import formatting as fmt
 from engine.architecture import AnalysisError, analyze_config
 from engine.architecture.config_reader import unwrap_text_config
 from engine.contract import DEFAULT_REAL_WEIGHTS_MAX_BYTES, StageContext, StageFailed
 
-from .build import Twin, _config_kwargs, _transformers_class, build_twin, prompt_ids
+from .build import Twin, _config_kwargs, build_twin, prompt_ids, transformers_class_for
 
 # A bfloat16 checkpoint of 2 GiB is ~1B parameters: 4 GiB in float32 for the reference, as
 # much again for a target copy, which fits a CPU worker with room to spare. A pool with more
@@ -211,7 +212,7 @@ def load_real_twin(config: Mapping[str, Any], checkpoint: Checkpoint, *, seed: i
     model_type = raw.get("model_type")
     architectures = list(raw.get("architectures") or [])
     arch = architectures[0] if architectures else model_type
-    model_cls, config_cls, found_by = _transformers_class(model_type, architectures)
+    model_cls, config_cls, found_by = transformers_class_for(model_type, architectures)
     if model_cls is None:
         raise RealWeightsError(f"transformers has no class for {arch}")
     try:
@@ -243,7 +244,8 @@ def load_real_twin(config: Mapping[str, Any], checkpoint: Checkpoint, *, seed: i
     missing = sorted(info.get("missing_keys") or ())
     if missing:
         raise RealWeightsError(
-            f"the checkpoint lacks {len(missing)} tensor(s) the model needs: {_shown(missing)}"
+            f"the checkpoint lacks {fmt.counted(len(missing), 'tensor')} the model needs: "
+            f"{_shown(missing)}"
         )
     mismatched = sorted(info.get("mismatched_keys") or ())
     if mismatched:
@@ -262,7 +264,8 @@ def load_real_twin(config: Mapping[str, Any], checkpoint: Checkpoint, *, seed: i
     unexpected = sorted(info.get("unexpected_keys") or ())
     if unexpected:
         notes.append(
-            f"{len(unexpected)} checkpoint tensor(s) the class does not use were ignored: "
+            f"{fmt.counted(len(unexpected), 'checkpoint tensor')} the class does not use "
+            f"{'was' if len(unexpected) == 1 else 'were'} ignored: "
             f"{_shown(unexpected)}"
         )
     if model_type and getattr(config_cls, "model_type", model_type) != model_type:

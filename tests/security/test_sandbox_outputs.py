@@ -60,3 +60,14 @@ def test_the_log_tail_reads_only_the_end_of_a_huge_log(tmp_path, monkeypatch):
     tail = sandbox._log_tail(str(path), chars=100)
     assert tail.endswith("ValueError: the last line")
     assert sum(reads) <= 400
+
+
+def test_library_folders_never_bind_the_checkout_or_the_var_folder(tmp_path):
+    from engine.remote_code.bwrap import _library_dirs
+
+    work = tmp_path / "work"
+    checkout, var, cuda = work / "day0", work / "day0" / "var", tmp_path / "cuda" / "lib64"
+    for folder in (checkout, var, cuda):
+        folder.mkdir(parents=True, exist_ok=True)
+    env = {"LD_LIBRARY_PATH": f"/:{work}:{checkout}:{cuda}:{tmp_path}/missing"}
+    assert _library_dirs(env, keep_out=[str(checkout), str(var)]) == [str(cuda.resolve())]
