@@ -76,8 +76,8 @@ def job_options_from_args(text: str | None, plan: dict[str, Any]) -> dict[str, A
         both = sorted(set(given) & set(plan))
         if both:
             raise CommandError(
-                f"plan option(s) {', '.join(both)} given both in --options and as "
-                "--context/--concurrency/--dtype; give each once"
+                f"plan {'option' if len(both) == 1 else 'options'} {', '.join(both)} given both in "
+                "--options and as --context/--concurrency/--dtype; give each once"
             )
         options["plan"] = given | plan
     try:

@@ -12,6 +12,7 @@ from django.db import models
 from django.utils import timezone
 
 from adaptation import outbound_http
+from engine import formatting as fmt
 from engine.catalog import (
     Catalog,
     CatalogError,
@@ -273,7 +274,7 @@ class AcceleratorKindQuerySet(models.QuerySet):
         an entry is malformed (a row is checked when saved, so that means the file)."""
         rows = list(self)
         return load_catalog().with_entries(
-            [row.catalog_entry() for row in rows], label=f"{len(rows)} admin row(s)"
+            [row.catalog_entry() for row in rows], label=fmt.counted(len(rows), "admin row")
         )
 
 

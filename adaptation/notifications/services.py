@@ -104,8 +104,8 @@ def subscription_events_check(events: Iterable[str] | None) -> list[str]:
     unknown = [name for name in wanted if name not in NotificationEvent.values]
     if unknown:
         raise SubscriptionError(
-            f"Unknown event(s) {', '.join(map(repr, unknown))}; "
-            f"events: {', '.join(NotificationEvent.values)}."
+            f"Unknown {'event' if len(unknown) == 1 else 'events'} "
+            f"{', '.join(map(repr, unknown))}; events: {', '.join(NotificationEvent.values)}."
         )
     if not wanted:
         raise SubscriptionError("A subscription needs at least one event.")

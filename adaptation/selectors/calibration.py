@@ -10,6 +10,7 @@ from adaptation.models import (
     StageRun,
     StageStatus,
 )
+from engine import formatting as fmt
 from engine.stages.plan.calibration import (
     DEFAULT_CALIBRATION_RUNS,
     EFFICIENCY_METRICS,
@@ -126,7 +127,7 @@ def median_device_figures(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
         "flops": flops,
         "runs": ids,
         "source": (
-            f"median of {len(probed)} performance run(s) "
+            f"median of {fmt.counted(len(probed), 'performance run')} "
             f"(stage runs {', '.join(str(i) for i in ids)})"
             + (f" on {', '.join(hosts)}" if hosts else "")
             + ": STREAM triad and matmul probes (engine/device_probe.py)"

@@ -131,7 +131,10 @@ def _stages(value: Any) -> list[str] | None:
         raise RequestError(f"stages must be a non-empty list of stage names ({', '.join(known)})")
     unknown = [name for name in value if name not in known]
     if unknown:
-        raise RequestError(f"unknown stage(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        raise RequestError(
+            f"unknown {'stage' if len(unknown) == 1 else 'stages'} {', '.join(unknown)}; "
+            f"known: {', '.join(known)}"
+        )
     # Later stages read earlier ones' results: run them in the registry's order.
     return [name for name in known if name in value]
 

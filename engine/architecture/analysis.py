@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from engine import formatting as fmt
+
 from .attention import attention_layout
 from .config_reader import (
     ESTIMATED,
@@ -292,8 +294,9 @@ def analyze_config(config: dict, *, weights: dict | None = None) -> Architecture
         layout_note = ""
         if cfg.family is not None and cfg.family.mtp_layout == "qwen3_next":
             layout_note = (
-                " (stored under mtp.*: fc, pre-fc norms, full-attention MoE decoder layer(s) "
-                "and a norm; the embedding and LM head are the main model's)"
+                " (stored under mtp.*: fc, pre-fc norms, "
+                f"{fmt.counted(mtp, 'full-attention MoE decoder layer')} and a norm; the "
+                "embedding and LM head are the main model's)"
             )
         elif build is not None:
             layout_note = (
@@ -301,7 +304,8 @@ def analyze_config(config: dict, *, weights: dict | None = None) -> Architecture
                 "decoder layer plus DeepSeek-V3's enorm, hnorm, eh_proj and shared_head.norm)"
             )
         notes.append(
-            f"{mtp} MTP (next-token-prediction) module(s){layout_note}: {counts.extra:,} params "
+            f"{fmt.counted(mtp, 'MTP (next-token-prediction) module')}{layout_note}: "
+            f"{counts.extra:,} params "
             "in extra_params, not in total_params; their bytes are in weight_bytes"
         )
     if counts.buffers:
@@ -322,8 +326,9 @@ def analyze_config(config: dict, *, weights: dict | None = None) -> Architecture
     if kv_widths and any(width == 0 for width in kv_widths.values()):
         shared = sum(1 for width in kv_widths.values() if width == 0)
         notes.append(
-            f"{shared} layer(s) reuse another layer's K/V (transformers is_kv_shared_layer): "
-            "no KV cache of their own"
+            f"{fmt.counted(shared, 'layer')} {'reuses' if shared == 1 else 'reuse'} another "
+            "layer's K/V (transformers is_kv_shared_layer): no KV cache of "
+            f"{'its' if shared == 1 else 'their'} own"
         )
 
     max_pos = cfg.max_position_embeddings

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from engine import formatting as fmt
+
 from .checkpoint import OUTSIDE_TOTAL, TOWER, classify_for, compare_counts, count_checkpoint
 from .checkpoint_check import check_checkpoint
 from .checkpoint_expected import ExpectedBuildError, expected_tensors
@@ -123,8 +125,8 @@ def with_checkpoint(
     notes = result.setdefault("notes", [])
     notes.append(
         f"parameters counted from the checkpoint's {count['tensor_count']:,} tensors "
-        f"(safetensors headers of {shards} file(s)); the config-derived figures are in "
-        "config_figures"
+        f"(safetensors headers of {fmt.counted(shards, 'file')}); the config-derived figures "
+        "are in config_figures"
     )
     notes += count["notes"]
     conventions = result.setdefault("conventions", {})

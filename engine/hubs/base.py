@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from engine import formatting as fmt
+
 # Files that describe a release; the weights are never downloaded.
 RELEASE_FILES: tuple[str, ...] = (
     "config.json",
@@ -230,7 +232,9 @@ def incomplete_reason(file_names: Iterable[str], index: bytes | None) -> str:
         missing = sorted({str(shard) for shard in weight_map.values()} - names)
         if missing:
             shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
-            return f"{INDEX_FILE} names {len(missing)} shard(s) not uploaded yet: {shown}"
+            return (
+                f"{INDEX_FILE} names {fmt.counted(len(missing), 'shard')} not uploaded yet: {shown}"
+            )
     numbered: dict[tuple[str, int], set[int]] = {}
     for name in names:
         if match := _SHARD_NAME_RE.match(name):

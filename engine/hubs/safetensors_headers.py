@@ -33,6 +33,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+from engine import formatting as fmt
 from engine.hubs.base import INDEX_FILE, HubError, HubNotFound, tensor_nbytes
 from engine.paths import var_dir
 
@@ -72,7 +73,8 @@ def weight_files(names: Iterable[str], index: bytes | None) -> list[str] | None:
         if missing:
             shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
             raise HubNotFound(
-                f"{INDEX_FILE} names {len(missing)} shard(s) the repo does not hold: {shown}"
+                f"{INDEX_FILE} names {fmt.counted(len(missing), 'shard')} the repo does not hold: "
+                f"{shown}"
             )
         return shards
     if SINGLE_FILE in present:

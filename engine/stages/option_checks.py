@@ -26,7 +26,8 @@ def check_names(stage: str, options: Any, known: tuple[str, ...]) -> None:
     unknown = sorted(str(key) for key in options if key not in known)
     if unknown:
         raise ValueError(
-            f"unknown {stage} option(s) {', '.join(unknown)}; known: {', '.join(known)}"
+            f"unknown {stage} {'option' if len(unknown) == 1 else 'options'} {', '.join(unknown)}; "
+            f"known: {', '.join(known)}"
         )
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine import formatting as fmt
 from engine.contract import StageFailed
 
 DECODE_STEPS = 4
@@ -34,8 +35,8 @@ def resolve_device(device: str, pool_name: str) -> torch.device:
     count = getattr(module, "device_count", None)
     if dev.index is not None and callable(count) and dev.index >= count():
         raise StageFailed(
-            f"pool {pool_name}'s device {device} is absent on this worker: only {count()} "
-            f"{dev.type} device(s)"
+            f"pool {pool_name}'s device {device} is absent on this worker: only "
+            f"{fmt.counted(count(), f'{dev.type} device')}"
         )
     try:
         torch.empty(1, device=dev)

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine import formatting as fmt
 from engine.architecture.config_reader import KEY_ALIASES
 from engine.architecture.moe import EXPERT_COUNT_KEYS
 
@@ -168,7 +169,7 @@ def plan_layers(layer_types: Sequence[str], moe_flags: Sequence[bool]) -> tuple[
         while len(prefix) + periods * p > TWIN_LAYERS_MAX and periods > 1:
             periods -= 1
         body = [rest[i % p] for i in range(periods * p)]
-        why = f"{periods} period(s) of the {p}-layer pattern"
+        why = f"{fmt.counted(periods, 'period')} of the {p}-layer pattern"
     else:
         body = [item for item, _count in _runs(rest)]
         why = (
@@ -398,8 +399,8 @@ def shrink_config(
             parallel_degree,
         )
         why = (
-            f">= 2 x top-{top_k}, divisible by n_group {n_group}, the top {topk_group} group(s) "
-            f"holding >= {top_k} experts"
+            f">= 2 x top-{top_k}, divisible by n_group {n_group}, the top "
+            f"{fmt.counted(topk_group, 'group')} holding >= {top_k} experts"
         )
         for key in EXPERT_COUNT_KEYS:
             if raw.get(key) is not None:

@@ -239,7 +239,7 @@ def test_measured_figures_are_the_median_of_the_last_performance_runs():
     assert figures["memory_bandwidth_bytes_per_s"] == 30e9  # median of 20, 10, 40, 30, 50
     assert figures["flops"]["bfloat16"] == 3e11  # median of 1, 3, 2, 5, 4
     assert oldest.pk not in figures["runs"] and sorted(figures["runs"]) == [r.pk for r in runs]
-    assert figures["source"].startswith("median of 5 performance run(s) (")
+    assert figures["source"].startswith("median of 5 performance runs (")
     assert pool_measured_figures(pool=pool, runs=2)["memory_bandwidth_bytes_per_s"] == 40e9
 
 
@@ -253,7 +253,7 @@ def test_pool_catalog_of_the_cpu_pool_predicts_on_the_measured_figures():
     cpu = catalog.accelerator("cpu")
     assert cpu.memory_bandwidth_bytes_per_s == 20e9 and cpu.dense_bf16_flops == 2e11
     assert "memory bandwidth 20.0 GB/s and BF16 0.20 TFLOP/s measured, not a datasheet's" in note
-    assert f"median of 3 performance run(s) (stage runs {runs[-1].pk}, " in note
+    assert f"median of 3 performance runs (stage runs {runs[-1].pk}, " in note
     # the same figures the plan stage gets (the runner passes pool_calibration to it)
     stage_cpu = pool_catalog_for_stage(
         pool, measured_figures=pool_calibration(pool=pool)["device"]

@@ -214,7 +214,7 @@ def test_adapt_options_set_any_stages_options_merged_with_the_plan_flags(tmp_pat
         ('{"stability": 5}', "--options must be a JSON object mapping stage names"),
         ('{"warp": {"x": 1}}', "Options for stage 'warp', which this job does not run"),
         ('{"stability": {"duration_s": -1}}', "stability options: duration_s must be a number"),
-        ('{"performance": {"max_batch": 4}}', "unknown performance option(s) max_batch"),
+        ('{"performance": {"max_batch": 4}}', "unknown performance option max_batch"),
         ('{"fetch": {"x": 1}}', "fetch options: the fetch stage takes no options"),
         ('{"plan": {"context_tokens": 2048}}', "context_tokens given both in --options and as"),
     ],

@@ -260,7 +260,7 @@ def test_estimate_waits_for_running_and_earlier_jobs_by_median_stage_duration(se
     assert basis(answer).startswith("estimate")
     assert "30.0 s over its last 3 succeeded stage(s)" in basis(answer)
     assert reason(answer) == (
-        "waits: 1 job(s) waiting ahead of it; 0 of 1 device(s) free, 1 held by 1 running job(s)"
+        "waits: 1 job waiting ahead of it; 0 of 1 device free, 1 held by 1 running job"
     )
 
     # The waiting job's own plan: it is first in the queue; only the running job is ahead.
@@ -288,7 +288,7 @@ def test_estimate_uses_the_running_jobs_plan_devices(settings):
     assert fits.can_start_now is True
     assert (fits.devices_held, fits.devices_free) == (4, 4)
     assert fits.estimated_start_at.isoformat() == now.isoformat()
-    assert reason(fits) == "4 of 8 device(s) free and no job waiting ahead: it can start now"
+    assert reason(fits) == "4 of 8 devices free and no job waiting ahead: it can start now"
 
     whole = plan_start_estimate(pool=pool, devices=8, now=now)
     assert whole.can_start_now is False and whole.queue_position == 0
@@ -307,7 +307,7 @@ def test_estimate_says_when_the_pool_is_too_small(settings):
     assert answer.can_start_now is False
     assert answer.estimated_start_at is None
     assert reason(answer) == (
-        "needs 16 device(s), live workers report 8: the pool is too small as it is now"
+        "needs 16 devices, live workers report 8: the pool is too small as it is now"
     )
 
 
@@ -377,7 +377,7 @@ def test_a_manifest_pools_devices_are_its_declared_layout_not_its_workers_cpu(se
     assert devices_counted(answer.devices_declared) == devices_counted(inv.declares_devices)
     too_big = plan_start_estimate(pool=pool, devices=24, now=now)
     assert reason(too_big) == (
-        "needs 24 device(s), the pool declares 16: the pool is too small as it is now"
+        "needs 24 devices, the pool declares 16: the pool is too small as it is now"
     )
 
 
@@ -418,7 +418,7 @@ def test_a_backend_pool_counts_only_workers_of_its_backend_and_says_so(settings)
     ]
     answer = plan_start_estimate(pool=pool, devices=2, now=now)
     assert reason(answer) == (
-        "needs 2 device(s), live workers report 1: the pool is too small as it is now"
+        "needs 2 devices, live workers report 1: the pool is too small as it is now"
     )
 
 

@@ -76,7 +76,7 @@ def test_job_create_stores_checked_plan_options():
     [
         ({"plan": {"context_tokens": 0}}, "context_tokens must be a positive integer"),
         ({"plan": {"dtype": "fp4"}}, "unknown serving dtype 'fp4'"),
-        ({"plan": {"contxt": 8192}}, "unknown plan option(s) contxt"),
+        ({"plan": {"contxt": 8192}}, "unknown plan option contxt"),
         ({"plan": [8192]}, "plan options must be an object"),
         ({"fetch": {"x": 1}}, "the fetch stage takes no options"),
         ({"warp": {}}, "Options for stage 'warp', which this job does not run"),

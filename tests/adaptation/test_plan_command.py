@@ -214,7 +214,7 @@ def test_an_admin_row_overrides_the_file_for_the_command():
     assert plan["fits"] and plan["devices"] == 8
     assert plan["accelerator_name"] == "H100 with 141 GiB (mechanism test)"
     assert "the admin's catalog row" in plan["note"]
-    assert "1 admin row(s)" in plan["catalog_version"]
+    assert "1 admin row" in plan["catalog_version"]
 
 
 def make_worker(name: str, memory_gib: float, *, age_s: float = 1, stopped: bool = False):
@@ -257,7 +257,7 @@ def test_the_cpu_pool_predicts_on_the_figures_its_performance_runs_measured():
     plan = plan_json(GPT_OSS_20B, "--pool", "cpu")
     assert plan["predicted"]["available"], plan["predicted"].get("reason")
     assert "memory bandwidth 20.0 GB/s and BF16 0.40 TFLOP/s measured" in plan["note"]
-    assert f"median of 3 performance run(s) (stage runs {runs[-1].pk}, " in plan["note"]
+    assert f"median of 3 performance runs (stage runs {runs[-1].pk}, " in plan["note"]
 
 
 def test_without_a_live_worker_the_cpu_pool_is_this_machine_and_says_so():
@@ -330,7 +330,7 @@ def test_text_names_the_model_as_given_and_shows_warnings_and_redundant_experts(
         "--concurrency", "64",
     )  # fmt: skip
     split = f"TP{plan['tp']} PP{plan['pp']} EP{plan['ep']} DP{plan['dp']}"
-    assert f"split         {split} on {plan['devices']} device(s)" in text
+    assert f"split         {split} on {plan['devices']} devices" in text
     assert "vllm serve deepseek-ai/DeepSeek-V3 " in text
     assert "deepseek-ai__DeepSeek-V3" not in text
     assert 256 % plan["ep"], "this setup's best split has an EP that does not divide 256"

@@ -61,7 +61,7 @@ def test_a_split_off_the_reference_is_a_blocker_naming_the_rank_error_and_module
         "error| 0.903 > 9.89e-05, first divergent module model.layers.1.self_attn"
     )
     assert "across 2 `gloo` processes on pool `cpu` (device `cpu`)" in note.body
-    assert "2 of 2 rank(s) are off" in note.body
+    assert "2 of 2 ranks are off" in note.body
     row = "| 0 | 0.903 | 9.89e-05 | 5.0 % | `model.layers.1.self_attn` (layer 1) | **failed** |"
     assert row in note.body
     assert (
@@ -128,7 +128,7 @@ def test_a_long_reason_is_quoted_by_its_first_lines():
             "tensor-parallel plans cover only its own classes",
             "the release runs on its own modeling code (trust_remote_code)",
         ),
-        (validated_tp(8, 1)[1], "the pool's worker holds 1 device(s)"),
+        (validated_tp(8, 1)[1], "the pool's worker holds 1 device"),
         (
             "pool npu-x1's backend 'manifest' has no torch.distributed backend on this worker "
             "(gloo, NCCL, XCCL, HCCL are known)",
@@ -154,7 +154,7 @@ def test_the_recorded_run_without_a_tensor_parallel_plan_names_the_class():
         "Multi-device split not validated on pool cpu: transformers' FooForCausalLM has no "
         "tensor-parallel plan (base_model_tp_plan)"
     )
-    assert "(device `cpu`, backend `gloo`, 2 device(s) on the worker)" in note.body
+    assert "(device `cpu`, backend `gloo`, 2 devices on the worker)" in note.body
 
 
 def test_a_passing_split_raises_nothing():

@@ -74,6 +74,12 @@ def test_an_operator_lacking_only_some_dtypes_says_which():
     assert findings["operators:missing:aten::topk"].severity == "blocker"
     fallback = findings["operators:fallback"]
     assert fallback.severity == "minor" and "`aten::mm`: MLP" in fallback.body
+    assert fallback.title == "1 operator runs through the fallback on npu-x1"
+    assert fallback.body.startswith(
+        "1 operator has no kernel of its own on pool `npu-x1` and runs through the backend's "
+        "fallback (usually a copy to the CPU and back): correct, but slow on the paths that use "
+        "it.\n"
+    )
 
 
 @pytest.mark.slow  # runs scaled twins
@@ -168,7 +174,7 @@ def test_a_context_capped_by_default_on_a_pool_that_holds_it_is_minor_or_info():
     (minor,) = findings_for_stage("plan", default, pool="l4", analysis=analysis)
     assert minor.severity == "minor"
     assert minor.title == (
-        "Context capped at 32,768 of 131,072 tokens on pool l4: 2 sequence(s) fit at the "
+        "Context capped at 32,768 of 131,072 tokens on pool l4: 2 sequences fit at the "
         "full context"
     )
     single = plan_release(analysis, layout, concurrency=1, catalog=load_catalog()).to_dict()
@@ -197,7 +203,7 @@ def test_deepseek_v3s_mtp_module_is_an_analysis_note_for_every_pool():
     assert list(findings) == ["analyze:mtp"]
     note = findings["analyze:mtp"]
     assert note.all_pools is True and note.severity == "minor"
-    assert note.title == "1 MTP module(s) for speculative decoding are not validated or planned"
+    assert note.title == "1 MTP module for speculative decoding is not validated or planned"
     assert "13,463,426,304 params in `extra_params`" in note.body
 
 

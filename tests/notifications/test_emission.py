@@ -224,7 +224,7 @@ def test_subscription_create_keeps_the_secret_encrypted(team) -> None:
         ({"url": "ftp://hooks.example.com/x"}, "must be http or https, not 'ftp'"),
         ({"url": "javascript:alert(1)"}, "must be http or https, not 'javascript'"),
         ({"url": "https:///path-only"}, "has no host"),
-        ({"events": ["job.started"]}, "Unknown event(s) 'job.started'"),
+        ({"events": ["job.started"]}, "Unknown event 'job.started'"),
         ({"events": []}, "at least one event"),
         ({"events": "job.failed"}, "a list of names"),
         ({"format": "teams"}, "Unknown format 'teams'"),

@@ -389,7 +389,7 @@ def test_the_stage_reads_its_context():
     assert result["sections"]["limitations"][0]["title"] == "T"
     markdown = release_notes_markdown(result)
     assert markdown.startswith(f"# Release notes: {REPO_ID} on pool h200x8\n")
-    assert lines == ["release notes: 8 sections, 7 item(s) not validated, 1 open limitation(s)"]
+    assert lines == ["release notes: 8 sections, 7 items not validated, 1 open limitation"]
     # The summary as values; the app writes its line (templates/release_notes/summary.txt).
     assert "summary" not in result
     assert result["sections"]["summary"] == {

@@ -324,4 +324,4 @@ def test_readiness_refresh_applies_changed_thresholds():
         call_command("readiness_refresh", stdout=out)
     job.refresh_from_db()
     assert (job.readiness, job.blocking_stage) == ("complete", "")
-    assert "1 job(s) changed" in out.getvalue()
+    assert "1 job changed" in out.getvalue()

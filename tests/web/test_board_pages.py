@@ -154,7 +154,7 @@ def test_the_board_asks_the_same_number_of_queries_for_3_releases_or_60(logged_i
     # The rows hold what the queries must have read: each cell, figure and badge.
     pk = rows(sixty)[-1]
     # Per pool, the newest job first (h200's).
-    assert cell_text(sixty, pk, "operators") == "cpu Succeeded 3.0 s 2 operator(s) missing"
+    assert cell_text(sixty, pk, "operators") == "cpu Succeeded 3.0 s 2 operators missing"
     assert cell_text(sixty, pk, "fetch") == "h200 Running attempt 2 cpu Succeeded 3.0 s"
     assert cell_text(sixty, pk, "analyze") == (
         "h200 waiting: no live worker for pool h200 (queue pool.h200) cpu Succeeded 3.0 s"

@@ -285,7 +285,7 @@ CALIBRATION = {
     "decode_factor": 0.25,
     "prefill_factor": 0.5,
     "runs": 3,
-    "basis": "median decode efficiency of 3 performance run(s) on pool h200x8",
+    "basis": "median decode efficiency of 3 performance runs on pool h200x8",
     "caveat": "the factor is the scaled twin's efficiency",
     "warning": "the twins ran at 25.000% of their decode roofline",
 }
@@ -668,7 +668,7 @@ def test_compare_pools_predicts_the_cpu_pool_on_its_measured_figures(logged_in_c
     assert "(1 device)" in cpu["header"] and "1 devices" not in cpu["body"]
     notes = text(cpu["body"])
     assert "memory bandwidth 20.0 GB/s and BF16 0.50 TFLOP/s measured" in notes
-    assert f"median of 3 performance run(s) (stage runs {runs[-1].pk}, " in notes
+    assert f"median of 3 performance runs (stage runs {runs[-1].pk}, " in notes
 
 
 def test_compare_pools_shows_why_a_fitting_row_has_no_prediction(

@@ -169,7 +169,7 @@ def test_analysis_figures_have_units_and_sources(logged_in_client):
     assert row_value(html, "Stored dtype") == "bfloat16"
     assert "How these figures are counted" in html
     assert "not measured (the measured ones are under" in html
-    assert "1 MTP (next-token-prediction) module(s): 13,463,426,304 params in extra_params" in html
+    assert "1 MTP (next-token-prediction) module: 13,463,426,304 params in extra_params" in html
     assert "Nothing: the release matches a known family." in html
 
 

@@ -316,7 +316,7 @@ def test_concurrent_repeats_of_one_webhook_id_make_one_job(generic_endpoint, sen
         ({**REQUEST, "revision": "x" * 129}, "revision must be at most 128 chars"),
         ({**REQUEST, "revision": 7}, "revision must be a non-empty string"),
         ({**REQUEST, "pool": "tpu"}, "No enabled pool 'tpu'; enabled pools: cpu"),
-        ({**REQUEST, "stages": ["fetch", "dance"]}, "unknown stage(s) dance; known: fetch,"),
+        ({**REQUEST, "stages": ["fetch", "dance"]}, "unknown stage dance; known: fetch,"),
         ({**REQUEST, "stages": []}, "stages must be a non-empty list"),
         ({**REQUEST, "options": {"fetch": {"x": 1}}}, "fetch options: the fetch stage takes no"),
         ({**REQUEST, "options": [1]}, "options must map stage names"),

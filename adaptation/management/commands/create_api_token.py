@@ -18,6 +18,7 @@ from django.db import transaction
 from knox.models import AuthToken
 
 from adaptation.management.arguments import number_of
+from engine import formatting as fmt
 
 
 class Command(BaseCommand):
@@ -49,8 +50,8 @@ class Command(BaseCommand):
             expiry = timedelta(days=days) if days else None
             _, key = AuthToken.objects.create(user=user, expiry=expiry)
         if revoked:
-            self.stdout.write(f"Revoked {revoked} earlier API token(s) of {username}.")
-        lasts = f"expires in {days} day(s)" if days else "lasts until revoked"
+            self.stdout.write(f"Revoked {fmt.counted(revoked, 'earlier API token')} of {username}.")
+        lasts = f"expires in {fmt.counted(days, 'day')}" if days else "lasts until revoked"
         self.stdout.write(
             f"API token of {username} ({lasts}); it is shown only this once, day0 keeps its digest:"
         )

@@ -106,7 +106,7 @@ def _tokens_per_s(point: dict | None) -> str:
         return fmt.MISSING
     return (
         f"{fmt.tokens_per_s(point['decode_tokens_per_s'])} (TPOT {fmt.ms(point['tpot_s'])}, "
-        f"{fmt.count(point['concurrent_sequences'])} sequence(s))"
+        f"{fmt.counted(point['concurrent_sequences'], 'sequence')})"
     )
 
 
@@ -118,8 +118,10 @@ def summary_text(plan: dict, note: str) -> str:
     inputs = plan["inputs"]
     lines = [
         f"{plan['release']} on {pool['devices']} x {plan['accelerator']}: "
-        f"{plan['accelerator_name']}, {pool['nodes']} node(s) of {pool['devices_per_node']}",
-        f"  {'split':<14}{fmt.split(plan)} on {plan['devices']} device(s), {plan['nodes']} node(s)",
+        f"{plan['accelerator_name']}, {fmt.counted(pool['nodes'], 'node')} of "
+        f"{pool['devices_per_node']}",
+        f"  {'split':<14}{fmt.split(plan)} on {fmt.counted(plan['devices'], 'device')}, "
+        f"{fmt.counted(plan['nodes'], 'node')}",
         f"  {'serving':<14}{plan['dtype_label']}; context {inputs['context_tokens']:,} tokens "
         f"x {inputs['concurrency']:,} sequence{'s' if inputs['concurrency'] != 1 else ''}",
         f"  {'memory/device':<14}weights {fmt.gib(mem['weights'])} + KV cache "

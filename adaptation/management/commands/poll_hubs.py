@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from adaptation.services.hub_polling import hub_watches_poll
+from engine import formatting as fmt
 
 
 class Command(BaseCommand):
@@ -31,7 +32,9 @@ class Command(BaseCommand):
             if outcome.error:
                 failed.append(f"{outcome.watch}: {outcome.error}")
                 continue
-            self.stdout.write(f"{outcome.watch}: {len(outcome.new_releases)} new release(s)")
+            self.stdout.write(
+                f"{outcome.watch}: {fmt.counted(len(outcome.new_releases), 'new release')}"
+            )
             for name in outcome.new_releases:
                 self.stdout.write(f"  new {name}")
             for line in outcome.incomplete:

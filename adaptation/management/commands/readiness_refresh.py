@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 
 from adaptation.services.jobs import jobs_readiness_refresh
+from engine import formatting as fmt
 
 
 class Command(BaseCommand):
@@ -14,4 +15,4 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         changed = jobs_readiness_refresh()
-        self.stdout.write(f"Readiness recomputed: {changed} job(s) changed.")
+        self.stdout.write(f"Readiness recomputed: {fmt.counted(changed, 'job')} changed.")

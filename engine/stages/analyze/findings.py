@@ -31,10 +31,12 @@ def findings(result: Mapping[str, Any], *, pool: str) -> list[Finding] | None:
             Finding(
                 key="analyze:mtp",
                 title=cut_title(
-                    f"{mtp} MTP module(s) for speculative decoding are not validated or planned"
+                    f"{fmt.counted(mtp, 'MTP module')} for speculative decoding "
+                    f"{'is' if mtp == 1 else 'are'} not validated or planned"
                 ),
                 body=(
-                    f"The checkpoint holds {mtp} multi-token-prediction (MTP) module(s) "
+                    "The checkpoint holds "
+                    f"{fmt.counted(mtp, 'multi-token-prediction (MTP) module')} "
                     f"({fmt.count(result.get('extra_params'))} params in `extra_params`), which "
                     "serving engines can use as a draft model for speculative decoding. "
                     "transformers' causal-LM class does not build them, so the scaled twin "

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from engine import formatting as fmt
+
 # torch.distributed's backend per device type, as transformers maps it
 # (transformers.distributed.utils.DISTRIBUTED_BACKEND_MAP); a pool may name its own.
 BACKENDS = {"cpu": "gloo", "cuda": "nccl", "xpu": "xccl", "hpu": "hccl"}
@@ -27,7 +29,7 @@ def validated_tp(plan_tp: int, devices: int, forced: int | None = None) -> tuple
     split of 2 or more devices can run here.
     """
     if devices < 2:
-        return 1, f"the pool's worker holds {devices} device(s): no split to validate"
+        return 1, f"the pool's worker holds {fmt.counted(devices, 'device')}: no split to validate"
     if forced is not None:
         if forced > devices:
             return 1, f"TP={forced} was asked for, but the worker holds {devices} devices"

@@ -56,7 +56,7 @@ def _distributed_not_validated(result: Mapping[str, Any], pool: str) -> Finding:
     if result.get("backend"):
         host.append(f"backend {md.code(result['backend'])}")
     if fmt.finite(devices) is not None:
-        host.append(f"{fmt.count(devices)} device(s) on the worker")
+        host.append(f"{fmt.counted(devices, 'device')} on the worker")
     lines = [
         f"The `distributed` stage validated no part of the plan's split "
         f"({_planned_split(result)}) across processes on pool {md.code(pool)} "
@@ -100,7 +100,8 @@ def _distributed_mismatch(result: Mapping[str, Any], pool: str) -> Finding:
         f"The `distributed` stage ran the scaled twin split {split} across "
         f"{_where(result, pool)} through transformers' tensor-parallel plan, and compared every "
         "rank's logits and hidden states with the single-process float32 reference (the same "
-        f"twin): {len(failing)} of {len(ranks)} rank(s) are off.",
+        f"twin): {len(failing)} of {fmt.counted(len(ranks), 'rank')} "
+        f"{'is' if len(failing) == 1 else 'are'} off.",
         "",
         "| rank | max \\|logit error\\| | tolerance | top-1 agreement | first divergent module "
         "| verdict |",

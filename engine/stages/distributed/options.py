@@ -44,7 +44,10 @@ def distributed_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     known = {"processes", "tp", "expert_parallel", "timeout_s", "inject", "backend"}
     unknown = sorted(set(options) - known)
     if unknown:
-        raise DistributedOptionsError(f"unknown distributed option(s): {', '.join(unknown)}")
+        raise DistributedOptionsError(
+            f"unknown distributed {'option' if len(unknown) == 1 else 'options'}: "
+            f"{', '.join(unknown)}"
+        )
 
     def integer(key: str, default: int | None, low: int, high: int) -> int | None:
         value = options.get(key, default)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from engine import formatting as fmt
 from engine.contract import StageContext, StageFailed, never_cancelled
 from engine.formatting import exit_status
 from engine.paths import var_dir
@@ -183,7 +184,10 @@ def validate_split(
         }
         (work / "spec.json").write_text(json.dumps(spec))
         env = {"CUDA_VISIBLE_DEVICES": ""} if device_type == "cpu" else {}
-        log(f"launching {tp} {backend} ranks (TP={tp}, EP={ep}, {threads} thread(s) each)")
+        log(
+            f"launching {tp} {backend} ranks (TP={tp}, EP={ep}, "
+            f"{fmt.counted(threads, 'thread')} each)"
+        )
         outcome = launch_ranks(
             work,
             world_size=tp,
@@ -293,9 +297,9 @@ def validate_split(
         )
     if device_type == "cpu" and tp * threads > _usable_cpus():
         result["notes"].append(
-            f"{tp} ranks x {threads} thread(s) exceed the host's {_usable_cpus()} usable CPUs: "
-            "the ranks share cores, so the TP step time and the scaling efficiency understate "
-            f"{tp} devices of their own"
+            f"{tp} ranks x {fmt.counted(threads, 'thread')} exceed the host's {_usable_cpus()} "
+            "usable CPUs: the ranks share cores, so the TP step time and the scaling efficiency "
+            f"understate {tp} devices of their own"
         )
     result["reason"] = _verdict(result, failing)
     if failing:

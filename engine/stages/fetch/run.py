@@ -17,6 +17,7 @@ import re
 from collections import Counter
 from typing import Any
 
+from engine import formatting as fmt
 from engine.architecture.checkpoint_names import fold_tensors
 from engine.contract import StageContext, StageFailed, StageTransientError
 from engine.hubs import HubSpec, hub_source
@@ -202,7 +203,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     weights = result.get("weights") or {}
     if weights.get("source") == "safetensors_headers":
         ctx.log(
-            f"read the safetensors headers of {weights['shard_count']} file(s): "
+            f"read the safetensors headers of {fmt.counted(weights['shard_count'], 'file')}: "
             f"{weights['tensor_count']:,} tensors, {weights['total_size']:,} bytes of weights"
         )
     tokenizer = fetch_tokenizer(source, fetched.repo_id, fetched.revision, fetched.file_sizes)

@@ -88,10 +88,12 @@ def findings(result: Mapping[str, Any], *, pool: str) -> list[Finding] | None:
     ]
     fallback = [row for row in rows if isinstance(row, Mapping) and row.get("status") == "fallback"]
     if fallback:
+        one = len(fallback) == 1
         lines = [
-            f"{len(fallback)} operator(s) have no kernel of their own on pool {md.code(pool)} "
-            "and run through the backend's fallback (usually a copy to the CPU and back): "
-            "correct, but slow on the paths that use them.",
+            f"{fmt.counted(len(fallback), 'operator')} {'has' if one else 'have'} no kernel of "
+            f"{'its' if one else 'their'} own on pool {md.code(pool)} and "
+            f"{'runs' if one else 'run'} through the backend's fallback (usually a copy to the "
+            f"CPU and back): correct, but slow on the paths that use {'it' if one else 'them'}.",
             "",
         ]
         lines += [
@@ -102,7 +104,10 @@ def findings(result: Mapping[str, Any], *, pool: str) -> list[Finding] | None:
         found.append(
             Finding(
                 key="operators:fallback",
-                title=cut_title(f"{len(fallback)} operator(s) run through the fallback on {pool}"),
+                title=cut_title(
+                    f"{fmt.counted(len(fallback), 'operator')} {'runs' if one else 'run'} "
+                    f"through the fallback on {pool}"
+                ),
                 body="\n".join(lines),
                 severity=MINOR,
             )

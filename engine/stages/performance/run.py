@@ -97,6 +97,7 @@ from typing import Any
 
 import torch
 
+from engine import formatting as fmt
 from engine.contract import StageContext, StageFailed, never_cancelled, raise_if_cancelled
 from engine.stages.performance.budget import (
     TIME_BUDGET,
@@ -514,7 +515,7 @@ def roofline_figures(pool: Any, probe: Mapping[str, Any] | None) -> dict[str, An
         "memory_bytes": None,
         "source": (
             f"measured on {probe['device']}"
-            + (f" with {threads} torch thread(s)" if threads else "")
+            + (f" with {fmt.counted(threads, 'torch thread')}" if threads else "")
             + " by this run: STREAM triad and matmul probes (engine/device_probe.py)"
         ),
     }

@@ -48,6 +48,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from engine import formatting as fmt
 from engine.catalog import Accelerator
 
 from .errors import PlanInputError
@@ -386,7 +387,7 @@ def running_calibration(
                 "source": (
                     f"performance run {run.get('stage_run')} (job {run.get('job')}) on "
                     f"{run.get('worker_host') or 'a worker'} at {run.get('finished_at')}"
-                    + (f", {threads} torch thread(s)" if threads else "")
+                    + (f", {fmt.counted(threads, 'torch thread')}" if threads else "")
                     + ": STREAM triad and matmul probes (engine/device_probe.py)"
                 )
             }
@@ -425,7 +426,7 @@ def running_calibration(
     )
     result["basis"] = (
         f"median decode efficiency (measured / roofline-predicted decode tokens/s of the "
-        f"scaled twin) of {len(per_run)} performance run(s) on pool {pool}"
+        f"scaled twin) of {fmt.counted(len(per_run), 'performance run')} on pool {pool}"
         + (f" ({', '.join(hosts)})" if hosts else "")
         + f"; {twins}, {', '.join(dtypes) or 'no dtype'}"
     )

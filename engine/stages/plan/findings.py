@@ -117,7 +117,8 @@ def _plan_context_capped(
             high = mid - 1
     split = f"TP{result.get('tp')} PP{result.get('pp')} EP{result.get('ep')} DP{dp}"
     lines = [
-        f"The plan for pool {md.code(pool)} ({split} on {result.get('devices')} device(s)) "
+        f"The plan for pool {md.code(pool)} ({split} on "
+        f"{fmt.counted(result.get('devices'), 'device')}) "
         f"serves a context of {planned:,} tokens x {concurrency} sequences; the model's "
         f"max_position_embeddings is {max_context:,} tokens. Its launch commands cap the "
         f"context at {planned:,}.",
@@ -143,12 +144,13 @@ def _plan_context_capped(
         severity = MINOR
         title = (
             f"Context capped at {planned:,} of {max_context:,} tokens on pool {pool}: "
-            f"{sequences} sequence(s) fit at the full context"
+            f"{fmt.counted(sequences, 'sequence')} {'fits' if sequences == 1 else 'fit'} "
+            "at the full context"
         )
         lines += [
             "",
-            f"At the full context memory holds {sequences} sequence(s), fewer than the "
-            f"{concurrency} planned.",
+            f"At the full context memory holds {fmt.counted(sequences, 'sequence')}, fewer "
+            f"than the {concurrency} planned.",
         ]
     else:
         severity = INFO

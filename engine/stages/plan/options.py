@@ -28,7 +28,8 @@ def plan_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     unknown = sorted(str(key) for key in options if key not in PLAN_OPTIONS)
     if unknown:
         raise PlanInputError(
-            f"unknown plan option(s) {', '.join(unknown)}; known: {', '.join(PLAN_OPTIONS)}"
+            f"unknown plan {'option' if len(unknown) == 1 else 'options'} {', '.join(unknown)}; "
+            f"known: {', '.join(PLAN_OPTIONS)}"
         )
     checked: dict[str, Any] = {}
     for name, limit in (("context_tokens", MAX_CONTEXT_TOKENS), ("concurrency", MAX_CONCURRENCY)):

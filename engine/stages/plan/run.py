@@ -209,12 +209,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
         speed += (
             f"; calibrated prediction {calibrated['batch_1']['decode_tokens_per_s']:,.2f} "
             f"tokens/s (decode factor {calibrated['decode_factor']:.3f}, "
-            f"{calibrated['runs']} run(s))"
+            f"{fmt.counted(calibrated['runs'], 'run')})"
         )
     else:
         speed += f"; {calibrated['reason']}"
     ctx.log(
         f"{layout.accelerator}: TP{result['tp']} PP{result['pp']} EP{result['ep']} "
-        f"DP{result['dp']} on {result['devices']} device(s){speed}"
+        f"DP{result['dp']} on {fmt.counted(result['devices'], 'device')}{speed}"
     )
     return result

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from engine import formatting as fmt
 from engine.contract import StageContext, StageDefinition, resolve_callable
 from engine.findings import SEVERITIES
 from engine.notes import (
@@ -281,8 +282,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     sections = notes["sections"]
     ctx.log(
         f"release notes: {len(notes['order'])} sections, "
-        f"{len(sections['not_validated'])} item(s) not validated, "
-        f"{len(sections['limitations'])} open limitation(s)"
+        f"{fmt.counted(len(sections['not_validated']), 'item')} not validated, "
+        f"{fmt.counted(len(sections['limitations']), 'open limitation')}"
         + (f"; blocked by {sections['blocked']['stage']}" if sections["blocked"] else "")
     )
     return notes

@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine import formatting as fmt
+
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 SGLANG_MODULE = "sglang.launch_server"
 
@@ -202,7 +204,7 @@ def launch_command(
                 new, why = tp, f"TP={tp} launch to compare greedy tokens with the plan's TP"
             elif size > room:
                 new = _largest_power_of_two(room)
-                why = f"the worker holds {devices} device(s) for one engine"
+                why = f"the worker holds {fmt.counted(devices, 'device')} for one engine"
             if name == tp_flag:
                 launch.tp = new
             room = max(1, room // max(1, new))

@@ -167,7 +167,9 @@ def _sweep(result: Mapping[str, Any], pool: str) -> Finding:
     ]
     if stopped:
         body += ["", f"It stopped: {sentence(stopped)}"]
-    what = f"sweep stopped: {gist(stopped)}" if stopped else f"{errors} request(s) failed"
+    what = (
+        f"sweep stopped: {gist(stopped)}" if stopped else f"{fmt.counted(errors, 'request')} failed"
+    )
     return Finding(
         key=SERVE_SWEEP,
         title=cut_title(f"{_engine_name(result)} on pool {pool} under load: {what}"),

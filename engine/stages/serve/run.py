@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from engine import formatting as fmt
 from engine.contract import StageContext, StageFailed, raise_if_cancelled
 from engine.paths import var_dir
 
@@ -199,7 +200,10 @@ def _launched(
     }
     killed = reap_orphans()
     if killed:
-        ctx.log(f"stopped {len(killed)} engine process(es) a lost worker left behind")
+        ctx.log(
+            f"stopped {fmt.counted(len(killed), 'engine process', 'engine processes')} a lost "
+            "worker left behind"
+        )
     processes: list[EngineProcess] = []
     try:
         try:

@@ -160,7 +160,8 @@ class Measured:
         if failed:
             raise self.fail(
                 failed[0],
-                f"the engine served, but failed its {', '.join(failed)} check(s)",
+                f"the engine served, but failed its {', '.join(failed)} "
+                + ("check" if len(failed) == 1 else "checks"),
                 culprit="release",
             ) from None
         return self.result

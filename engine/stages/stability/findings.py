@@ -75,8 +75,10 @@ def findings(result: Mapping[str, Any], *, pool: str) -> list[Finding] | None:
         found.append(
             Finding(
                 key="stability:exceptions",
-                title=cut_title(f"{errors} step(s) raised under sustained load on pool {pool}"),
-                body=f"{run}: {errors} step(s) raised; the first: {md.text(first)}",
+                title=cut_title(
+                    f"{fmt.counted(errors, 'step')} raised under sustained load on pool {pool}"
+                ),
+                body=f"{run}: {fmt.counted(errors, 'step')} raised; the first: {md.text(first)}",
                 severity=MAJOR,
             )
         )

@@ -177,7 +177,7 @@ def test_index_naming_missing_shards_is_incomplete(fake_hub):
 
     for candidate in (hub.list_releases()[0], hub.latest_release("moonshotai/Kimi-K2-Instruct")):
         assert candidate.complete is False
-        assert "2 shard(s)" in candidate.reason
+        assert "2 shards" in candidate.reason
         assert "model-00002-of-00003.safetensors" in candidate.reason
 
 

@@ -295,7 +295,7 @@ def test_weight_files_follow_transformers_loading_rule():
         "b.safetensors",
     ]
     assert weight_files(names, b"not json") is None
-    with pytest.raises(HubNotFound, match=r"names 1 shard\(s\) the repo does not hold: m-2"):
+    with pytest.raises(HubNotFound, match="names 1 shard the repo does not hold: m-2"):
         weight_files(["m-1.safetensors"], index)
 
 

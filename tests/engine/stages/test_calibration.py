@@ -202,7 +202,7 @@ def test_the_running_calibration_is_the_median_of_the_runs_medians():
     assert [r["decode_efficiency_median"] for r in calibration["per_run"]] == pytest.approx(
         [0.2, 0.05, 0.5]
     )
-    assert "3 performance run(s) on pool cpu" in calibration["basis"]
+    assert "3 performance runs on pool cpu" in calibration["basis"]
     assert calibration["device"]["memory_bandwidth_bytes_per_s"] == 1.5e10
     assert "performance run 3" in calibration["device"]["source"]
     two = running_calibration("cpu", runs, window=2)

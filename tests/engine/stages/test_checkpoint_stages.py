@@ -54,7 +54,7 @@ def test_fetch_then_analyze_count_a_64_shard_release_from_its_headers(fake_hub):
     assert analysed["total_params"] == c.params
     assert analysed["extra_params"] == c.mtp_params
     assert analysed["params_counted_from"] == "checkpoint"
-    assert any(line.startswith("read the safetensors headers of 64 file(s)") for line in log)
+    assert any(line.startswith("read the safetensors headers of 64 files") for line in log)
     assert any(line.startswith(f"checkpoint: {len(c.table):,} tensors") for line in log)
 
 

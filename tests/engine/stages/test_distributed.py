@@ -258,7 +258,8 @@ def test_options_are_checked():
         ({"inject": []}, "inject must be an object"),
         ({"inject": {"wrong_shard": " "}}, "inject.wrong_shard must be a weight's name"),
         ({"tp": 1}, "tp must be an integer from 2"),
-        ({"speed": 2}, "unknown distributed option"),
+        ({"speed": 2}, "unknown distributed option: speed"),
+        ({"speed": 2, "size": 1}, "unknown distributed options: size, speed"),
         ({"backend": "nc cl"}, "backend must be a torch.distributed backend"),
         ([1], "must be an object"),
     ):

@@ -369,7 +369,8 @@ def test_options_are_checked_and_defaults_fill_the_rest():
     assert defaults.for_device(torch.device("cuda", 0)).batch_sizes()[-1] == 512
     assert opts.for_device(torch.device("cuda", 0)).max_batch_size == 20
     for bad, words in (
-        ({"max_batch": 4}, "unknown performance option(s) max_batch"),
+        ({"max_batch": 4}, "unknown performance option max_batch;"),
+        ({"max_batch": 4, "min_batch": 1}, "unknown performance options max_batch, min_batch;"),
         ({"max_batch_size": 0}, "max_batch_size must be a whole number"),
         ({"prompt_lens": [16, 16]}, "prompt_lens must be"),
         ({"dtypes": ["float64"]}, "dtypes must be"),

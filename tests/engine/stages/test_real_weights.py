@@ -189,7 +189,7 @@ def test_a_missing_tensor_falls_back_naming_it(own_mirror):
     twin = twin_for_release(ctx, ctx.previous["fetch"]["config"])
     assert twin.description["weights_source"] == "seeded"
     assert twin.description["notes"][-1] == (
-        f"real weights not loaded: the checkpoint lacks 1 tensor(s) the model needs: {TENSOR}"
+        f"real weights not loaded: the checkpoint lacks 1 tensor the model needs: {TENSOR}"
     )
 
 

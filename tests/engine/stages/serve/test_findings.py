@@ -66,7 +66,7 @@ def test_precision_tp_and_sweep_failures_each_raise_their_note():
     assert "max |Δ logprob| 1.5" in notes[0].title
     assert "prompt 3, token 5" in notes[0].body
     assert "TP=2 greedy tokens differ from TP=1" in notes[1].title
-    assert "1 request(s) failed" in notes[2].title
+    assert "1 request failed" in notes[2].title
     assert unjudged_keys("serve", result) == frozenset()
 
 
