@@ -117,4 +117,4 @@ class KnownLimitationAdmin(admin.ModelAdmin):
         with transaction.atomic():
             super().save_model(request, obj, form, change)
             if change and "status" in form.changed_data:
-                limitation_status_record(obj, by=request.user, now=now)
+                limitation_status_record(limitation=obj, by=request.user, now=now)

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Q
@@ -152,7 +154,7 @@ def limitations_sync_for_stage(*, stage_run: StageRun) -> SyncOutcome | None:
             note.stage_run = run
             if note.status == LimitationStatus.RESOLVED:
                 note.status, note.resolved_at = LimitationStatus.OPEN, None
-                limitation_status_record(note, by=None, stage_run=run, now=now)
+                limitation_status_record(limitation=note, by=None, stage_run=run, now=now)
                 outcome.reopened.append(finding.key)
                 changed = True
             elif changed:
@@ -179,7 +181,7 @@ def limitations_sync_for_stage(*, stage_run: StageRun) -> SyncOutcome | None:
             note.status, note.resolved_at, note.updated_at = LimitationStatus.RESOLVED, now, now
             note.stage_run = run
             note.save(update_fields=["status", "resolved_at", "updated_at", "stage_run"])
-            limitation_status_record(note, by=None, stage_run=run, now=now)
+            limitation_status_record(limitation=note, by=None, stage_run=run, now=now)
             outcome.resolved.append(note.key)
     if outcome.raised or outcome.reopened or outcome.resolved:
         logger.info(
@@ -213,12 +215,16 @@ _EDITABLE_FIELDS = ("title", "body", "severity", "pool", "status")
 
 
 def limitation_status_record(
-    note: KnownLimitation, *, by: Any, stage_run: StageRun | None = None, now: Any
+    *,
+    limitation: KnownLimitation,
+    by: AbstractBaseUser | None,
+    stage_run: StageRun | None = None,
+    now: datetime,
 ) -> LimitationStatusChange:
-    """Record that `note` now has its status, set by `by` (a user) or by `stage_run`."""
+    """Record that `limitation` now has its status, set by `by` (a user) or by `stage_run`."""
     return LimitationStatusChange.objects.create(
-        limitation=note,
-        status=note.status,
+        limitation=limitation,
+        status=limitation.status,
         changed_by=by,
         changed_by_name=by.get_username() if by is not None else "",
         stage_run=stage_run,
@@ -311,5 +317,5 @@ def limitation_update(*, limitation: KnownLimitation, by: Any, **changes: Any) -
     with transaction.atomic():
         limitation.save()
         if limitation.status != before:
-            limitation_status_record(limitation, by=by, now=now)
+            limitation_status_record(limitation=limitation, by=by, now=now)
     return limitation
