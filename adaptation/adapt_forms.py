@@ -37,7 +37,8 @@ class AdaptForm(forms.Form):
     """Start a job for a release on a pool, with the options `manage.py adapt` takes.
 
     `cleaned_data["job_options"]` holds the per-stage options as checked (the plan entry with
-    the context, concurrency and dtype merged in), ready for `job_create`.
+    the context, concurrency and dtype merged in), ready for `job_create`;
+    `cleaned_data["allow_duplicate"]` is its `allow_duplicate`.
     """
 
     pool = forms.ModelChoiceField(
@@ -69,6 +70,13 @@ class AdaptForm(forms.Form):
         label="Stage options (JSON)",
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60, "placeholder": EXAMPLE_OPTIONS}),
         help_text="Any stage's options keyed by stage name, as `manage.py adapt --options`.",
+    )
+    # Shown only once a job for the release on the pool was found still pending or running
+    # (`views.adapt`): ticking it is asking for a second job explicitly.
+    allow_duplicate = forms.BooleanField(
+        required=False,
+        label="Start another job anyway",
+        help_text="Even though a job for this release on this pool has not ended.",
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

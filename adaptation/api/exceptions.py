@@ -6,7 +6,9 @@
 (a nested serializer's errors as "parent.child"); a body that is not JSON is "parse_error",
 one over `DATA_UPLOAD_MAX_MEMORY_SIZE` bytes "too_large" (413). `ServiceError` answers 400,
 or 409 where a view raises `Conflict` for a request the resource's state refuses (cancel a
-finished job, re-run while it runs, delete an endpoint that has received deliveries).
+finished job, re-run while it runs, delete an endpoint that has received deliveries). A
+`Conflict` may name the row in the way: its `extra` keys join the error object, as
+`DuplicateJob`'s "job" ({"id", "status", "url", "page_url"}: the job that has not ended).
 
 Errors Django answers before or after a view (no route under /api/, a bad request, a crash)
 are in the same shape for paths under /api/: `day0web/urls.py` names the handlers below,
@@ -37,11 +39,25 @@ API_PATH_PREFIX = "/api/"
 
 
 class Conflict(exceptions.APIException):
-    """The request is valid but the resource's state refuses it now."""
+    """The request is valid but the resource's state refuses it now. `extra` (JSON values)
+    joins the error object beside "code" and "message"."""
 
     status_code = status.HTTP_409_CONFLICT
     default_detail = "The resource's current state does not allow this."
     default_code = "conflict"
+
+    def __init__(
+        self, detail: str | None = None, code: str | None = None, *, extra: dict | None = None
+    ) -> None:
+        super().__init__(detail, code)
+        self.extra = extra or {}
+
+
+class DuplicateJob(Conflict):
+    """A job for the same release on the same pool has not ended; `extra["job"]` names it."""
+
+    default_detail = "A job for this release on this pool has not ended."
+    default_code = "duplicate_job"
 
 
 class ServiceRefused(exceptions.APIException):
@@ -131,7 +147,7 @@ def error_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     else:
         detail = exc.detail
         message = detail if isinstance(detail, str) else str(exc.default_detail)
-        body = {"code": _code(exc), "message": str(message)}
+        body = {"code": _code(exc), "message": str(message), **getattr(exc, "extra", {})}
     response.data = {"error": body}
     return response
 

@@ -348,7 +348,8 @@ class StrictPrimaryKeyRelatedField(serializers.PrimaryKeyRelatedField):
 
 class JobCreateInput(serializers.Serializer):
     """Start a job for a release on a pool. Each refusal names its field: an unknown
-    release, pool (or a disabled one) or stage, options a stage refuses."""
+    release, pool (or a disabled one) or stage, options a stage refuses. A job for the same
+    release on the same pool that has not ended refuses it (409) unless `allow_duplicate`."""
 
     release = StrictPrimaryKeyRelatedField(
         queryset=ModelRelease.objects.all(), help_text="The release's id."
@@ -368,6 +369,15 @@ class JobCreateInput(serializers.Serializer):
         child=serializers.DictField(),
         required=False,
         help_text='Per-stage options: {"plan": {"context_tokens": 8192}}.',
+    )
+    allow_duplicate = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text=(
+            "Start the job even while another job for this release on this pool is pending "
+            "or running. False or absent: that is refused with 409 (code duplicate_job), "
+            "naming the job that has not ended."
+        ),
     )
 
     def validate_stages(self, value: list[str]) -> list[str]:

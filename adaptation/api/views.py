@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import ProtectedError, QuerySet
+from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -28,7 +29,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 
 from adaptation.api import filters, serializers
-from adaptation.api.exceptions import Conflict
+from adaptation.api.exceptions import Conflict, DuplicateJob
 from adaptation.api.permissions import ActionPermission
 from adaptation.catalog import pool_layout
 from adaptation.models import (
@@ -41,17 +42,28 @@ from adaptation.models import (
     WebhookEndpoint,
     Worker,
 )
+from adaptation.page_links import job_page_url
 from adaptation.roles import CANCEL_JOB, RERUN_STAGE, TRIGGER_JOB
 from adaptation.selectors import inventory
 from adaptation.selectors.jobs import jobs_with_stage_runs, stage_runs_with_jobs
 from adaptation.selectors.releases import releases_with_latest_job
 from adaptation.services.errors import ServiceError
-from adaptation.services.jobs import job_cancel, job_create, job_rerun_stage
+from adaptation.services.jobs import (
+    DuplicateJobError,
+    job_cancel,
+    job_create,
+    job_rerun_stage,
+)
 from adaptation.services.queueing import unsent_stage_runs
 from adaptation.webhooks.endpoints import EndpointError, webhook_endpoint_create
 from engine.catalog import CatalogError
 
 CONFLICT = OpenApiResponse(description="The job's state does not allow this now (see message).")
+DUPLICATE = OpenApiResponse(
+    description='A job for this release on this pool is pending or running: code "duplicate_job", '
+    'and "job" names it ({"id", "status", "url", "page_url"}). Send "allow_duplicate": true '
+    "to start another anyway."
+)
 
 
 class ThrottleRefusalsMixin:
@@ -124,7 +136,11 @@ class JobViewSet(
 
     @extend_schema(
         request=serializers.JobCreateInput,
-        responses={201: serializers.JobDetailOutput, 202: serializers.JobDetailOutput},
+        responses={
+            201: serializers.JobDetailOutput,
+            202: serializers.JobDetailOutput,
+            409: DUPLICATE,
+        },
         summary="Start a job for a release on a pool",
     )
     def create(self, request: Request) -> Response:
@@ -132,16 +148,21 @@ class JobViewSet(
         (absent: `DAY0_DEFAULT_POOL`), with every stage unless `stages` names some, and
         per-stage `options`. Its first stage is queued at once: 201, or 202 when the broker
         could not take it (the job is saved; `unsent_stages` names it; day0 sends it when the
-        broker is back). Needs `trigger_job`."""
+        broker is back). 409 while a job for the release on the pool is pending or running,
+        unless `allow_duplicate` is true. Needs `trigger_job`."""
         data = self._validated(serializers.JobCreateInput, request)
-        job = job_create(
-            release=data["release"],
-            pool=data["pool"],
-            trigger=Trigger.API,
-            requested_by=request.user,
-            stages=data.get("stages"),
-            options=data.get("options"),
-        )
+        try:
+            job = job_create(
+                release=data["release"],
+                pool=data["pool"],
+                trigger=Trigger.API,
+                requested_by=request.user,
+                stages=data.get("stages"),
+                options=data.get("options"),
+                allow_duplicate=data["allow_duplicate"],
+            )
+        except DuplicateJobError as exc:
+            raise self._duplicate(request, exc) from exc
         # 202: saved and queued, but the broker has not taken the first stage yet (it is down).
         sent = not unsent_stage_runs(job)
         return self._detail(job, code=status.HTTP_201_CREATED if sent else status.HTTP_202_ACCEPTED)
@@ -186,6 +207,22 @@ class JobViewSet(
         except ServiceError as exc:
             raise Conflict(str(exc)) from exc
         return self._detail(job, code=status.HTTP_202_ACCEPTED)
+
+    @staticmethod
+    def _duplicate(request: Request, exc: DuplicateJobError) -> DuplicateJob:
+        """The 409 naming the job that has not ended, with its API and page URLs."""
+        job = exc.job
+        return DuplicateJob(
+            f'{exc} Send "allow_duplicate": true to start another anyway.',
+            extra={
+                "job": {
+                    "id": job.pk,
+                    "status": job.status,
+                    "url": request.build_absolute_uri(reverse("api:job-detail", args=[job.pk])),
+                    "page_url": request.build_absolute_uri(job_page_url(job)),
+                }
+            },
+        )
 
     @staticmethod
     def _validated(serializer_class: type[BaseSerializer], request: Request) -> dict[str, Any]:

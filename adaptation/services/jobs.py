@@ -37,6 +37,7 @@ def job_create(
     requested_by: Any = None,
     stages: list[str] | None = None,
     options: dict[str, dict[str, Any]] | None = None,
+    allow_duplicate: bool = True,
 ) -> AdaptationJob:
     """Create a job with one pending run per stage and queue its first stage after commit.
 
@@ -45,6 +46,14 @@ def job_create(
     "concurrency": 16, "dtype": "fp8"}}), checked and normalised by the stage's
     `check_options`; an option for a stage the job does not run, or one the stage refuses,
     raises `ServiceError` with the reason.
+
+    With `allow_duplicate=False` (a person asking: the API, the release page's form,
+    `manage.py adapt`), a job for the same release on the same pool that has not ended
+    (pending or running: not in `FINISHED_JOB_STATUSES`) refuses the new one with
+    `DuplicateJobError`, naming it; the caller says how to ask for another explicitly. The
+    release row is locked (`select_for_update`) while checking and creating, so two
+    concurrent submissions cannot both pass the check (PostgreSQL; SQLite serialises writes
+    anyway). Webhooks and hub polls keep the default, True: they have their own dedup rules.
     """
     names = stages or stage_names()
     try:
@@ -52,6 +61,13 @@ def job_create(
     except ValueError as exc:
         raise ServiceError(str(exc)) from exc
     with transaction.atomic():
+        if not allow_duplicate:
+            # Held until the outermost transaction commits: a concurrent submission for this
+            # release waits here and then sees the job this one creates.
+            ModelRelease.objects.select_for_update().only("pk").get(pk=release.pk)
+            active = _job_active_for(release=release, pool=pool)
+            if active is not None:
+                raise DuplicateJobError(active)
         job = AdaptationJob.objects.create(
             release=release,
             pool=pool,
@@ -65,6 +81,30 @@ def job_create(
         )
         stage_run_enqueue(runs[0])
     return job
+
+
+class DuplicateJobError(ServiceError):
+    """`job_create` refused a job because `job`, for the same release on the same pool, has
+    not ended (pending or running)."""
+
+    def __init__(self, job: AdaptationJob) -> None:
+        self.job = job
+        release = job.release
+        super().__init__(
+            f"Job {job.pk} for {release.repo_id}@{release.revision[:12]} on pool "
+            f"{job.pool.name} is still {job.status}."
+        )
+
+
+def _job_active_for(*, release: ModelRelease, pool: AcceleratorPool) -> AdaptationJob | None:
+    """The newest job for `release` on `pool` that has not ended, if any."""
+    return (
+        AdaptationJob.objects.filter(release=release, pool=pool)
+        .exclude(status__in=FINISHED_JOB_STATUSES)
+        .select_related("release", "pool")
+        .order_by("-created_at", "-pk")
+        .first()
+    )
 
 
 def job_skip_pending_after(*, job: AdaptationJob, position: int) -> list[StageRun]:

@@ -62,12 +62,14 @@ def release_from_candidate(
     adapt_known: bool = False,
     options: dict[str, dict[str, Any]] | None = None,
     seen_at: datetime | None = None,
+    allow_duplicate: bool = True,
 ) -> AdaptationJob | None:
     """Record a hub candidate as a release (never twice) and start its job (with the
     per-stage `options` of `job_create`).
 
     A release seen before gets no new job (None) unless `adapt_known`: someone asked for it
-    explicitly (`adapt`), so it is adapted again.
+    explicitly (`adapt`), so it is adapted again; `allow_duplicate` is `job_create`'s (False:
+    refused with `DuplicateJobError` while a job for it on `pool` has not ended).
 
     A mirror folder has no publication time: its release's `published_at` is when its files
     were first seen complete, `seen_at` (the poll that saw them; default now), and it stays
@@ -95,4 +97,5 @@ def release_from_candidate(
             trigger=found_by,
             requested_by=requested_by,
             options=options,
+            allow_duplicate=allow_duplicate,
         )

@@ -2,7 +2,9 @@
 `manage.py adapt` takes (`adaptation.adapt_forms.AdaptForm`), then go back to the release
 page at the new job. Plain POST then redirect; it needs `trigger_job` (engineers and admins:
 `adaptation.roles`), so a manager sees no form and a POST answers 403. A form with errors is
-shown again on its own page, each refusal under its field (400)."""
+shown again on its own page, each refusal under its field (400). While a job for the release
+on the chosen pool is pending or running, the form is shown again naming it (409), with a
+"Start another job anyway" checkbox that, ticked, starts the second job."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from adaptation.adapt_forms import AdaptForm
 from adaptation.models import ModelRelease, Trigger
 from adaptation.roles import TRIGGER_JOB
 from adaptation.services.errors import ServiceError
-from adaptation.services.jobs import job_create
+from adaptation.services.jobs import DuplicateJobError, job_create
 from adaptation.services.queueing import unsent_stage_runs
 from adaptation.views.access import permission_required
 
@@ -33,6 +35,7 @@ def release_adapt(request: HttpRequest, pk: int) -> HttpResponse:
     (GET: the form alone)."""
     release = get_object_or_404(ModelRelease, pk=pk)
     form = AdaptForm(request.POST or None)
+    duplicate_job = None
     if request.method == "POST" and form.is_valid():
         try:
             job = job_create(
@@ -41,7 +44,10 @@ def release_adapt(request: HttpRequest, pk: int) -> HttpResponse:
                 trigger=Trigger.MANUAL,
                 requested_by=request.user,
                 options=form.cleaned_data["job_options"],
+                allow_duplicate=form.cleaned_data["allow_duplicate"],
             )
+        except DuplicateJobError as exc:
+            duplicate_job = exc.job
         except ServiceError as exc:
             form.add_error(None, str(exc))
         else:
@@ -55,6 +61,6 @@ def release_adapt(request: HttpRequest, pk: int) -> HttpResponse:
                 messages.success(request, f"Job {job.pk} started on {job.pool.name}.")
             url = reverse("adaptation:release_detail", args=[release.pk])
             return redirect(f"{url}#job-{job.pk}")
-    status = 400 if request.method == "POST" else 200
-    context = {"release": release, "adapt_form": form}
+    status = 200 if request.method != "POST" else 409 if duplicate_job else 400
+    context = {"release": release, "adapt_form": form, "duplicate_job": duplicate_job}
     return render(request, "adaptation/adapt_form_page.html", context, status=status)

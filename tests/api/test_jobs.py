@@ -3,10 +3,15 @@ of the domain's refusals."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from adaptation.models import AdaptationJob, StageRun, Trigger
 from tests.api.conftest import results
+from tests.factories import cpu_pool, make_job, make_release
 
 pytestmark = pytest.mark.django_db
 
@@ -181,6 +186,143 @@ def test_json_nested_too_deeply_is_a_400_parse_error(cast, seeded):
         "error": {"code": "parse_error", "message": "JSON parse error - nested too deeply."}
     }
     assert AdaptationJob.objects.count() == 5
+
+
+def test_a_job_for_a_release_on_a_pool_where_one_runs_is_a_409_naming_it(cast, seeded, settings):
+    settings.DAY0_PUBLIC_URL = "https://day0.example.org/"  # where the page links point
+    running = seeded.llama_running  # on cpu; llama_done, also on cpu, has ended
+    response = cast.api("eli").post(
+        URL, {"release": seeded.llama.pk, "pool": "cpu", "stages": ["fetch"]}, format="json"
+    )
+    assert response.status_code == 409, response.content
+    assert response.json() == {
+        "error": {
+            "code": "duplicate_job",
+            "message": f"Job {running.pk} for meta-llama/Llama-3.1-8B@"
+            f"{seeded.llama.revision[:12]} on pool cpu is still running. "
+            'Send "allow_duplicate": true to start another anyway.',
+            "job": {
+                "id": running.pk,
+                "status": "running",
+                "url": f"http://testserver/api/v1/jobs/{running.pk}/",
+                "page_url": f"https://day0.example.org/releases/{seeded.llama.pk}/#job-{running.pk}",
+            },
+        }
+    }
+    assert AdaptationJob.objects.count() == 5
+
+
+def test_a_pending_job_refuses_a_second_one_too(cast, seeded):
+    pending = make_job(release=seeded.qwen, pool=seeded.cpu)
+    assert pending.status == "pending"
+    response = cast.api("eli").post(URL, {"release": seeded.qwen.pk}, format="json")
+    assert response.status_code == 409
+    assert response.json()["error"]["job"]["id"] == pending.pk
+    assert response.json()["error"]["job"]["status"] == "pending"
+
+
+def test_allow_duplicate_starts_a_second_job_while_one_runs(cast, seeded):
+    body = {"release": seeded.llama.pk, "pool": "cpu", "allow_duplicate": True}
+    response = cast.api("eli").post(URL, body, format="json")
+    assert response.status_code == 201, response.content
+    second = AdaptationJob.objects.get(pk=response.json()["id"])
+    assert second.release == seeded.llama and second.pool == seeded.cpu
+    assert (
+        AdaptationJob.objects.filter(release=seeded.llama, pool=seeded.cpu)
+        .exclude(status__in=["succeeded", "failed", "cancelled"])
+        .count()
+        == 2
+    )
+
+
+def test_allow_duplicate_false_is_the_default(cast, seeded):
+    body = {"release": seeded.llama.pk, "pool": "cpu", "allow_duplicate": False}
+    assert cast.api("eli").post(URL, body, format="json").status_code == 409
+
+
+def test_a_job_that_has_ended_is_no_duplicate(cast, seeded):
+    api = cast.api("eli")
+    # qwen's only job on h200 failed.
+    response = api.post(URL, {"release": seeded.qwen.pk, "pool": "h200"}, format="json")
+    assert response.status_code == 201, response.content
+    # Once the running llama job on cpu is cancelled, a new one starts.
+    assert api.post(f"{URL}{seeded.llama_running.pk}/cancel/").status_code == 200
+    response = api.post(URL, {"release": seeded.llama.pk, "pool": "cpu"}, format="json")
+    assert response.status_code == 201, response.content
+
+
+def test_a_job_running_on_another_pool_is_no_duplicate(cast, seeded):
+    response = cast.api("eli").post(
+        URL, {"release": seeded.llama.pk, "pool": "h200"}, format="json"
+    )  # llama_running is on cpu
+    assert response.status_code == 201, response.content
+    assert AdaptationJob.objects.get(pk=response.json()["id"]).pool == seeded.h200
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="SQLite has no row locks (it serialises writes)"
+)
+def test_the_duplicate_check_locks_the_release_row(cast, seeded):
+    """Two concurrent submissions: the second waits on the release row until the first
+    commits, then sees its job."""
+    with CaptureQueriesContext(connection) as queries:
+        response = cast.api("eli").post(URL, {"release": seeded.qwen.pk}, format="json")
+    assert response.status_code == 201
+    locks = [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].endswith("FOR UPDATE") and '"adaptation_modelrelease"' in q["sql"]
+    ]
+    assert len(locks) == 1, locks
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="SQLite has no row locks (it serialises writes)"
+)
+@pytest.mark.django_db(transaction=True)
+def test_of_two_concurrent_submissions_the_second_waits_and_is_refused(monkeypatch):
+    """The first submission holds its transaction open after creating its job; the second,
+    in another connection, must wait on the release row's lock, then see that job."""
+    from adaptation.services import queueing
+    from adaptation.services.jobs import DuplicateJobError, job_create
+
+    monkeypatch.setattr(queueing, "stage_message_send", lambda **kw: None)
+    release, pool = make_release(), cpu_pool()
+    created, go_on = threading.Event(), threading.Event()
+    outcome: dict[str, object] = {}
+
+    def submit(name: str, *, hold: bool) -> None:
+        try:
+            with transaction.atomic():
+                outcome[name] = job_create(
+                    release=release,
+                    pool=pool,
+                    trigger="api",
+                    stages=["fetch"],
+                    allow_duplicate=False,
+                )
+                if hold:
+                    created.set()
+                    go_on.wait(10)
+        except DuplicateJobError as exc:
+            outcome[name] = exc
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=submit, args=("first",), kwargs={"hold": True})
+    first.start()
+    assert created.wait(10)
+    second = threading.Thread(target=submit, args=("second",), kwargs={"hold": False})
+    second.start()
+    second.join(0.5)
+    assert second.is_alive()  # waiting on the lock the first holds
+    go_on.set()
+    first.join(10)
+    second.join(10)
+    assert isinstance(outcome["first"], AdaptationJob)
+    assert isinstance(outcome["second"], DuplicateJobError)
+    assert outcome["second"].job.pk == outcome["first"].pk
+    assert AdaptationJob.objects.count() == 1
 
 
 def test_cancel_a_running_job(cast, seeded, monkeypatch):

@@ -155,3 +155,17 @@ def test_the_schema_lists_each_lists_orderings(cast):
         "repo_id", "-repo_id", "id", "-id",
     ]  # fmt: skip
     assert (ordering["style"], ordering["explode"]) == ("form", False)  # comma-separated
+
+
+def test_the_schema_documents_allow_duplicate_and_the_409_of_a_job_create(cast):
+    schema = cast.api("mona").get("/api/schema/", {"format": "json"}).json()
+    create = schema["paths"]["/api/v1/jobs/"]["post"]
+    body = create["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    field = schema["components"]["schemas"][body.rsplit("/", 1)[1]]["properties"]["allow_duplicate"]
+    assert (field["type"], field["default"]) == ("boolean", False)
+    assert "pending or running" in field["description"]
+    conflict = create["responses"]["409"]
+    assert "duplicate_job" in conflict["description"]
+    assert conflict["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Error"
+    }

@@ -1,5 +1,6 @@
 """The release page's "Adapt on pool…": who sees it, the option checks `manage.py adapt` uses
-with each refusal under its field, and the job a good post starts; the admin adds no job."""
+with each refusal under its field, the job a good post starts, and the job still running that
+stops a second one unless "Start another job anyway" is ticked; the admin adds no job."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import json
 import pytest
 from django.urls import reverse
 
-from adaptation.models import AcceleratorPool, AdaptationJob, StageRun
-from tests.factories import cpu_pool, make_release
+from adaptation.models import AcceleratorPool, AdaptationJob, StageRun, StageStatus
+from tests.factories import cpu_pool, make_job, make_release
 
 pytestmark = pytest.mark.django_db
 
@@ -148,3 +149,39 @@ def test_a_disabled_or_unknown_pool_is_refused_under_its_field(client, cast):
     form = client.get(adapt_url(release)).content.decode()
     assert '<option value="cpu" selected>' in form
     assert 'value="h200"' not in form
+
+
+def test_a_job_still_running_on_the_pool_is_named_and_the_form_offers_another(client, cast):
+    release = make_release()
+    running = make_job(release=release, statuses={"fetch": StageStatus.RUNNING})
+    client.force_login(cast.eli)
+    assert 'name="adapt-allow_duplicate"' not in client.get(adapt_url(release)).content.decode()
+
+    response = post(client, release, context="4096")
+    assert response.status_code == 409
+    assert AdaptationJob.objects.count() == 1
+    html = response.content.decode()
+    link = reverse("adaptation:release_detail", args=[release.pk]) + f"#job-{running.pk}"
+    named = f'<a href="{link}">Job {running.pk}</a> for this release on pool cpu is still running'
+    assert named in html
+    assert 'type="checkbox" name="adapt-allow_duplicate"' in html
+    assert "Start another job anyway" in html
+    assert 'name="adapt-context" value="4096"' in html  # what was entered is kept
+
+    # Not ticked: refused again. Ticked: the second job starts.
+    assert post(client, release, context="4096").status_code == 409
+    response = post(client, release, context="4096", allow_duplicate="on")
+    assert response.status_code == 302
+    second = AdaptationJob.objects.exclude(pk=running.pk).get()
+    assert response["Location"].endswith(f"#job-{second.pk}")
+    assert second.options["plan"]["context_tokens"] == 4096
+
+
+def test_a_job_that_has_ended_or_runs_on_another_pool_does_not_stop_the_form(client, cast):
+    release = make_release()
+    make_job(release=release, statuses={"fetch": StageStatus.FAILED})
+    h200 = AcceleratorPool.objects.create(name="h200", backend="cuda", queue="pool.h200")
+    make_job(release=release, pool=h200)  # pending, on another pool
+    client.force_login(cast.eli)
+    assert post(client, release).status_code == 302
+    assert AdaptationJob.objects.filter(release=release, pool=cpu_pool()).count() == 2

@@ -1,5 +1,5 @@
 """`python manage.py adapt PATH_OR_REPO_ID [--pool cpu] [--context N] [--concurrency N]
-[--dtype D] [--options JSON] [--wait] [--format json]`.
+[--dtype D] [--options JSON] [--allow-duplicate] [--wait] [--format json]`.
 
 Creates a manual release and an adaptation job; --context/--concurrency/--dtype are the plan
 stage's options (`job.options["plan"]`, checked as `manage.py plan` checks them). --options
@@ -11,7 +11,9 @@ input exits non-zero with a one-line reason. With --wait, follows the stages in 
 and exits 0 when every stage succeeds, 1 when one fails, 2 on timeout, 3 when the job is
 cancelled. When the broker cannot be reached the job is still saved and its first stage queued:
 the command says so in one line and, without --wait, exits 75 (EX_TEMPFAIL: try later; the
-reaper sends the stage when the broker is back).
+reaper sends the stage when the broker is back). While a job for the release on the pool is
+pending or running, no job is made: the command names it and exits 4, unless
+--allow-duplicate asks for another.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from adaptation.models import (
 )
 from adaptation.selectors.jobs import job_current_stage_runs, job_summary
 from adaptation.services.errors import ServiceError
+from adaptation.services.jobs import DuplicateJobError
 from adaptation.services.pools import pool_get
 from adaptation.services.queueing import unsent_stage_runs
 from adaptation.services.releases import release_from_candidate
@@ -51,6 +54,8 @@ QUEUE_WARN_S = 15.0
 
 # Saved and queued, not yet sent: the broker is down (sysexits.h EX_TEMPFAIL).
 EXIT_NOT_SENT = 75
+# Refused: a job for the release on the pool has not ended (--allow-duplicate starts another).
+EXIT_DUPLICATE = 4
 
 
 def _queued_for_s(run) -> float | None:
@@ -82,11 +87,17 @@ class Command(BaseCommand):
             metavar="JSON",
             help=f"Per-stage options as a JSON object, e.g. '{EXAMPLE_OPTIONS}'.",
         )
+        parser.add_argument(
+            "--allow-duplicate",
+            action="store_true",
+            help="Start the job even while one for the release on the pool is pending or running.",
+        )
         parser.add_argument("--format", choices=["text", "json"], default="text")
 
     def handle(self, *args, target: str, pool: str | None, wait: bool, timeout: float,
                format: str, context: str | None, concurrency: str | None, dtype: str | None,
-               stage_options: str | None, **options) -> None:  # fmt: skip
+               stage_options: str | None, allow_duplicate: bool,
+               **options) -> None:  # fmt: skip
         plan = plan_options_from_args(context, concurrency, dtype)
         job_options = job_options_from_args(stage_options, plan)
         try:
@@ -100,7 +111,13 @@ class Command(BaseCommand):
                 pool=pool_row,
                 adapt_known=True,
                 options=job_options or None,
+                allow_duplicate=allow_duplicate,
             )
+        except DuplicateJobError as exc:
+            raise CommandError(
+                f"{exc} Pass --allow-duplicate to start another anyway.",
+                returncode=EXIT_DUPLICATE,
+            ) from exc
         except (TargetError, ServiceError) as exc:
             raise CommandError(str(exc)) from exc
         release = job.release
