@@ -107,6 +107,37 @@ def test_adapt_refuses_an_unknown_pool(tmp_path):
 
 
 @pytest.mark.django_db
+def test_adapt_refuses_a_second_job_while_one_has_not_ended(tmp_path):
+    """`manage.py adapt` exits with the `CommandError`'s returncode (Django's
+    `run_from_argv`), its reason on stderr."""
+    from adaptation.services.jobs import job_cancel
+
+    folder = tmp_path / "meta-llama" / "Llama-3.1-8B"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_bytes(
+        (REALCONFIGS_DIR / "meta-llama__Llama-3.1-8B.json").read_bytes()
+    )
+    call_command("adapt", str(folder), stdout=io.StringIO())
+    first = AdaptationJob.objects.get()
+    assert first.status == "running"  # its fetch is queued; no worker has taken it
+    with pytest.raises(CommandError) as info:
+        call_command("adapt", str(folder), stdout=io.StringIO())
+    assert info.value.returncode == 4  # EXIT_DUPLICATE
+    assert str(info.value) == (
+        f"Job {first.pk} for meta-llama/Llama-3.1-8B@{first.release.revision[:12]} on pool cpu "
+        "is still running. Pass --allow-duplicate to start another anyway."
+    )
+    assert AdaptationJob.objects.count() == 1
+
+    call_command("adapt", str(folder), "--allow-duplicate", stdout=io.StringIO())
+    assert AdaptationJob.objects.filter(release=first.release).count() == 2
+    for job in AdaptationJob.objects.all():
+        job_cancel(job=job)
+    call_command("adapt", str(folder), stdout=io.StringIO())  # the others have ended
+    assert AdaptationJob.objects.count() == 3
+
+
+@pytest.mark.django_db
 def test_rerun_command_queues_a_new_attempt_and_refuses_bad_requests():
     job = make_job(statuses={"fetch": "succeeded", "analyze": "failed"})
     out = io.StringIO()
