@@ -211,7 +211,13 @@ def test_idle_board_shows_a_new_release_without_a_reload(live_server, browser, m
         )
         page.evaluate("window.__day0NoReload = 'still here'")
         page.mouse.wheel(0, 400)
-        page.wait_for_function("window.scrollY >= 300")
+        # Polled from here: wait_for_function evaluates its text with eval, which the page's
+        # Content-Security-Policy (no 'unsafe-eval') refuses.
+        for _ in range(50):
+            if page.evaluate("window.scrollY") >= 300:
+                break
+            page.wait_for_timeout(100)
+        assert page.evaluate("window.scrollY") >= 300
         link = page.get_by_role("link", name="org/older-10")
         link.focus()  # scrolls it into view if it was not
         scrolled = page.evaluate("window.scrollY")
