@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .checkpoint_names import strip_wrappers
-from .meta_bounds import bounded_build, config_kwargs
+from .meta_bounds import bounded_build, config_kwargs, short_message
 
 
 class ExpectedBuildError(Exception):
@@ -117,7 +117,9 @@ def _expected(config_json: str) -> ExpectedTensors | None:
         try:
             cfg = _config_object(transformers, config, model_class)
         except Exception as err:  # the config class's own validation: any exception type
-            raise ExpectedBuildError(f"transformers' config class refused it: {err}") from err
+            raise ExpectedBuildError(
+                f"transformers' config class refused it: {short_message(err)}"
+            ) from err
         if cfg is None:
             return None
         start = time.perf_counter()
@@ -132,7 +134,7 @@ def _expected(config_json: str) -> ExpectedTensors | None:
     except ExpectedBuildError:
         raise
     except Exception as err:  # a class that cannot build this config: any exception type
-        raise ExpectedBuildError(f"transformers could not build it: {err}") from err
+        raise ExpectedBuildError(f"transformers could not build it: {short_message(err)}") from err
     finally:
         logging.set_verbosity(level)
     shapes = {name: tuple(int(d) for d in t.shape) for name, t in reverted.items()}
@@ -177,7 +179,7 @@ def _build(transformers: Any, cfg: Any, model_class: Any) -> Any:
         except ExpectedBuildError:
             raise
         except Exception as err:  # try the auto classes
-            errors.append(f"{model_class.__name__}: {err}")
+            errors.append(f"{model_class.__name__}: {short_message(err)}")
     for auto in (
         transformers.AutoModelForCausalLM,
         transformers.AutoModelForImageTextToText,
@@ -188,7 +190,7 @@ def _build(transformers: Any, cfg: Any, model_class: Any) -> Any:
         except ExpectedBuildError:
             raise
         except Exception as err:  # an auto class without this config: try the next one
-            errors.append(f"{auto.__name__}: {err}")
+            errors.append(f"{auto.__name__}: {short_message(err)}")
     raise ExpectedBuildError("; ".join(errors))
 
 

@@ -1,5 +1,6 @@
 """What every meta-device build of a config shares: the config keys dropped before transformers
-sees it, and the bound that stops a build that grows too large or too slow.
+sees it, the bound that stops a build that grows too large or too slow, and the length an
+exception's message is cut to before it goes into a build error.
 
 Both builds (`meta_build`: parameter counts for a model type day0's table lacks;
 `checkpoint_expected`: the tensors a checkpoint should hold) run inside the analyze stage's
@@ -22,6 +23,13 @@ MAX_BUILD_S = 30.0
 # them. `model_type` is the config class's own, never a keyword.
 _DROP_KEYS = ("quantization_config", "compression_config", "auto_map")
 _SUB_CONFIGS = ("text_config", "vision_config", "audio_config")
+
+
+def short_message(err: BaseException, limit: int = 200) -> str:
+    """One line of at most `limit` characters from an exception's message (a library's
+    message can run to kilobytes: a config dump, a traceback's worth of context)."""
+    text = " ".join(str(err).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def config_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:

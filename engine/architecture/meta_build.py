@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .meta_bounds import bounded_build, config_kwargs
+from .meta_bounds import bounded_build, config_kwargs, short_message
 from .tensors import (
     ATTENTION,
     DENSE_MLP,
@@ -114,7 +114,7 @@ def _transformers_config(config: Mapping[str, Any], model_type: str) -> Any:
             return transformers.AutoConfig.for_model(model_type, **config_kwargs(config))
     except Exception as err:  # the class's own validation: any exception type
         raise MetaBuildError(
-            f"transformers' {model_type} config class refused it: {_short(err)}"
+            f"transformers' {model_type} config class refused it: {short_message(err)}"
         ) from err
 
 
@@ -173,7 +173,7 @@ def _meta_build(config_json: str, model_type: str, top_k_json: str) -> MetaBuild
         except _BuildTooLarge:
             raise
         except Exception as err:  # the class refused the config: try the next auto class
-            errors.append(f"{auto.__name__}: {_short(err)}")
+            errors.append(f"{auto.__name__}: {short_message(err)}")
     if model is None:
         raise MetaBuildError("transformers could not build it: " + "; ".join(errors))
     groups = _group_parameters(model, top_k, default_top_k)
@@ -183,12 +183,6 @@ def _meta_build(config_json: str, model_type: str, top_k_json: str) -> MetaBuild
         kv_widths=_kv_widths(model),
         build_s=time.perf_counter() - start,
     )
-
-
-def _short(err: BaseException, limit: int = 200) -> str:
-    """One line of at most `limit` characters from an exception's message."""
-    text = " ".join(str(err).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _BuildTooLarge(MetaBuildError):
