@@ -4,7 +4,9 @@ A large checkpoint holds ~100,000 tensors whose names differ only in their layer
 numbers (`model.layers.7.mlp.experts.129.gate_proj.weight`). `fold_tensors` stores them as
 a few dozen entries, each a name template with `*` for every number, a dtype, a shape, and
 for each `*` the numbers it takes ("0-60"); `unfold_tensors` gives back every name exactly
-(a layer that lacks one expert is its own entry).
+(a layer that lacks one expert is its own entry). A number folds only when written the way
+`str(int)` writes it, up to 9 digits: a zero-padded `01` or a 5,000-digit part stays literal
+in its template (unfolding `1` would not give back `01`).
 
 The rest reads names the way checkpoints of many families write them (Llama, Qwen,
 DeepSeek, gpt-oss, GLM, MiniMax, Gemma, multimodal wrappers): the decoder layer a tensor
@@ -21,15 +23,19 @@ from itertools import product
 from typing import Any
 
 PLACEHOLDER = "*"
-# A dotted part that is a number (ASCII digits only, as `str.isdigit` would not ensure).
-_NUMBER_PART = re.compile(r"(?:^|(?<=\.))([0-9]+)(?=\.|$)")
+# A dotted part that is a number written canonically: `0`, or up to 9 ASCII digits without a
+# leading zero (`str.isdigit` would take other scripts' digits). Only these fold, so that
+# unfolding writes back the very part: `layers.01.w` and a 5,000-digit part (past Python's
+# int-string limit) stay literal in the template, and no number tops 999,999,999.
+_NUMBER_PART = re.compile(r"(?:^|(?<=\.))(0|[1-9][0-9]{0,8})(?=\.|$)")
 
 # Prefixes wrappers put before the language model's names, stripped (repeatedly) to compare
 # names across layouts: `model.language_model.layers.0` and `language_model.model.layers.0`
 # are both `layers.0`.
 _WRAPPER_PREFIXES = ("model.", "language_model.", "text_model.", "transformer.", "backbone.")
-# The decoder stack, once prefixes are stripped: `layers.N.`, GPT-2/Falcon `h.N.`.
-_DECODER_LAYER = re.compile(r"^(?:layers|h|blocks|decoder\.layers)\.(\d+)\.")
+# The decoder stack, once prefixes are stripped: `layers.N.`, GPT-2/Falcon `h.N.` (N as
+# `_NUMBER_PART` folds it).
+_DECODER_LAYER = re.compile(r"^(?:layers|h|blocks|decoder\.layers)\.(0|[1-9][0-9]{0,8})\.")
 # Module-name parts of multimodal towers and projectors (substrings), and exact parts.
 _TOWER_MARKERS = (
     "vision",
@@ -78,7 +84,9 @@ def parse_ranges(text: str) -> list[int]:
 
 def name_template(name: str) -> tuple[str, tuple[int, ...]]:
     """`name` with `*` for each number, and the numbers: `model.layers.3.mlp.experts.7.w1`
-    → (`model.layers.*.mlp.experts.*.w1`, (3, 7))."""
+    → (`model.layers.*.mlp.experts.*.w1`, (3, 7)). Only canonical numbers (`0`, or 1 to 9
+    digits without a leading zero) are numbers: `layers.01.w` and a part of 10 or more
+    digits stay as written, so the template and its numbers give back `name` exactly."""
     found = _NUMBER_PART.findall(name)
     if not found:
         return name, ()
