@@ -17,6 +17,11 @@ checkpoint's own tensors:
 
 Which files: those the index names; without an index `model.safetensors`, else every
 `*.safetensors` at the repo's top level (the files transformers would load).
+
+The index and the headers are the uploader's: what they declare is bounded (`MAX_SHARDS`
+files, `MAX_TENSORS` tensors, `tensor_problem`'s name, rank and dim limits) and anything
+malformed is a `HubError` naming the file and the tensor, which the fetch stage reports as
+the release's failure, never an error of day0's own.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import Any
 
 from engine import formatting as fmt
 from engine.hubs.base import INDEX_FILE, HubError, HubNotFound, tensor_nbytes
+from engine.json_files import JSONFileError, parse_json_bytes
 from engine.paths import var_dir
 
 # Files whose headers are read at once (threads, each one HTTP request at a time).
@@ -47,6 +53,21 @@ _BACKOFF_S = (1.0, 2.0, 4.0, 8.0)
 # Names listed in a summary at most (duplicates), the rest counted.
 SHOWN_NAMES = 10
 
+# Bounds on what a release's index and headers may declare, past which the release is refused
+# (its fault, the count or the tensor named): a release is written by whoever uploads it, and
+# without them one could cost thousands of requests, store megabytes, or stop the stage with
+# an error blamed on day0. The largest releases today hold ~200 shards and ~100,000 tensors
+# (DeepSeek-V3: 163 shards, ~92,000 tensors) with names under 200 characters and rank <= 5.
+MAX_SHARDS = 2_000
+MAX_TENSORS = 500_000
+MAX_NAME_CHARS = 1_024
+MAX_RANK = 8
+MAX_DIM = 2**40
+# safetensors stores byte offsets as u64.
+MAX_OFFSET = 2**64 - 1
+# Characters of a name or value quoted in a reason, at most.
+_SHOWN_CHARS = 80
+
 SINGLE_FILE = "model.safetensors"
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 
@@ -54,51 +75,128 @@ _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 Tensors = dict[str, dict[str, Any]]
 
 
-def weight_files(names: Iterable[str], index: bytes | None) -> list[str] | None:
+def shown(value: Any) -> str:
+    """`repr(value)` cut to 80 characters, for a reason that quotes what a release wrote."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+
+
+def _is_count(value: Any, limit: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= limit
+
+
+def tensor_problem(name: str, dtype: Any, shape: Any) -> str | None:
+    """What makes a tensor one day0 does not store, as "tensor 'name': why" (the name cut to
+    80 characters), or None: a name over `MAX_NAME_CHARS` characters, a dtype safetensors
+    does not define, a shape that is not a list of at most `MAX_RANK` integers from 0 to
+    `MAX_DIM`."""
+    if len(name) > MAX_NAME_CHARS:
+        return (
+            f"tensor {shown(name)}: its name is {len(name):,} characters long (day0 reads "
+            f"names of at most {MAX_NAME_CHARS:,})"
+        )
+    where = f"tensor {shown(name)}"
+    if not isinstance(shape, list | tuple) or not all(_is_count(d, MAX_DIM) for d in shape):
+        return f"{where}: shape {shown(shape)} is not a list of integers from 0 to 2**40"
+    if len(shape) > MAX_RANK:
+        return f"{where}: shape has {len(shape)} dims (day0 reads at most {MAX_RANK})"
+    try:
+        tensor_nbytes(dtype, shape)
+    except (ValueError, TypeError):
+        return f"{where}: unknown safetensors dtype {shown(dtype)}"
+    return None
+
+
+def _too_many_tensors(count: int, subject: str) -> HubError:
+    return HubError(
+        f"{subject}: the safetensors headers hold {count:,} tensors; day0 reads at most "
+        f"{MAX_TENSORS:,}."
+    )
+
+
+def _too_many_shards(count: int, what: str) -> HubError:
+    return HubError(
+        f"{what} {count:,} safetensors files; day0 reads the headers of at most {MAX_SHARDS:,}."
+    )
+
+
+def index_shards(index: bytes) -> list[str]:
+    """The files the index (`index`: the bytes of `model.safetensors.index.json`) maps its
+    tensors to, sorted. Parsed by `json_files.parse_json_bytes`, the fetch stage's parse.
+    Raises `HubError` (the release's fault, the file named) for an index that is not strict
+    JSON or nests too deeply, has no `weight_map` object, maps a tensor to something other
+    than a file name, or names over `MAX_TENSORS` tensors or `MAX_SHARDS` files (refused
+    before any header is read)."""
+    try:
+        parsed = parse_json_bytes(INDEX_FILE, index)
+    except JSONFileError as exc:
+        raise HubError(exc.message) from exc
+    weight_map = parsed.get("weight_map") if isinstance(parsed, dict) else None
+    if not isinstance(weight_map, dict):
+        raise HubError(f"{INDEX_FILE} has no 'weight_map' object.")
+    if len(weight_map) > MAX_TENSORS:
+        raise HubError(
+            f"{INDEX_FILE} names {len(weight_map):,} tensors; day0 reads at most {MAX_TENSORS:,}."
+        )
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str):
+            raise HubError(
+                f"{INDEX_FILE} maps tensor {shown(name)} to {shown(shard)}, not a file name."
+            )
+    shards = sorted(set(weight_map.values()))
+    if len(shards) > MAX_SHARDS:
+        raise _too_many_shards(len(shards), f"{INDEX_FILE} names")
+    return shards
+
+
+def weight_files(names: Iterable[str], index: bytes | None) -> list[str]:
     """The safetensors files of a release whose repo holds `names`: the shards the index
-    (`index`: its bytes) names, else `model.safetensors`, else every top-level
-    `*.safetensors`; sorted. None when the index cannot be parsed (the fetch stage reports
-    that file's error). Raises `HubNotFound` naming shards the index lists that the repo
-    lacks (an upload in progress)."""
+    (`index`: its bytes; `index_shards`) names, else `model.safetensors`, else every
+    top-level `*.safetensors`; sorted. Raises `HubError` for an index `index_shards`
+    refuses or over `MAX_SHARDS` top-level files, `HubNotFound` naming shards the index
+    lists that the repo lacks (an upload in progress)."""
     present = set(names)
     if index is not None:
-        try:
-            weight_map = json.loads(index.decode("utf-8-sig")).get("weight_map")
-        except (UnicodeDecodeError, ValueError, AttributeError):
-            return None
-        if not isinstance(weight_map, Mapping):
-            return None
-        shards = sorted({str(shard) for shard in weight_map.values()})
+        shards = index_shards(index)
         missing = [shard for shard in shards if shard not in present]
         if missing:
-            shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+            shown_names = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
             raise HubNotFound(
                 f"{INDEX_FILE} names {fmt.counted(len(missing), 'shard')} the repo does not hold: "
-                f"{shown}"
+                f"{shown_names}"
             )
         return shards
     if SINGLE_FILE in present:
         return [SINGLE_FILE]
-    return sorted(n for n in present if n.endswith(".safetensors") and "/" not in n)
+    files = sorted(n for n in present if n.endswith(".safetensors") and "/" not in n)
+    if len(files) > MAX_SHARDS:
+        raise _too_many_shards(len(files), "the repo holds, without an index,")
+    return files
 
 
 def _tensors_of(file_metadata: Any, filename: str, subject: str) -> Tensors:
     """{name: {"dtype", "shape", "data_offsets"}} from a `SafetensorsFileMetadata`, each
-    entry checked: a known dtype, non-negative integer dims, a byte span that fits them.
-    Raises `HubError` naming the file and the tensor."""
+    entry checked (`tensor_problem`; `data_offsets` two integers from 0 to 2**64 - 1 whose
+    span fits the shape). Raises `HubError` naming the file and the tensor, or the count
+    past `MAX_TENSORS`."""
+    if len(file_metadata.tensors) > MAX_TENSORS:
+        raise _too_many_tensors(len(file_metadata.tensors), f"{subject}: {filename}")
     tensors: Tensors = {}
     for name, info in file_metadata.tensors.items():
-        shape = list(info.shape)
-        offsets = list(info.data_offsets)
-        where = f"{subject}: safetensors header of {filename}, tensor {name!r}"
-        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-            raise HubError(f"{where}: shape {shape!r} is not a list of non-negative integers.")
-        if len(offsets) != 2 or not all(isinstance(o, int) and o >= 0 for o in offsets):
-            raise HubError(f"{where}: data_offsets {offsets!r} are not two byte offsets.")
-        try:
-            nbytes = tensor_nbytes(info.dtype, shape)
-        except ValueError as exc:
-            raise HubError(f"{where}: {exc}.") from exc
+        shape = info.shape
+        offsets = info.data_offsets
+        problem = tensor_problem(name, info.dtype, shape)
+        if problem is not None:
+            raise HubError(f"{subject}: safetensors header of {filename}, {problem}.")
+        where = f"{subject}: safetensors header of {filename}, tensor {shown(name)}"
+        if (
+            not isinstance(offsets, list | tuple)
+            or len(offsets) != 2
+            or not all(_is_count(o, MAX_OFFSET) for o in offsets)
+        ):
+            raise HubError(f"{where}: data_offsets {shown(offsets)} are not two byte offsets.")
+        shape, offsets = list(shape), list(offsets)
+        nbytes = tensor_nbytes(info.dtype, shape)
         if offsets[1] - offsets[0] != nbytes:
             raise HubError(
                 f"{where}: data_offsets span {offsets[1] - offsets[0]:,} bytes but a "
@@ -112,7 +210,11 @@ def merge_headers(headers: Mapping[str, Tensors]) -> dict[str, Any]:
     """One release's tensors from its files' headers ({filename: tensors}):
     {"total_size": bytes of every tensor, "shard_count": files, "tensors": {name: {"dtype",
     "shape"}}, "duplicates": {"count", "names"} (a name in more than one file: the later
-    file's entry is kept)}."""
+    file's entry is kept)}. Raises `HubError` past `MAX_TENSORS` tensors, all files
+    together."""
+    count = sum(len(tensors) for tensors in headers.values())
+    if count > MAX_TENSORS:
+        raise _too_many_tensors(count, f"{fmt.counted(len(headers), 'file')}")
     tensors: Tensors = {}
     duplicates: list[str] = []
     total = 0
@@ -133,20 +235,50 @@ def read_local_headers(repo_id: str, folder: Path, filenames: list[str]) -> dict
     """`merge_headers` of the safetensors files in `folder`, reading from each only its
     8-byte length and its header. Raises `HubError` naming the file when a header cannot
     be read: too short, a length over the library's 25 MB cap or past the file's end, bad
-    JSON, an entry that does not add up."""
+    JSON or JSON that is not a header (`_parse_header`), an entry that does not add up; or
+    past `MAX_SHARDS` files or `MAX_TENSORS` tensors (counted as the files are read)."""
     from huggingface_hub import parse_local_safetensors_file_metadata
     from huggingface_hub.errors import SafetensorsParsingError
 
+    if len(filenames) > MAX_SHARDS:
+        raise _too_many_shards(len(filenames), f"{repo_id}: the release has")
     headers: dict[str, Tensors] = {}
+    count = 0
     for filename in filenames:
         try:
-            metadata = parse_local_safetensors_file_metadata(folder / filename)
+            metadata = _parse_header(
+                lambda path=folder / filename: parse_local_safetensors_file_metadata(path),
+                filename,
+                repo_id,
+            )
         except (SafetensorsParsingError, OSError, ValueError) as exc:
             raise HubError(
                 f"{repo_id}: cannot read the safetensors header of {filename}: {exc}"
             ) from exc
         headers[filename] = _tensors_of(metadata, filename, repo_id)
+        count += len(headers[filename])
+        if count > MAX_TENSORS:
+            raise _too_many_tensors(count, f"{repo_id}: {fmt.counted(len(headers), 'file')}")
     return merge_headers(headers)
+
+
+def _parse_header(parse: Callable[[], Any], filename: str, subject: str) -> Any:
+    """`parse()` (the library's read of one header), with what a hostile header makes the
+    library raise besides its own `SafetensorsParsingError` turned into `HubError` naming the
+    file: JSON nested too deeply (`RecursionError`), JSON that is not an object of tensor
+    objects (`AttributeError`, `TypeError`, `KeyError`: the library indexes it unchecked).
+    The library's own errors (HTTP, parsing) go up as they are."""
+    try:
+        return parse()
+    except RecursionError as exc:
+        raise HubError(
+            f"{subject}: the safetensors header of {filename} is nested too deeply to be read."
+        ) from exc
+    except (AttributeError, TypeError, KeyError) as exc:
+        raise HubError(
+            f"{subject}: the safetensors header of {filename} is not an object of tensors "
+            "with a dtype, a shape and data_offsets."
+        ) from exc
 
 
 class HeaderCache:
@@ -215,14 +347,24 @@ def read_hub_headers(
     files together stay within `max_wait_s` seconds (so the read ends within the fetch
     stage's time limit however many files meet a 429). Raises what the library raised (the
     first failure; the other reads are cancelled, those done are cached) or `HubError` for a
-    header that does not add up.
+    header that does not add up, over `MAX_SHARDS` files (before any request) or over
+    `MAX_TENSORS` tensors (counted as the files are read; the reads left are cancelled).
     """
     from huggingface_hub.errors import HfHubHTTPError
 
     from engine.hubs.http import retry_after_seconds
 
+    if len(filenames) > MAX_SHARDS:
+        raise _too_many_shards(len(filenames), f"{repo_id}@{revision}: the release has")
     waited = [0.0]  # seconds spent waiting, all files together (the budget is shared)
+    read_count = [0]  # tensors read so far, all files together (bounded by MAX_TENSORS)
     lock = threading.Lock()
+
+    def take_tensors(tensors: Tensors) -> None:
+        with lock:
+            read_count[0] += len(tensors)
+            if read_count[0] > MAX_TENSORS:
+                raise _too_many_tensors(read_count[0], f"{repo_id}@{revision}")
 
     def take_wait(wait_s: float) -> bool:
         with lock:
@@ -234,12 +376,17 @@ def read_hub_headers(
     def read(filename: str) -> Tensors:
         cached = cache.get(filename)
         if cached is not None:
+            take_tensors(cached)
             return cached
         attempt = 0
         while True:
             try:
-                metadata = api.parse_safetensors_file_metadata(
-                    repo_id, filename, revision=revision, timeout=timeout_s
+                metadata = _parse_header(
+                    lambda: api.parse_safetensors_file_metadata(
+                        repo_id, filename, revision=revision, timeout=timeout_s
+                    ),
+                    filename,
+                    f"{repo_id}@{revision}",
                 )
                 break
             except HfHubHTTPError as exc:
@@ -256,6 +403,7 @@ def read_hub_headers(
                 sleep(wait_s)
                 attempt += 1
         tensors = _tensors_of(metadata, filename, f"{repo_id}@{revision}")
+        take_tensors(tensors)
         cache.put(filename, tensors)
         return tensors
 

@@ -12,8 +12,7 @@ the `serve` stage (`tokenizer.py`: which files, the caps, where they are kept); 
 
 from __future__ import annotations
 
-import json
-import re
+import math
 from collections import Counter
 from typing import Any
 
@@ -21,72 +20,55 @@ from engine import formatting as fmt
 from engine.architecture.checkpoint_names import fold_tensors
 from engine.contract import StageContext, StageFailed, StageTransientError
 from engine.hubs import HubSpec, hub_source
-from engine.hubs.base import HubError, ReleaseFiles, tensor_nbytes
+from engine.hubs.base import INDEX_FILE, HubError, ReleaseFiles, tensor_nbytes
+from engine.hubs.safetensors_headers import MAX_TENSORS, shown, tensor_problem
+from engine.json_files import JSONFileError, parse_json_bytes
 from engine.stages.fetch.tokenizer import fetch_tokenizer
 
 README_EXCERPT_CHARS = 4000
 # Tensor names listed where the index and the headers disagree, at most.
 SHOWN_NAMES = 10
 
-_NON_FINITE = re.compile(r"[:\[,]\s*(-?Infinity|NaN)\b")
-
-
-class _NonFiniteNumber(ValueError):
-    pass
-
-
-def _refuse_constant(constant: str) -> Any:
-    # Python's json accepts NaN/Infinity; JSON (RFC 8259) and the database's JSON do not.
-    raise _NonFiniteNumber(constant)
-
-
-def _non_finite_error(name: str, text: str, constant: str) -> StageFailed:
-    """Where the first NaN/Infinity stands (json's callback is not told the position)."""
-    match = _NON_FINITE.search(text)
-    if match is None:
-        return StageFailed(f"{name} is not valid JSON: {constant} (JSON has no NaN or Infinity).")
-    pos = match.start(1)
-    line = text.count("\n", 0, pos) + 1
-    column = pos - (text.rfind("\n", 0, pos) + 1) + 1
-    return StageFailed(
-        f"{name} is not valid JSON: {match.group(1)} at line {line} column {column} (char {pos}); "
-        "JSON has no NaN or Infinity."
-    )
-
 
 def parse_json_file(name: str, raw: bytes) -> Any:
-    """Parse one fetched JSON file.
+    """Parse one fetched JSON file (`json_files.parse_json_bytes`, the parse the hub sources
+    use for the index too).
 
     Raises `StageFailed` naming the file and the line, column and character offset of the
-    first error (from `json.JSONDecodeError`), or saying it is not UTF-8.
+    first error (from `json.JSONDecodeError`), or saying it is not UTF-8, holds NaN or
+    Infinity, or is nested too deeply to read.
     """
     try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise StageFailed(f"{name} is not UTF-8 text (byte {exc.start}).") from exc
-    try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except _NonFiniteNumber as exc:
-        raise _non_finite_error(name, text, str(exc)) from exc
-    except RecursionError as exc:
-        raise StageFailed(f"{name} is nested too deeply to be a model config.") from exc
-    except json.JSONDecodeError as exc:
-        raise StageFailed(
-            f"{name} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "
-            f"(char {exc.pos})."
-        ) from exc
+        return parse_json_bytes(name, raw)
+    except JSONFileError as exc:
+        raise StageFailed(exc.message) from exc
 
 
 def _index_weight_map(index: Any) -> dict[str, Any]:
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
-        raise StageFailed("model.safetensors.index.json has no 'weight_map' object.")
+        raise StageFailed(f"{INDEX_FILE} has no 'weight_map' object.")
     return weight_map
 
 
 def _index_total(index: dict[str, Any]) -> int | None:
-    total = (index.get("metadata") or {}).get("total_size")
-    return int(total) if isinstance(total, int | float) else None
+    """The byte count the index's `metadata.total_size` states; None when it states none
+    (no `metadata`, no `total_size`, or null). Raises `StageFailed` naming the file for one
+    that is not a byte count: not an object, a string, a negative or fractional number, or
+    one past any float (`1e400` is parsed as infinity)."""
+    metadata = index.get("metadata")
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise StageFailed(f"{INDEX_FILE}: 'metadata' is {shown(metadata)}, not an object.")
+    total = metadata.get("total_size")
+    if total is None:
+        return None
+    if isinstance(total, float) and math.isfinite(total) and total.is_integer():
+        total = int(total)
+    if not isinstance(total, int) or isinstance(total, bool) or total < 0:
+        raise StageFailed(f"{INDEX_FILE}: metadata.total_size {shown(total)} is not a byte count.")
+    return total
 
 
 def _names(names: set[str]) -> dict[str, Any]:
@@ -106,18 +88,26 @@ def summarize_weights(
     the index only or in the headers only: {"index_only", "headers_only"}, each {"count",
     "names"}) when they differ. From an index alone: {"source": "index", "total_size",
     "shard_count", "tensor_count", "dtypes": {}}. None when the release has neither.
-    Raises `StageFailed` when the index has no `weight_map` object or a header names a
-    dtype safetensors does not define.
+    Raises `StageFailed` when the index has no `weight_map` object or a `metadata.total_size`
+    that is not a byte count, or when a tensor is not one day0 can store
+    (`safetensors_headers.tensor_problem`: an unknown dtype, a name over
+    `MAX_NAME_CHARS` characters, a shape past `MAX_RANK` dims or `MAX_DIM` elements a dim)
+    or there are over `MAX_TENSORS` of them; the reason names the tensor.
     """
     weight_map = _index_weight_map(index) if index is not None else None
     if safetensors_metadata is not None:
         tensors = safetensors_metadata.get("tensors", {})
+        if len(tensors) > MAX_TENSORS:
+            raise StageFailed(
+                f"the safetensors headers hold {len(tensors):,} tensors; day0 reads at most "
+                f"{MAX_TENSORS:,}."
+            )
         per_dtype: Counter[str] = Counter()
         for name, info in tensors.items():
-            try:
-                per_dtype[info["dtype"]] += tensor_nbytes(info["dtype"], info.get("shape", []))
-            except ValueError as exc:
-                raise StageFailed(f"safetensors header of tensor {name!r}: {exc}.") from exc
+            problem = tensor_problem(name, info.get("dtype"), info.get("shape", []))
+            if problem is not None:
+                raise StageFailed(f"safetensors header of {problem}.")
+            per_dtype[info["dtype"]] += tensor_nbytes(info["dtype"], info.get("shape", []))
         summary: dict[str, Any] = {
             "source": "safetensors_headers",
             "total_size": int(safetensors_metadata.get("total_size") or sum(per_dtype.values())),
@@ -162,10 +152,8 @@ def parse_release_files(fetched: ReleaseFiles) -> dict[str, Any]:
             "generation_config.json", fetched.files["generation_config.json"]
         )
     index = None
-    if "model.safetensors.index.json" in fetched.files:
-        index = parse_json_file(
-            "model.safetensors.index.json", fetched.files["model.safetensors.index.json"]
-        )
+    if INDEX_FILE in fetched.files:
+        index = parse_json_file(INDEX_FILE, fetched.files[INDEX_FILE])
     readme = fetched.files.get("README.md", b"").decode("utf-8", errors="replace")
     return {
         "repo_id": fetched.repo_id,

@@ -12,11 +12,16 @@ import pytest
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import SafetensorsFileMetadata, TensorInfo
 
-from engine.hubs import HubSpec, trust
+from engine.hubs import HubSpec, safetensors_headers, trust
 from engine.hubs.base import HubError, HubNotFound, HubRateLimited
 from engine.hubs.huggingface import HuggingFaceSource
 from engine.hubs.mirror import MirrorSource
-from engine.hubs.safetensors_headers import HeaderCache, read_hub_headers, weight_files
+from engine.hubs.safetensors_headers import (
+    MAX_SHARDS,
+    HeaderCache,
+    read_hub_headers,
+    weight_files,
+)
 from tests.checkpoints import meta_checkpoint, safetensors_file, shard
 from tests.engine.stages.realconfigs import load
 from tests.fakehub import FakeHub
@@ -294,7 +299,8 @@ def test_weight_files_follow_transformers_loading_rule():
         "a.safetensors",
         "b.safetensors",
     ]
-    assert weight_files(names, b"not json") is None
+    with pytest.raises(HubError, match=r"model\.safetensors\.index\.json is not valid JSON"):
+        weight_files(names, b"not json")
     with pytest.raises(HubNotFound, match="names 1 shard the repo does not hold: m-2"):
         weight_files(["m-1.safetensors"], index)
 
@@ -311,3 +317,119 @@ def test_a_duplicated_tensor_name_is_reported(tmp_path):
     )
 
     assert fetched.safetensors_metadata["duplicates"] == {"count": 1, "names": ["x.weight"]}
+
+
+# -- what a hostile uploader may write ---------------------------------------------------------
+
+
+def test_an_index_nested_too_deeply_is_the_release_s_fault_naming_the_file():
+    deep = b'{"weight_map": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+
+    with pytest.raises(HubError) as raised:
+        weight_files(["model-1.safetensors"], deep)
+    assert raised.value.message == (
+        "model.safetensors.index.json is nested too deeply to be read as JSON."
+    )
+    assert not raised.value.transient
+
+
+def test_an_index_mapping_a_tensor_to_a_non_name_is_refused():
+    index = json.dumps({"weight_map": {"a": "m-1.safetensors", "b": ["m-2"]}}).encode()
+
+    with pytest.raises(HubError, match=r"maps tensor 'b' to \['m-2'\], not a file name"):
+        weight_files(["m-1.safetensors"], index)
+
+
+def test_an_index_naming_too_many_shards_is_refused_before_any_request(fake_hub):
+    names = [f"m-{i}.safetensors" for i in range(MAX_SHARDS + 1)]
+    index = json.dumps({"weight_map": {f"t{i}": name for i, name in enumerate(names)}})
+    files = {"config.json": b"{}", "model.safetensors.index.json": index.encode()}
+    fake_hub.add_repo(REPO, {**files, **dict.fromkeys(names, b"")})
+
+    with pytest.raises(HubError, match=r"names 2,001 safetensors files; day0 reads the headers"):
+        source(fake_hub).fetch_release(REPO, "main")
+    assert not [r for r in fake_hub.requests if r.path.endswith("0.safetensors")]
+
+
+def test_too_many_top_level_files_without_an_index_are_refused():
+    names = [f"m-{i}.safetensors" for i in range(MAX_SHARDS + 1)]
+
+    with pytest.raises(HubError, match="without an index, 2,001 safetensors files"):
+        weight_files(names, None)
+
+
+def one_tensor_mirror(root, entry, name: str = "model.norm.weight") -> MirrorSource:
+    folder = root / REPO
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    raw = json.dumps({name: entry}).encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw)
+    return MirrorSource(HubSpec(kind="mirror", endpoint=str(root)))
+
+
+@pytest.mark.parametrize(
+    ("entry", "reason"),
+    [
+        # True and False are ints to Python: [False, 2] would pass as [0, 2].
+        ({"dtype": "BF16", "shape": [1], "data_offsets": [False, 2]}, "not two byte offsets"),
+        ({"dtype": "BF16", "shape": [2**41], "data_offsets": [0, 2**42]}, "shape"),
+        ({"dtype": "BF16", "shape": [1] * 9, "data_offsets": [0, 2]}, "9 dims"),
+        ({"dtype": "BF16", "shape": [1], "data_offsets": [0, 2**64 + 1]}, "not two byte offsets"),
+    ],
+)
+def test_a_malformed_header_entry_names_the_file_and_the_tensor(tmp_path, entry, reason):
+    hub = one_tensor_mirror(tmp_path, entry)
+
+    with pytest.raises(HubError) as raised:
+        hub.fetch_release(REPO, "main")
+    assert "safetensors header of model.safetensors, tensor 'model.norm.weight'" in (
+        raised.value.message
+    )
+    assert reason in raised.value.message
+
+
+def test_an_over_long_tensor_name_is_refused_cut_to_80_characters(tmp_path):
+    name = "model.layers." + "9" * 5000 + ".weight"
+    hub = one_tensor_mirror(tmp_path, {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]}, name)
+
+    with pytest.raises(HubError) as raised:
+        hub.fetch_release(REPO, "main")
+    message = raised.value.message
+    assert "its name is 5,020 characters long (day0 reads names of at most 1,024)" in message
+    assert len(message) < 300
+
+
+@pytest.mark.parametrize("header", [b"[1, 2]", b'{"t": "not a tensor"}', b"[" * 100_000])
+def test_a_header_that_is_not_an_object_of_tensors_is_the_release_s_fault(tmp_path, header):
+    folder = tmp_path / REPO
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+
+    with pytest.raises(HubError, match=r"safetensors header of model\.safetensors"):
+        MirrorSource(HubSpec(kind="mirror", endpoint=str(tmp_path))).fetch_release(REPO, "main")
+
+
+def test_too_many_tensors_are_refused_with_the_count(tmp_path, table, monkeypatch):
+    monkeypatch.setattr(safetensors_headers, "MAX_TENSORS", len(table) - 1)
+    hub = mirror_release(tmp_path, table, shards=4, data=False)
+    index = tmp_path / REPO / "model.safetensors.index.json"
+    with pytest.raises(HubError, match=f"index.json names {len(table):,} tensors; day0 reads"):
+        hub.fetch_release(REPO, "main")
+    index.unlink()  # the headers alone: every top-level file is read
+
+    with pytest.raises(HubError, match=f"hold {len(table):,} tensors; day0 reads at most"):
+        hub.fetch_release(REPO, "main")
+
+
+def test_too_many_tensors_over_the_hub_stop_the_reads(fake_hub, table, monkeypatch):
+    monkeypatch.setattr(safetensors_headers, "MAX_TENSORS", len(table) // 2)
+    files = shard(table, SHARDS)
+    del files["model.safetensors.index.json"]
+    fake_hub.add_repo(REPO, {"config.json": json.dumps(qwen3_moe_small()).encode(), **files})
+
+    with pytest.raises(HubError, match=r"tensors; day0 reads at most \d+"):
+        source(fake_hub).fetch_release(REPO, "main")
+    # the reads stop once the count is past the bound (those in flight finish)
+    shard_reads = [r for r in fake_hub.requests if r.path.endswith(".safetensors")]
+    assert len(shard_reads) < SHARDS

@@ -116,3 +116,49 @@ def test_nan_and_infinity_are_refused_with_their_position():
     )
     with pytest.raises(StageFailed, match="-Infinity at line 1 column 7"):
         parse_json_file("config.json", b'{"a": -Infinity}')
+
+
+@pytest.mark.parametrize(
+    ("metadata", "reason"),
+    [
+        # 1e400 is parsed as infinity: int() of it raised OverflowError.
+        (b'{"total_size": 1e400}', r"metadata\.total_size inf is not a byte count"),
+        (b'{"total_size": -1}', r"metadata\.total_size -1 is not a byte count"),
+        (b'{"total_size": true}', r"metadata\.total_size True is not a byte count"),
+        (b"[1]", r"'metadata' is \[1\], not an object"),
+    ],
+)
+def test_a_malformed_index_total_size_is_the_release_s_fault(metadata, reason):
+    index = b'{"metadata": ' + metadata + b', "weight_map": {"w": "model.safetensors"}}'
+    fetched = ReleaseFiles(
+        repo_id="a/b",
+        revision="r",
+        files={"config.json": b"{}", "model.safetensors.index.json": index},
+    )
+
+    with pytest.raises(StageFailed, match=r"^model\.safetensors\.index\.json: " + reason):
+        parse_release_files(fetched)
+
+
+def test_an_index_nested_too_deeply_names_the_file():
+    with pytest.raises(StageFailed, match=r"index\.json is nested too deeply to be read as JSON"):
+        parse_json_file("model.safetensors.index.json", b"[" * 200_000 + b"]" * 200_000)
+
+
+def test_a_tensor_name_past_the_int_string_limit_is_refused_naming_it():
+    # int() of a 5,000-digit string raises ValueError (Python's int-string limit).
+    name = "model.layers." + "7" * 5000 + ".weight"
+    metadata = {"tensors": {name: {"dtype": "BF16", "shape": [4]}}}
+
+    with pytest.raises(StageFailed) as info:
+        summarize_weights(None, metadata)
+    assert info.value.reason.startswith("safetensors header of tensor 'model.layers.7777")
+    assert "its name is 5,020 characters long" in info.value.reason
+    assert len(info.value.reason) < 300
+
+
+def test_a_tensor_shape_past_the_bounds_is_refused_naming_it():
+    metadata = {"tensors": {"w": {"dtype": "BF16", "shape": [2**41]}}}
+
+    with pytest.raises(StageFailed, match=r"tensor 'w': shape \[2199023255552\] is not a list"):
+        summarize_weights(None, metadata)
