@@ -9,7 +9,6 @@ both call sources through this interface, so a new hub kind is one module beside
 from __future__ import annotations
 
 import fnmatch
-import json
 import math
 import os
 import re
@@ -19,6 +18,7 @@ from datetime import datetime
 from typing import Protocol
 
 from engine import formatting as fmt
+from engine.json_files import JSONFileError, parse_json_bytes
 
 # Files that describe a release; the weights are never downloaded.
 RELEASE_FILES: tuple[str, ...] = (
@@ -169,7 +169,9 @@ SAFETENSORS_DTYPE_BITS: dict[str, int] = {
 INDEX_FILE = "model.safetensors.index.json"
 
 # `model-00003-of-00163.safetensors`: the shard naming transformers and the Hub use.
-_SHARD_NAME_RE = re.compile(r"^(?P<stem>.*)-(?P<n>\d+)-of-(?P<total>\d+)\.safetensors$")
+# Shard numbers of at most 9 digits: a longer one is no shard count (and int() of 5,000 digits
+# raises past Python's int-string limit).
+_SHARD_NAME_RE = re.compile(r"^(?P<stem>.*)-(?P<n>\d{1,9})-of-(?P<total>\d{1,9})\.safetensors$")
 
 
 def tensor_nbytes(dtype: str, shape: Iterable[int]) -> int:
@@ -224,9 +226,10 @@ def incomplete_reason(file_names: Iterable[str], index: bytes | None) -> str:
         return "no config.json yet (upload in progress?)"
     if index is not None:
         try:
-            weight_map = json.loads(index.decode("utf-8-sig")).get("weight_map")
-        except (UnicodeDecodeError, ValueError, AttributeError):
+            parsed = parse_json_bytes(INDEX_FILE, index)
+        except JSONFileError:  # deep nesting included: never a RecursionError
             return f"{INDEX_FILE} is not a JSON object yet (upload in progress?)"
+        weight_map = parsed.get("weight_map") if isinstance(parsed, dict) else None
         if not isinstance(weight_map, dict):
             return f"{INDEX_FILE} has no weight_map yet (upload in progress?)"
         missing = sorted({str(shard) for shard in weight_map.values()} - names)

@@ -67,3 +67,14 @@ def test_a_command_line_target_must_be_a_path_or_a_valid_repo_id(target, tmp_pat
     monkeypatch.chdir(tmp_path)  # no such path here
     with pytest.raises(TargetError, match="neither an existing path nor a Hub repo id"):
         resolve_target(target)
+
+
+def test_a_hostile_index_or_shard_name_reads_as_not_complete_yet():
+    """An index nested past Python's recursion limit, or a shard number of 5,000 digits, is a
+    release still being uploaded (or broken), never a crash of the poll."""
+    from engine.hubs.base import incomplete_reason
+
+    deep = b'{"weight_map": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    assert "not a JSON object yet" in incomplete_reason(["config.json"], deep)
+    huge = "model-" + "9" * 5000 + "-of-" + "9" * 5000 + ".safetensors"
+    assert incomplete_reason(["config.json", huge], None) == ""
