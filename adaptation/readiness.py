@@ -89,14 +89,16 @@ def readiness_thresholds_check(thresholds: Mapping[str, Sequence[str]]) -> dict[
         raise ImproperlyConfigured("DAY0_READINESS must map levels to lists of stage names.")
     if extra := [level for level in thresholds if level not in LEVELS]:
         raise ImproperlyConfigured(
-            f"DAY0_READINESS: unknown level(s) {', '.join(map(repr, extra))}; levels: "
+            f"DAY0_READINESS: unknown {'level' if len(extra) == 1 else 'levels'} "
+            f"{', '.join(map(repr, extra))}; levels: "
             f"{', '.join(LEVELS)}."
         )
     levels = {level: list(thresholds.get(level) or []) for level in LEVELS}
     unknown = [name for stages in levels.values() for name in stages if name not in known]
     if unknown:
         raise ImproperlyConfigured(
-            f"DAY0_READINESS names stage(s) {', '.join(map(repr, unknown))} that are not "
+            f"DAY0_READINESS names {'stage' if len(unknown) == 1 else 'stages'} "
+            f"{', '.join(map(repr, unknown))} that are not "
             f"registered; registered stages: {', '.join(known)}."
         )
     return levels

@@ -106,7 +106,8 @@ def env_stage_levels(
         raise ImproperlyConfigured(f"{name} must be a JSON object of levels: {example}.")
     if unknown := [key for key in value if key not in levels]:
         raise ImproperlyConfigured(
-            f"{name}: unknown level(s) {', '.join(map(repr, unknown))}; levels: "
+            f"{name}: unknown {'level' if len(unknown) == 1 else 'levels'} "
+            f"{', '.join(map(repr, unknown))}; levels: "
             f"{', '.join(levels)}."
         )
     seen: dict[str, str] = {}

@@ -385,7 +385,8 @@ class JobCreateInput(serializers.Serializer):
         unknown = [name for name in value if name not in known]
         if unknown:
             raise serializers.ValidationError(
-                f"Unknown stage(s) {', '.join(map(repr, unknown))}; stages: {', '.join(known)}."
+                f"Unknown {'stage' if len(unknown) == 1 else 'stages'} "
+                f"{', '.join(map(repr, unknown))}; stages: {', '.join(known)}."
             )
         return value
 

@@ -258,7 +258,7 @@ def test_estimate_waits_for_running_and_earlier_jobs_by_median_stage_duration(se
     assert answer.estimated_wait_s == 110.0
     assert answer.estimated_start_at.isoformat() == (now + timedelta(seconds=110)).isoformat()
     assert basis(answer).startswith("estimate")
-    assert "30.0 s over its last 3 succeeded stage(s)" in basis(answer)
+    assert "30.0 s over its last 3 succeeded stages" in basis(answer)
     assert reason(answer) == (
         "waits: 1 job waiting ahead of it; 0 of 1 device free, 1 held by 1 running job"
     )
@@ -413,7 +413,7 @@ def test_a_backend_pool_counts_only_workers_of_its_backend_and_says_so(settings)
     assert [s.worker.name for s in inv.counted_workers] == ["h200@gpu"]
     assert inv.devices_reported == 1 and devices_counted(inv.declares_devices) == "reported"
     assert warnings(inv) == [
-        "worker h200@laptop runs on cpu, not cuda: its 1 device(s) are not counted",
+        "worker h200@laptop runs on cpu, not cuda: its 1 device is not counted",
         "layout says 8 per node x 1 node; live workers report 1",
     ]
     answer = plan_start_estimate(pool=pool, devices=2, now=now)

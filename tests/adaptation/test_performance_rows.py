@@ -299,8 +299,7 @@ def test_the_pools_running_calibration_reads_its_last_successful_runs():
     assert calibration["device"]["memory_bandwidth_bytes_per_s"] == 1.2e10 + 2
     assert calibration["device"]["runs"][0] == newest.pk
     assert (
-        f"median of 3 performance runs (stage runs {newest.pk}, "
-        in calibration["device"]["source"]
+        f"median of 3 performance runs (stage runs {newest.pk}, " in calibration["device"]["source"]
     )
     assert "a twin of 984,192 params, bfloat16" in calibration["basis"]
     assert pool_calibration(pool=cpu, runs=1)["decode_factor"] == pytest.approx(0.7)

@@ -136,7 +136,7 @@ def test_create_refuses_bad_input_field_by_field(cast, seeded, body, field, mess
     ("extra", "field", "message"),
     [
         ({"pool": "nope"}, "pool", "No enabled pool 'nope'; enabled pools: cpu, h200."),
-        ({"stages": ["fetch", "dance"]}, "stages", "Unknown stage(s) 'dance'; stages: fetch,"),
+        ({"stages": ["fetch", "dance"]}, "stages", "Unknown stage 'dance'; stages: fetch,"),
         (
             {"stages": ["fetch"], "options": {"plan": {"context_tokens": 10}}},
             "options",

@@ -49,7 +49,7 @@ def test_pools_page_shows_the_no_live_worker_badge(live_server, page, django_use
     live = page.locator("#pool-h200")
     expect(live).to_contain_text("2 live workers")
     expect(live.locator(".device-warning")).to_have_text(
-        ["worker h200@laptop runs on cpu, not cuda: its 1 device(s) are not counted"]
+        ["worker h200@laptop runs on cpu, not cuda: its 1 device is not counted"]
     )
     expect(live.locator(".pool-devices")).to_contain_text("8 reported")
     manifest = page.locator("#pool-gaudi3")

@@ -174,8 +174,7 @@ def test_a_context_capped_by_default_on_a_pool_that_holds_it_is_minor_or_info():
     (minor,) = findings_for_stage("plan", default, pool="l4", analysis=analysis)
     assert minor.severity == "minor"
     assert minor.title == (
-        "Context capped at 32,768 of 131,072 tokens on pool l4: 2 sequences fit at the "
-        "full context"
+        "Context capped at 32,768 of 131,072 tokens on pool l4: 2 sequences fit at the full context"
     )
     single = plan_release(analysis, layout, concurrency=1, catalog=load_catalog()).to_dict()
     (info,) = findings_for_stage("plan", single, pool="l4", analysis=analysis)

@@ -93,7 +93,7 @@ def test_the_notes_carry_the_plans_launch_commands_and_the_measured_knee():
     assert config["dtype_label"] == "checkpoint (mxfp4)"
     configuration = section(markdown, "Configuration")
     assert "| Recommended pool | `h200x8`: NVIDIA H200 SXM 141GB" in configuration
-    assert "| Parallel split | TP1 PP1 EP1 DP1 on 1 device(s)" in configuration
+    assert "| Parallel split | TP1 PP1 EP1 DP1 on 1 device" in configuration
     assert "| Context | 32,768 tokens per sequence |" in configuration
     assert "| Max concurrency | 148 sequences at the full context (sized for 4) |" in configuration
 
@@ -410,8 +410,8 @@ def test_the_stage_reads_its_context():
         "blocked": None,
     }
     assert release_notes_summary(result) == (
-        "TP1 PP1 EP1 DP1 on 1 device(s), checkpoint (mxfp4); knee batch 4 (measured (twin)); "
-        "precision passed; multi-device TP=2 passed; stability passed; 1 open limitation(s)"
+        "TP1 PP1 EP1 DP1 on 1 device, checkpoint (mxfp4); knee batch 4 (measured (twin)); "
+        "precision passed; multi-device TP=2 passed; stability passed; 1 open limitation"
     )
 
 

@@ -150,7 +150,7 @@ def test_versions_count_per_pool():
         ("h200-east", 2, True),
         ("h200x8", 1, False),
     ]
-    assert summaries[1].summary.startswith("TP1 PP1 EP1 DP1 on 1 device(s)")
+    assert summaries[1].summary.startswith("TP1 PP1 EP1 DP1 on 1 device")
     assert [pool.name for pool in release_notes_pools(first.release)] == ["h200-east", "h200x8"]
 
 

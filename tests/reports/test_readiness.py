@@ -268,7 +268,7 @@ def test_thresholds_naming_unknown_stages_are_refused_at_start():
     [
         ("{not json", "not valid JSON"),
         ('["fetch"]', "must be a JSON object"),
-        ('{"beta": ["fetch"]}', "unknown level(s) 'beta'"),
+        ('{"beta": ["fetch"]}', "unknown level 'beta'"),
         ('{"experimental": "fetch"}', "experimental must be a list"),
         ('{"experimental": ["fetch"], "complete": ["fetch"]}', "'fetch' is named in experimental"),
     ],

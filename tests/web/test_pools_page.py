@@ -209,7 +209,7 @@ def test_a_backend_pool_warns_when_its_workers_and_layout_disagree(logged_in_cli
 
     warnings = [text(w) for w in re.findall(r'<li class="device-warning">(.*?)</li>', html)]
     assert warnings == [
-        "worker h200@laptop runs on cpu, not cuda: its 1 device(s) are not counted",
+        "worker h200@laptop runs on cpu, not cuda: its 1 device is not counted",
         "layout says 8 per node x 1 node; live workers report 1",
     ]
     assert "1 reported · 0 held · 1 free" in text(html)
