@@ -34,7 +34,9 @@ DENSE_SWEEP = {
     "dtypes": ["float32", "bfloat16"],
 }
 MOE_SWEEP = DENSE_SWEEP | {"prompt_lens": [16], "dtypes": ["bfloat16"]}
-STABILITY = {"duration_s": 2.0, "min_steps": 20}
+# The pages read a clean run: on a busy machine a 2 s run's step times drift past the stage's
+# +50 % default (tests/engine/stages/test_stability.py tests the drift check itself).
+STABILITY = {"duration_s": 2.0, "min_steps": 20, "max_step_time_drift": 10.0}
 OOM_BATCH = 4
 
 

@@ -49,7 +49,8 @@ def full_size_prediction(result: Mapping[str, Any]) -> FullSizePrediction | None
 class TwinCalibration:
     """The run's calibration: the twin measured against the roofline's prediction for it on
     the same device (medians as fractions, per dtype (dtype, median, points)), the roofline
-    figures used (kind, name, source) and the basis; `available` False with its reason."""
+    figures used (kind, name, source), the basis, and the points left out as probe errors
+    (above the roofline: their count and why); `available` False with its reason."""
 
     available: bool
     reason: str = ""
@@ -58,6 +59,9 @@ class TwinCalibration:
     by_dtype: list[tuple[str, float | None, Any]] = field(default_factory=list)
     figures: Mapping[str, Any] = field(default_factory=dict)
     basis: str = ""
+    # Points whose efficiency was above the roofline: a probe error, left out of the medians.
+    probe_errors: int = 0
+    probe_error: str = ""
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,8 @@ def twin_calibration(result: Mapping[str, Any]) -> TwinCalibration | None:
         ],
         figures=as_mapping(cal.get("figures")),
         basis=str(cal.get("basis") or ""),
+        probe_errors=int(finite(cal.get("probe_errors")) or 0),
+        probe_error=str(cal.get("probe_error") or ""),
     )
 
 

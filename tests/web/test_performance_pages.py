@@ -396,6 +396,26 @@ def test_calibration_rows_are_drawn_beside_the_twin_and_summed_up(logged_in_clie
     assert "Full-size prediction, calibrated decode x" in text(table)
 
 
+def test_points_above_the_roofline_are_said_to_be_probe_errors(logged_in_client):
+    """A run whose calibration left points out as probe errors (efficiency over 100 %) says
+    how many and why beside its medians."""
+    job = measured_job(DENSE, stability="")
+    run = job.stage_runs.get(stage="performance")
+    result = dict(run.result)
+    reason = "3 points ran above the roofline (efficiency over 100 %): a probe error"
+    result["calibration"] = {**result["calibration"], "probe_errors": 3, "probe_error": reason}
+    run.result = result
+    run.save(update_fields=["result"])
+    table = re.search(
+        r'<table class="data-table perf-calibration".*?</table>', page(logged_in_client, job), re.S
+    )[0]
+    assert (
+        "Left out: probe errors 3 points ran faster than the roofline allows (efficiency over "
+        "100 %): the device figure it read was measured too low, so they are shown but not in "
+        "the medians and never calibrate a prediction " + reason
+    ) in text(table)
+
+
 def test_a_failed_sweep_without_rows_says_why(logged_in_client):
     release = make_release()
     job = make_job(
