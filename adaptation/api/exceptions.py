@@ -121,6 +121,22 @@ def _code(exc: exceptions.APIException) -> str:
     return codes if isinstance(codes, str) else exc.default_code
 
 
+def _not_found_message(exc: Http404, context: dict[str, Any]) -> str | None:
+    """Django's "No ModelRelease matches the given query." in the API's words: "No release with
+    id 999." (the view's model and lookup); a 404 raised with its own words keeps them."""
+    message = str(exc)
+    if not message.endswith("matches the given query."):
+        return message or None
+    view = context.get("view")
+    model = getattr(getattr(view, "queryset", None), "model", None)
+    kwargs = getattr(view, "kwargs", None) or {}
+    field = getattr(view, "lookup_url_kwarg", None) or getattr(view, "lookup_field", "pk")
+    if model is None or field not in kwargs:
+        return "Not found."
+    name = "id" if field == "pk" else field
+    return f"No {model._meta.verbose_name} with {name} {kwargs[field]}."
+
+
 def error_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's `EXCEPTION_HANDLER`: DRF's own handling (status, `WWW-Authenticate` on 401,
     `Retry-After` on 429), then the body reshaped into the one error shape. A `ServiceError`
@@ -132,7 +148,7 @@ def error_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     elif isinstance(exc, SuspiciousOperation):
         exc = _refusal(exc)
     elif isinstance(exc, Http404):
-        exc = exceptions.NotFound(str(exc) or None)
+        exc = exceptions.NotFound(_not_found_message(exc, context))
     elif isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied(str(exc) or None)
     response = drf_exception_handler(exc, context)

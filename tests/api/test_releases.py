@@ -142,6 +142,8 @@ def test_missing_release_is_a_404_in_the_error_shape(cast, seeded):
     response = cast.api("mona").get(f"{URL}999999/")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
+    # in the API's words, not Django's "No ModelRelease matches the given query."
+    assert response.json()["error"]["message"] == "No model release with id 999999."
 
 
 @pytest.mark.parametrize(
