@@ -27,6 +27,14 @@ class Metric:
         """The label without what the chart draws around the median: "TTFT"."""
         return self.label.removesuffix(" (median, p95 bar)")
 
+    @property
+    def header(self) -> str:
+        """A table column's header: the short label and its unit, the unit once ("decode
+        tokens/s", not "decode tokens/s (tokens/s)"; "TTFT (ms)")."""
+        if not self.unit or self.short_label.endswith(self.unit):
+            return self.short_label
+        return f"{self.short_label} ({self.unit})"
+
     def chart_spec(self) -> dict[str, Any]:
         """The metric as `charts.performance.curves` takes it."""
         return {
@@ -47,6 +55,15 @@ METRICS: dict[str, Metric] = {
         Metric("tpot_s", "TPOT (median, p95 bar)", "ms", 1000.0, "tpot_p95_s"),
         Metric("peak_process_rss_bytes", "peak memory, process RSS", "MiB", 1 / MIB),
         Metric("peak_device_allocated_bytes", "peak device memory allocated", "MiB", 1 / MIB),
+        Metric(
+            "peak_process_rss_increase_bytes", "peak memory increase, process RSS", "MiB", 1 / MIB
+        ),
+        Metric(
+            "peak_device_allocated_increase_bytes",
+            "peak device memory increase",
+            "MiB",
+            1 / MIB,
+        ),
     )
 }
 # Drawn only as the error bars of their medians.

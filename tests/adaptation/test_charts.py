@@ -80,3 +80,13 @@ def test_the_time_to_day0_chart_never_ticks_in_seconds():
     assert low < at and high > at + timedelta(seconds=4)
     wide = [dict(points[0]), dict(points[1], at=at + timedelta(days=3))]
     assert "range" not in report_time_to_day0(wide)["layout"]["xaxis"]  # plotly's own
+
+
+def test_a_table_header_names_its_unit_once():
+    from adaptation.charts.performance_metrics import metric_info
+
+    assert metric_info("decode_tokens_per_s").header == "decode tokens/s"
+    assert metric_info("ttft_s").header == "TTFT (ms)"
+    rss = metric_info("peak_process_rss_increase_bytes", "bytes")
+    assert rss.header == "peak memory increase, process RSS (MiB)"
+    assert rss.scale == 1 / 2**20  # drawn in MiB, stored in bytes

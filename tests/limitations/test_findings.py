@@ -164,7 +164,7 @@ def test_a_plan_capped_below_the_full_context_by_memory_is_major():
         f"Context capped by memory on pool l4: at most {longest:,} of 131,072 tokens per sequence"
     )
     assert "16.0 GiB at 131,072 tokens" in note.body
-    assert "- sequences at the full context: 0" in note.body
+    assert "- sequences at the full context (131,072 tokens): 0" in note.body
 
 
 def test_a_context_capped_by_default_on_a_pool_that_holds_it_is_minor_or_info():
@@ -174,7 +174,7 @@ def test_a_context_capped_by_default_on_a_pool_that_holds_it_is_minor_or_info():
     (minor,) = findings_for_stage("plan", default, pool="l4", analysis=analysis)
     assert minor.severity == "minor"
     assert minor.title == (
-        "Context capped at 32,768 of 131,072 tokens on pool l4: 2 sequences fit at the full context"
+        "Context capped at 32,768 of 131,072 tokens on pool l4: 2 sequences fit at 131,072"
     )
     single = plan_release(analysis, layout, concurrency=1, catalog=load_catalog()).to_dict()
     (info,) = findings_for_stage("plan", single, pool="l4", analysis=analysis)

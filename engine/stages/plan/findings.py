@@ -129,7 +129,7 @@ def _plan_context_capped(
         f"{fmt.gib(memory.get('runtime_overhead', 0))})",
         f"- KV cache of one sequence per device: {fmt.gib(per_sequence)} at {planned:,} tokens, "
         f"{fmt.gib(full_per_device)} at {max_context:,} tokens",
-        f"- sequences at the full context: {sequences:,}"
+        f"- sequences at the full context ({max_context:,} tokens): {sequences:,}"
         + (f" ({sequences // dp:,} per DP replica)" if dp > 1 else ""),
         f"- longest context one sequence can hold: {low:,} tokens",
     ]
@@ -145,12 +145,13 @@ def _plan_context_capped(
         title = (
             f"Context capped at {planned:,} of {max_context:,} tokens on pool {pool}: "
             f"{fmt.counted(sequences, 'sequence')} {'fits' if sequences == 1 else 'fit'} "
-            "at the full context"
+            f"at {max_context:,}"
         )
         lines += [
             "",
-            f"At the full context memory holds {fmt.counted(sequences, 'sequence')}, fewer "
-            f"than the {concurrency} planned.",
+            f"At the full context ({max_context:,} tokens) memory holds "
+            f"{fmt.counted(sequences, 'sequence')}, fewer than the {concurrency} planned (at "
+            f"the planned {planned:,} tokens it holds them all).",
         ]
     else:
         severity = INFO
