@@ -38,9 +38,11 @@ from adaptation.models.pools import (
     Worker,
     default_pool_dtypes,
 )
+from adaptation.models.regressions import BaselineScope, Regression
 from adaptation.models.release_notes import ReleaseNotes, ReleaseNotesAdditions
 from adaptation.models.releases import HubKind, HubWatch, ModelRelease, Trigger
 from adaptation.models.results import LayerDrift, OperatorCheck, PerformancePoint, PrecisionResult
+from adaptation.models.suites import StackChange, SuiteRun, SuiteTrigger
 from adaptation.models.webhooks import (
     DeliveryVerdict,
     PendingUpload,
@@ -59,6 +61,7 @@ __all__ = [
     "AdaptationJob",
     "AllowedHubEndpoint",
     "AttemptEnd",
+    "BaselineScope",
     "Culprit",
     "DeliveryVerdict",
     "FailureClass",
@@ -78,11 +81,15 @@ __all__ = [
     "PerformancePoint",
     "PrecisionResult",
     "Readiness",
+    "Regression",
     "ReleaseNotes",
     "ReleaseNotesAdditions",
     "Severity",
+    "StackChange",
     "StageRun",
     "StageStatus",
+    "SuiteRun",
+    "SuiteTrigger",
     "Team",
     "Trigger",
     "WebhookDelivery",

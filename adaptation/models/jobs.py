@@ -62,6 +62,17 @@ class AdaptationJob(models.Model):
     ready_at = models.DateTimeField(
         null=True, blank=True, help_text="When every required stage had passed (Day 0)."
     )
+    suite_run = models.ForeignKey(
+        "adaptation.SuiteRun",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="jobs",
+        help_text="The standard-suite run this job belongs to, if any.",
+    )
+    suite_entry = models.CharField(
+        max_length=64, blank=True, help_text="Its entry in that suite (a family shape)."
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

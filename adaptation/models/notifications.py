@@ -27,6 +27,8 @@ class NotificationEvent(models.TextChoices):
     STAGE_FAILED = "stage.failed", "Stage failed"
     JOB_SUCCEEDED = "job.succeeded", "Job succeeded"
     JOB_FAILED = "job.failed", "Job failed"
+    # A measured figure worse than the last good runs' spread (adaptation/models/regressions.py).
+    REGRESSION_DETECTED = "regression.detected", "Regression detected"
     # The managers' weekly summary (adaptation/presenters/reports.py), sent to subscriptions
     # that opt in.
     REPORT_WEEKLY = "report.weekly", "Weekly summary"

@@ -146,6 +146,13 @@ class AcceleratorPool(models.Model):
     )
     description = models.TextField(blank=True)
     enabled = models.BooleanField(default=True)
+    stack = models.JSONField(
+        default=dict,
+        blank=True,
+        editable=False,
+        help_text='The software stack its workers last reported ({"torch": "2.13.0+cpu", '
+        '"driver": ..., "engine": {"vllm": ...}}); a change is a StackChange.',
+    )
 
     class Meta:
         ordering = ["name"]

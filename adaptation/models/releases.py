@@ -22,6 +22,7 @@ from engine.registry import job_options_check
 class HubKind(models.TextChoices):
     HUGGINGFACE = "huggingface", "Hugging Face Hub"
     MIRROR = "mirror", "Mirror folder"
+    MODELSCOPE = "modelscope", "ModelScope"
 
 
 class HubWatch(models.Model):
@@ -62,6 +63,15 @@ class HubWatch(models.Model):
     last_success_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     consecutive_failures = models.PositiveIntegerField(default=0)
+    # Counters since the watch was created (Prometheus counters on /metrics): every poll ends
+    # in exactly one of them.
+    polls_succeeded = models.PositiveBigIntegerField(default=0)
+    polls_rate_limited = models.PositiveBigIntegerField(
+        default=0, help_text="Polls the hub answered 429 (Too Many Requests)."
+    )
+    polls_failed = models.PositiveBigIntegerField(
+        default=0, help_text="Polls that failed for any other reason (hub, network, refusal)."
+    )
     next_poll_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -108,6 +118,7 @@ class Trigger(models.TextChoices):
     WEBHOOK = "webhook", "Webhook"
     MANUAL = "manual", "Manual"
     API = "api", "REST API"
+    SUITE = "suite", "Standard suite"
 
 
 class ModelRelease(models.Model):
