@@ -4,6 +4,6 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-    dependencies = [("adaptation", "0017_stack_regressions")]
+    dependencies = [("adaptation", "0017_regressions")]
 
     operations = []

@@ -1,4 +1,4 @@
-"""Schema changes of the stack versions and regressions (helper B) work (none yet)."""
+"""Schema changes of the regressions (helper B) work (none yet)."""
 
 from django.db import migrations
 
