@@ -50,6 +50,26 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return value
 
 
+def env_float(
+    name: str, default: float, *, minimum: float | None = None, maximum: float | None = None
+) -> float:
+    """A finite number, within `minimum`..`maximum` where given."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number.") from exc
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a finite number.")
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value:g} is below its minimum {minimum:g}.")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name}={value:g} is above its maximum {maximum:g}.")
+    return value
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     """A comma-separated list; blanks are dropped."""
     raw = os.environ.get(name)

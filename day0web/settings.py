@@ -19,6 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 from day0web.env import (
     env_bool,
     env_cache,
+    env_float,
     env_header,
     env_int,
     env_list,
@@ -424,6 +425,16 @@ DAY0_PUBLIC_URL = env_str(
 ).rstrip("/")
 if not DAY0_PUBLIC_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured(f"DAY0_PUBLIC_URL={DAY0_PUBLIC_URL!r} is not an http(s) URL.")
+
+# --- regression alerts (docs/regressions.md) --------------------------------------------------
+# A job's figure is compared with those of the last DAY0_REGRESSION_RUNS good runs of the same
+# release (else family) on the same pool; a regression is outside their spread and worse than
+# their median by more than DAY0_REGRESSION_MARGIN (a fraction: 0.10 is 10%). A duration (a
+# stage's, the engine's load_s) must also be at least DAY0_REGRESSION_FLOOR_S seconds worse,
+# so that a busy host's noise on a stage of a few hundred milliseconds never raises one.
+DAY0_REGRESSION_RUNS = env_int("DAY0_REGRESSION_RUNS", 5, minimum=2)
+DAY0_REGRESSION_MARGIN = env_float("DAY0_REGRESSION_MARGIN", 0.10, minimum=0.0, maximum=10.0)
+DAY0_REGRESSION_FLOOR_S = env_float("DAY0_REGRESSION_FLOOR_S", 2.0, minimum=0.0)
 
 CELERY_BEAT_SCHEDULE = {
     "poll-hubs": {

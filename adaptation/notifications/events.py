@@ -20,17 +20,20 @@ from adaptation.models import (
     HubKind,
     ModelRelease,
     NotificationEvent,
+    Regression,
     StageRun,
     StageStatus,
 )
 from adaptation.page_links import job_page_url, page_url, release_page_url, stage_page_url
 from adaptation.selectors.jobs import job_current_stage_runs
+from adaptation.selectors.regressions import FIGURE_KINDS, job_regressions, metric_basis
 
 # A stage's error can hold a traceback; a notification carries its first characters.
 ERROR_MAX_CHARS = 4000
 
 STAGE_EVENTS = (NotificationEvent.STAGE_FAILED,)
 JOB_EVENTS = (NotificationEvent.JOB_SUCCEEDED, NotificationEvent.JOB_FAILED)
+REGRESSION_EVENTS = (NotificationEvent.REGRESSION_DETECTED,)
 
 
 def iso_utc(moment: datetime | None) -> str | None:
@@ -151,6 +154,54 @@ def job_finished_payload(*, event: str, job: AdaptationJob) -> dict[str, Any]:
     }
 
 
+def regression_data(regression: Regression) -> dict[str, Any]:
+    """One regression of a `regression.detected` payload: the metric key and its parts (the
+    figure, what it was measured on, dtype, prompt tokens, stage), the value in `unit`, which
+    way is worse ("lower" or "higher"), the fraction it is worse than the baseline median
+    (`worse_by`) against the `margin`, and the baseline: its scope ("release" or "family"),
+    how many good runs, their jobs (ids, newest first) and their median, lowest and highest."""
+    basis = metric_basis(regression.metric)
+    kind = FIGURE_KINDS.get(basis.figure)
+    run = regression.stage_run
+    return {
+        "metric": regression.metric,
+        "figure": basis.figure,
+        "measured_on": basis.measured_on,
+        "dtype": basis.dtype or None,
+        "prompt_tokens": basis.prompt_tokens,
+        "stage": run.stage if run is not None else basis.stage,
+        "unit": regression.unit,
+        "value": regression.value,
+        "worse": kind.worse if kind is not None else None,
+        "worse_by": regression.worse_by,
+        "margin": regression.margin,
+        "baseline": {
+            "scope": regression.scope,
+            "runs": len(regression.baseline_jobs),
+            "jobs": list(regression.baseline_jobs),
+            "median": regression.baseline_median,
+            "low": regression.baseline_low,
+            "high": regression.baseline_high,
+        },
+        "detected_at": iso_utc(regression.detected_at),
+    }
+
+
+def regression_detected_payload(*, job: AdaptationJob) -> dict[str, Any]:
+    """`regression.detected`: the job (status, times, link), its release and pool, and every
+    regression stored for it (`regression_data`), in stage order."""
+    return {
+        "type": NotificationEvent.REGRESSION_DETECTED.value,
+        "timestamp": iso_utc(job.finished_at),
+        "data": {
+            "job": job_data(job),
+            "release": release_data(job.release),
+            "pool": job.pool.name,
+            "regressions": [regression_data(each) for each in job_regressions(job)],
+        },
+    }
+
+
 def event_payload(
     *, event: str, job: AdaptationJob, stage_run: StageRun | None = None
 ) -> dict[str, Any]:
@@ -162,6 +213,8 @@ def event_payload(
         return stage_failed_payload(stage_run=stage_run)
     if event in JOB_EVENTS:
         return job_finished_payload(event=event, job=job)
+    if event in REGRESSION_EVENTS:
+        return regression_detected_payload(job=job)
     raise ValueError(f"Unknown event {event!r}; events: {', '.join(NotificationEvent.values)}.")
 
 
@@ -169,7 +222,8 @@ def event_dedupe_key(*, event: str, job: AdaptationJob, stage_run: StageRun | No
     """What makes two emissions the same notification: a stage event is about one stage
     attempt ("stage.failed:run=41"); a job event about one finish of the job
     ("job.failed:job=12:2025-07-01T12:00:00.250000Z"), so a job re-run and finished again
-    notifies again while the same finish reported twice does not."""
+    notifies again while the same finish reported twice does not; `regression.detected` the
+    same way (one notification per finish, listing all the job's regressions)."""
     if event in STAGE_EVENTS:
         if stage_run is None:
             raise ValueError(f"{event} needs the stage run it is about.")

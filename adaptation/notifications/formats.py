@@ -7,8 +7,8 @@ format.
   "{id}.{timestamp}.{body}">` under the subscription's `whsec_…` secret, made by the
   `standardwebhooks` library).
 - `slack`: a Slack-compatible incoming-webhook message, `{"text": ..., "blocks": [...]}`: one
-  short mrkdwn line, the error (for a failure) and a link to the job in day0 (for
-  the weekly summary, its figures and a link to the report). Slack (and
+  short mrkdwn line, the error (for a failure; for a regression, a line per figure) and a link
+  to the job in day0 (for the weekly summary, its figures and a link to the report). Slack (and
   Mattermost, Rocket.Chat, Teams' Slack-compatible connectors) take it as is; nothing is
   signed, the URL itself is the secret.
 """
@@ -113,12 +113,83 @@ def weekly_summary_text(data: dict[str, Any]) -> str:
     return text
 
 
+# A regression's figure in a chat message, by its name (the payload's `figure`).
+REGRESSION_FIGURE_WORDS = {
+    "decode_tokens_per_s": "decode tokens/s at the knee",
+    "ttft_p95_s": "TTFT p95 at the knee",
+    "relative_logit_error": "relative logit error",
+    "max_abs_logprob_diff": "largest log-probability difference",
+    "load_s": "engine load time",
+    "duration_s": "duration",
+}
+# What a figure was measured on, in words (the payload's `measured_on`).
+MEASURED_ON_WORDS = {
+    "twin": "the twin",
+    "release": "the real weights",
+    "engine-twin": "the engine serving the twin",
+    "engine-release": "the engine serving the real weights",
+    "worker": "the worker",
+}
+
+
+def _amount(value: Any, unit: str) -> str:
+    """A figure with 4 significant digits and its unit ("5.213 s", "0.00312")."""
+    if not isinstance(value, int | float):
+        return "?"
+    return f"{value:.4g} {unit}".strip()
+
+
+def regression_line(item: dict[str, Any]) -> str:
+    """One regression of a `regression.detected` payload in one plain line: "fetch duration
+    on the worker: 5.213 s, 372.7% worse than the median 1.103 s of 3 runs of the same release
+    (1.002 to 1.3 s)"."""
+    figure = str(item.get("figure") or "?")
+    words = REGRESSION_FIGURE_WORDS.get(figure, figure)
+    if figure == "duration_s":
+        words = f"{item.get('stage') or '?'} {words}"
+    on = MEASURED_ON_WORDS.get(str(item.get("measured_on")), str(item.get("measured_on") or "?"))
+    at = [str(item["dtype"])] if item.get("dtype") else []
+    if item.get("prompt_tokens") is not None:
+        at.append(f"{item['prompt_tokens']}-token prompts")
+    unit = str(item.get("unit") or "")
+    base = item.get("baseline") or {}
+    runs = base.get("runs", 0)
+    scope = "family" if base.get("scope") == "family" else "release"
+    worse_by = item.get("worse_by")
+    worse = f"{100 * worse_by:.1f}% worse" if isinstance(worse_by, int | float) else "worse"
+    where = f" ({', '.join(at)})" if at else ""
+    return (
+        f"{words} on {on}{where}: "
+        f"{_amount(item.get('value'), unit)}, {worse} than the median "
+        f"{_amount(base.get('median'), unit)} of {runs} run{'' if runs == 1 else 's'} of the "
+        f"same {scope} ({_amount(base.get('low'), '')} to {_amount(base.get('high'), unit)})"
+    )
+
+
+def regression_text(data: dict[str, Any]) -> tuple[str, str]:
+    """(the one-line summary, one line per regression) of a `regression.detected` payload's
+    data, in mrkdwn."""
+    job = data.get("job") or {}
+    items = data.get("regressions") or []
+    count = len(items)
+    summary = (
+        f":chart_with_downwards_trend: Job {job.get('id', '?')} *regressed* "
+        f"({count} figure{'' if count == 1 else 's'}): "
+        f"*{_slack_escape(_short_ref(data.get('release') or {}))}* on pool "
+        f"*{_slack_escape(str(data.get('pool', '?')))}*"
+    )
+    return summary, "\n".join(_slack_escape(regression_line(item)) for item in items)
+
+
 def slack_text(payload: dict[str, Any]) -> tuple[str, str, str]:
     """(the one-line summary, the error or "", the link) of a payload, in mrkdwn."""
     event = payload.get("type")
     data = payload.get("data") or {}
     if event == NotificationEvent.REPORT_WEEKLY:
         return weekly_summary_text(data), "", str(data.get("url") or "")
+    if event == NotificationEvent.REGRESSION_DETECTED:
+        summary, lines = regression_text(data)
+        return summary, lines, str((data.get("job") or {}).get("url") or "")
     job = data.get("job") or {}
     release = data.get("release") or {}
     ref = _slack_escape(_short_ref(release))

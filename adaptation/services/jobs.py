@@ -24,6 +24,7 @@ from adaptation.notifications.services import notifications_emit_safely
 from adaptation.selectors.jobs import job_current_stage_runs
 from adaptation.services.errors import ServiceError
 from adaptation.services.queueing import stage_run_enqueue
+from adaptation.services.regressions import regressions_detect_safely
 from engine.registry import get_stage, job_options_check, stage_names
 
 logger = logging.getLogger(__name__)
@@ -155,7 +156,9 @@ def job_refresh_status(*, job: AdaptationJob) -> AdaptationJob:
     they are kept, at every stage transition).
 
     When the stored status becomes succeeded or failed (the transition, not every refresh),
-    `job.succeeded` / `job.failed` is notified (`notifications_emit_safely`: never raises).
+    `job.succeeded` / `job.failed` is notified (`notifications_emit_safely`: never raises),
+    and its figures are judged against the last good runs (`regressions_detect_safely`: never
+    raises; `regression.detected` is notified when any regressed).
     """
     status = derive_job_status([run.status for run in job_current_stage_runs(job)])
     previous = AdaptationJob.objects.filter(pk=job.pk).values_list("status", flat=True).first()
@@ -171,6 +174,8 @@ def job_refresh_status(*, job: AdaptationJob) -> AdaptationJob:
     job.save(update_fields=["status", "finished_at", "readiness", "blocking_stage", "ready_at"])
     if status != previous and status in _JOB_EVENTS:
         notifications_emit_safely(event=_JOB_EVENTS[status], job=job)
+        # Its figures against the last good runs (docs/regressions.md); never raises.
+        regressions_detect_safely(job=job)
     return job
 
 

@@ -1,0 +1,324 @@
+"""The figures a job's regressions are judged on, where each lives in a stage's stored result,
+and the reads of the baseline runs they are compared with.
+
+A **figure** is one number a stage run measured, under a `metric` key that says what it is,
+what it was measured on and at which point, so that only like is compared with like:
+`"<figure>:<measured on>[:<dtype>[:<prompt tokens>]]"`, or `"duration_s:worker:<stage>"`.
+"Measured on" is `twin` (the scaled twin in day0's own process), `release` (the release's
+real weights in that process), `engine-twin` / `engine-release` (the pool's serving engine
+serving the twin or the real weights: the serve stage), or `worker` (the worker host's clock:
+a stage's duration). The figures, each from the latest attempt of its stage, and only from an
+attempt that succeeded:
+
+- `decode_tokens_per_s:<on>:<dtype>:<prompt tokens>` (tokens/s; lower is worse): the
+  performance stage's knee (`result["knee"]["decode_tokens_per_s"]`, the first dtype measured
+  at its first prompt length), on the twin or the real weights (`model` of the knee's point).
+- `ttft_p95_s:<on>:<dtype>:<prompt tokens>` (s; higher is worse): the 95th percentile of the
+  time to first token at that knee point (`ttft_p95_s` of the measured point of `points` at the
+  knee's dtype, prompt length and batch size).
+- `relative_logit_error:<on>:<dtype>` (a fraction; higher is worse): the precision stage's
+  relative logit error against the float32 reference, per dtype checked
+  (`result["dtypes"][dtype]["relative_logit_error"]`, the mean the stage judges by).
+- `decode_tokens_per_s:engine-<on>:<dtype>:<prompt tokens>` (output tokens/s; lower is worse):
+  the serve stage's load-sweep knee (`result["knee"]["output_tokens_per_s"]`), at the sweep's
+  `input_tokens`, the dtype served (`precision.dtype`, else `checkpoint.dtype`).
+- `ttft_p95_s:engine-<on>:<dtype>:<prompt tokens>` (s; higher is worse): TTFT p95 of the sweep
+  level at that knee's concurrency (`result["sweep"][i]["ttft_s_p95"]`).
+- `load_s:engine-<on>:<dtype>` (s; higher is worse): from the engine's launch until it answered
+  (`result["load_s"]`).
+- `max_abs_logprob_diff:engine-<on>:<dtype>` (natural-log probability; higher is worse): the
+  engine's largest log-probability difference from transformers in float32
+  (`result["precision"]["max_abs_logprob_diff"]`).
+- `duration_s:worker:<stage>` (s; higher is worse): the stage run's `finished_at -
+  started_at`, for every stage that succeeded.
+
+A **good run** of a figure is a job other than the one judged, on the same pool, created
+before it, whose latest attempt of the stage producing the figure succeeded and holds the
+same metric key. Its other stages do not matter: a job that failed at `plan` still has good
+`fetch` and `analyze` durations. The **baseline** is the newest `DAY0_REGRESSION_RUNS` good
+runs of the same release; when the release has fewer than `MIN_BASELINE_RUNS` of them, the
+newest good runs of every release of its family (`ModelRelease.family`, its own included).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Q
+
+from adaptation.models import AdaptationJob, BaselineScope, Regression, StageRun, StageStatus
+from adaptation.selectors.jobs import job_current_stage_runs
+
+# Fewer good runs than this judge nothing: one run has no spread to be outside of.
+MIN_BASELINE_RUNS = 2
+# The stages whose stored results hold figures (the others give their duration only, and
+# their results, which can be large, are not read).
+RESULT_FIGURE_STAGES = ("precision", "performance", "serve")
+# How many good runs of a stage a baseline read looks through, at most, per figure wanted:
+# runs whose metric differs (another dtype, another prompt length) are passed over.
+SCAN_FACTOR = 4
+
+LOWER_IS_WORSE = "lower"
+HIGHER_IS_WORSE = "higher"
+
+
+@dataclass(frozen=True)
+class FigureKind:
+    """What a figure name measures: its unit, which way is worse, and whether it is a
+    duration on the host's clock (which must also be worse by `DAY0_REGRESSION_FLOOR_S`)."""
+
+    unit: str
+    worse: str
+    wall_time: bool = False
+
+
+FIGURE_KINDS: dict[str, FigureKind] = {
+    "decode_tokens_per_s": FigureKind("tokens/s", LOWER_IS_WORSE),
+    "ttft_p95_s": FigureKind("s", HIGHER_IS_WORSE),
+    "relative_logit_error": FigureKind("", HIGHER_IS_WORSE),
+    "max_abs_logprob_diff": FigureKind("", HIGHER_IS_WORSE),
+    "load_s": FigureKind("s", HIGHER_IS_WORSE, wall_time=True),
+    "duration_s": FigureKind("s", HIGHER_IS_WORSE, wall_time=True),
+}
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured figure of a stage run: `metric` (the key above), `stage`, `value` in
+    `unit`."""
+
+    metric: str
+    stage: str
+    value: float
+    unit: str
+
+    @property
+    def kind(self) -> FigureKind:
+        return FIGURE_KINDS[self.metric.split(":", 1)[0]]
+
+
+@dataclass(frozen=True)
+class MetricBasis:
+    """A metric key read back: the figure's name, what it was measured on, and the dtype,
+    prompt length (tokens) and stage it was taken at, where the key has them."""
+
+    figure: str
+    measured_on: str
+    dtype: str = ""
+    prompt_tokens: int | None = None
+    stage: str = ""
+
+
+def metric_basis(metric: str) -> MetricBasis:
+    """The parts of a metric key ("decode_tokens_per_s:twin:bfloat16:32" gives figure
+    "decode_tokens_per_s", measured on "twin", dtype "bfloat16", 32 prompt tokens;
+    "duration_s:worker:fetch" gives stage "fetch")."""
+    figure, _, rest = metric.partition(":")
+    on, _, rest = rest.partition(":")
+    if figure == "duration_s":
+        return MetricBasis(figure=figure, measured_on=on, stage=rest)
+    dtype, _, tokens = rest.partition(":")
+    return MetricBasis(
+        figure=figure,
+        measured_on=on,
+        dtype=dtype,
+        prompt_tokens=int(tokens) if tokens.isdigit() else None,
+    )
+
+
+def _number(value: Any) -> float | None:
+    """A finite, non-negative number, else None (booleans are not figures)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and number >= 0 else None
+
+
+def _figure(metric: str, stage: str, value: Any) -> Figure | None:
+    number = _number(value)
+    if number is None:
+        return None
+    return Figure(
+        metric=metric, stage=stage, value=number, unit=FIGURE_KINDS[metric.split(":")[0]].unit
+    )
+
+
+def performance_figures(result: Mapping[str, Any]) -> list[Figure]:
+    """Decode tokens/s and TTFT p95 at the performance stage's knee (see the module
+    docstring); none without a knee."""
+    knee = result.get("knee")
+    if not isinstance(knee, Mapping) or not knee.get("dtype"):
+        return []
+    point = next(
+        (
+            p
+            for p in result.get("points") or []
+            if isinstance(p, Mapping)
+            and p.get("kind") == "measured"
+            and p.get("dtype") == knee.get("dtype")
+            and p.get("prompt_len") == knee.get("prompt_len")
+            and p.get("batch_size") == knee.get("batch_size")
+        ),
+        None,
+    )
+    on = str((point or {}).get("model") or "twin")
+    at = f"{on}:{knee['dtype']}:{knee.get('prompt_len')}"
+    figures = [_figure(f"decode_tokens_per_s:{at}", "performance", knee.get("decode_tokens_per_s"))]
+    if point is not None:
+        figures.append(_figure(f"ttft_p95_s:{at}", "performance", point.get("ttft_p95_s")))
+    return [figure for figure in figures if figure is not None]
+
+
+def precision_figures(result: Mapping[str, Any]) -> list[Figure]:
+    """The relative logit error of each dtype the precision stage checked."""
+    twin = result.get("twin") if isinstance(result.get("twin"), Mapping) else {}
+    on = "release" if twin.get("weights_source") == "real" else "twin"
+    dtypes = result.get("dtypes") if isinstance(result.get("dtypes"), Mapping) else {}
+    figures = [
+        _figure(
+            f"relative_logit_error:{on}:{dtype}", "precision", entry.get("relative_logit_error")
+        )
+        for dtype, entry in sorted(dtypes.items())
+        if isinstance(entry, Mapping)
+    ]
+    return [figure for figure in figures if figure is not None]
+
+
+def serve_figures(result: Mapping[str, Any]) -> list[Figure]:
+    """The serving engine's knee tokens/s and TTFT p95, its load time and its precision
+    against transformers (see the module docstring); none for a pool without an engine."""
+    checkpoint = result.get("checkpoint") if isinstance(result.get("checkpoint"), Mapping) else {}
+    precision = result.get("precision") if isinstance(result.get("precision"), Mapping) else {}
+    dtype = precision.get("dtype") or checkpoint.get("dtype")
+    if not checkpoint or not dtype:
+        return []
+    on = f"engine-{'release' if checkpoint.get('kind') == 'real' else 'twin'}:{dtype}"
+    figures = [
+        _figure(f"load_s:{on}", "serve", result.get("load_s")),
+        _figure(f"max_abs_logprob_diff:{on}", "serve", precision.get("max_abs_logprob_diff")),
+    ]
+    knee = result.get("knee") if isinstance(result.get("knee"), Mapping) else {}
+    settings = result.get("sweep_settings")
+    tokens = settings.get("input_tokens") if isinstance(settings, Mapping) else None
+    if knee and tokens is not None:
+        at = f"{on}:{tokens}"
+        figures.append(
+            _figure(f"decode_tokens_per_s:{at}", "serve", knee.get("output_tokens_per_s"))
+        )
+        level = next(
+            (
+                p
+                for p in result.get("sweep") or []
+                if isinstance(p, Mapping) and p.get("concurrency") == knee.get("concurrency")
+            ),
+            None,
+        )
+        if level is not None:
+            figures.append(_figure(f"ttft_p95_s:{at}", "serve", level.get("ttft_s_p95")))
+    return [figure for figure in figures if figure is not None]
+
+
+RESULT_FIGURES = {
+    "performance": performance_figures,
+    "precision": precision_figures,
+    "serve": serve_figures,
+}
+
+
+def run_figures(run: StageRun) -> list[Figure]:
+    """The figures of one stage run: none unless it succeeded; its duration (when it has
+    both times) and what its stored result holds (`RESULT_FIGURES`; a run read without its
+    result gives its duration only)."""
+    if run.status != StageStatus.SUCCEEDED:
+        return []
+    figures: list[Figure] = []
+    if run.started_at is not None and run.finished_at is not None:
+        seconds = (run.finished_at - run.started_at).total_seconds()
+        figure = _figure(f"duration_s:worker:{run.stage}", run.stage, round(seconds, 3))
+        if figure is not None:
+            figures.append(figure)
+    read = RESULT_FIGURES.get(run.stage)
+    if read is not None and "result" in run.__dict__ and isinstance(run.result, Mapping):
+        figures.extend(read(run.result))
+    return figures
+
+
+def job_figures(job: AdaptationJob) -> list[tuple[StageRun, Figure]]:
+    """Every figure of the job's latest stage attempts that succeeded, in stage order, with
+    the run it comes from."""
+    return [(run, figure) for run in job_current_stage_runs(job) for figure in run_figures(run)]
+
+
+@dataclass(frozen=True)
+class BaselineValue:
+    """One good run's value of a metric: the job and run it comes from."""
+
+    job_id: int
+    stage_run_id: int
+    value: float
+
+
+def _good_runs(job: AdaptationJob, stage: str, scope: str) -> Any:
+    """The latest attempts of `stage` that succeeded, of jobs on `job`'s pool created before it
+    (same release, or same family), newest job first."""
+    later_attempt = StageRun.objects.filter(
+        job_id=OuterRef("job_id"), stage=OuterRef("stage"), attempt__gt=OuterRef("attempt")
+    )
+    before = Q(job__created_at__lt=job.created_at) | Q(
+        job__created_at=job.created_at, job_id__lt=job.pk
+    )
+    runs = StageRun.objects.filter(
+        before,
+        stage=stage,
+        status=StageStatus.SUCCEEDED,
+        job__pool_id=job.pool_id,
+    ).exclude(job_id=job.pk)
+    if scope == BaselineScope.RELEASE:
+        runs = runs.filter(job__release_id=job.release_id)
+    else:
+        runs = runs.filter(job__release__family=job.release.family)
+    runs = runs.filter(~Exists(later_attempt)).order_by("-job__created_at", "-job_id")
+    if stage not in RESULT_FIGURE_STAGES:
+        runs = runs.defer("result")
+    return runs.defer("log", "error", "attempts")
+
+
+def baseline_values(
+    *, job: AdaptationJob, stage: str, metrics: Iterable[str], scope: str, runs: int
+) -> dict[str, list[BaselineValue]]:
+    """For each of `metrics` (of `stage`), the values of its newest `runs` good runs in
+    `scope` ("release" or "family"; see the module docstring), newest first. One query; it
+    looks through at most `SCAN_FACTOR` x `runs` runs. A family scope of a release without a
+    family finds nothing."""
+    wanted = {metric: [] for metric in metrics}  # type: dict[str, list[BaselineValue]]
+    if not wanted or (scope == BaselineScope.FAMILY and not job.release.family):
+        return wanted
+    for run in _good_runs(job, stage, scope)[: SCAN_FACTOR * runs * len(wanted)]:
+        for figure in run_figures(run):
+            found = wanted.get(figure.metric)
+            if found is not None and len(found) < runs:
+                found.append(BaselineValue(run.job_id, run.pk, figure.value))
+        if all(len(found) >= runs for found in wanted.values()):
+            break
+    return wanted
+
+
+def job_regressions(job: AdaptationJob) -> list[Regression]:
+    """The job's stored regressions, in stage order then metric (one query)."""
+    rows = list(Regression.objects.filter(job=job).select_related("stage_run"))
+    return sorted(rows, key=lambda r: (r.stage_run.position if r.stage_run else 99, r.metric))
+
+
+def regressions_by_job(job_ids: Iterable[int]) -> dict[int, list[Regression]]:
+    """The stored regressions of each of `job_ids`, by job id, each list in metric order
+    (one query; a job without any is absent)."""
+    by_job: dict[int, list[Regression]] = {}
+    ids = list(job_ids)
+    if not ids:
+        return by_job
+    for row in Regression.objects.filter(job_id__in=ids).order_by("job_id", "metric"):
+        by_job.setdefault(row.job_id, []).append(row)
+    return by_job
