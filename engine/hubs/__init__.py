@@ -21,7 +21,7 @@ from engine.hubs.base import (
     canonical_endpoint,
 )
 
-HUB_KINDS: tuple[str, ...] = ("huggingface", "mirror")
+HUB_KINDS: tuple[str, ...] = ("huggingface", "modelscope", "mirror")
 
 __all__ = [
     "HUB_KINDS",
@@ -45,12 +45,16 @@ def hub_source(spec: HubSpec) -> HubSource:
     """The source for `spec.kind`. Raises ValueError naming the known kinds for any other.
 
     Sources are imported on demand so that importing this package (as the Django app does)
-    does not pull in `huggingface_hub` or `safetensors`.
+    does not pull in `huggingface_hub`, `modelscope_hub` or `safetensors`.
     """
     if spec.kind == "huggingface":
         from engine.hubs.huggingface import HuggingFaceSource
 
         return HuggingFaceSource(spec)
+    if spec.kind == "modelscope":
+        from engine.hubs.modelscope import ModelScopeSource
+
+        return ModelScopeSource(spec)
     if spec.kind == "mirror":
         from engine.hubs.mirror import MirrorSource
 

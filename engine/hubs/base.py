@@ -33,8 +33,9 @@ RELEASE_FILES: tuple[str, ...] = (
 class HubSpec:
     """Where a source looks: built from a `HubWatch` row or from a command line.
 
-    `kind` is "huggingface" or "mirror". `endpoint` is the Hub's base URL for "huggingface"
-    ("" means `HF_ENDPOINT`, else https://huggingface.co) and the root folder for "mirror".
+    `kind` is "huggingface", "modelscope" or "mirror". `endpoint` is the Hub's base URL for
+    "huggingface" ("" means `HF_ENDPOINT`, else https://huggingface.co) and "modelscope" (""
+    means `MODELSCOPE_ENDPOINT`, else https://modelscope.cn), the root folder for "mirror".
     `author` limits listing to one org/user; `repo_pattern` is an fnmatch pattern on the
     repo id ("" matches all). `token` is sent as a bearer token (None: `HF_TOKEN`, sent only
     to an endpoint `engine.hubs.trust.hf_token_allowed` accepts).
@@ -250,13 +251,20 @@ def incomplete_reason(file_names: Iterable[str], index: bytes | None) -> str:
 
 
 PUBLIC_HUB_ENDPOINT = "https://huggingface.co"
+# ModelScope's own default (`modelscope_hub.constants.DEFAULT_ENDPOINT`).
+PUBLIC_MODELSCOPE_ENDPOINT = "https://modelscope.cn"
 
 
 def canonical_endpoint(spec: HubSpec) -> str:
     """Where the spec's source will look, as releases record it: a blank Hub endpoint is
     `HF_ENDPOINT` (read now, not at import) or the public Hub, without a trailing slash; a
     mirror's is its root folder. One function, so a release seen through a watch and by hand
-    is one row."""
+    is one row. A blank ModelScope endpoint is `MODELSCOPE_ENDPOINT` (the variable ModelScope's
+    client reads) or https://modelscope.cn."""
     if spec.kind == "huggingface":
         return (spec.endpoint or os.environ.get("HF_ENDPOINT") or PUBLIC_HUB_ENDPOINT).rstrip("/")
+    if spec.kind == "modelscope":
+        return (
+            spec.endpoint or os.environ.get("MODELSCOPE_ENDPOINT") or PUBLIC_MODELSCOPE_ENDPOINT
+        ).rstrip("/")
     return spec.endpoint

@@ -340,8 +340,9 @@ def read_hub_headers(
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """`merge_headers` of `filenames` in `repo_id` at `revision`, read by HTTP range requests
-    through `api.parse_safetensors_file_metadata` (`api`: an `HfApi`, whose token rule the
-    caller set), `workers` files at a time, cached in `cache`.
+    through `api.parse_safetensors_file_metadata` (`api`: an `HfApi`, or the ModelScope
+    source's reader; either with the token rule its caller set, and raising HTTP errors that
+    carry the `response`), `workers` files at a time, cached in `cache`.
 
     A 429 is retried after its `Retry-After` (else 1, 2, 4, 8 s) while the waits of all the
     files together stay within `max_wait_s` seconds (so the read ends within the fetch
@@ -350,8 +351,6 @@ def read_hub_headers(
     header that does not add up, over `MAX_SHARDS` files (before any request) or over
     `MAX_TENSORS` tensors (counted as the files are read; the reads left are cancelled).
     """
-    from huggingface_hub.errors import HfHubHTTPError
-
     from engine.hubs.http import retry_after_seconds
 
     if len(filenames) > MAX_SHARDS:
@@ -389,7 +388,7 @@ def read_hub_headers(
                     f"{repo_id}@{revision}",
                 )
                 break
-            except HfHubHTTPError as exc:
+            except Exception as exc:  # the reader's HTTP error: HfHubHTTPError, ModelScope's
                 status, headers = _status_and_headers(exc)
                 if status != 429:
                     raise

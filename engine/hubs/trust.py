@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from engine.hubs.base import PUBLIC_HUB_ENDPOINT
+from engine.hubs.base import PUBLIC_HUB_ENDPOINT, PUBLIC_MODELSCOPE_ENDPOINT
 
 logger = logging.getLogger(__name__)
 
@@ -87,4 +87,44 @@ def hf_token_allowed(endpoint: str) -> bool:
         return bool(check(endpoint))
     except Exception:
         logger.exception("Checking whether %s may receive HF_TOKEN failed: none is sent", endpoint)
+        return False
+
+
+# -- ModelScope -------------------------------------------------------------------------------
+# `MODELSCOPE_API_TOKEN` is a credential for the ModelScope the operator configured
+# (`MODELSCOPE_ENDPOINT`, else https://modelscope.cn), by the same rule as `HF_TOKEN`: another
+# endpoint receives it only when the app's registered check accepts it (a ModelScope entry of
+# its allow-list), never a URL somebody typed into a watch.
+
+_modelscope_token_check: TokenCheck | None = None
+
+
+def configured_modelscope_endpoint() -> str:
+    """The ModelScope the operator configured: `MODELSCOPE_ENDPOINT` (read now) or
+    https://modelscope.cn, without a trailing slash."""
+    return (os.environ.get("MODELSCOPE_ENDPOINT") or PUBLIC_MODELSCOPE_ENDPOINT).rstrip("/")
+
+
+def modelscope_token_check_set(check: TokenCheck | None) -> None:
+    """Register (None: remove) the check that decides whether an endpoint other than the
+    configured ModelScope may receive `MODELSCOPE_API_TOKEN`."""
+    global _modelscope_token_check
+    _modelscope_token_check = check
+
+
+def modelscope_token_allowed(endpoint: str) -> bool:
+    """Whether `MODELSCOPE_API_TOKEN` may be sent to `endpoint`: the configured ModelScope
+    (`configured_modelscope_endpoint`), or the registered check accepts it. A check that
+    raises counts as a refusal (logged)."""
+    if same_hub(endpoint, configured_modelscope_endpoint()):
+        return True
+    check = _modelscope_token_check
+    if check is None:
+        return False
+    try:
+        return bool(check(endpoint))
+    except Exception:
+        logger.exception(
+            "Checking whether %s may receive MODELSCOPE_API_TOKEN failed: none is sent", endpoint
+        )
         return False
