@@ -16,6 +16,7 @@ from adaptation.views import (
     release_notes,
     releases,
     reports,
+    suites,
 )
 
 app_name = "adaptation"
@@ -62,6 +63,13 @@ urlpatterns = [
         name="limitation_set_status",
     ),
     path("pools/", pools.pool_list, name="pool_list"),
+    path("pools/<slug:pool>/suite-runs/", suites.suite_run_start, name="suite_run_start"),
+    path(
+        "pools/<slug:pool>/suites/<slug:suite>/",
+        suites.suite_matrix_latest,
+        name="suite_matrix",
+    ),
+    path("suite-runs/<int:pk>/", suites.suite_run_detail, name="suite_run"),
     path("jobs/<int:job_id>/stages/<str:stage>/rerun/", releases.stage_rerun, name="stage_rerun"),
     path("jobs/<int:job_id>/cancel/", releases.job_cancel, name="job_cancel"),
     path(

@@ -1,0 +1,117 @@
+"""`python manage.py suite run --pool P [--suite standard] [--stages S ...] [--format json]`
+and `python manage.py suite list`.
+
+`run` starts a run of a suite on a pool (`services.suites.suite_start`, trigger manual): one
+job per reference release, queued on the pool's queue, linked to the previous run of the
+suite on that pool; it prints the run and its jobs and where to see the matrix. `--stages`
+restricts the jobs to those stages. A refusal (unknown suite, pool or stage, a disabled pool,
+a suite folder that cannot be read) exits 1 with a one-line reason. When the broker cannot be
+reached the run and its jobs are still saved and their first stages queued: the command says
+so in one line and exits 75 (EX_TEMPFAIL; the reaper sends them when the broker is back).
+
+`list` prints each suite of the checkout with its entries: name, family shapes, folder.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from django.core.management.base import BaseCommand, CommandError
+from django.urls import reverse
+
+from adaptation.models import SuiteTrigger
+from adaptation.services.errors import ServiceError
+from adaptation.services.pools import pool_get
+from adaptation.services.queueing import unsent_stage_runs
+from adaptation.services.suites import suite_definition, suite_start
+from engine.suites import STANDARD_SUITE, suite_names
+
+# Saved and queued, not yet sent: the broker is down (sysexits.h EX_TEMPFAIL), as `adapt`.
+EXIT_NOT_SENT = 75
+
+
+class Command(BaseCommand):
+    help = "Run a suite of reference releases on a pool (`run`), or list the suites (`list`)."
+
+    def add_arguments(self, parser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True, metavar="{run,list}")
+        run = actions.add_parser("run", help="Start a run of a suite on a pool.")
+        run.add_argument("--pool", default=None, help="Pool name (default: DAY0_DEFAULT_POOL).")
+        run.add_argument("--suite", default=STANDARD_SUITE, help="Suite name (default: standard).")
+        run.add_argument(
+            "--stages",
+            nargs="+",
+            default=None,
+            metavar="STAGE",
+            help="Run only these stages (default: every stage), e.g. --stages fetch analyze.",
+        )
+        run.add_argument("--format", choices=["text", "json"], default="text")
+        actions.add_parser("list", help="List the suites and their entries.")
+
+    def handle(self, *args, action: str, **options) -> None:
+        if action == "list":
+            self._list()
+        else:
+            self._run(
+                pool=options["pool"],
+                suite=options["suite"],
+                stages=options["stages"],
+                text=options["format"] == "text",
+            )
+
+    def _run(self, *, pool: str | None, suite: str, stages: list[str] | None, text: bool) -> None:
+        try:
+            pool_row = pool_get(name=pool)
+            run = suite_start(
+                pool=pool_row, trigger=SuiteTrigger.MANUAL, suite=suite, stages=stages
+            )
+        except ServiceError as exc:
+            raise CommandError(str(exc)) from exc
+        jobs = list(run.jobs.select_related("release").order_by("pk"))
+        unsent = [job for job in jobs if unsent_stage_runs(job)]
+        if unsent:
+            self.stderr.write(
+                f"Suite run {run.pk} is saved and the first stages of {len(unsent)} of its jobs "
+                "queued, but the broker cannot be reached: they are sent when it is back."
+            )
+        if text:
+            previous = f", compared with run {run.previous_id}" if run.previous_id else ""
+            self.stdout.write(
+                f"Suite run {run.pk}: {run.suite} on pool {pool_row.name} (queue "
+                f"{pool_row.queue}), {len(jobs)} {'job' if len(jobs) == 1 else 'jobs'}{previous}"
+            )
+            for job in jobs:
+                self.stdout.write(f"  {job.suite_entry:<26} job {job.pk:<6} {job.release.repo_id}")
+            self.stdout.write(f"Matrix: {reverse('adaptation:suite_run', args=[run.pk])}")
+        else:
+            summary = {
+                "id": run.pk,
+                "suite": run.suite,
+                "pool": pool_row.name,
+                "trigger": run.trigger,
+                "previous": run.previous_id,
+                "stack": run.stack,
+                "jobs": [
+                    {"entry": j.suite_entry, "job": j.pk, "repo_id": j.release.repo_id}
+                    for j in jobs
+                ],
+            }
+            self.stdout.write(json.dumps(summary, indent=2))
+        if unsent:
+            sys.exit(EXIT_NOT_SENT)
+
+    def _list(self) -> None:
+        for name in suite_names():
+            try:
+                definition = suite_definition(name)
+            except ServiceError as exc:
+                self.stdout.write(f"{name}: unusable: {exc}")
+                continue
+            count = len(definition.entries)
+            self.stdout.write(
+                f"{name}: {definition.title} ({count} {'entry' if count == 1 else 'entries'})"
+            )
+            for entry in definition.entries:
+                shapes = ", ".join(entry.shapes)
+                self.stdout.write(f"  {entry.name:<26} {shapes:<44} {entry.folder}")
