@@ -7,6 +7,10 @@ here. On `worker_ready` a daemon thread registers the worker (`worker_register`)
 and then beats every `DAY0_WORKER_HEARTBEAT_S` seconds; on `worker_shutdown` the thread
 stops and the worker is marked stopped. A failure to register or beat is logged and tried
 again at the next beat: it never stops the worker.
+
+The registration and every beat carry the stack the worker serves with (`workers.stack`:
+torch, the accelerator driver, each of its pools' serving-engine versions); the app keeps
+each pool's stack and records its changes (`adaptation.services.stacks`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import os
 import platform
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,6 +30,7 @@ from django.conf import settings
 from django.db import connection
 
 from engine.catalog import physical_memory_bytes
+from workers.stack import worker_stack
 
 logger = logging.getLogger(__name__)
 
@@ -116,13 +121,17 @@ def _accelerator_devices(
     return "cpu", []
 
 
-def describe_this_worker(queues: list[str]) -> dict[str, Any]:
+def describe_this_worker(
+    queues: list[str], engines: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
     """What this process runs on, as plain JSON-able values: hostname, pid, queues, backend
     ("cuda", "xpu", "hpu", "npu", "mlu" or "cpu", as torch reports), devices ([{"index",
     "name", "memory_bytes", "type"}]; on a host without accelerator, the host itself as one
     "cpu" device with its memory), cpu_cores (`os.cpu_count()`), memory_bytes (physical
-    memory, bytes; None where the OS cannot say) and software versions (torch, python,
-    celery).
+    memory, bytes; None where the OS cannot say), software versions (torch, python,
+    celery) and the stack it serves with (`workers.stack.worker_stack`: torch, the
+    accelerator driver, and the serving engine of each pool of `engines`, pool name -> its
+    engine as `workers.runner.pool_engine` gives it).
 
     Imports torch (a few seconds the first time): call it in a worker, not in the web
     process.
@@ -147,6 +156,29 @@ def describe_this_worker(queues: list[str]) -> dict[str, Any]:
             "python": platform.python_version(),
             "celery": celery.__version__,
         },
+        "stack": worker_stack(torch, backend, engines or {}),
+    }
+
+
+def this_worker_stack(backend: str, engines: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The stack this worker serves with now (`workers.stack.worker_stack`), for a heartbeat:
+    `backend` as `describe_this_worker` found it (devices are not listed again)."""
+    import torch
+
+    return worker_stack(torch, backend, engines)
+
+
+def pool_engines(queues: list[str]) -> dict[str, dict[str, Any]]:
+    """Pool name -> the serving engine the serve stage runs for it
+    (`workers.runner.pool_engine`), for each pool whose queue is among `queues`: one query."""
+    from adaptation.models import AcceleratorPool
+    from workers.runner import pool_engine
+
+    return {
+        pool.name: pool_engine(pool)
+        for pool in AcceleratorPool.objects.filter(queue__in=list(queues)).only(
+            "name", "queue", "engine"
+        )
     }
 
 
@@ -169,6 +201,7 @@ class WorkerAnnouncer:
         self.name = name
         self.queues = queues
         self.every_s = every_s
+        self.backend = "cpu"  # as the registration found it
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="day0-worker-beat", daemon=True)
 
@@ -185,7 +218,9 @@ class WorkerAnnouncer:
         from adaptation.services.workers import worker_register, worker_stop
 
         try:
-            worker_register(name=self.name, description=describe_this_worker(self.queues))
+            description = describe_this_worker(self.queues, pool_engines(self.queues))
+            self.backend = description["backend"]
+            worker_register(name=self.name, description=description)
             if self._stop.is_set():  # shut down while registering: do not look live after it
                 worker_stop(name=self.name)
         except Exception:
@@ -198,8 +233,14 @@ class WorkerAnnouncer:
     def _beat(self) -> bool:
         from adaptation.services.workers import worker_heartbeat
 
+        stack: dict[str, Any] | None = None
         try:
-            return worker_heartbeat(name=self.name)
+            stack = this_worker_stack(self.backend, pool_engines(self.queues))
+        except Exception:  # the beat still says the worker is alive
+            logger.warning("Worker %s could not read its stack", self.name, exc_info=True)
+            connection.close()
+        try:
+            return worker_heartbeat(name=self.name, stack=stack)
         except Exception:
             logger.warning("Heartbeat of worker %s failed", self.name, exc_info=True)
             connection.close()
@@ -279,4 +320,6 @@ __all__ = [
     "describe_this_worker",
     "on_worker_ready",
     "on_worker_shutdown",
+    "pool_engines",
+    "this_worker_stack",
 ]
