@@ -10,6 +10,7 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
+from ipaddress import IPv4Network, IPv6Network, ip_network
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -164,6 +165,19 @@ def env_header(name: str) -> tuple[str, str] | None:
             f"{name}={raw!r} is not a header and its value: use e.g. X-Forwarded-Proto: https."
         )
     return "HTTP_" + header.upper().replace("-", "_"), value
+
+
+def env_networks(name: str) -> list[IPv4Network | IPv6Network]:
+    """A comma-separated list of networks in CIDR notation ("10.0.0.0/8, fd00::/8"; a bare
+    address is its own /32 or /128); [] when unset or blank. Refuses a network with host
+    bits set ("10.0.0.1/8"), which is a typo more often than not."""
+    networks = []
+    for item in env_list(name, []):
+        try:
+            networks.append(ip_network(item))
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{name}: {item!r} is not a network: {exc}.") from exc
+    return networks
 
 
 def local_url(host: str, port: str) -> str:

@@ -23,6 +23,7 @@ from day0web.env import (
     env_header,
     env_int,
     env_list,
+    env_networks,
     env_rate,
     env_stage_levels,
     env_str,
@@ -65,10 +66,13 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "csp",
+    "django_prometheus",  # the web side of /metrics (adaptation/metrics/)
     "adaptation",
 ]
 
 MIDDLEWARE = [
+    # django-prometheus times every request from here to its twin at the end (/metrics).
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -79,6 +83,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
 # Messages live in the session, not in a cookie: the admin shows a new secret once in a
@@ -212,6 +217,11 @@ CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
 # Behind a proxy that ends TLS: the header it sets on https requests, "Name: value". Set it
 # only when the proxy always sets or strips that header, else a client could claim https.
 SECURE_PROXY_SSL_HEADER = env_header("SECURE_PROXY_SSL_HEADER")
+
+# Prometheus scrapes /metrics from inside the deployment's network, over plain http to the web
+# service (docker-compose.yml): no redirect to https there. The scrape's token is sent with
+# its first request either way, so a redirect would protect nothing.
+SECURE_REDIRECT_EXEMPT = [r"^metrics$"]
 
 # Request bodies (forms, API calls) over this many bytes are refused: a 413 in the API's error
 # shape, Django's 400 page for a form. Webhook receivers have their own limit below.
@@ -435,6 +445,19 @@ if not DAY0_PUBLIC_URL.startswith(("http://", "https://")):
 DAY0_REGRESSION_RUNS = env_int("DAY0_REGRESSION_RUNS", 5, minimum=2)
 DAY0_REGRESSION_MARGIN = env_float("DAY0_REGRESSION_MARGIN", 0.10, minimum=0.0, maximum=10.0)
 DAY0_REGRESSION_FLOOR_S = env_float("DAY0_REGRESSION_FLOOR_S", 2.0, minimum=0.0)
+
+# --- metrics (docs/operations.md, "Metrics") ---------------------------------------------
+# /metrics (Prometheus text format) answers a request carrying "Authorization: Bearer
+# <DAY0_METRICS_TOKEN>" or coming from one of DAY0_METRICS_ALLOWED_NETWORKS (CIDRs, checked
+# against the connection's address, REMOTE_ADDR, never X-Forwarded-For). With neither set it
+# answers 404: never open by default.
+DAY0_METRICS_TOKEN = env_str("DAY0_METRICS_TOKEN", "").strip()
+if DAY0_METRICS_TOKEN and len(DAY0_METRICS_TOKEN) < 16:
+    raise ImproperlyConfigured(
+        "DAY0_METRICS_TOKEN is shorter than 16 characters; make one with "
+        'python -c "import secrets; print(secrets.token_urlsafe(32))".'
+    )
+DAY0_METRICS_ALLOWED_NETWORKS = env_networks("DAY0_METRICS_ALLOWED_NETWORKS")
 
 CELERY_BEAT_SCHEDULE = {
     "poll-hubs": {

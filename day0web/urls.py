@@ -8,6 +8,8 @@ from django.templatetags.static import static
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from adaptation.views.metrics import metrics
+
 
 def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
     """`/favicon.ico`, which browsers and tools ask for on their own (a download, a JSON
@@ -36,6 +38,8 @@ urlpatterns = [
         name="api-docs",
     ),
     path("webhooks/", include("adaptation.webhooks.urls")),
+    # Prometheus's scrape: a bearer token or an allowed network, never a login (off by default).
+    path("metrics", metrics, name="metrics"),
     path("", include("adaptation.urls")),
 ]
 

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db.models import F
 from django.utils import timezone
 
 from adaptation.models import (
@@ -64,7 +65,9 @@ def hub_watch_poll(*, watch: HubWatch, now: datetime | None = None) -> WatchPoll
     mirror, a disabled pool, a database or broker error) is recorded on the watch (message,
     failure count) and pushes its next poll out exponentially from its interval (at least
     the hub's Retry-After on 429), capped at `DAY0_MAX_BACKOFF_S`. Nothing is raised, except
-    Celery's soft time limit.
+    Celery's soft time limit. Every poll adds one to exactly one of the watch's counters:
+    `polls_succeeded`, `polls_rate_limited` (the hub answered 429) or `polls_failed` (any
+    other failure or refusal).
     """
     now = now or timezone.now()
     outcome = WatchPollOutcome(watch=watch.name)
@@ -104,7 +107,15 @@ def hub_watch_poll(*, watch: HubWatch, now: datetime | None = None) -> WatchPoll
     watch.last_success_at = now
     watch.next_poll_at = now + timedelta(seconds=watch.poll_interval_s)
     watch.save(update_fields=_WATCH_POLL_FIELDS)
+    _watch_count_poll(watch=watch, counter="polls_succeeded")
     return outcome
+
+
+def _watch_count_poll(*, watch: HubWatch, counter: str) -> None:
+    """Add one to the watch's poll counter `counter` (`polls_succeeded`, `polls_rate_limited`
+    or `polls_failed`: /metrics's `day0_hub_polls_total`) in the database, atomically: two
+    rounds polling the same watch at once both count."""
+    HubWatch.objects.filter(pk=watch.pk).update(**{counter: F(counter) + 1})
 
 
 def _watch_record_failure(
@@ -126,6 +137,10 @@ def _watch_record_failure(
     watch.next_poll_at = now + timedelta(seconds=backoff)
     watch.last_error = f"{now:%Y-%m-%d %H:%M:%S} UTC: {message} (next try in {int(backoff)} s)"
     watch.save(update_fields=_WATCH_POLL_FIELDS)
+    _watch_count_poll(
+        watch=watch,
+        counter="polls_rate_limited" if isinstance(exc, HubRateLimited) else "polls_failed",
+    )
     outcome.error = message
     logger.warning("Polling %s failed: %s", watch.name, message)
 

@@ -25,7 +25,8 @@ SAMPLES = {
     "rest": "not-an-endpoint-id",
 }
 # Logout is POST-only; /favicon.ico redirects to the static icon, for anyone.
-PUBLIC = {"accounts/login/": 200, "accounts/logout/": 405, "favicon.ico": 301}
+# /metrics is off (404) unless a token or allowed networks are set (tests/metrics/).
+PUBLIC = {"accounts/login/": 200, "accounts/logout/": 405, "favicon.ico": 301, "metrics": 404}
 WEBHOOK_RECEIVERS = ("webhooks/huggingface/", "webhooks/generic/")
 
 
