@@ -204,7 +204,12 @@ def test_subscription_create_keeps_the_secret_encrypted(team) -> None:
     assert secret not in subscription.secret_ciphertext
     assert secret_decrypt(subscription.secret_ciphertext) == secret
     assert (subscription.name, subscription.url) == ("ci", "https://hooks.example.com/x")
-    assert subscription.events == ["stage.failed", "job.succeeded", "job.failed"]
+    assert subscription.events == [
+        "stage.failed",
+        "job.succeeded",
+        "job.failed",
+        "regression.detected",
+    ]
     assert subscription.allow_private_network is False
 
     slack, none = subscription_create(
