@@ -19,6 +19,7 @@ from adaptation.models import (
     PrecisionResult,
     StageRun,
 )
+from adaptation.models.hub_endpoints import ALLOWED_HUB_KINDS, HUGGINGFACE
 from engine.hubs.trust import same_hub
 
 
@@ -52,10 +53,15 @@ class AllowedHubEndpointForm(forms.ModelForm):
     says whether the user may keep `allow_private_network` for a changed URL."""
 
     allows_private_network = False
+    # Optional, so that a form posted without it (as before ModelScope) means Hugging Face.
+    hub_kind = forms.ChoiceField(choices=ALLOWED_HUB_KINDS, initial=HUGGINGFACE, required=False)
 
     class Meta:
         model = AllowedHubEndpoint
-        fields = ("url", "allow_private_network", "note")
+        fields = ("hub_kind", "url", "allow_private_network", "note")
+
+    def clean_hub_kind(self) -> str:
+        return self.cleaned_data.get("hub_kind") or HUGGINGFACE
 
     def clean(self) -> dict:
         """Drop the leave to reach private networks when a user who may not give it changes
@@ -73,15 +79,16 @@ class AllowedHubEndpointForm(forms.ModelForm):
 
 @admin.register(AllowedHubEndpoint)
 class AllowedHubEndpointAdmin(admin.ModelAdmin):
-    """Hubs besides HF_ENDPOINT that Hugging Face watches may poll and that receive the
-    worker's HF_TOKEN: the admin role's list (engineers see it, to know which hubs they may
+    """Hubs besides HF_ENDPOINT / MODELSCOPE_ENDPOINT that Hugging Face / ModelScope watches
+    (by the entry's kind) may poll and that receive the worker's HF_TOKEN /
+    MODELSCOPE_API_TOKEN: the admin role's list (engineers see it, to know which hubs they may
     use). A URL resolving to an internal address is refused unless "allow private network"
     is set (`AllowedHubEndpoint.clean`), which only a superuser may set, as for a pool's
     engine and a notification subscription."""
 
     form = AllowedHubEndpointForm
-    list_display = ("url", "allow_private_network", "note", "created_at")
-    list_filter = ("allow_private_network",)
+    list_display = ("url", "hub_kind", "allow_private_network", "note", "created_at")
+    list_filter = ("hub_kind", "allow_private_network")
     search_fields = ("url", "note")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -20,9 +21,11 @@ from adaptation.models import (
     KnownLimitation,
     ModelRelease,
     StageRun,
+    SuiteRun,
     WebhookEndpoint,
     WebhookKind,
 )
+from adaptation.page_links import page_url
 from adaptation.presenters.analysis import analysed_config, latest_analysis_run
 from adaptation.presenters.pools import device_warning_text, device_warnings
 from adaptation.selectors.inventory import PoolInventory, WorkerState
@@ -814,3 +817,126 @@ class WebhookEndpointCreateInput(serializers.Serializer):
         min_value=0,
         help_text="Seconds a repo must be quiet before its coalesced Hub upload starts a job.",
     )
+
+
+# --- standard-suite runs ----------------------------------------------------------------------
+
+
+class SuiteRunCreateInput(serializers.Serializer):
+    """Start a run of a suite on a pool: one job per reference release (docs/suite.md)."""
+
+    pool = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        help_text="An enabled pool's name; blank or absent: DAY0_DEFAULT_POOL.",
+    )
+    suite = serializers.SlugField(
+        required=False, default="standard", help_text='The suite\'s name; absent: "standard".'
+    )
+    stages = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        allow_empty=False,
+        help_text="Run only these stages (in registry order); absent: every stage.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """The pool as a row (`pool_get`: the default when blank or absent)."""
+        try:
+            attrs["pool"] = pool_get(name=attrs.get("pool") or None)
+        except ServiceError as exc:
+            raise serializers.ValidationError({"pool": [str(exc)]}) from exc
+        return attrs
+
+
+class SuiteJobOutput(serializers.ModelSerializer):
+    """A job of a suite run: its entry, release and status."""
+
+    entry = serializers.CharField(source="suite_entry", read_only=True)
+    repo_id = serializers.CharField(source="release.repo_id", read_only=True)
+
+    class Meta:
+        model = AdaptationJob
+        fields = ["id", "entry", "release", "repo_id", "status", "readiness", "blocking_stage"]
+        read_only_fields = fields
+
+
+class SuiteRunOutput(serializers.ModelSerializer):
+    """A run of a suite on a pool: what started it, the pool's stack then, the run it is
+    compared with (`previous`), its jobs and its matrix page."""
+
+    pool = serializers.CharField(source="pool.name", read_only=True)
+    # Plain text, not an enum: the jobs' "trigger" enum has other values (one name each).
+    trigger = serializers.CharField(
+        read_only=True, help_text='What started it: "manual", "api" or "stack-upgrade".'
+    )
+    requested_by = serializers.CharField(
+        source="requested_by.get_username", read_only=True, allow_null=True, default=None
+    )
+    stack = serializers.JSONField(
+        read_only=True, help_text="The pool's software stack when the run started."
+    )
+    jobs = SuiteJobOutput(many=True, read_only=True)
+    page_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = SuiteRun
+        fields = [
+            "id",
+            "suite",
+            "pool",
+            "trigger",
+            "requested_by",
+            "created_at",
+            "stack",
+            "previous",
+            "jobs",
+            "page_url",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.URLField(help_text="The run's matrix page."))
+    def get_page_url(self, run: SuiteRun) -> str:
+        return page_url(reverse("adaptation:suite_run", args=[run.pk]))
+
+
+class SuiteCellOutput(serializers.Serializer):
+    """One stage of one entry's job: its state (passed, regressed, failed, skipped, running,
+    queued, pending, cancelled, not-run), the failure's class, the regressions' metric keys,
+    and the previous run's state and how this one differs (newly-failing, fixed,
+    newly-regressed, still-failing, or "")."""
+
+    stage = serializers.CharField()
+    state = serializers.CharField()
+    failure_class = serializers.CharField()
+    attempt = serializers.IntegerField()
+    regressions = serializers.ListField(child=serializers.CharField())
+    previous_state = serializers.CharField(allow_null=True)
+    change = serializers.CharField()
+
+
+class SuiteRowOutput(serializers.Serializer):
+    """One entry of the run: its family shapes, release, job and cells in stage order."""
+
+    entry = serializers.CharField()
+    shapes = serializers.ListField(child=serializers.CharField())
+    release = serializers.IntegerField(source="release_id")
+    repo_id = serializers.CharField()
+    job = serializers.IntegerField(source="job_id")
+    job_status = serializers.CharField()
+    previous_job = serializers.IntegerField(source="previous_job_id", allow_null=True)
+    cells = SuiteCellOutput(many=True)
+
+
+class SuiteRunDetailOutput(SuiteRunOutput):
+    """A suite run with its matrix: a row per entry, a cell per stage."""
+
+    matrix = serializers.SerializerMethodField()
+
+    class Meta(SuiteRunOutput.Meta):
+        fields = [*SuiteRunOutput.Meta.fields, "matrix"]
+        read_only_fields = fields
+
+    @extend_schema_field(SuiteRowOutput(many=True))
+    def get_matrix(self, run: SuiteRun) -> list[dict[str, Any]]:
+        return SuiteRowOutput(self.context["matrix"].rows, many=True).data

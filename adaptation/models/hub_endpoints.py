@@ -1,4 +1,5 @@
-"""Where hub watches may point: the configured Hugging Face hubs and the mirror roots.
+"""Where hub watches may point: the configured Hugging Face hubs, the configured ModelScope
+hubs and the mirror roots.
 
 A Hugging Face watch's endpoint is the worker's `HF_ENDPOINT` (blank, or that URL; the public
 Hub when unset) or a URL on the admin-managed allow-list (`AllowedHubEndpoint`). An allow-list
@@ -6,6 +7,12 @@ entry goes through the same private-address guard as outbound notifications
 (`adaptation.outbound_http.resolve_checked`) unless a superuser set its
 `allow_private_network`; `HF_ENDPOINT` is not guarded, since the operator configured it
 (a site mirror on the internal network, the test suite's local fake Hub).
+
+A ModelScope watch's endpoint follows the same rules with ModelScope's own settings: the
+worker's `MODELSCOPE_ENDPOINT` (the public https://modelscope.cn when unset) or a ModelScope
+entry of the allow-list, and only those receive `MODELSCOPE_API_TOKEN`
+(`modelscope_hub_token_allowed`). An allow-list entry serves one kind of hub, so neither
+token is ever sent to the other vendor's entries.
 
 A mirror watch's folder must be one of `DAY0_MIRROR_ROOTS` or inside one, after symlinks and
 `..` are resolved.
@@ -26,10 +33,31 @@ from django.db import models
 from django.utils import timezone
 
 from adaptation.outbound_http import OutboundError, resolve_checked
-from engine.hubs.trust import DEFAULT_PORTS, configured_hub_endpoint, hub_url_key, same_hub
+from engine.hubs.trust import (
+    DEFAULT_PORTS,
+    configured_hub_endpoint,
+    configured_modelscope_endpoint,
+    hub_url_key,
+    same_hub,
+)
 
 # Where the allow-list is managed, as refusals name it.
 ALLOW_LIST_PLACE = "the admin's Allowed hub endpoints"
+
+HUGGINGFACE = "huggingface"
+MODELSCOPE = "modelscope"
+# The hub kinds an allow-list entry can be (the `HubKind`s that are hubs, not folders).
+ALLOWED_HUB_KINDS = [(HUGGINGFACE, "Hugging Face Hub"), (MODELSCOPE, "ModelScope")]
+# The variable that configures each kind's hub, as refusals name it.
+_ENDPOINT_SETTING = {HUGGINGFACE: "HF_ENDPOINT", MODELSCOPE: "MODELSCOPE_ENDPOINT"}
+
+
+def configured_endpoint(kind: str = HUGGINGFACE) -> str:
+    """The hub the operator configured for `kind`: `HF_ENDPOINT` or `MODELSCOPE_ENDPOINT`
+    (read now), else the vendor's public hub."""
+    if kind == MODELSCOPE:
+        return configured_modelscope_endpoint()
+    return configured_hub_endpoint()
 
 
 class AllowedHubEndpoint(models.Model):
@@ -42,6 +70,13 @@ class AllowedHubEndpoint(models.Model):
     anyone else, `AllowedHubEndpointAdmin`).
     """
 
+    hub_kind = models.CharField(
+        max_length=32,
+        choices=ALLOWED_HUB_KINDS,
+        default=HUGGINGFACE,
+        help_text="Which kind of hub it is: only watches of that kind may use it, and only "
+        "that kind's token (HF_TOKEN or MODELSCOPE_API_TOKEN) is sent to it.",
+    )
     url = models.CharField(
         max_length=512,
         unique=True,
@@ -101,50 +136,52 @@ def _address_refusal(key: tuple[str, str, int, str]) -> str:
     return ""
 
 
-def _allow_list_entry(endpoint: str) -> AllowedHubEndpoint | None:
+def _allow_list_entry(endpoint: str, kind: str = HUGGINGFACE) -> AllowedHubEndpoint | None:
     key = hub_url_key(endpoint)
     if key is None:
         return None
     # The list is short; comparing keys also finds a row whose URL was edited in the database.
-    for entry in AllowedHubEndpoint.objects.all():
+    for entry in AllowedHubEndpoint.objects.filter(hub_kind=kind):
         if hub_url_key(entry.url) == key:
             return entry
     return None
 
 
-def configured_hub_urls() -> list[str]:
-    """The hubs a Hugging Face watch may use, for messages: `HF_ENDPOINT` (or the public
-    Hub) first, then the allow-list."""
-    listed = AllowedHubEndpoint.objects.values_list("url", flat=True)
-    return [configured_hub_endpoint(), *listed]
+def configured_hub_urls(kind: str = HUGGINGFACE) -> list[str]:
+    """The hubs a watch of `kind` may use, for messages: `HF_ENDPOINT` or
+    `MODELSCOPE_ENDPOINT` (or the vendor's public hub) first, then the allow-list's."""
+    listed = AllowedHubEndpoint.objects.filter(hub_kind=kind).values_list("url", flat=True)
+    return [configured_endpoint(kind), *listed]
 
 
-def hub_endpoint_unlisted_reason(endpoint: str) -> str:
-    """Why `endpoint` (a Hugging Face watch's; blank means `HF_ENDPOINT`) is not a configured
-    hub, or "" when it is: `HF_ENDPOINT` (or the public Hub when unset) or on the allow-list.
+def hub_endpoint_unlisted_reason(endpoint: str, kind: str = HUGGINGFACE) -> str:
+    """Why `endpoint` (a watch's of `kind`, "huggingface" or "modelscope"; blank means the
+    configured hub) is not a configured hub, or "" when it is: `HF_ENDPOINT` /
+    `MODELSCOPE_ENDPOINT` (or the public hub when unset) or on the allow-list for that kind.
     Resolves nothing (cheap enough for a webhook); `hub_endpoint_refusal` adds the guard."""
-    if not endpoint.strip() or same_hub(endpoint, configured_hub_endpoint()):
+    if not endpoint.strip() or same_hub(endpoint, configured_endpoint(kind)):
         return ""
     if hub_url_key(endpoint) is None:
         return _malformed(endpoint)
-    if _allow_list_entry(endpoint) is not None:
+    if _allow_list_entry(endpoint, kind) is not None:
         return ""
     return (
-        f"{endpoint} is not a configured hub: use HF_ENDPOINT ({configured_hub_endpoint()}, "
-        f"or leave the endpoint blank) or a hub on {ALLOW_LIST_PLACE} "
-        f"({', '.join(configured_hub_urls()[1:]) or 'none yet'})."
+        f"{endpoint} is not a configured hub: use {_ENDPOINT_SETTING[kind]} "
+        f"({configured_endpoint(kind)}, or leave the endpoint blank) or a "
+        f"{dict(ALLOWED_HUB_KINDS)[kind]} on {ALLOW_LIST_PLACE} "
+        f"({', '.join(configured_hub_urls(kind)[1:]) or 'none yet'})."
     )
 
 
-def hub_endpoint_refusal(endpoint: str) -> str:
-    """Why a Hugging Face watch may not use `endpoint` (or its worker send `HF_TOKEN`
+def hub_endpoint_refusal(endpoint: str, kind: str = HUGGINGFACE) -> str:
+    """Why a watch of `kind` may not use `endpoint` (or its worker send that kind's token
     there), or "" when it may: not a configured hub (`hub_endpoint_unlisted_reason`), or an
     allow-list entry whose host resolves to an internal address (or not at all) while its
     `allow_private_network` is off. Resolves the host of an allow-list entry."""
-    reason = hub_endpoint_unlisted_reason(endpoint)
-    if reason or not endpoint.strip() or same_hub(endpoint, configured_hub_endpoint()):
+    reason = hub_endpoint_unlisted_reason(endpoint, kind)
+    if reason or not endpoint.strip() or same_hub(endpoint, configured_endpoint(kind)):
         return reason
-    entry, key = _allow_list_entry(endpoint), hub_url_key(endpoint)
+    entry, key = _allow_list_entry(endpoint, kind), hub_url_key(endpoint)
     if entry is None or key is None or entry.allow_private_network:
         return ""
     refusal = _address_refusal(key)
@@ -155,6 +192,13 @@ def hub_token_allowed(endpoint: str) -> bool:
     """Whether the worker may send `HF_TOKEN` to `endpoint`: registered with
     `engine.hubs.trust.token_check_set` by `AdaptationConfig.ready`."""
     return not hub_endpoint_refusal(endpoint)
+
+
+def modelscope_hub_token_allowed(endpoint: str) -> bool:
+    """Whether the worker may send `MODELSCOPE_API_TOKEN` to `endpoint` (besides the
+    configured ModelScope): registered with `engine.hubs.trust.modelscope_token_check_set`
+    by `AdaptationConfig.ready`."""
+    return not hub_endpoint_refusal(endpoint, MODELSCOPE)
 
 
 def mirror_roots() -> list[Path]:

@@ -33,10 +33,13 @@ class HubWatch(models.Model):
     endpoint = models.CharField(
         max_length=512,
         blank=True,
-        help_text="Hub URL (blank: HF_ENDPOINT or huggingface.co; otherwise one on the "
-        "Allowed hub endpoints list) or a mirror folder (inside DAY0_MIRROR_ROOTS).",
+        help_text="Hub URL (blank: HF_ENDPOINT or huggingface.co, MODELSCOPE_ENDPOINT or "
+        "modelscope.cn; otherwise one of its kind on the Allowed hub endpoints list) or a "
+        "mirror folder (inside DAY0_MIRROR_ROOTS).",
     )
-    author = models.CharField(max_length=128, blank=True, help_text="Org or user to list.")
+    author = models.CharField(
+        max_length=128, blank=True, help_text="Org or user (ModelScope: organization) to list."
+    )
     repo_pattern = models.CharField(
         max_length=256, blank=True, help_text="fnmatch pattern on the repo id; blank: all."
     )
@@ -83,10 +86,10 @@ class HubWatch(models.Model):
         return self.name
 
     def clean(self) -> None:
-        """A Hugging Face watch needs a configured hub, a mirror watch a folder inside the
-        mirror roots (`adaptation.models.hub_endpoints`, checked again before each poll), and
-        its job options must be ones the stages take; a typo is caught when saved, not at
-        the next poll. Raises `ValidationError` naming the field."""
+        """A Hugging Face or ModelScope watch needs a configured hub of its kind, a mirror
+        watch a folder inside the mirror roots (`adaptation.models.hub_endpoints`, checked
+        again before each poll), and its job options must be ones the stages take; a typo is
+        caught when saved, not at the next poll. Raises `ValidationError` naming the field."""
         refusal = self.endpoint_refusal()
         if refusal:
             raise ValidationError({"endpoint": refusal})
@@ -98,14 +101,15 @@ class HubWatch(models.Model):
             raise ValidationError({"job_options": str(exc)}) from exc
 
     def endpoint_refusal(self, *, resolve: bool = True) -> str:
-        """Why this watch may not poll its endpoint ("" when it may): a Hugging Face
-        endpoint that is not a configured hub or fails the address guard, a mirror folder
-        outside `DAY0_MIRROR_ROOTS`. Resolves an allow-listed hub's host, unless not
-        `resolve` (then the address guard is left to the poll and the token check)."""
-        if self.kind == HubKind.HUGGINGFACE:
+        """Why this watch may not poll its endpoint ("" when it may): a Hugging Face or
+        ModelScope endpoint that is not a configured hub of its kind or fails the address
+        guard, a mirror folder outside `DAY0_MIRROR_ROOTS`. Resolves an allow-listed hub's
+        host, unless not `resolve` (then the address guard is left to the poll and the token
+        check)."""
+        if self.kind in (HubKind.HUGGINGFACE, HubKind.MODELSCOPE):
             if not resolve:
-                return hub_endpoint_unlisted_reason(self.endpoint)
-            return hub_endpoint_refusal(self.endpoint)
+                return hub_endpoint_unlisted_reason(self.endpoint, self.kind)
+            return hub_endpoint_refusal(self.endpoint, self.kind)
         if self.kind == HubKind.MIRROR:
             return mirror_root_refusal(self.endpoint)
         return ""
@@ -150,6 +154,16 @@ class ModelRelease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.repo_id}@{self.revision[:12]}"
+
+    @property
+    def hub_repo_url(self) -> str:
+        """The repo's page on its hub at `hub_endpoint`: `<hub>/<org>/<name>` on a Hugging
+        Face hub, `<hub>/models/<org>/<name>` on ModelScope; "" for a mirror folder."""
+        if self.hub_kind == HubKind.HUGGINGFACE:
+            return f"{self.hub_endpoint.rstrip('/')}/{self.repo_id}"
+        if self.hub_kind == HubKind.MODELSCOPE:
+            return f"{self.hub_endpoint.rstrip('/')}/models/{self.repo_id}"
+        return ""
 
     @property
     def publication_known(self) -> bool:
