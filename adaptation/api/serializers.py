@@ -598,6 +598,13 @@ class WorkerOutput(serializers.Serializer):
     last_heartbeat_at = serializers.DateTimeField(source="worker.last_heartbeat_at")
     heartbeat_age_s = serializers.FloatField()
     running_stage_runs = serializers.SerializerMethodField()
+    software = serializers.DictField(
+        source="worker.software",
+        help_text="What the worker reported of its software: torch, python and celery "
+        "versions and, once it reports its stack, `driver` (null: no accelerator; else "
+        '{"cuda": ..., "nvidia": ...}) and `engines` (per pool name, its serving engine\'s '
+        'versions: {"vllm": "0.32.0", "torch": ...}).',
+    )
 
     @extend_schema_field(DeviceOutput(many=True))
     def get_devices(self, state: WorkerState) -> list[dict[str, Any]]:
@@ -653,6 +660,11 @@ class PoolOutput(serializers.ModelSerializer):
     oldest_wait_s = serializers.SerializerMethodField()
     warnings = serializers.SerializerMethodField()
     workers = serializers.SerializerMethodField()
+    stack = serializers.DictField(
+        read_only=True,
+        help_text='The software stack the pool serves with ({"torch", "driver", "engine"}): '
+        "what its newest live worker reported; {} before any report (docs/operations.md).",
+    )
 
     class Meta:
         model = AcceleratorPool
@@ -681,6 +693,7 @@ class PoolOutput(serializers.ModelSerializer):
             "oldest_wait_s",
             "warnings",
             "workers",
+            "stack",
         ]
         read_only_fields = fields
 
