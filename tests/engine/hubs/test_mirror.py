@@ -17,6 +17,7 @@ from engine.hubs import hub_source
 from engine.hubs.base import HubError, HubNotFound, HubSpec
 from engine.hubs.huggingface import HuggingFaceSource
 from engine.hubs.mirror import MirrorSource
+from engine.hubs.modelscope import ModelScopeSource
 from tests.checkpoints import safetensors_file
 
 REALCONFIGS = Path(__file__).resolve().parents[2] / "data" / "realconfigs"
@@ -239,8 +240,9 @@ def test_missing_root_and_missing_release(tmp_path, root):
 def test_hub_source_dispatches_on_kind(tmp_path):
     assert isinstance(hub_source(HubSpec(kind="mirror", endpoint=str(tmp_path))), MirrorSource)
     assert isinstance(hub_source(HubSpec(kind="huggingface")), HuggingFaceSource)
-    with pytest.raises(ValueError, match="known kinds are huggingface, mirror"):
-        hub_source(HubSpec(kind="modelscope"))
+    assert isinstance(hub_source(HubSpec(kind="modelscope")), ModelScopeSource)
+    with pytest.raises(ValueError, match="known kinds are huggingface, modelscope, mirror"):
+        hub_source(HubSpec(kind="gitlab"))
 
 
 @pytest.mark.parametrize("name", ["README.md", "modeling_evil.py", "model.safetensors"])
