@@ -324,7 +324,7 @@ def render_compose() -> dict[str, Any]:
             ["docker", "compose", "-f", str(path), "config", "--format", "json"],
             capture_output=True,
             text=True,
-            env={**os.environ, "SECRET_KEY": "x" * 50},
+            env={**os.environ, "SECRET_KEY": "x" * 50, "DAY0_METRICS_TOKEN": "y" * 32},
             check=True,
         )
         return json.loads(rendered.stdout)
