@@ -11,7 +11,8 @@ checkpoint's own tensors:
   the files together stay within `MAX_RATE_LIMIT_WAIT_S`; past that the error goes up for the
   task to retry later.
   Each header read is kept on disk per revision (`HeaderCache`), so a retried fetch asks
-  again only for the files it had not read.
+  again only for the files it had not read. ModelScope's source hands in its own reader
+  (`engine.hubs.modelscope`: the same two range requests at its client's download URL).
 - Mirror folders: `huggingface_hub.parse_local_safetensors_file_metadata`, which reads the
   8-byte length and the header bytes only and refuses a header length over its 25 MB cap.
 
