@@ -23,7 +23,7 @@ from adaptation.models import (
     StageStatus,
 )
 from adaptation.services.hub_polling import hub_watch_poll
-from engine.hubs import HubSpec, hub_source
+from engine.hubs import HubAuthError, HubSpec, hub_source
 from tests.checkpoints import safetensors_file
 from tests.factories import make_release, make_watch
 from tests.fakemodelscope import FakeModelScope
@@ -151,7 +151,7 @@ def test_the_token_goes_only_to_a_configured_modelscope(fake_modelscope, monkeyp
     entry = AllowedHubEndpoint.objects.create(
         url=ms.url, hub_kind="huggingface", allow_private_network=True
     )
-    with pytest.raises(Exception, match="HTTP 401"):
+    with pytest.raises(HubAuthError, match="HTTP 401"):
         hub_source(spec).latest_release("openai/gpt-oss-20b")
     assert ms.requests and not [r for r in ms.requests if "authorization" in r.headers]
     entry.hub_kind = "modelscope"
