@@ -27,6 +27,8 @@ from adaptation.models import (
     ModelRelease,
     StageRun,
     StageStatus,
+    SuiteRun,
+    SuiteTrigger,
     Trigger,
     WebhookEndpoint,
     WebhookKind,
@@ -234,3 +236,15 @@ class WebhookEndpointFilter(FilterSet):
     class Meta:
         model = WebhookEndpoint
         fields = ["kind", "enabled"]
+
+
+class SuiteRunFilter(FilterSet):
+    """Suite runs by pool (name), suite and what started them."""
+
+    pool = filters.CharFilter(field_name="pool__name", label="Pool name.")
+    suite = filters.CharFilter(field_name="suite", label='Suite name, e.g. "standard".')
+    trigger = filters.ChoiceFilter(choices=SuiteTrigger.choices, label="What started the run.")
+
+    class Meta:
+        model = SuiteRun
+        fields = ["pool", "suite", "trigger"]

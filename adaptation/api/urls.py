@@ -11,6 +11,7 @@ router.register("releases", views.ReleaseViewSet, basename="release")
 router.register("jobs", views.JobViewSet, basename="job")
 router.register("stages", views.StageRunViewSet, basename="stage")
 router.register("pools", views.PoolViewSet, basename="pool")
+router.register("suite-runs", views.SuiteRunViewSet, basename="suite-run")
 router.register("webhook-endpoints", views.WebhookEndpointViewSet, basename="webhook-endpoint")
 
 urlpatterns = router.urls

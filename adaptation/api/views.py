@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import ProtectedError, QuerySet
+from django.db.models import Prefetch, ProtectedError, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -38,15 +38,19 @@ from adaptation.models import (
     AdaptationJob,
     ModelRelease,
     StageRun,
+    SuiteRun,
+    SuiteTrigger,
     Trigger,
     WebhookEndpoint,
     Worker,
 )
 from adaptation.page_links import job_page_url
+from adaptation.presenters.suites import suite_matrix
 from adaptation.roles import CANCEL_JOB, RERUN_STAGE, TRIGGER_JOB
 from adaptation.selectors import inventory
 from adaptation.selectors.jobs import jobs_with_stage_runs, stage_runs_with_jobs
 from adaptation.selectors.releases import releases_with_latest_job
+from adaptation.selectors.suites import suite_definition_or_none, suite_run_jobs, suite_runs
 from adaptation.services.errors import ServiceError
 from adaptation.services.jobs import (
     DuplicateJobError,
@@ -55,6 +59,7 @@ from adaptation.services.jobs import (
     job_rerun_stage,
 )
 from adaptation.services.queueing import unsent_stage_runs
+from adaptation.services.suites import suite_start
 from adaptation.webhooks.endpoints import EndpointError, webhook_endpoint_create
 from engine.catalog import CatalogError
 
@@ -378,3 +383,81 @@ class WebhookEndpointViewSet(
         except ProtectedError as exc:  # a delivery arrived meanwhile
             raise refusal from exc
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class SuiteRunViewSet(
+    ThrottleRefusalsMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Runs of a suite of reference releases on a pool (docs/suite.md): list (`?pool=`,
+    `?suite=`), detail with the matrix, and start one."""
+
+    queryset = SuiteRun.objects.all()
+    permission_classes = [ActionPermission]
+    action_permissions = {"create": TRIGGER_JOB}
+    filterset_class = filters.SuiteRunFilter
+    filter_backends = [*viewsets.GenericViewSet.filter_backends, filters.StableOrderingFilter]
+    ordering_fields = ["created_at", "id"]
+    ordering = ["-created_at", "-id"]
+
+    def get_queryset(self) -> QuerySet[SuiteRun]:
+        return suite_runs().prefetch_related(
+            Prefetch("jobs", queryset=AdaptationJob.objects.select_related("release"))
+        )
+
+    def get_serializer_class(self) -> type[BaseSerializer]:
+        if self.action == "create":
+            return serializers.SuiteRunCreateInput
+        if self.action == "retrieve":
+            return serializers.SuiteRunDetailOutput
+        return serializers.SuiteRunOutput
+
+    @extend_schema(summary="List suite runs, newest first")
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Suite runs, newest first, each with its jobs; `?pool=`, `?suite=` and
+        `?trigger=` narrow it."""
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(summary="A suite run with its matrix")
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """A suite run with its matrix: a row per entry (family shapes, release, job), a cell
+        per stage with its state and how it compares with the previous run."""
+        run = self.get_object()
+        matrix = suite_matrix(
+            run=run,
+            jobs=suite_run_jobs(run),
+            previous_jobs=suite_run_jobs(run.previous),
+            suite=suite_definition_or_none(run.suite),
+        )
+        output = serializers.SuiteRunDetailOutput(run, context={"matrix": matrix})
+        return Response(output.data)
+
+    @extend_schema(
+        request=serializers.SuiteRunCreateInput,
+        responses={201: serializers.SuiteRunOutput, 202: serializers.SuiteRunOutput},
+        summary="Run a suite on a pool",
+    )
+    def create(self, request: Request) -> Response:
+        """Start a run of a suite (default "standard") on a pool (absent:
+        `DAY0_DEFAULT_POOL`): trigger "api", one job per reference release, linked to the
+        previous run of the suite on the pool. 201, or 202 when the broker could not take
+        the jobs' first stages (saved; day0 sends them when it is back). 400 for an unknown
+        suite or stage, or a disabled pool. Needs `trigger_job`."""
+        serializer = serializers.SuiteRunCreateInput(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        run = suite_start(
+            pool=data["pool"],
+            trigger=SuiteTrigger.API,
+            suite=data["suite"],
+            requested_by=request.user,
+            stages=data.get("stages"),
+        )
+        run = self.get_queryset().get(pk=run.pk)
+        sent = not any(unsent_stage_runs(job) for job in run.jobs.all())
+        return Response(
+            serializers.SuiteRunOutput(run).data,
+            status=status.HTTP_201_CREATED if sent else status.HTTP_202_ACCEPTED,
+        )

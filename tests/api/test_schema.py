@@ -38,6 +38,7 @@ def test_the_schema_validates_without_warnings(tmp_path):
         "/api/v1/stages/:",
         "/api/v1/pools/{id}/:",
         "/api/v1/webhook-endpoints/{id}/:",
+        "/api/v1/suite-runs/{id}/:",
     ):
         assert f"\n  {path}\n" in text, path
 
@@ -91,6 +92,8 @@ GET_PATHS = {
     "/api/v1/pools/{id}/",
     "/api/v1/webhook-endpoints/",
     "/api/v1/webhook-endpoints/{id}/",
+    "/api/v1/suite-runs/",
+    "/api/v1/suite-runs/{id}/",
 }
 CHECKS = [
     not_a_server_error,
@@ -105,15 +108,18 @@ def test_get_answers_conform_to_the_schema(cast, seeded, wsgi_app):
     for each detail): never a 500, and each answer's status, content type and body as the
     schema documents them. Run as an admin, who may read every operation."""
     from adaptation.models import StageRun
+    from adaptation.services.suites import suite_start
     from adaptation.webhooks.endpoints import webhook_endpoint_create
 
     endpoint, _ = webhook_endpoint_create(name="hub", kind="huggingface", pool=seeded.h200)
+    suite_run = suite_start(pool=seeded.cpu, trigger="manual", stages=["fetch"])
     real_ids = {
         "/api/v1/releases/{id}/": seeded.deepseek.pk,
         "/api/v1/jobs/{id}/": seeded.qwen_failed.pk,
         "/api/v1/stages/{id}/": StageRun.objects.filter(job=seeded.llama_done).first().pk,
         "/api/v1/pools/{id}/": seeded.h200.pk,
         "/api/v1/webhook-endpoints/{id}/": str(endpoint.pk),
+        "/api/v1/suite-runs/{id}/": suite_run.pk,
     }
     headers = {"Authorization": f"Token {cast.token('ada')}"}
     api_schema = schemathesis.openapi.from_wsgi("/api/schema/", wsgi_app, headers=headers)

@@ -29,7 +29,7 @@ from django.urls import URLResolver, get_resolver
 from django.utils.regex_helper import normalize
 
 from adaptation.api import views as api_views
-from adaptation.models import KnownLimitation, ModelRelease, ReleaseNotes
+from adaptation.models import KnownLimitation, ModelRelease, ReleaseNotes, SuiteRun
 from adaptation.safe_markdown import render_markdown
 from adaptation.webhooks.endpoints import webhook_endpoint_create
 from tests.factories import cpu_pool, make_job
@@ -113,12 +113,14 @@ class Rows:
             release=self.release, title="Slow decode", body="**why**", severity="minor"
         )
         self.endpoint, _ = webhook_endpoint_create(name="hub", kind="huggingface")
+        self.suite_run = SuiteRun.objects.create(suite="standard", pool=self.pool, trigger="manual")
         self.api_objects = {
             "releases": self.release,
             "jobs": self.job,
             "stages": self.stage_run,
             "pools": self.pool,
             "webhook-endpoints": self.endpoint,
+            "suite-runs": self.suite_run,
         }
 
     def value(self, path_format: str, name: str) -> str:
@@ -127,7 +129,8 @@ class Rows:
         if name == "pk" and segments[:2] == ["api", "v1"]:
             return str(self.api_objects[segments[2]].pk)
         if name == "pk":
-            return str({"releases": self.release, "limitations": self.note}[segments[0]].pk)
+            pages = {"releases": self.release, "limitations": self.note}
+            return str({**pages, "suite-runs": self.suite_run}[segments[0]].pk)
         if name == "object_id" and segments[1] == "r":  # the admin's "view on site"
             return str(self.release.pk)
         if name == "object_id" or (name == "id" and segments[0] == "admin"):
@@ -145,6 +148,8 @@ class Rows:
                 "app_label": "adaptation",
                 "rest": "not-an-endpoint",
                 "url": "not-a-page/",
+                "pool": self.pool.name,
+                "suite": "standard",
             }[name]
         )
 

@@ -23,6 +23,8 @@ SAMPLES = {
     "stage": "fetch",
     "endpoint_id": ENDPOINT_ID,
     "rest": "not-an-endpoint-id",
+    "pool": "cpu",
+    "suite": "standard",
 }
 # Logout is POST-only; /favicon.ico redirects to the static icon, for anyone.
 # /metrics is off (404) unless a token or allowed networks are set (tests/metrics/).
