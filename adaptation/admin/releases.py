@@ -45,6 +45,11 @@ class HubWatchAdmin(admin.ModelAdmin):
         "last_error",
         "consecutive_failures",
         "next_poll_at",
+        # Counted by the polls themselves (F() updates); a form saving the values it loaded
+        # would undo the polls counted while it was open (/metrics's day0_hub_polls_total).
+        "polls_succeeded",
+        "polls_rate_limited",
+        "polls_failed",
     )
 
 

@@ -49,3 +49,33 @@ def test_polls_are_counted_by_result_and_exported(client, fake_hub, monkeypatch)
         labels(watch="outside", kind="mirror", result="rate_limited"): 0,
         labels(watch="outside", kind="mirror", result="failed"): 1,
     }
+
+
+def test_saving_a_watch_in_the_admin_leaves_its_poll_counters_alone(logged_in_client, monkeypatch):
+    """The counters are read-only in the admin: a form opened before some polls and saved
+    after them must not write back the values it loaded."""
+    watch = make_watch(name="counted", enabled=True)
+    HubWatch.objects.filter(pk=watch.pk).update(polls_succeeded=7, polls_failed=3)
+    form = {
+        "name": "counted",
+        "kind": HubKind.MIRROR,
+        "endpoint": watch.endpoint,
+        "author": "",
+        "repo_pattern": "",
+        "pool": str(watch.pool_id),
+        "enabled": "on",
+        "poll_interval_s": "600",
+        "job_options": "{}",
+        "created_at_0": f"{watch.created_at:%Y-%m-%d}",
+        "created_at_1": f"{watch.created_at:%H:%M:%S}",
+        # What a form opened before those polls would post, were the fields editable:
+        "polls_succeeded": "0",
+        "polls_rate_limited": "0",
+        "polls_failed": "0",
+    }
+    monkeypatch.setattr(HubWatch, "clean", lambda self: None)  # its folder is not ours to make
+    response = logged_in_client.post(f"/admin/adaptation/hubwatch/{watch.pk}/change/", form)
+    assert response.status_code == 302, response.context and response.context["errors"]
+    watch.refresh_from_db()
+    assert watch.poll_interval_s == 600  # the form was saved
+    assert (watch.polls_succeeded, watch.polls_rate_limited, watch.polls_failed) == (7, 0, 3)
