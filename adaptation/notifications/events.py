@@ -162,14 +162,13 @@ def regression_data(regression: Regression) -> dict[str, Any]:
     how many good runs, their jobs (ids, newest first) and their median, lowest and highest."""
     basis = metric_basis(regression.metric)
     kind = FIGURE_KINDS.get(basis.figure)
-    run = regression.stage_run
     return {
         "metric": regression.metric,
         "figure": basis.figure,
         "measured_on": basis.measured_on,
         "dtype": basis.dtype or None,
         "prompt_tokens": basis.prompt_tokens,
-        "stage": run.stage if run is not None else basis.stage,
+        "stage": basis.stage,
         "unit": regression.unit,
         "value": regression.value,
         "worse": kind.worse if kind is not None else None,

@@ -23,6 +23,7 @@ from adaptation.models import (
 )
 from adaptation.models.limitations import SEVERITY_RANK
 from adaptation.presenters.day0_clock import Day0Clock, day0_clock, newest_job_per_stage
+from adaptation.presenters.regressions import RegressionBadge, regression_badge
 from adaptation.presenters.stages import StageColumn, failure_class, stage_columns
 from adaptation.selectors.board import CELL_FIGURE_KEYS
 from adaptation.selectors.jobs import latest_runs_by_stage
@@ -150,7 +151,8 @@ class BoardRow:
     """One release on the board: its page's address, its newest job, per column a cell, its
     running jobs (pending or running, newest first: each is shown, even one whose stages a
     newer job covers), whether it ran on more than one pool (an entry then names its pool), its
-    clock, and its open limitations' count and most severe severity ("" when none)."""
+    clock, its open limitations' count and most severe severity ("" when none), and a
+    regression badge per pool whose newest job regressed."""
 
     release: ModelRelease
     url: str
@@ -161,6 +163,8 @@ class BoardRow:
     several_pools: bool = False
     limitation_count: int = 0
     limitation_worst: str = ""
+    # Per pool whose newest job regressed, its badge (docs/regressions.md).
+    regressions: list[RegressionBadge] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -206,6 +210,7 @@ def board_row(
                     )
                 )
     limitations = list(getattr(release, "open_limitations", ()))
+    badges = [regression_badge(pool_jobs[0]) for pool_jobs in by_pool.values()]
     return BoardRow(
         release=release,
         url=reverse("adaptation:release_detail", args=[release.pk]),
@@ -219,6 +224,7 @@ def board_row(
         several_pools=len(by_pool) > 1,
         limitation_count=len(limitations),
         limitation_worst=_worst(limitations),
+        regressions=[badge for badge in badges if badge is not None],
     )
 
 

@@ -19,6 +19,7 @@ from adaptation.models import (
     KnownLimitation,
     LimitationStatus,
     ModelRelease,
+    Regression,
     StageRun,
 )
 from adaptation.selectors.limitations import severity_rank
@@ -77,6 +78,8 @@ RUN_COLUMNS = (
     "failure_class",
 )
 LIMITATION_COLUMNS = ("id", "release_id", "pool_id", "title", "severity", "status", "updated_at")
+# A job's regressions as the board's badge names them (docs/regressions.md).
+REGRESSION_COLUMNS = ("id", "job_id", "metric")
 
 
 def _cell_figure() -> Case:
@@ -107,13 +110,21 @@ def board_runs() -> QuerySet[StageRun]:
 def board_releases(*, query: str = "") -> QuerySet[ModelRelease]:
     """Releases, newest discovered first (then the higher id), those whose repo id contains
     `query` (case-insensitive) when one is given; each with its watch and the watch's pool,
-    its jobs (newest first) with their pool and stage runs (`board_runs`), and its open
+    its jobs (newest first) with their pool, stage runs (`board_runs`) and regressions
+    (their metric only), and its open
     limitations as `open_limitations` (most severe first, then the most recently updated).
     Only the columns the board shows are loaded."""
     jobs = (
         AdaptationJob.objects.select_related("pool")
         .only(*JOB_COLUMNS)
-        .prefetch_related(Prefetch("stage_runs", queryset=board_runs()))
+        .prefetch_related(
+            Prefetch("stage_runs", queryset=board_runs()),
+            # One query for the page's jobs: the badge of a pool whose newest job regressed.
+            Prefetch(
+                "regressions",
+                queryset=Regression.objects.only(*REGRESSION_COLUMNS).order_by("metric"),
+            ),
+        )
         .order_by("-created_at", "-id")
     )
     open_ones = (

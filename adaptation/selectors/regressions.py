@@ -102,8 +102,9 @@ class Figure:
 
 @dataclass(frozen=True)
 class MetricBasis:
-    """A metric key read back: the figure's name, what it was measured on, and the dtype,
-    prompt length (tokens) and stage it was taken at, where the key has them."""
+    """A metric key read back: the figure's name, what it was measured on, the dtype and
+    prompt length (tokens) it was taken at where the key has them, and the stage producing it
+    (`duration_s` names it; the others' follow from the figure and what it was measured on)."""
 
     figure: str
     measured_on: str
@@ -114,18 +115,23 @@ class MetricBasis:
 
 def metric_basis(metric: str) -> MetricBasis:
     """The parts of a metric key ("decode_tokens_per_s:twin:bfloat16:32" gives figure
-    "decode_tokens_per_s", measured on "twin", dtype "bfloat16", 32 prompt tokens;
-    "duration_s:worker:fetch" gives stage "fetch")."""
+    "decode_tokens_per_s", measured on "twin", dtype "bfloat16", 32 prompt tokens, stage
+    "performance"; "duration_s:worker:fetch" gives stage "fetch")."""
     figure, _, rest = metric.partition(":")
     on, _, rest = rest.partition(":")
     if figure == "duration_s":
         return MetricBasis(figure=figure, measured_on=on, stage=rest)
     dtype, _, tokens = rest.partition(":")
+    if on.startswith("engine"):
+        stage = "serve"
+    else:
+        stage = "precision" if figure == "relative_logit_error" else "performance"
     return MetricBasis(
         figure=figure,
         measured_on=on,
         dtype=dtype,
         prompt_tokens=int(tokens) if tokens.isdigit() else None,
+        stage=stage,
     )
 
 
@@ -312,13 +318,18 @@ def job_regressions(job: AdaptationJob) -> list[Regression]:
     return sorted(rows, key=lambda r: (r.stage_run.position if r.stage_run else 99, r.metric))
 
 
-def regressions_by_job(job_ids: Iterable[int]) -> dict[int, list[Regression]]:
-    """The stored regressions of each of `job_ids`, by job id, each list in metric order
-    (one query; a job without any is absent)."""
-    by_job: dict[int, list[Regression]] = {}
+def regressions_of_jobs(job_ids: Iterable[int]) -> list[Regression]:
+    """The stored regressions of `job_ids`, by job then metric (one query)."""
     ids = list(job_ids)
     if not ids:
-        return by_job
-    for row in Regression.objects.filter(job_id__in=ids).order_by("job_id", "metric"):
-        by_job.setdefault(row.job_id, []).append(row)
-    return by_job
+        return []
+    return list(Regression.objects.filter(job_id__in=ids).order_by("job_id", "metric"))
+
+
+def release_ids_of_jobs(job_ids: Iterable[int]) -> dict[int, int]:
+    """The release id of each of `job_ids` (the baseline jobs a regression links, which may be
+    another release's in a family baseline), in one query."""
+    ids = list(set(job_ids))
+    if not ids:
+        return {}
+    return dict(AdaptationJob.objects.filter(pk__in=ids).values_list("pk", "release_id"))

@@ -17,6 +17,7 @@ from adaptation.presenters import day0_clock as clock_presenters
 from adaptation.presenters import job_timeline as timeline_presenters
 from adaptation.presenters import limitations as limitation_presenters
 from adaptation.presenters import panels as panel_presenters
+from adaptation.presenters import regressions as regression_presenters
 from adaptation.presenters.stages import stage_title
 from adaptation.roles import CANCEL_JOB, RERUN_STAGE
 from adaptation.selectors import release_notes as notes_selectors
@@ -71,6 +72,10 @@ def release_detail(request: HttpRequest, pk: int) -> HttpResponse:
             release=release, user=request.user
         ),
         "panels": panel_presenters.release_panels(page),
+        # The regressions of the jobs drawn in full, newest first (docs/regressions.md).
+        "regressions": regression_presenters.jobs_regressions(
+            sorted(shown.jobs, key=lambda job: (job.created_at, job.pk), reverse=True)
+        ),
         "panel_gaps": panel_presenters.panel_gaps(page),
         "release_notes": notes,
         "timelines": timeline_presenters.job_timelines(

@@ -1,0 +1,75 @@
+"""Regressions on the pages: the release page's finding (metric, value and unit, baseline
+spread and median, the jobs compared with, the scope) and the board's badge on the row of a
+pool whose newest job regressed."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+
+from tests.factories import make_release
+
+pytestmark = pytest.mark.django_db
+
+
+def text_of(response) -> str:
+    """The page's text, tags out and whitespace folded (no space before a comma or colon)."""
+    body = response.content.decode()
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).split())
+    return text.replace(" ,", ",").replace(" :", ":")
+
+
+@pytest.fixture
+def regressed(perf_job):
+    """A release whose third job's knee runs 80 tokens/s against 100, 104 and 98 before it."""
+    release = make_release(family="llama")
+    baseline = [perf_job(release, tokens_per_s=v) for v in (100.0, 104.0, 98.0)]
+    return release, baseline, perf_job(release, tokens_per_s=80.0)
+
+
+def test_the_release_page_says_what_regressed_against_what(logged_in_client, regressed):
+    release, baseline, job = regressed
+    response = logged_in_client.get(f"/releases/{release.pk}/")
+    assert response.status_code == 200
+    text = text_of(response)
+    assert f"Job {job.pk} on pool cpu: 1 figure regressed" in text
+    newest_first = ", ".join(f"job {each.pk}" for each in reversed(baseline))
+    assert (
+        "decode tokens/s at the knee (lower is worse) the scaled twin, bfloat16, 32-token prompts "
+        "80 tokens/s 100 tokens/s 98 tokens/s to 104 tokens/s 20.0% (margin 10.0%) "
+        f"3 runs of the same release: {newest_first}"
+    ) in text
+    page = response.content.decode()
+    for each in baseline:
+        assert f'href="/releases/{release.pk}/?job={each.pk}#job-{each.pk}"' in page
+
+
+def test_a_release_without_regressions_shows_no_finding(logged_in_client, perf_job):
+    release = make_release()
+    for tokens in (100.0, 101.0, 99.0):
+        perf_job(release, tokens_per_s=tokens)
+    page = logged_in_client.get(f"/releases/{release.pk}/").content.decode()
+    assert '<div id="regressions">' in page  # the live poll's target
+    assert "Regressions" not in text_of(logged_in_client.get(f"/releases/{release.pk}/"))
+
+
+def test_the_board_badges_the_pool_whose_newest_job_regressed(logged_in_client, regressed):
+    release, _, job = regressed
+    page = logged_in_client.get("/").content.decode()
+    badge_html = rf'<a class="regressed" id="regressed-{release.pk}-cpu"[^>]*>([^<]*)</a>'
+    badge = re.search(badge_html, page)
+    assert badge is not None and badge.group(1) == "Regressed"
+    assert f'href="/releases/{release.pk}/?job={job.pk}#regressions"' in badge.group(0)
+    title = html.unescape(re.search(r'title="([^"]*)"', badge.group(0)).group(1))
+    assert title == (
+        f"Job {job.pk} on cpu: 1 regression against the last good runs: decode tokens/s at the "
+        "knee (the scaled twin, bfloat16, 32-token prompts)"
+    )
+
+
+def test_a_newer_job_without_regressions_clears_the_badge(logged_in_client, regressed, perf_job):
+    release, _, _ = regressed
+    perf_job(release, tokens_per_s=101.0)
+    assert 'class="regressed"' not in logged_in_client.get("/").content.decode()
