@@ -120,7 +120,6 @@ def pool_stack_report(
             return None
         locked.stack = current
         locked.save(update_fields=["stack"])
-        pool.stack = current
         change = StackChange.objects.create(
             pool=locked,
             worker_name=worker_name[:255],
@@ -132,6 +131,7 @@ def pool_stack_report(
             change.suite_run = _start_upgrade_suite(locked)
             if change.suite_run is not None:
                 change.save(update_fields=["suite_run"])
+    pool.stack = current
     logger.info(
         "Pool %s: stack %s by %s",
         pool.name,
