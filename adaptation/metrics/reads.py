@@ -222,8 +222,11 @@ def time_to_day0(bounds: Sequence[float]) -> dict[tuple[str, str], Histogram]:
         .values("release_id", "pool__name")
         .annotate(first=Min("ready_at"))
     )
-    releases = ModelRelease.objects.filter(pk__in={row["release_id"] for row in firsts}).only(
-        "hub_kind", "published_at", "discovered_at"
+    # Joined, not `pk__in` the ids above: thousands of ids would pass SQLite's variable limit.
+    releases = (
+        ModelRelease.objects.filter(jobs__ready_at__isnull=False)
+        .distinct()
+        .only("hub_kind", "published_at", "discovered_at")
     )
     by_id = {release.pk: release for release in releases}
     histograms: dict[tuple[str, str], Histogram] = {}
