@@ -4,7 +4,11 @@ security settings (an https redirect, the Content-Security-Policy) leave the scr
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from ipaddress import ip_network
+from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -13,6 +17,8 @@ from day0web.env import env_networks
 from tests.metrics.conftest import TOKEN
 
 pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -115,3 +121,21 @@ def test_allowed_networks_are_cidrs_and_a_typo_stops_day0(monkeypatch):
         monkeypatch.setenv("DAY0_METRICS_ALLOWED_NETWORKS", typo)
         with pytest.raises(ImproperlyConfigured, match="DAY0_METRICS_ALLOWED_NETWORKS"):
             env_networks("DAY0_METRICS_ALLOWED_NETWORKS")
+
+
+def test_a_short_token_stops_day0_at_start(tmp_path):
+    """A token anyone could guess is refused when the settings are read, naming the variable."""
+    env = {**os.environ, "DAY0_VAR_DIR": str(tmp_path), "DAY0_METRICS_TOKEN": "0123456789"}
+    env.pop("DAY0_METRICS_ALLOWED_NETWORKS", None)
+    done = subprocess.run(
+        [sys.executable, "-c", "import day0web.settings"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "DAY0_METRICS_TOKEN is shorter than 16 characters" in done.stderr
+    env["DAY0_METRICS_TOKEN"] = TOKEN
+    done = subprocess.run(
+        [sys.executable, "-c", "import day0web.settings"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
