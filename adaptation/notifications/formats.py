@@ -93,7 +93,7 @@ def _hours_words(value: Any) -> str:
 
 def weekly_summary_text(data: dict[str, Any]) -> str:
     """The weekly summary in one mrkdwn line: releases, adapted within 24 h, median and p90
-    time to Day-0, the stage that failed most."""
+    time to Day-0, the stage that failed most, the regressions detected (when any)."""
     period = data.get("period") or {}
     pools = ", ".join(data.get("pools") or []) or "every pool"
     within = data.get("adapted_within_24h_percent")
@@ -110,6 +110,13 @@ def weekly_summary_text(data: dict[str, Any]) -> str:
     if failures:
         stage, count = max(failures.items(), key=lambda item: (item[1], item[0]))
         text += f"; most failures at *{_slack_escape(str(stage))}* ({count})"
+    regressions = data.get("regressions_detected") or 0
+    if regressions:
+        jobs = data.get("jobs_regressed") or 0
+        text += (
+            f"; *{regressions}* regression{'' if regressions == 1 else 's'} detected "
+            f"(in {jobs} job{'' if jobs == 1 else 's'})"
+        )
     return text
 
 

@@ -1,5 +1,5 @@
 """The managers' reports: how fast releases are adapted, reduced from the rows
-`adaptation.selectors.reports` reads (`report_rows`: five queries whatever the number of
+`adaptation.selectors.reports` reads (`report_rows`: six queries whatever the number of
 releases; `readiness_rows`: four) to the per-release and per-pool figures the pages, the CSV
 and the weekly summary show.
 
@@ -23,6 +23,10 @@ Definitions (the page, the CSV and the weekly summary share them):
   levels require (`DAY0_READINESS`, up to `complete`; `is_full_job`) and all of whose stages
   succeeded. A partial job (a subset of stages: a webhook's three-stage job, a re-check of one
   stage) is neither a success nor a failure: it is counted apart ("partial").
+- **regressions detected**: the figures found worse than their last good runs
+  (docs/regressions.md) whose detection falls in the period, of jobs on the chosen pools
+  (whatever the release's discovery date: a regression is news when it is found), and how
+  many jobs they are of.
 - **success rate per pool**: successes / finished full jobs (succeeded + failed) on the pool;
   partial, cancelled and unfinished jobs are left out. A failed job is put down to the class
   of its newest failed stage attempt (failed by the infrastructure, by the release).
@@ -304,6 +308,9 @@ class ReportSummary:
     failures_by_class: list[tuple[str, int]] = field(default_factory=list)
     # The stages a full job runs (what a success needs), in the readiness levels' order.
     full_job_stages: tuple[str, ...] = ()
+    # Regressions detected in the period, and the jobs they are of.
+    regressions_detected: int = 0
+    jobs_regressed: int = 0
 
     @property
     def partial_jobs(self) -> int:
@@ -320,6 +327,8 @@ class ReportSummary:
             "p90_time_to_day0_h": self.p90_time_to_day0_h,
             "failures_by_stage": dict(self.failures_by_stage),
             "failures_by_class": dict(self.failures_by_class),
+            "regressions_detected": self.regressions_detected,
+            "jobs_regressed": self.jobs_regressed,
             "success_by_pool": [
                 {
                     "pool": rate.pool,
@@ -344,9 +353,13 @@ class Report:
 
 
 def summarize(
-    rows: Sequence[ReleaseRow], attempts: Iterable[FailedAttempt], rates: list[PoolRate]
+    rows: Sequence[ReleaseRow],
+    attempts: Iterable[FailedAttempt],
+    rates: list[PoolRate],
+    regressions: tuple[int, int] = (0, 0),
 ) -> ReportSummary:
-    """The summary figures of a report's rows, failed attempts and pool rates."""
+    """The summary figures of a report's rows, failed attempts and pool rates, and the
+    regressions detected in its period (their count, and the jobs they are of)."""
     times = [row.time_to_day0_s for row in rows if row.time_to_day0_s is not None]
     within = sum(1 for row in rows if row.within_24h)
     attempts = list(attempts)
@@ -365,6 +378,8 @@ def summarize(
         full_job_stages=tuple(
             dict.fromkeys(name for names in readiness_thresholds().values() for name in names)
         ),
+        regressions_detected=regressions[0],
+        jobs_regressed=regressions[1],
     )
 
 
@@ -380,7 +395,7 @@ def release_report(read: ReportRows) -> Report:
         by_release.setdefault(attempt.release_id, []).append(attempt)
     for row in rows:
         row.failed_stages = _failed_stages(by_release.get(row.release_id, []))
-    summary = summarize(rows, read.attempts, pool_rates(read.jobs, read.attempts))
+    summary = summarize(rows, read.attempts, pool_rates(read.jobs, read.attempts), read.regressions)
     return Report(query=read.query, rows=rows, summary=summary)
 
 

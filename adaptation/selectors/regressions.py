@@ -45,9 +45,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Count, Exists, OuterRef, Q
 
 from adaptation.models import AdaptationJob, BaselineScope, Regression, StageRun, StageStatus
 from adaptation.selectors.jobs import job_current_stage_runs
@@ -333,3 +334,18 @@ def release_ids_of_jobs(job_ids: Iterable[int]) -> dict[int, int]:
     if not ids:
         return {}
     return dict(AdaptationJob.objects.filter(pk__in=ids).values_list("pk", "release_id"))
+
+
+def regressions_detected_between(
+    *, start: datetime, end: datetime, pools: Iterable[str] = ()
+) -> tuple[int, int]:
+    """(regressions, jobs that regressed) detected from `start` to before `end`, of jobs on
+    `pools` (names; every pool when empty), whatever their release's discovery date: a
+    regression is news when it is found (one aggregate query). A regression judged again keeps
+    its first `detected_at`; one a re-run cleared is gone."""
+    rows = Regression.objects.filter(detected_at__gte=start, detected_at__lt=end)
+    names = list(pools)
+    if names:
+        rows = rows.filter(job__pool__name__in=names)
+    counts = rows.aggregate(regressions=Count("id"), jobs=Count("job", distinct=True))
+    return counts["regressions"] or 0, counts["jobs"] or 0

@@ -32,6 +32,7 @@ from adaptation.models import (
     StageRun,
     StageStatus,
 )
+from adaptation.selectors.regressions import regressions_detected_between
 
 DEFAULT_PERIOD_DAYS = 30
 # Characters of a failed stage's error read from the database: its start (a stage's own
@@ -152,6 +153,9 @@ class ReportRows:
     releases: list[ReleaseFacts]
     jobs: list[JobFacts]
     attempts: list[FailedAttempt]
+    # Regressions detected in the period on the report's pools, and the jobs they are of
+    # (`selectors.regressions.regressions_detected_between`).
+    regressions: tuple[int, int] = (0, 0)
 
 
 def report_releases(query: ReportQuery) -> tuple[list[ReleaseFacts], list[JobFacts]]:
@@ -227,10 +231,18 @@ def failed_attempts(query: ReportQuery) -> list[FailedAttempt]:
 
 
 def report_rows(query: ReportQuery) -> ReportRows:
-    """Everything a report of `query` reads, in five queries whatever the number of
+    """Everything a report of `query` reads, in six queries whatever the number of
     releases."""
     releases, jobs = report_releases(query)
-    return ReportRows(query=query, releases=releases, jobs=jobs, attempts=failed_attempts(query))
+    return ReportRows(
+        query=query,
+        releases=releases,
+        jobs=jobs,
+        attempts=failed_attempts(query),
+        regressions=regressions_detected_between(
+            start=query.start, end=query.end, pools=query.pools
+        ),
+    )
 
 
 # --- the managers' readiness board ---------------------------------------------------------------

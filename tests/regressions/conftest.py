@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from adaptation.models import AdaptationJob, ModelRelease, StageStatus
+from tests.cast import cast  # noqa: F401  (the named cast of roles)
 from tests.factories import make_job
 
 PERF_STAGES = ("fetch", "analyze", "performance")
