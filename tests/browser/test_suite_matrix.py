@@ -82,6 +82,7 @@ def test_suite_matrix_page(live_server, page, django_user_model):
         expect(matrix.locator("thead th")).to_have_text(["Family shape · release", *FAST])
         expect(matrix.locator("tbody tr")).to_have_count(len(entries))
         expect(page.locator("#suite-previous")).to_have_text(f"run {first.pk}")
+        expect(page.get_by_role("link", name="Pools")).to_have_attribute("aria-current", "page")
         expect(page.locator(".suite-facts")).to_contain_text("torch 2.5.1+cpu → 2.6.0+cpu")
         expect(page.locator(".suite-facts")).to_contain_text("stack upgrade")
         widths = fits(page)
