@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
 from adaptation.models import AdaptationJob, BaselineScope, Regression, StageRun, StageStatus
 from adaptation.selectors.jobs import job_current_stage_runs
@@ -268,7 +268,7 @@ class BaselineValue:
     value: float
 
 
-def _good_runs(job: AdaptationJob, stage: str, scope: str) -> Any:
+def _good_runs(job: AdaptationJob, stage: str, scope: str) -> QuerySet[StageRun]:
     """The latest attempts of `stage` that succeeded, of jobs on `job`'s pool created before it
     (same release, or same family), newest job first."""
     later_attempt = StageRun.objects.filter(
@@ -300,7 +300,7 @@ def baseline_values(
     `scope` ("release" or "family"; see the module docstring), newest first. One query; it
     looks through at most `SCAN_FACTOR` x `runs` runs. A family scope of a release without a
     family finds nothing."""
-    wanted = {metric: [] for metric in metrics}  # type: dict[str, list[BaselineValue]]
+    wanted: dict[str, list[BaselineValue]] = {metric: [] for metric in metrics}
     if not wanted or (scope == BaselineScope.FAMILY and not job.release.family):
         return wanted
     for run in _good_runs(job, stage, scope)[: SCAN_FACTOR * runs * len(wanted)]:
