@@ -4,6 +4,7 @@ run before it so the matrix can say what changed (docs/suite.md)."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -131,10 +132,22 @@ def _stages_in_order(stages: list[str] | None) -> list[str] | None:
     return [s for s in known if s in stages]
 
 
+def _mirror_endpoint(root: str) -> str:
+    """The endpoint of the mirror root `root` (relative to the checkout) as releases record
+    it: the demo hub's folder exactly as `load_demo`'s watch names it (`DAY0_DEMO_HUB_DIR`,
+    which may be written otherwise), so the suite's demo releases are the demo's rows; any
+    other root as an absolute path under the checkout."""
+    folder = settings.BASE_DIR / root
+    demo = Path(settings.DAY0_DEMO_HUB_DIR)
+    if folder.resolve() == demo.resolve():
+        return str(demo)
+    return str(folder)
+
+
 def _entry_candidate(entry: SuiteEntry) -> tuple[str, ReleaseCandidate]:
     """The entry's mirror endpoint (as releases record it) and its release as the folder is
     now. Raises `ServiceError` when the folder cannot be read or is not complete."""
-    spec = HubSpec(kind=HubKind.MIRROR, endpoint=str(settings.BASE_DIR / entry.root))
+    spec = HubSpec(kind=HubKind.MIRROR, endpoint=_mirror_endpoint(entry.root))
     try:
         candidate = hub_source(spec).latest_release(entry.repo_id)
     except HubError as exc:
