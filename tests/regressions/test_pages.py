@@ -73,3 +73,33 @@ def test_a_newer_job_without_regressions_clears_the_badge(logged_in_client, regr
     release, _, _ = regressed
     perf_job(release, tokens_per_s=101.0)
     assert 'class="regressed"' not in logged_in_client.get("/").content.decode()
+
+
+def test_the_board_reads_regressions_in_one_query_whatever_their_number(logged_in_client, perf_job):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def regress_one_release() -> None:
+        release = make_release()
+        for tokens in (100.0, 101.0, 80.0):
+            perf_job(release, tokens_per_s=tokens)
+
+    regress_one_release()
+    with CaptureQueriesContext(connection) as one:
+        page = logged_in_client.get("/").content.decode()
+    assert page.count('class="regressed"') == 1
+    for _ in range(3):
+        regress_one_release()
+    with CaptureQueriesContext(connection) as four:
+        page = logged_in_client.get("/").content.decode()
+    assert page.count('class="regressed"') == 4
+    assert len(four) == len(one), [query["sql"] for query in four.captured_queries]
+    assert sum("adaptation_regression" in q["sql"] for q in four.captured_queries) == 1
+
+
+def test_the_release_pages_live_poll_carries_the_finding(logged_in_client, regressed):
+    release, _, job = regressed
+    response = logged_in_client.get(f"/releases/{release.pk}/", headers={"HX-Request": "true"})
+    page = response.content.decode()
+    assert '<div id="regressions" hx-swap-oob="true">' in page
+    assert f'id="regressions-job-{job.pk}"' in page
