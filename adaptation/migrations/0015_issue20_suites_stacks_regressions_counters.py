@@ -285,4 +285,14 @@ class Migration(migrations.Migration):
                 fields=["pool", "suite", "-created_at"], name="adaptation__pool_id_e121b5_idx"
             ),
         ),
+        migrations.AlterField(
+            model_name="worker",
+            name="software",
+            field=models.JSONField(
+                blank=True,
+                default=dict,
+                help_text="python, celery and torch versions, and its stack (driver, serving "
+                "engines).",
+            ),
+        ),
     ]

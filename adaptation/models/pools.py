@@ -436,7 +436,11 @@ class Worker(models.Model):
     devices = models.JSONField(default=list, blank=True)
     cpu_cores = models.PositiveIntegerField(null=True, blank=True)
     memory_bytes = models.PositiveBigIntegerField(null=True, blank=True)
-    software = models.JSONField(default=dict, blank=True, help_text="torch, python versions.")
+    software = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="python, celery and torch versions, and its stack (driver, serving engines).",
+    )
     started_at = models.DateTimeField(default=timezone.now)
     last_heartbeat_at = models.DateTimeField(default=timezone.now)
     stopped_at = models.DateTimeField(null=True, blank=True)

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("adaptation", "0018_suite")]
+    dependencies = [("adaptation", "0015_issue20_suites_stacks_regressions_counters")]
 
     operations = [
         migrations.AddField(
