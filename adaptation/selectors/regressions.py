@@ -34,10 +34,11 @@ attempt that succeeded:
 
 A **good run** of a figure is a job other than the one judged, on the same pool, created
 before it, whose latest attempt of the stage producing the figure succeeded and holds the
-same metric key. Its other stages do not matter: a job that failed at `plan` still has good
-`fetch` and `analyze` durations. The **baseline** is the newest `DAY0_REGRESSION_RUNS` good
-runs of the same release; when the release has fewer than `MIN_BASELINE_RUNS` of them, the
-newest good runs of every release of its family (`ModelRelease.family`, its own included).
+same metric key, not itself judged a regression of that metric. Its other stages do not
+matter: a job that failed at `plan` still has good `fetch` and `analyze` durations. The
+**baseline** is the newest `DAY0_REGRESSION_RUNS` good runs of the same release; when the
+release has fewer than `MIN_BASELINE_RUNS` of them, the newest good runs of every release of
+its family (`ModelRelease.family`, its own included).
 """
 
 from __future__ import annotations
@@ -297,15 +298,25 @@ def baseline_values(
     *, job: AdaptationJob, stage: str, metrics: Iterable[str], scope: str, runs: int
 ) -> dict[str, list[BaselineValue]]:
     """For each of `metrics` (of `stage`), the values of its newest `runs` good runs in
-    `scope` ("release" or "family"; see the module docstring), newest first. One query; it
-    looks through at most `SCAN_FACTOR` x `runs` runs. A family scope of a release without a
-    family finds nothing."""
+        `scope` ("release" or "family"; see the module docstring), newest first, leaving out values
+    that were themselves regressions. Two queries; it
+        looks through at most `SCAN_FACTOR` x `runs` runs. A family scope of a release without a
+        family finds nothing."""
     wanted: dict[str, list[BaselineValue]] = {metric: [] for metric in metrics}
     if not wanted or (scope == BaselineScope.FAMILY and not job.release.family):
         return wanted
+    # A figure that was itself a regression is not a good value: a slowdown that persists
+    # would otherwise widen the spread and pass unnoticed from the next run on.
+    regressed = set(
+        Regression.objects.filter(
+            metric__in=list(wanted), job__pool_id=job.pool_id, job__created_at__lte=job.created_at
+        ).values_list("job_id", "metric")
+    )
     for run in _good_runs(job, stage, scope)[: SCAN_FACTOR * runs * len(wanted)]:
         for figure in run_figures(run):
             found = wanted.get(figure.metric)
+            if (run.job_id, figure.metric) in regressed:
+                continue
             if found is not None and len(found) < runs:
                 found.append(BaselineValue(run.job_id, run.pk, figure.value))
         if all(len(found) >= runs for found in wanted.values()):

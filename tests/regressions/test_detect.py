@@ -52,6 +52,19 @@ def test_lower_tokens_per_s_is_a_regression_and_higher_is_not(perf_job):
     assert metrics(faster) == []
 
 
+def test_a_slowdown_that_persists_is_judged_against_the_runs_before_it(perf_job):
+    release = make_release(family="llama")
+    baseline = [perf_job(release, tokens_per_s=v) for v in (100.0, 104.0, 98.0)]
+    first = perf_job(release, tokens_per_s=80.0)
+    # The regressed run is no good value: counted in, it would widen the spread to 80..104
+    # and the same slowdown would pass from the second run on.
+    second = perf_job(release, tokens_per_s=81.0)
+    assert metrics(first) == metrics(second) == [KNEE_METRIC]
+    [regression] = Regression.objects.filter(job=second)
+    assert regression.baseline_jobs == [job.pk for job in reversed(baseline)]
+    assert regression.baseline_low == 98.0
+
+
 def test_higher_ttft_p95_is_a_regression_and_lower_is_not(perf_job):
     release = make_release()
     for ttft in (0.10, 0.11, 0.105):
