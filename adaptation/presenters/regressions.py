@@ -130,7 +130,8 @@ def jobs_regressions(jobs: Iterable[AdaptationJob]) -> list[JobRegressions]:
 
 @dataclass(frozen=True)
 class BadgeFigure:
-    """A figure the board's badge names: the `RegressionItem` fields that say what it is."""
+    """A regressed figure as a title names it (the board's badge, the suite matrix's cell):
+    the `RegressionItem` fields that say what it is."""
 
     figure: str
     measured_on: str
@@ -138,6 +139,20 @@ class BadgeFigure:
     prompt_tokens: int | None
     stage: str
     stage_title: str
+
+
+def badge_figure(metric: str) -> BadgeFigure:
+    """What the figure of `metric` (a regression's metric key) is, for
+    `partials/regression_figure.html` and `partials/regression_measured_on.html`."""
+    basis = metric_basis(metric)
+    return BadgeFigure(
+        figure=basis.figure,
+        measured_on=basis.measured_on,
+        dtype=basis.dtype,
+        prompt_tokens=basis.prompt_tokens,
+        stage=basis.stage,
+        stage_title=stage_title(basis.stage) if basis.stage else "",
+    )
 
 
 @dataclass(frozen=True)
@@ -157,17 +172,5 @@ def regression_badge(job: AdaptationJob) -> RegressionBadge | None:
     rows = list(job.regressions.all())
     if not rows:
         return None
-    items = []
-    for row in rows:
-        basis = metric_basis(row.metric)
-        items.append(
-            BadgeFigure(
-                figure=basis.figure,
-                measured_on=basis.measured_on,
-                dtype=basis.dtype,
-                prompt_tokens=basis.prompt_tokens,
-                stage=basis.stage,
-                stage_title=stage_title(basis.stage) if basis.stage else "",
-            )
-        )
+    items = [badge_figure(row.metric) for row in rows]
     return RegressionBadge(pool_name=job.pool.name, job_id=job.pk, count=len(items), items=items)

@@ -1,7 +1,8 @@
 """The suite matrix: one row per entry of a suite run (its family shapes and release), one
 column per stage, each cell the latest attempt's outcome compared with the same entry's cell
 in the previous run of the suite on the pool. Values only: states, classes, ids, metric
-keys; the template and the CSV header hold the words."""
+keys; the template and the CSV header hold the words (the stack's in the pools page's
+`partials/stack_*.html`, the regressed figures' in `partials/regression_*.html`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptation.models import AdaptationJob, Regression, StageRun, StageStatus, SuiteRun
-from engine.registry import get_stage, stage_names
+from adaptation.presenters.pools import StackDifference, StackView, stack_differences, stack_view
+from adaptation.presenters.regressions import BadgeFigure, badge_figure
+from adaptation.presenters.stages import StageColumn, stage_columns
+from adaptation.selectors.jobs import latest_runs_by_stage
+from adaptation.selectors.regressions import metric_basis
+from engine.markdown import first_line
 from engine.suites import Suite
 
 # Cell states, from the latest attempt of the stage (`regressed`: it passed, but a figure of
@@ -47,8 +53,9 @@ STILL_FAILING = "still-failing"
 @dataclass(frozen=True)
 class MatrixCell:
     """One stage of one entry's job. `error` is the first line of the failure; `regressions`
-    the metric keys of the stage's regressions; `previous_state` None when the previous run
-    has no job for the entry (or there is no previous run)."""
+    the metric keys of the stage's regressions (the CSV's and the API's), `regressed_figures`
+    what each is (the page's); `previous_state` None when the previous run has no job for the
+    entry (or there is no previous run)."""
 
     stage: str
     state: str
@@ -58,6 +65,7 @@ class MatrixCell:
     regressions: tuple[str, ...]
     previous_state: str | None
     change: str
+    regressed_figures: tuple[BadgeFigure, ...] = ()
 
     @property
     def ran(self) -> bool:
@@ -87,25 +95,6 @@ class MatrixRow:
 
 
 @dataclass(frozen=True)
-class StageColumn:
-    """A column: the stage's name and its registry title ("" for a stage no longer
-    registered)."""
-
-    name: str
-    title: str
-
-
-@dataclass(frozen=True)
-class StackDifference:
-    """One software-stack component (a dotted key: "torch", "engine.vllm") whose version
-    differs from the previous run's; "" where one side has none."""
-
-    component: str
-    before: str
-    after: str
-
-
-@dataclass(frozen=True)
 class MatrixCounts:
     """Cells by state (`waiting`: pending, queued or running) and by change against the
     previous run."""
@@ -126,8 +115,8 @@ class SuiteMatrix:
     columns: tuple[StageColumn, ...]
     rows: tuple[MatrixRow, ...]
     counts: MatrixCounts
-    stack: tuple[tuple[str, str], ...]  # (component, version), flattened, sorted
-    stack_changes: tuple[StackDifference, ...]  # against the previous run
+    stack: StackView  # the pool's when the run started
+    stack_changes: tuple[StackDifference, ...]  # against the previous run's
     missing_entries: tuple[str, ...]  # suite entries this run has no job for
 
 
@@ -145,8 +134,8 @@ def suite_matrix(
     order = {e.name: i for i, e in enumerate(suite.entries)} if suite else {}
     current = _by_entry(jobs)
     before = _by_entry(previous_jobs)
-    have = {stage for job in current.values() for stage in job.stages or []}
-    stages = tuple(s for s in stage_names() if s in have) + tuple(sorted(have - set(stage_names())))
+    columns = tuple(stage_columns(job.stages or [] for job in current.values()))
+    stages = tuple(column.name for column in columns)
     rows = []
     for name in sorted(current, key=lambda n: (order.get(n, len(order)), n)):
         job = current[name]
@@ -154,19 +143,22 @@ def suite_matrix(
         entry = suite.entry(name) if suite else None
         previous_states = _states(previous) if previous else {}
         cells = []
+        regressions = _regressions(job)
         for stage in stages:
             state, run_ = _state(job, stage)
             previous_state = previous_states.get(stage) if previous else None
+            metrics = tuple(sorted(regressions.get(stage, ())))
             cells.append(
                 MatrixCell(
                     stage=stage,
                     state=state,
                     failure_class=run_.failure_class if run_ is not None else "",
                     attempt=run_.attempt if run_ is not None else 0,
-                    error=_first_line(run_.error) if run_ is not None else "",
-                    regressions=tuple(sorted(_regressions(job).get(stage, ()))),
+                    error=first_line(run_.error) if run_ is not None else "",
+                    regressions=metrics,
                     previous_state=previous_state,
                     change=_change(previous_state, state),
+                    regressed_figures=tuple(badge_figure(metric) for metric in metrics),
                 )
             )
         release = job.release
@@ -194,21 +186,19 @@ def suite_matrix(
         newly_failing=sum(c.change == NEWLY_FAILING for c in cells),
         fixed=sum(c.change == FIXED for c in cells),
     )
-    stack = _flatten(run.stack)
-    before_stack = _flatten(run.previous.stack) if run.previous_id and run.previous else {}
-    changes = tuple(
-        StackDifference(component=key, before=before_stack.get(key, ""), after=stack.get(key, ""))
-        for key in sorted(set(stack) | set(before_stack))
-        if run.previous_id and stack.get(key, "") != before_stack.get(key, "")
+    changes = (
+        tuple(stack_differences(run.previous.stack, run.stack))
+        if run.previous_id and run.previous
+        else ()
     )
     missing = tuple(e.name for e in suite.entries if e.name not in current) if suite else ()
     return SuiteMatrix(
         run=run,
         title=suite.title if suite else run.suite,
-        columns=tuple(StageColumn(name=s, title=_title(s)) for s in stages),
+        columns=columns,
         rows=tuple(rows),
         counts=counts,
-        stack=tuple(sorted(stack.items())),
+        stack=stack_view(run.stack),
         stack_changes=changes,
         missing_entries=missing,
     )
@@ -268,15 +258,8 @@ def _by_entry(jobs: Iterable[AdaptationJob]) -> dict[str, AdaptationJob]:
     return found
 
 
-def _latest(job: AdaptationJob) -> dict[str, StageRun]:
-    latest: dict[str, StageRun] = {}
-    for run in job.stage_runs.all():  # prefetched in position, attempt order
-        latest[run.stage] = run
-    return latest
-
-
 def _state(job: AdaptationJob, stage: str) -> tuple[str, StageRun | None]:
-    run = _latest(job).get(stage)
+    run = latest_runs_by_stage(job).get(stage)
     if run is None:
         return NOT_RUN, None
     state = _STATE_OF_STATUS.get(run.status, run.status)
@@ -301,22 +284,10 @@ def _regressions(job: AdaptationJob) -> dict[str, set[str]]:
 
 def regression_stage(regression: Regression) -> str:
     """The stage a regression was found at: its stage run's, else the one its metric key
-    names ("duration_s:worker:<stage>"; engine figures are the serve stage's, logit errors
-    precision's, the twin's speed performance's). "" when it cannot be told."""
+    names (`selectors.regressions.metric_basis`)."""
     if regression.stage_run_id and regression.stage_run is not None:
         return regression.stage_run.stage
-    parts = regression.metric.split(":")
-    if parts[0] == "duration_s" and len(parts) >= 3:
-        return parts[2]
-    if parts[0] in ("load_s", "max_abs_logprob_diff") or (
-        len(parts) > 1 and parts[1].startswith("engine-")
-    ):
-        return "serve"
-    if parts[0] == "relative_logit_error":
-        return "precision"
-    if parts[0] in ("decode_tokens_per_s", "ttft_p95_s"):
-        return "performance"
-    return ""
+    return metric_basis(regression.metric).stage
 
 
 def _change(previous: str | None, now: str) -> str:
@@ -331,24 +302,3 @@ def _change(previous: str | None, now: str) -> str:
     if previous == PASSED and now == REGRESSED:
         return NEWLY_REGRESSED
     return ""
-
-
-def _title(stage: str) -> str:
-    try:
-        return get_stage(stage).title
-    except LookupError:
-        return ""
-
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else ""
-
-
-def _flatten(stack: Any, prefix: str = "") -> dict[str, str]:
-    """A stack report ({"torch": "2.5", "engine": {"vllm": "0.6"}}) as dotted keys."""
-    if not isinstance(stack, dict):
-        return {prefix: str(stack)} if prefix and stack not in (None, "") else {}
-    flat: dict[str, str] = {}
-    for key, value in stack.items():
-        flat.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    return flat

@@ -111,7 +111,8 @@ def test_a_suite_run_on_the_cpu_pool_produces_the_matrix(settings):
     assert matrix.counts.failed == sum(
         cell.state == presenters.FAILED for row in matrix.rows for cell in row.cells
     )
-    assert matrix.stack == (("torch", "2.5.1+cpu"),)
+    assert matrix.stack.reported and matrix.stack.torch == "2.5.1+cpu"
+    assert matrix.stack.engine == []
     assert matrix.stack_changes == ()
 
 
@@ -134,7 +135,7 @@ def test_a_second_run_after_a_stack_change_is_linked_to_the_first_and_compares()
         assert job.release_id == firsts[entry].release_id and job.pk != firsts[entry].pk
     matrix = matrix_of(second)
     assert matrix.stack_changes == (
-        presenters.StackDifference(component="torch", before="2.5.1+cpu", after="2.6.0+cpu"),
+        presenters.StackDifference(part="torch", name="", before="2.5.1+cpu", after="2.6.0+cpu"),
     )
     for row in matrix.rows:
         assert row.previous_job_id == firsts[row.entry].pk
@@ -171,6 +172,12 @@ def test_a_second_run_after_a_stack_change_is_linked_to_the_first_and_compares()
     llama = next(row for row in regressed.rows if row.entry == "dense-gqa-llama")
     assert llama.cells[0].state == presenters.REGRESSED
     assert llama.cells[0].regressions == ("duration_s:worker:fetch",)
+    (figure,) = llama.cells[0].regressed_figures
+    assert (figure.figure, figure.measured_on, figure.stage_title) == (
+        "duration_s",
+        "worker",
+        "Fetch & parse",
+    )
     assert llama.cells[0].change == presenters.NEWLY_REGRESSED
     assert regressed.counts.regressed == 1
 
