@@ -298,10 +298,10 @@ def baseline_values(
     *, job: AdaptationJob, stage: str, metrics: Iterable[str], scope: str, runs: int
 ) -> dict[str, list[BaselineValue]]:
     """For each of `metrics` (of `stage`), the values of its newest `runs` good runs in
-        `scope` ("release" or "family"; see the module docstring), newest first, leaving out values
-    that were themselves regressions. Two queries; it
-        looks through at most `SCAN_FACTOR` x `runs` runs. A family scope of a release without a
-        family finds nothing."""
+    `scope` ("release" or "family"; see the module docstring), newest first, leaving out
+    values that were themselves regressions. Two queries; it looks through at most
+    `SCAN_FACTOR` x `runs` runs per metric. A family scope of a release without a family
+    finds nothing."""
     wanted: dict[str, list[BaselineValue]] = {metric: [] for metric in metrics}
     if not wanted or (scope == BaselineScope.FAMILY and not job.release.family):
         return wanted
