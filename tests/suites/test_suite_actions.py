@@ -7,6 +7,7 @@ import io
 import json
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
@@ -29,7 +30,7 @@ def test_suite_run_command_starts_one_job_per_entry():
     text = out.getvalue()
     assert text.startswith(f"Suite run {run.pk}: standard on pool cpu (queue pool.cpu), ")
     assert f"{ENTRIES} jobs" in text
-    assert f"Matrix: /suite-runs/{run.pk}/" in text
+    assert f"Matrix: {settings.DAY0_PUBLIC_URL}/suite-runs/{run.pk}/" in text
     jobs = AdaptationJob.objects.filter(suite_run=run)
     assert jobs.count() == ENTRIES
     for job in jobs:

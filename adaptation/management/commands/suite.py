@@ -3,7 +3,8 @@ and `python manage.py suite list`.
 
 `run` starts a run of a suite on a pool (`services.suites.suite_start`, trigger manual): one
 job per reference release, queued on the pool's queue, linked to the previous run of the
-suite on that pool; it prints the run and its jobs and where to see the matrix. `--stages`
+suite on that pool; it prints the run and its jobs and the matrix page's address (under
+`DAY0_PUBLIC_URL`). `--stages`
 restricts the jobs to those stages. A refusal (unknown suite, pool or stage, a disabled pool,
 a suite folder that cannot be read) exits 1 with a one-line reason. When the broker cannot be
 reached the run and its jobs are still saved and their first stages queued: the command says
@@ -21,6 +22,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.urls import reverse
 
 from adaptation.models import SuiteTrigger
+from adaptation.page_links import page_url
 from adaptation.services.errors import ServiceError
 from adaptation.services.pools import pool_get
 from adaptation.services.queueing import unsent_stage_runs
@@ -83,7 +85,7 @@ class Command(BaseCommand):
             )
             for job in jobs:
                 self.stdout.write(f"  {job.suite_entry:<26} job {job.pk:<6} {job.release.repo_id}")
-            self.stdout.write(f"Matrix: {reverse('adaptation:suite_run', args=[run.pk])}")
+            self.stdout.write(f"Matrix: {page_url(reverse('adaptation:suite_run', args=[run.pk]))}")
         else:
             summary = {
                 "id": run.pk,
