@@ -78,15 +78,22 @@ def hf_token_allowed(endpoint: str) -> bool:
     """Whether `HF_TOKEN` may be sent to `endpoint` (a Hub base URL): it is the configured
     hub (`configured_hub_endpoint`), or the registered check accepts it. A check that
     raises counts as a refusal (logged): no token rather than a token sent by mistake."""
-    if same_hub(endpoint, configured_hub_endpoint()):
+    return _token_allowed(
+        endpoint, configured=configured_hub_endpoint(), check=_token_check, token="HF_TOKEN"
+    )
+
+
+def _token_allowed(endpoint: str, *, configured: str, check: TokenCheck | None, token: str) -> bool:
+    """The rule both hubs' tokens follow: `endpoint` is the `configured` one, or `check`
+    accepts it; a check that raises refuses (logged, naming the `token` variable)."""
+    if same_hub(endpoint, configured):
         return True
-    check = _token_check
     if check is None:
         return False
     try:
         return bool(check(endpoint))
     except Exception:
-        logger.exception("Checking whether %s may receive HF_TOKEN failed: none is sent", endpoint)
+        logger.exception("Checking whether %s may receive %s failed: none is sent", endpoint, token)
         return False
 
 
@@ -116,15 +123,9 @@ def modelscope_token_allowed(endpoint: str) -> bool:
     """Whether `MODELSCOPE_API_TOKEN` may be sent to `endpoint`: the configured ModelScope
     (`configured_modelscope_endpoint`), or the registered check accepts it. A check that
     raises counts as a refusal (logged)."""
-    if same_hub(endpoint, configured_modelscope_endpoint()):
-        return True
-    check = _modelscope_token_check
-    if check is None:
-        return False
-    try:
-        return bool(check(endpoint))
-    except Exception:
-        logger.exception(
-            "Checking whether %s may receive MODELSCOPE_API_TOKEN failed: none is sent", endpoint
-        )
-        return False
+    return _token_allowed(
+        endpoint,
+        configured=configured_modelscope_endpoint(),
+        check=_modelscope_token_check,
+        token="MODELSCOPE_API_TOKEN",
+    )
