@@ -24,6 +24,7 @@ from typing import Any
 from standardwebhooks import Webhook
 
 from adaptation.models import NotificationEvent, NotificationFormat
+from adaptation.presenters.stages import stage_title
 from engine.formatting import duration
 
 # Characters of a failure's error quoted in a Slack message (the payload has more).
@@ -125,7 +126,7 @@ REGRESSION_FIGURE_WORDS = {
     "decode_tokens_per_s": "decode tokens/s at the knee",
     "ttft_p95_s": "TTFT p95 at the knee",
     "relative_logit_error": "relative logit error",
-    "max_abs_logprob_diff": "largest log-probability difference",
+    "max_abs_logprob_diff": "largest log-probability difference from transformers",
     "load_s": "engine load time",
     "duration_s": "duration",
 }
@@ -135,7 +136,7 @@ MEASURED_ON_WORDS = {
     "release": "the real weights",
     "engine-twin": "the engine serving the twin",
     "engine-release": "the engine serving the real weights",
-    "worker": "the worker",
+    "worker": "the worker's clock",
 }
 
 
@@ -147,13 +148,13 @@ def _amount(value: Any, unit: str) -> str:
 
 
 def regression_line(item: dict[str, Any]) -> str:
-    """One regression of a `regression.detected` payload in one plain line: "fetch duration
-    on the worker: 5.213 s, 372.7% worse than the median 1.103 s of 3 runs of the same release
-    (1.002 to 1.3 s)"."""
+    """One regression of a `regression.detected` payload in one plain line: "Fetch & parse
+    duration on the worker's clock: 5.213 s, 372.7% worse than the median 1.103 s of 3 runs of
+    the same release (1.002 to 1.3 s)" (a stage by its title, as the pages name it)."""
     figure = str(item.get("figure") or "?")
     words = REGRESSION_FIGURE_WORDS.get(figure, figure)
     if figure == "duration_s":
-        words = f"{item.get('stage') or '?'} {words}"
+        words = f"{stage_title(str(item.get('stage') or '?'))} {words}"
     on = MEASURED_ON_WORDS.get(str(item.get("measured_on")), str(item.get("measured_on") or "?"))
     at = [str(item["dtype"])] if item.get("dtype") else []
     if item.get("prompt_tokens") is not None:

@@ -16,7 +16,7 @@ from adaptation.models import (
     Team,
     default_notification_events,
 )
-from adaptation.notifications.formats import render_message
+from adaptation.notifications.formats import regression_line, render_message
 from adaptation.notifications.services import subscription_create, subscription_events_check
 from adaptation.services.regressions import regressions_detect_safely
 from tests.factories import make_release
@@ -108,4 +108,20 @@ def test_one_notification_lists_the_jobs_regressions(subscriptions, perf_job):
         "```decode tokens/s at the knee on the twin (bfloat16, 32-token prompts): 80 tokens/s, "
         "20.0% worse than the median 100 tokens/s of 3 runs of the same release "
         "(98 to 104 tokens/s)```"
+    )
+
+
+def test_a_duration_line_names_the_stage_by_its_title_and_the_clock():
+    item = {
+        "figure": "duration_s",
+        "measured_on": "worker",
+        "stage": "fetch",
+        "unit": "s",
+        "value": 5.213,
+        "worse_by": 3.727,
+        "baseline": {"scope": "release", "runs": 3, "median": 1.103, "low": 1.002, "high": 1.3},
+    }
+    assert regression_line(item) == (
+        "Fetch & parse duration on the worker's clock: 5.213 s, 372.7% worse than the median "
+        "1.103 s of 3 runs of the same release (1.002 to 1.3 s)"
     )
