@@ -40,25 +40,11 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 
+from tests.fakehub import LoggedRequest  # the same log line as the fake Hugging Face Hub's
+
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
 _OPENAPI_MODEL_RE = re.compile(r"^/openapi/v1/models/([^/]+/[^/]+?)/?$")
 _LEGACY_MODEL_RE = re.compile(r"^/api/v1/models/([^/]+/[^/]+?)(/repo/files|/repo)?/?$")
-
-
-@dataclass
-class LoggedRequest:
-    """One request the fake answered. `bytes_sent` counts body bytes."""
-
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    headers: dict[str, str]
-    status: int
-    bytes_sent: int
-
-    @property
-    def range(self) -> str | None:
-        return self.headers.get("range")
 
 
 @dataclass
