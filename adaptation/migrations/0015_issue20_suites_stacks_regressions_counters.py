@@ -232,10 +232,16 @@ class Migration(migrations.Migration):
                 (
                     "metric",
                     models.CharField(
-                        help_text='A figure key: "decode_tokens_per_s".', max_length=64
+                        help_text='What was measured, on what, at which point: '
+                        '"decode_tokens_per_s:twin:bfloat16:128", "duration_s:worker:analyze" '
+                        "(adaptation/selectors/regressions.py).",
+                        max_length=64,
                     ),
                 ),
-                ("unit", models.CharField(blank=True, max_length=32)),
+                (
+                    "unit",
+                    models.CharField(blank=True, help_text='"tokens/s", "s", ...', max_length=32),
+                ),
                 ("value", models.FloatField()),
                 ("baseline_median", models.FloatField()),
                 ("baseline_low", models.FloatField()),
@@ -248,8 +254,29 @@ class Migration(migrations.Migration):
                         max_length=16,
                     ),
                 ),
-                ("margin", models.FloatField()),
-                ("worse_by", models.FloatField()),
+                (
+                    "margin",
+                    models.FloatField(
+                        help_text="The margin it was judged with: a fraction of the median "
+                        "(0.1 = 10 %)."
+                    ),
+                ),
+                (
+                    "floor",
+                    models.FloatField(
+                        default=0.0,
+                        help_text="The least worsening it also needed, in `unit`: "
+                        "DAY0_REGRESSION_FLOOR_S for a duration on the host's clock, 0 for other "
+                        "figures.",
+                    ),
+                ),
+                (
+                    "worse_by",
+                    models.FloatField(
+                        help_text="How much worse than the median it is: a fraction of the "
+                        "median."
+                    ),
+                ),
                 ("detected_at", models.DateTimeField(default=django.utils.timezone.now)),
                 (
                     "job",

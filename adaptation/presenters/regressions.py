@@ -35,7 +35,8 @@ class RegressionItem:
     prompt length (tokens) where the figure has them, the stage it comes from (name and
     title), the value and the baseline's median, lowest and highest in `unit`, which way is
     worse (`worse`: "lower" or "higher"), how much worse than the median (`worse_by_percent`)
-    against the margin (`margin_percent`), the scope ("release" or "family") and the good
+    against the margin (`margin_percent`) and, for a duration, the least worsening it needed
+    (`floor`, in `unit`; 0 for other figures), the scope ("release" or "family") and the good
     runs compared with, newest first."""
 
     metric: str
@@ -53,6 +54,7 @@ class RegressionItem:
     worse: str
     worse_by_percent: float
     margin_percent: float
+    floor: float
     scope: str
     baseline: list[BaselineJob]
 
@@ -94,6 +96,7 @@ def regression_item(regression: Regression, releases: dict[int, int]) -> Regress
         worse=kind.worse if kind else "",
         worse_by_percent=round(100 * regression.worse_by, 1),
         margin_percent=round(100 * regression.margin, 1),
+        floor=regression.floor,
         scope=regression.scope,
         baseline=[
             BaselineJob(job_id=pk, url=_job_url(pk, releases.get(pk)))

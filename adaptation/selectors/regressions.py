@@ -327,7 +327,8 @@ def baseline_values(
 def job_regressions(job: AdaptationJob) -> list[Regression]:
     """The job's stored regressions, in stage order then metric (one query)."""
     rows = list(Regression.objects.filter(job=job).select_related("stage_run"))
-    return sorted(rows, key=lambda r: (r.stage_run.position if r.stage_run else 99, r.metric))
+    # A row whose stage run was deleted sorts last.
+    return sorted(rows, key=lambda r: (r.stage_run.position if r.stage_run else math.inf, r.metric))
 
 
 def regressions_of_jobs(job_ids: Iterable[int]) -> list[Regression]:

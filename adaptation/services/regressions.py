@@ -94,6 +94,7 @@ class Found:
     verdict: Verdict
     baseline: list[BaselineValue]
     scope: str
+    floor: float
 
 
 def _baselines(
@@ -130,15 +131,16 @@ def regressions_find(job: AdaptationJob) -> list[Found]:
         for run_id, figure in figures:
             scope, values = baselines[figure.metric]
             kind = figure.kind
+            floor = settings.DAY0_REGRESSION_FLOOR_S if kind.wall_time else 0.0
             verdict = judge(
                 figure.value,
                 [each.value for each in values],
                 worse=kind.worse,
                 margin=margin,
-                floor=settings.DAY0_REGRESSION_FLOOR_S if kind.wall_time else 0.0,
+                floor=floor,
             )
             if verdict is not None and verdict.regressed:
-                found.append(Found(figure, run_id, verdict, values, scope))
+                found.append(Found(figure, run_id, verdict, values, scope, floor))
     return found
 
 
@@ -165,6 +167,7 @@ def regressions_detect(*, job: AdaptationJob) -> list[Regression]:
                 "baseline_jobs": [value.job_id for value in each.baseline],
                 "scope": each.scope,
                 "margin": margin,
+                "floor": each.floor,
                 "worse_by": round(each.verdict.worse_by, 6),
             }
             # A row found again keeps its first detection time.

@@ -46,6 +46,7 @@ def test_lower_tokens_per_s_is_a_regression_and_higher_is_not(perf_job):
     assert regression.worse_by == pytest.approx(0.2)
     assert regression.baseline_jobs == [job.pk for job in reversed(baseline)]
     assert regression.scope == "release"
+    assert regression.floor == 0.0  # a speed has no floor, only durations on the host's clock
     assert regression.stage_run.stage == "performance"
 
     faster = perf_job(release, tokens_per_s=150.0)

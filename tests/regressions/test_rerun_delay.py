@@ -77,6 +77,7 @@ def test_a_slower_rerun_raises_exactly_one_regression_and_a_normal_one_none(
     assert regression.value - regression.baseline_median >= settings.DAY0_REGRESSION_FLOOR_S
     assert regression.worse_by > settings.DAY0_REGRESSION_MARGIN
     assert regression.margin == settings.DAY0_REGRESSION_MARGIN
+    assert regression.floor == 2.0
 
     normal = _run_job(release)
     assert not Regression.objects.filter(job=normal).exists()
