@@ -175,9 +175,11 @@ def _to_hub_error(exc: BaseException, subject: str, endpoint: str) -> HubError:
         if isinstance(link, httpx2.TimeoutException):
             return HubUnavailable(f"{subject}: {endpoint} did not answer in time: retry later.")
         if isinstance(link, httpx2.TransportError):
+            # The exception's class is for the log, not for the page that shows the message.
+            logger.info("%s: cannot reach %s: %r", subject, endpoint, link)
             return HubUnavailable(
-                f"{subject}: cannot reach {endpoint} ({type(link).__name__}: {link}): check the"
-                " network, proxy and HF_ENDPOINT; retry later."
+                f"{subject}: cannot reach {endpoint} ({link or 'the connection failed'}): check"
+                " the network, proxy and HF_ENDPOINT; retry later."
             )
         if isinstance(link, FileMetadataError):
             return HubError(
@@ -190,7 +192,8 @@ def _to_hub_error(exc: BaseException, subject: str, endpoint: str) -> HubError:
         return HubError(f"{subject}: not a valid repo id or revision: {exc}")
     if isinstance(exc, LocalEntryNotFoundError):
         return HubUnavailable(f"{subject}: could not download from {endpoint}: {exc}")
-    return HubError(f"{subject}: unexpected answer from {endpoint}: {type(exc).__name__}: {exc}")
+    logger.warning("%s: unexpected answer from %s: %r", subject, endpoint, exc)
+    return HubError(f"{subject}: unexpected answer from {endpoint}: {exc or 'no detail given'}")
 
 
 class HuggingFaceSource:

@@ -27,6 +27,7 @@ login here (its config folder is day0's own).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import tempfile
@@ -68,6 +69,8 @@ from engine.hubs.safetensors_headers import HeaderCache, read_hub_headers, shown
 from engine.hubs.trust import modelscope_token_allowed
 from engine.json_files import JSONFileError, parse_json_bytes
 from engine.paths import var_dir
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -248,13 +251,16 @@ class ModelScopeSource:
                 subject, exc.status_code, headers, said=exc.message, wait_s=wait_s
             ) from exc
         except (ms_errors.NetworkError, httpx.TimeoutException, httpx.TransportError) as exc:
+            # The exception's class is for the log, not for the page that shows the message.
+            logger.info("%s: cannot reach %s: %r", subject, self.endpoint, exc)
             raise HubUnavailable(
-                f"{subject}: cannot reach {self.endpoint} ({type(exc).__name__}: {exc}): check "
-                "the network, proxy and MODELSCOPE_ENDPOINT; retry later."
+                f"{subject}: cannot reach {self.endpoint} ({exc or 'the connection failed'}): "
+                "check the network, proxy and MODELSCOPE_ENDPOINT; retry later."
             ) from exc
         except (ms_errors.HubError, OSError, ValueError, KeyError, TypeError) as exc:
+            logger.warning("%s: unexpected answer from %s: %r", subject, self.endpoint, exc)
             raise HubError(
-                f"{subject}: unexpected answer from {self.endpoint}: {type(exc).__name__}: {exc}"
+                f"{subject}: unexpected answer from {self.endpoint}: {exc or 'no detail given'}"
             ) from exc
 
     def _status_error(

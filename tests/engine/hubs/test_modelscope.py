@@ -237,3 +237,23 @@ def test_a_hostile_header_is_the_release_s_fault(fake_modelscope):
         source(fake_modelscope).fetch_release("openai/gpt-oss-20b", "master")
     assert type(caught.value) is HubError
     assert "model-00001-of-00001.safetensors" in caught.value.message
+
+
+def test_the_client_parts_the_source_replaces_are_still_there(fake_modelscope, tmp_path):
+    # The source turns off the client's own retries through parts that are not its public API
+    # (pinned to modelscope-hub 0.5.x in pyproject.toml): a release that renames them must
+    # fail here, not quietly bring back retry loops of up to 4 x 8 s under the poller's own.
+    import inspect
+
+    from modelscope_hub import HubApi, HubConfig
+    from modelscope_hub._legacy_api import LegacyClient
+    from modelscope_hub._openapi import OpenAPIClient
+
+    plain = HubApi(config=HubConfig(endpoint=fake_modelscope.url, token="", config_dir=tmp_path))
+    # The client makes both lazily (`legacy`, `openapi`) unless these attributes are set.
+    assert isinstance(plain.legacy, LegacyClient) and isinstance(plain.openapi, OpenAPIClient)
+    assert plain._legacy is plain.legacy and plain._openapi is plain.openapi
+    assert "max_attempts" in inspect.signature(LegacyClient._request_repo_tree).parameters
+    source = ModelScopeSource(HubSpec(kind="modelscope", endpoint=fake_modelscope.url))
+    assert type(source.api.legacy).__name__ == "_OneTryLegacyClient"
+    assert source.api.openapi is source.api._openapi
