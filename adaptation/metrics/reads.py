@@ -37,7 +37,6 @@ from adaptation.models import (
     WebhookDelivery,
     Worker,
 )
-from adaptation.presenters.day0_clock import day0_basis
 from adaptation.selectors.workers import live_cutoff, serves
 from engine.formatting import finite
 from engine.stored import as_list, as_mapping
@@ -214,8 +213,8 @@ def time_to_detect(bounds: Sequence[float]) -> dict[tuple[str], Histogram]:
 def time_to_day0(bounds: Sequence[float]) -> dict[tuple[str, str], Histogram]:
     """Time-to-Day-0 per (pool name, basis), one observation per release and pool it became
     ready on: its jobs' first `ready_at` on that pool minus where the release's clock starts
-    (`adaptation.presenters.day0_clock.day0_basis`: the hub's publication time, else the
-    discovery; `basis` says which). Two queries, and one pass over the (release, pool) pairs."""
+    (`ModelRelease.day0_basis`: the hub's publication time, else the discovery; `basis` says
+    which). Two queries, and one pass over the (release, pool) pairs."""
     firsts = list(
         AdaptationJob.objects.filter(ready_at__isnull=False)
         .order_by()
@@ -231,7 +230,7 @@ def time_to_day0(bounds: Sequence[float]) -> dict[tuple[str, str], Histogram]:
     by_id = {release.pk: release for release in releases}
     histograms: dict[tuple[str, str], Histogram] = {}
     for row in firsts:
-        start, basis = day0_basis(by_id[row["release_id"]])
+        start, basis = by_id[row["release_id"]].day0_basis()
         key = (row["pool__name"], basis)
         histograms.setdefault(key, Histogram(bounds=bounds)).observe(
             (row["first"] - start).total_seconds()

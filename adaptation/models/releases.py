@@ -177,6 +177,13 @@ class ModelRelease(models.Model):
         """`published_at` when it is a publication time (`publication_known`), else None."""
         return self.published_at if self.publication_known else None
 
+    def day0_basis(self) -> tuple[datetime, str]:
+        """Where the release's time-to-Day-0 runs from: its publication time when the hub gave
+        one ("publication"), else its discovery ("discovery")."""
+        if self.publication_time is not None:
+            return self.publication_time, "publication"
+        return self.discovered_at, "discovery"
+
     @property
     def time_to_detect(self) -> timedelta | None:
         """Discovered minus published (None when the hub gave no publication time: a mirror's

@@ -162,14 +162,6 @@ class Day0Clock:
         return self.ready_at is not None
 
 
-def day0_basis(release: ModelRelease) -> tuple[datetime, str]:
-    """Where the release's time-to-Day-0 runs from: its publication time when the hub gave
-    one ("publication"), else its discovery ("discovery")."""
-    if release.publication_time is not None:
-        return release.publication_time, "publication"
-    return release.discovered_at, "discovery"
-
-
 def _job_state(job: AdaptationJob | None) -> str:
     """What the newest job is doing ("pending", "running", "failed"), or "" when it
     succeeded or there is none."""
@@ -192,7 +184,7 @@ def day0_clock(
     times = [row.ready_at for row in pools if row.ready_at is not None]
     ready_at = min(times) if times else None
     published = release.publication_time
-    basis_at, basis = day0_basis(release)
+    basis_at, basis = release.day0_basis()
     return Day0Clock(
         published_at=published,
         since_published=now - published if published is not None else None,
@@ -247,7 +239,7 @@ def day0_timeline(release: ModelRelease, clock: Day0Clock) -> list[ClockEvent]:
     """The release's Day-0 timeline, oldest first: published (when known), discovered, and per
     pool (the job that earned its level: `level_job`) the job's start, each stage's latest
     attempt finished, and its Day 0. Jobs come from `clock.pools`, runs prefetched."""
-    start, _ = day0_basis(release)
+    start, _ = release.day0_basis()
     events: list[ClockEvent] = []
 
     def add(kind: str, at: datetime | None, **about: Any) -> None:

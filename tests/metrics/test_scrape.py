@@ -32,7 +32,7 @@ from adaptation.models import (
     WebhookDelivery,
     Worker,
 )
-from adaptation.presenters.day0_clock import day0_basis, day0_clock
+from adaptation.presenters.day0_clock import day0_clock
 from adaptation.selectors.workers import live_workers
 from adaptation.services.jobs import job_create
 from adaptation.webhooks.endpoints import webhook_endpoint_create
@@ -215,7 +215,7 @@ def test_the_scrape_holds_what_the_database_holds(client, tmp_path):
     for release in ModelRelease.objects.all():
         jobs_of = release.jobs.select_related("pool").prefetch_related("stage_runs")
         clock = day0_clock(release, jobs_of.order_by("-created_at", "-id"), now=now)
-        start, basis = day0_basis(release)
+        start, basis = release.day0_basis()
         for row in clock.pools:
             if row.ready_at is not None:
                 day0[(row.pool_name, basis)].append((row.ready_at - start).total_seconds())
