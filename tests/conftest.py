@@ -51,10 +51,20 @@ def mirror_roots_with_tmp(settings, tmp_path_factory: pytest.TempPathFactory) ->
 
 # Short performance and stability runs for tests that run whole jobs on real workers (the
 # defaults, a 64-batch sweep over two prompt lengths and a 20 s stability run, are `make run`'s).
-# The stability steps are small, so 3 s still give the drift and leak fits many steps.
+# The stability steps are small, so 3 s still give the leak fit many steps. Their drift is not
+# judged (a limit of +1000%): steps of about 50 ms of CPU time on a shared 2-core host drift
+# +50% whenever a neighbour starts beside the last quarter (seen: +54% with another pytest
+# running). These tests are about whole jobs going through; the drift verdict has its own
+# tests, with a deliberate slowdown (tests/engine/stages/test_stability.py).
 QUICK_MEASUREMENTS = {
     "performance": {"max_batch_size": 4, "prompt_lens": [16], "repeats": 3, "prefill_repeats": 1},
-    "stability": {"duration_s": 3, "batch_size": 2, "prompt_len": 16, "decode_steps": 4},
+    "stability": {
+        "duration_s": 3,
+        "batch_size": 2,
+        "prompt_len": 16,
+        "decode_steps": 4,
+        "max_step_time_drift": 10.0,
+    },
 }
 
 
