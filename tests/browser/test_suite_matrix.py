@@ -1,7 +1,8 @@
 """The suite matrix in real Chromium: an engineer starts the standard suite from the pools
 page, its jobs' cheap stages run (in this process, as a worker would), and the matrix shows
 each entry by stage with cells linked to the stages; a second run after a stack change links
-to the first. At 1400 and 1024 px the table renders without overflowing the page."""
+to the first. At 1400 and 1024 px the table renders without overflowing the page, and the
+stage headers wrap within their columns: none overlaps another or is cut."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import re
 import pytest
 
 from adaptation.models import AdaptationJob, SuiteRun, SuiteTrigger
+from adaptation.presenters.stages import stage_title
 from adaptation.roles import ENGINEER, role_grant
 from adaptation.services.suites import suite_start
+from engine.registry import stage_names
 from engine.suites import suite_load
 from tests.factories import cpu_pool
 from tests.helpers import run_queued_stages
@@ -41,6 +44,46 @@ def fits(page) -> dict[str, int]:
             };
         }"""
     )
+
+
+def headers(page) -> list[dict]:
+    """Each header cell of the matrix: its box, its text's box (a range over its contents:
+    where the text is drawn, overflow included) and its scroll and client widths."""
+    return page.evaluate(
+        """() => [...document.querySelectorAll('#suite-matrix thead th')].map((th) => {
+            const range = document.createRange();
+            range.selectNodeContents(th);
+            const box = th.getBoundingClientRect();
+            const text = range.getBoundingClientRect();
+            return {
+                label: th.textContent.trim(),
+                cell: [box.left, box.top, box.right, box.bottom],
+                text: [text.left, text.top, text.right, text.bottom],
+                scrollWidth: th.scrollWidth,
+                clientWidth: th.clientWidth,
+            };
+        })"""
+    )
+
+
+def overlap(a: list[float], b: list[float]) -> bool:
+    """Whether two [left, top, right, bottom] boxes share more than an edge (0.5 px)."""
+    return min(a[2], b[2]) - max(a[0], b[0]) > 0.5 and min(a[3], b[3]) - max(a[1], b[1]) > 0.5
+
+
+def assert_headers_readable(page, width: int) -> None:
+    """No header cell, nor the text drawn in it, overlaps another; each header's text stays
+    inside its cell, none cut."""
+    cells = headers(page)
+    for i, one in enumerate(cells):
+        assert one["scrollWidth"] <= one["clientWidth"], (width, one)
+        left, top, right, bottom = one["cell"]
+        t_left, t_top, t_right, t_bottom = one["text"]
+        assert left - 0.5 <= t_left and t_right <= right + 0.5, (width, one)
+        assert top - 0.5 <= t_top and t_bottom <= bottom + 0.5, (width, one)
+        for other in cells[i + 1 :]:
+            assert not overlap(one["cell"], other["cell"]), (width, one, other)
+            assert not overlap(one["text"], other["text"]), (width, one, other)
 
 
 def test_suite_matrix_page(live_server, page, django_user_model):
@@ -89,6 +132,7 @@ def test_suite_matrix_page(live_server, page, django_user_model):
         widths = fits(page)
         assert widths["page"] <= widths["viewport"], (width, widths)
         assert widths["table"] <= widths["wrapper"], (width, widths)
+        assert_headers_readable(page, width)
 
     kimi = AdaptationJob.objects.get(suite_run=second, suite_entry="mla-moe-kimi")
     row = page.locator("#entry-mla-moe-kimi")
@@ -110,6 +154,22 @@ def test_suite_matrix_page(live_server, page, django_user_model):
     plan.locator("a").click()
     expect(page).to_have_url(re.compile(rf"/releases/{kimi.release_id}/#job-{kimi.pk}-stage-plan$"))
     expect(page.locator(f"#job-{kimi.pk}-stage-plan")).to_be_attached()
+
+    # The first run has every stage: its ten headers wrap within their columns; at 1024 px
+    # the table scrolls inside its wrapper, the page itself does not.
+    all_titles = [stage_title(name) for name in stage_names()]
+    for width in (1400, 1024):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{live_server.url}/suite-runs/{first.pk}/")
+        expect(page.locator("#suite-matrix thead th")).to_have_text(
+            ["Family shape · release", *all_titles]
+        )
+        assert_headers_readable(page, width)
+        widths = fits(page)
+        assert widths["page"] <= widths["viewport"], (width, widths)
+        if width == 1400:
+            assert widths["table"] <= widths["wrapper"], (width, widths)
+        page.screenshot(path=f"/tmp/day0-suite-matrix-all-stages-{width}.png", full_page=True)
 
     # The first run's page links forward nowhere but lists both runs.
     page.goto(f"{live_server.url}/suite-runs/{first.pk}/")
