@@ -57,6 +57,7 @@ from engine.hubs.http import (
     DEFAULT_RETRY_AFTER_S,
     DEFAULT_TIMEOUT_S,
     retry_after_seconds,
+    unreachable_message,
 )
 from engine.hubs.safetensors_headers import HeaderCache, read_hub_headers, weight_files
 from engine.hubs.trust import hf_token_allowed
@@ -172,14 +173,11 @@ def _to_hub_error(exc: BaseException, subject: str, endpoint: str) -> HubError:
     for link in _exception_chain(exc):
         if isinstance(link, OfflineModeIsEnabled):
             return HubUnavailable(f"{subject}: HF_HUB_OFFLINE is set, so {endpoint} is not asked.")
-        if isinstance(link, httpx2.TimeoutException):
-            return HubUnavailable(f"{subject}: {endpoint} did not answer in time: retry later.")
-        if isinstance(link, httpx2.TransportError):
+        if isinstance(link, httpx2.TransportError):  # timeouts included
             # The exception's class is for the log, not for the page that shows the message.
             logger.info("%s: cannot reach %s: %r", subject, endpoint, link)
             return HubUnavailable(
-                f"{subject}: cannot reach {endpoint} ({link or 'the connection failed'}): check"
-                " the network, proxy and HF_ENDPOINT; retry later."
+                f"{subject}: " + unreachable_message(endpoint, link, endpoint_setting="HF_ENDPOINT")
             )
         if isinstance(link, FileMetadataError):
             return HubError(

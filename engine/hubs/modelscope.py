@@ -64,6 +64,7 @@ from engine.hubs.http import (
     DEFAULT_TIMEOUT_S,
     USER_AGENT,
     retry_after_seconds,
+    unreachable_message,
 )
 from engine.hubs.safetensors_headers import HeaderCache, read_hub_headers, shown, weight_files
 from engine.hubs.trust import modelscope_token_allowed
@@ -254,8 +255,8 @@ class ModelScopeSource:
             # The exception's class is for the log, not for the page that shows the message.
             logger.info("%s: cannot reach %s: %r", subject, self.endpoint, exc)
             raise HubUnavailable(
-                f"{subject}: cannot reach {self.endpoint} ({exc or 'the connection failed'}): "
-                "check the network, proxy and MODELSCOPE_ENDPOINT; retry later."
+                f"{subject}: "
+                + unreachable_message(self.endpoint, exc, endpoint_setting="MODELSCOPE_ENDPOINT")
             ) from exc
         except (ms_errors.HubError, OSError, ValueError, KeyError, TypeError) as exc:
             logger.warning("%s: unexpected answer from %s: %r", subject, self.endpoint, exc)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -173,6 +174,33 @@ def test_errors_map_to_hub_errors(fake_modelscope, status, headers, error):
     with pytest.raises(error):
         source(fake_modelscope, author="moonshotai").list_releases()
     assert len(fake_modelscope.requests_to("/openapi/v1/models")) == 1  # no retries
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "reason"),
+    [
+        # `.invalid` never resolves (RFC 2606): the offline case a new user met.
+        ("https://day0-hub.invalid", "the name does not resolve"),
+        ("stopped", "the connection was refused"),
+    ],
+)
+def test_an_unreachable_hub_says_why_in_words_and_logs_the_exception(caplog, endpoint, reason):
+    if endpoint == "stopped":
+        with FakeModelScope() as stopped:
+            endpoint = stopped.url
+    hub = ModelScopeSource(HubSpec(kind="modelscope", endpoint=endpoint, author="Qwen"))
+    with (
+        caplog.at_level(logging.INFO, logger="engine.hubs.modelscope"),
+        pytest.raises(HubUnavailable) as raised,
+    ):
+        hub.list_releases()
+    assert raised.value.message == (
+        f"listing models of Qwen on {endpoint}: cannot reach {endpoint}: {reason}. The hub or"
+        " the network is at fault, not the release: check the network, proxy and"
+        " MODELSCOPE_ENDPOINT; retry later."
+    )
+    # The exception, class and all, is in the log for whoever debugs it.
+    assert "NetworkError(" in caplog.text
 
 
 def test_a_429_says_when_to_come_back_and_is_not_retried(fake_modelscope):
