@@ -198,6 +198,9 @@ class StageDefinition:
     title: str
     run: Callable[[StageContext], dict[str, Any]] | str
     description: str = ""
+    # The stages whose results `run` cannot do without (`ctx.previous`): a job's stage list
+    # must hold them (`engine.registry.stage_list_check`).
+    needs: tuple[str, ...] = ()
     soft_time_limit_s: int = 300
     time_limit_s: int = 360
     # Whether `run` reads `ctx.known_families` (it costs a query over earlier analyses).

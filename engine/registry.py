@@ -38,6 +38,7 @@ STAGES: tuple[StageDefinition, ...] = (
         name="analyze",
         title="Architecture analysis",
         run="engine.stages.analyze.run:run",
+        needs=("fetch",),
         reads_known_families=True,
         findings="engine.stages.analyze.findings:findings",
         notes="engine.stages.analyze.notes:section",
@@ -53,6 +54,7 @@ STAGES: tuple[StageDefinition, ...] = (
         name="operators",
         title="Operator coverage",
         run="engine.stages.operators.run:run",
+        needs=("fetch",),
         findings="engine.stages.operators.findings:findings",
         notes="engine.stages.operators.notes:section",
         description=(
@@ -67,6 +69,7 @@ STAGES: tuple[StageDefinition, ...] = (
         name="precision",
         title="Precision validation",
         run="engine.stages.precision.run:run",
+        needs=("fetch",),
         findings="engine.stages.precision.findings:findings",
         notes="engine.stages.precision.notes:section",
         description=(
@@ -81,6 +84,7 @@ STAGES: tuple[StageDefinition, ...] = (
         name="plan",
         title="Plan the split (predicted)",
         run="engine.stages.plan.run:run",
+        needs=("analyze",),
         check_options="engine.stages.plan.options:plan_options",
         findings="engine.stages.plan.findings:findings",
         notes="engine.stages.plan.notes:section",
@@ -102,6 +106,7 @@ STAGES: tuple[StageDefinition, ...] = (
         name="distributed",
         title="Run the split (measured)",
         run="engine.stages.distributed.run:run",
+        needs=("plan",),
         check_options="engine.stages.distributed.options:distributed_options",
         limits_for_options="engine.stages.distributed.options:distributed_time_limits",
         findings="engine.stages.distributed.findings:findings",
@@ -122,6 +127,7 @@ STAGES: tuple[StageDefinition, ...] = (
         name="serve",
         title="Serving engine",
         run="engine.stages.serve.run:run",
+        needs=("fetch", "plan"),
         check_options="engine.stages.serve.options:serve_options",
         findings="engine.stages.serve.findings:findings",
         notes="engine.stages.serve.notes:section",
@@ -145,6 +151,7 @@ STAGES: tuple[StageDefinition, ...] = (
         name="performance",
         title="Performance",
         run="engine.stages.performance.run:run",
+        needs=("fetch",),
         check_options="engine.stages.performance.options:performance_options",
         limits_for_options="engine.stages.performance.options:performance_time_limits",
         findings="engine.stages.performance.findings:findings",
@@ -168,6 +175,7 @@ STAGES: tuple[StageDefinition, ...] = (
         name="stability",
         title="Stability run",
         run="engine.stages.stability.run:run",
+        needs=("fetch",),
         check_options="engine.stages.stability.options:stability_options",
         limits_for_options="engine.stages.stability.options:stability_time_limits",
         findings="engine.stages.stability.findings:findings",
@@ -223,6 +231,36 @@ def get_stage(name: str) -> StageDefinition:
     except KeyError:
         known = ", ".join(_BY_NAME)
         raise LookupError(f"Unknown stage {name!r}; known stages: {known}.") from None
+
+
+def stage_list_check(stages: list[str] | None) -> list[str]:
+    """A job's stage list in the registry's order (None or empty: every stage). Raises
+    `ValueError` with a one-line reason for an unknown or repeated stage, or a stage without
+    one it needs (`StageDefinition.needs`): "analyze" alone could only fail for want of the
+    config `fetch` reads, and that would be put down to the release."""
+    if not stages:
+        return stage_names()
+    known = stage_names()
+    unknown = [name for name in stages if name not in known]
+    if unknown:
+        raise ValueError(
+            f"Unknown {'stage' if len(unknown) == 1 else 'stages'} "
+            f"{', '.join(map(repr, unknown))}; known stages: {', '.join(known)}."
+        )
+    if len(set(stages)) != len(stages):
+        raise ValueError(f"A stage is named twice in {', '.join(stages)}.")
+    missing = [
+        f"{name} needs {need}"
+        for name in stages
+        for need in get_stage(name).needs
+        if need not in stages
+    ]
+    if missing:
+        raise ValueError(
+            f"{'; '.join(missing)}: add what it needs to the stage list, or leave the list out "
+            "for every stage."
+        )
+    return [name for name in known if name in stages]
 
 
 def job_options_check(

@@ -34,7 +34,7 @@ from adaptation.services.errors import ServiceError
 from adaptation.services.pools import pool_get
 from adaptation.services.queueing import unsent_stage_runs
 from adaptation.webhooks.endpoints import webhook_url_path
-from engine.registry import job_options_check, stage_names
+from engine.registry import job_options_check, stage_list_check
 
 # A result summary keeps a string up to this many characters.
 SUMMARY_TEXT_CHARS = 300
@@ -384,14 +384,12 @@ class JobCreateInput(serializers.Serializer):
     )
 
     def validate_stages(self, value: list[str]) -> list[str]:
-        known = stage_names()
-        unknown = [name for name in value if name not in known]
-        if unknown:
-            raise serializers.ValidationError(
-                f"Unknown {'stage' if len(unknown) == 1 else 'stages'} "
-                f"{', '.join(map(repr, unknown))}; stages: {', '.join(known)}."
-            )
-        return value
+        """The stages in the registry's order (`engine.registry.stage_list_check`): an
+        unknown or repeated one, or one without a stage it needs, is refused here."""
+        try:
+            return stage_list_check(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from exc
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """The pool as a row (`pool_get`: the default when blank or absent); the options
@@ -916,7 +914,7 @@ class SuiteRunOutput(serializers.ModelSerializer):
 class SuiteCellOutput(serializers.Serializer):
     """One stage of one entry's job: its state (passed, regressed, failed, skipped, running,
     queued, pending, cancelled, not-run), the failure's class, the regressions' metric keys,
-    and the previous run's state and how this one differs (newly-failing, fixed,
+    the state it is compared with and how this one differs (newly-failing, fixed,
     newly-regressed, still-failing, or "")."""
 
     stage = serializers.CharField()
@@ -924,7 +922,19 @@ class SuiteCellOutput(serializers.Serializer):
     failure_class = serializers.CharField()
     attempt = serializers.IntegerField()
     regressions = serializers.ListField(child=serializers.CharField())
-    previous_state = serializers.CharField(allow_null=True)
+    previous_state = serializers.CharField(
+        allow_null=True,
+        help_text=(
+            "The entry's state at this stage in the previous run; when that run did not run "
+            "the stage (not in its job, or cancelled), in the newest earlier run that did. "
+            "Null when no run before has it."
+        ),
+    )
+    previous_run = serializers.IntegerField(
+        source="previous_run_id",
+        allow_null=True,
+        help_text="The suite run `previous_state` is from (null with it).",
+    )
     change = serializers.CharField()
 
 

@@ -25,7 +25,7 @@ from adaptation.selectors.jobs import job_current_stage_runs
 from adaptation.services.errors import ServiceError
 from adaptation.services.queueing import stage_run_enqueue
 from adaptation.services.regressions import regressions_detect_safely
-from engine.registry import get_stage, job_options_check, stage_names
+from engine.registry import get_stage, job_options_check, stage_list_check
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,9 @@ def job_create(
 ) -> AdaptationJob:
     """Create a job with one pending run per stage and queue its first stage after commit.
 
-    `stages` defaults to every registered stage; unknown names raise `ServiceError`.
+    `stages` defaults to every registered stage and runs in the registry's order; an unknown
+    or repeated name, or a stage without one it needs (`engine.registry.stage_list_check`),
+    raises `ServiceError`.
     `options` maps a stage name to its options ({"plan": {"context_tokens": 8192,
     "concurrency": 16, "dtype": "fp8"}}), checked and normalised by the stage's
     `check_options`; an option for a stage the job does not run, or one the stage refuses,
@@ -56,8 +58,8 @@ def job_create(
     concurrent submissions cannot both pass the check (PostgreSQL; SQLite serialises writes
     anyway). Webhooks and hub polls keep the default, True: they have their own dedup rules.
     """
-    names = stages or stage_names()
     try:
+        names = stage_list_check(stages)
         checked = job_options_check(options=options, stages=names)
     except ValueError as exc:
         raise ServiceError(str(exc)) from exc

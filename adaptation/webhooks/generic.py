@@ -58,7 +58,7 @@ from adaptation.webhooks.deliveries import (
 )
 from engine.hubs import HubSpec, canonical_endpoint
 from engine.hubs.base import REPO_ID_RULES, is_valid_repo_id
-from engine.registry import job_options_check, stage_names
+from engine.registry import job_options_check, stage_list_check, stage_names
 
 EVENT = "adapt"
 MAX_REPO_ID_CHARS = 256
@@ -123,20 +123,18 @@ def _hub(value: Any) -> tuple[str, str, HubWatch | None]:
 
 def _stages(value: Any) -> list[str] | None:
     """The requested stages in the order a job runs them, or None (all). Raises
-    `RequestError` for anything but a non-empty list of known stage names."""
+    `RequestError` for anything but a non-empty list of known stage names holding the stages
+    each one needs (`engine.registry.stage_list_check`)."""
     if value is None:
         return None
     known = stage_names()
     if not isinstance(value, list) or not value or not all(isinstance(s, str) for s in value):
         raise RequestError(f"stages must be a non-empty list of stage names ({', '.join(known)})")
-    unknown = [name for name in value if name not in known]
-    if unknown:
-        raise RequestError(
-            f"unknown {'stage' if len(unknown) == 1 else 'stages'} {', '.join(unknown)}; "
-            f"known: {', '.join(known)}"
-        )
-    # Later stages read earlier ones' results: run them in the registry's order.
-    return [name for name in known if name in value]
+    # Later stages read earlier ones' results: in the registry's order, with what each needs.
+    try:
+        return stage_list_check(value)
+    except ValueError as exc:
+        raise RequestError(str(exc)) from exc
 
 
 def adapt_request_parse(payload: Any, *, endpoint: WebhookEndpoint) -> AdaptRequest:

@@ -60,6 +60,25 @@ def test_job_create_refuses_unknown_stage():
         job_create(release=make_release(), pool=cpu_pool(), trigger="manual", stages=["warp"])
 
 
+def test_a_stage_list_holds_what_each_stage_needs_and_runs_in_order():
+    # "analyze" alone would fail for want of fetch's config, and be put down to the release.
+    for stages, needs in (
+        (["analyze"], "analyze needs fetch"),
+        (["fetch", "plan"], "plan needs analyze"),
+        (["fetch", "analyze", "serve"], "serve needs plan"),
+    ):
+        with pytest.raises(ServiceError, match=needs):
+            job_create(release=make_release(), pool=cpu_pool(), trigger="manual", stages=stages)
+    assert not AdaptationJob.objects.exists()
+    job = job_create(
+        release=make_release(),
+        pool=cpu_pool(),
+        trigger="manual",
+        stages=["release_notes", "analyze", "fetch"],
+    )
+    assert job.stages == ["fetch", "analyze", "release_notes"]
+
+
 def test_job_create_stores_checked_plan_options():
     job = job_create(
         release=make_release(),
@@ -269,15 +288,15 @@ def test_the_stability_message_carries_limits_that_follow_its_duration(
 
     sent = []
     monkeypatch.setattr(run_stage, "apply_async", lambda **kw: sent.append(kw))
+    # Each job's fetch has passed: the measuring stage is the one sent.
+    job = make_job(
+        stages=["fetch", "stability"],
+        statuses={"fetch": StageStatus.SUCCEEDED},
+        options={"stability": {"duration_s": 7200}},
+    )
+    run = job.stage_runs.get(stage="stability")
     with django_capture_on_commit_callbacks(execute=True):
-        job = job_create(
-            release=make_release(),
-            pool=cpu_pool(),
-            trigger="manual",
-            stages=["stability"],
-            options={"stability": {"duration_s": 7200}},
-        )
-    run = job.stage_runs.get()
+        queueing.stage_run_enqueue(run)
     # 7,200 s x 1.1 + 120 s of set-up; the hard limit a minute later
     assert sent == [
         {
@@ -288,10 +307,9 @@ def test_the_stability_message_carries_limits_that_follow_its_duration(
             "retry_policy": queueing.SEND_RETRY_POLICY,
         }
     ]
+    other = make_job(stages=["fetch", "performance"], statuses={"fetch": StageStatus.SUCCEEDED})
     with django_capture_on_commit_callbacks(execute=True):
-        job_create(
-            release=make_release(), pool=cpu_pool(), trigger="manual", stages=["performance"]
-        )
+        queueing.stage_run_enqueue(other.stage_runs.get(stage="performance"))
     assert (sent[-1]["soft_time_limit"], sent[-1]["time_limit"]) == (180, 240)
 
     # the reaper's re-send keeps them

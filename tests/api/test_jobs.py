@@ -136,7 +136,13 @@ def test_create_refuses_bad_input_field_by_field(cast, seeded, body, field, mess
     ("extra", "field", "message"),
     [
         ({"pool": "nope"}, "pool", "No enabled pool 'nope'; enabled pools: cpu, h200."),
-        ({"stages": ["fetch", "dance"]}, "stages", "Unknown stage 'dance'; stages: fetch,"),
+        ({"stages": ["fetch", "dance"]}, "stages", "Unknown stage 'dance'; known stages: fetch,"),
+        (
+            {"stages": ["analyze"]},
+            "stages",
+            "analyze needs fetch: add what it needs to the stage list, or leave the list out "
+            "for every stage.",
+        ),
         (
             {"stages": ["fetch"], "options": {"plan": {"context_tokens": 10}}},
             "options",
