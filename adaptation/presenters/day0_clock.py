@@ -61,16 +61,21 @@ _RAN = (StageStatus.SUCCEEDED, StageStatus.FAILED)
 
 def newest_job_per_stage(jobs: Iterable[AdaptationJob]) -> dict[str, AdaptationJob]:
     """For each stage, the newest of `jobs` (newest first, runs prefetched) that ran it (its
-    latest attempt finished), else the newest that holds it: a partial job (a webhook's
-    three stages) or a re-run still queued never hides what an older job measured."""
+    latest attempt finished), else the newest that skipped it (an earlier stage failed),
+    else the newest that holds it: a partial job (a webhook's three stages), a re-run still
+    queued or a job cancelled before the stage began never hides what an older job measured
+    or decided."""
     owners: dict[str, AdaptationJob] = {}
+    skippers: dict[str, AdaptationJob] = {}
     holders: dict[str, AdaptationJob] = {}
     for job in jobs:
         for name, run in latest_runs_by_stage(job).items():
             holders.setdefault(name, job)
             if run.status in _RAN:
                 owners.setdefault(name, job)
-    return {**holders, **owners}
+            elif run.status == StageStatus.SKIPPED:
+                skippers.setdefault(name, job)
+    return {**holders, **skippers, **owners}
 
 
 def pool_level(jobs: list[AdaptationJob]) -> JobReadiness:
