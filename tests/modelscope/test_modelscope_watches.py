@@ -142,6 +142,35 @@ def test_a_modelscope_watch_must_use_a_configured_modelscope(fake_modelscope, se
     assert watch.endpoint_refusal() == ""
 
 
+def test_an_offline_modelscope_watch_reads_in_words_on_the_board_and_in_the_admin(
+    monkeypatch, tmp_path, logged_in_client, admin_client
+):
+    """No network (a `.invalid` name never resolves, RFC 2606): the board's hub-trouble
+    banner and the admin say why and whose fault it is, without the client's internals."""
+    offline = "https://day0-hub.invalid"
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", offline)
+    monkeypatch.setenv("DAY0_VAR_DIR", str(tmp_path / "var"))
+    watch = make_watch(name="ms-qwen", kind=HubKind.MODELSCOPE, endpoint=offline, author="Qwen")
+    assert hub_watch_poll(watch=watch).error
+    watch.refresh_from_db()
+    said = (
+        f"listing models of Qwen on {offline}: cannot reach {offline}: the name does not"
+        " resolve. The hub or the network is at fault, not the release: check the network,"
+        " proxy and MODELSCOPE_ENDPOINT; retry later."
+    )
+    assert said in watch.last_error
+
+    board = logged_in_client.get(reverse("adaptation:board")).content.decode()
+    admin = admin_client.get(
+        reverse("admin:adaptation_hubwatch_change", args=[watch.pk])
+    ).content.decode()
+    for page in (board, admin):
+        assert said in page
+        for internal in ("NetworkError", "Errno", "HTTPSConnection", "E1020", "?owner="):
+            assert internal not in page
+    assert "The trouble is in reaching the hub" in board
+
+
 def test_the_token_goes_only_to_a_configured_modelscope(fake_modelscope, monkeypatch):
     ms = fake_modelscope
     ms.add_repo("openai/gpt-oss-20b", release_files("openai/gpt-oss-20b"), private=True)

@@ -325,6 +325,8 @@ def test_failed_watch_shows_in_hub_trouble_banner(logged_in_client):
     html = logged_in_client.get(BOARD).content.decode()
 
     assert "Hub trouble" in html
+    assert "The trouble is in reaching the hub (the hub, the network or the watch" in html
+    assert "not in a release" in html
     assert "deepseek-org" in html
     assert "Hub answered 429 Too Many Requests (next try in 600 s)" in html
     assert "2 failed polls in a row" in html
