@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from adaptation.models import AdaptationJob, StageStatus
+from adaptation.models import AdaptationJob, HubKind, StageStatus
 from tests.conftest import REALCONFIGS_DIR
 from tests.factories import make_job, make_watch
 
@@ -153,8 +154,44 @@ def test_rerun_command_queues_a_new_attempt_and_refuses_bad_requests():
 @pytest.mark.django_db
 def test_poll_hubs_exits_non_zero_when_a_hub_fails(tmp_path):
     make_watch(name="gone", endpoint=str(tmp_path / "missing"))
-    with pytest.raises(CommandError, match="gone: "):
-        call_command("poll_hubs", stdout=io.StringIO())
+    err = io.StringIO()
+    with pytest.raises(CommandError, match=r"^1 of 1 polled watch failed\.$"):
+        call_command("poll_hubs", stdout=io.StringIO(), stderr=err)
+    assert err.getvalue().startswith("gone: poll failed: ")
+
+
+# `.invalid` never resolves (RFC 2606): a ModelScope watch polled with no network.
+OFFLINE_MODELSCOPE = "https://day0-hub.invalid"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("verbosity", [1, 2])
+def test_poll_hubs_prints_an_unreachable_hub_s_error_once(monkeypatch, caplog, tmp_path, verbosity):
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", OFFLINE_MODELSCOPE)
+    monkeypatch.setenv("DAY0_VAR_DIR", str(tmp_path / "var"))
+    make_watch(name="ms-qwen", kind=HubKind.MODELSCOPE, endpoint=OFFLINE_MODELSCOPE, author="Qwen")
+    (tmp_path / "mirror").mkdir()
+    make_watch(name="ok-mirror", endpoint=str(tmp_path / "mirror"))
+    out, err = io.StringIO(), io.StringIO()
+    with caplog.at_level(logging.INFO), pytest.raises(CommandError) as raised:
+        call_command("poll_hubs", "--force", verbosity=verbosity, stdout=out, stderr=err)
+
+    assert err.getvalue() == (
+        f"ms-qwen: poll failed: listing models of Qwen on {OFFLINE_MODELSCOPE}: cannot reach"
+        f" {OFFLINE_MODELSCOPE}: the name does not resolve. The hub or the network is at"
+        " fault, not the release: check the network, proxy and MODELSCOPE_ENDPOINT; retry"
+        " later.\n"
+    )
+    assert out.getvalue() == "ok-mirror: 0 new releases\n"
+    # The exit status, not the error again.
+    assert str(raised.value) == "1 of 2 polled watches failed."
+    logged = [r.getMessage() for r in caplog.records if "cannot reach" in r.getMessage()]
+    if verbosity == 1:
+        assert logged == []
+    else:  # the log lines, with the exception's class, for whoever debugs it
+        assert any("NetworkError(" in line for line in logged)
+    # The loggers are as they were after the command.
+    assert logging.getLogger("engine.hubs").level == logging.NOTSET
 
 
 def test_analyze_text_output_has_units_and_says_it_is_computed():

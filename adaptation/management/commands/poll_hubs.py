@@ -2,26 +2,56 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from django.core.management.base import BaseCommand, CommandError
 
 from adaptation.services.hub_polling import hub_watches_poll
 from engine import formatting as fmt
 
+# Loggers that repeat, with the exception's class, the error the command prints for a failed
+# watch (the sources' "cannot reach", the poller's "Polling ... failed", the Hugging Face
+# client's retry warning). The worker keeps them; here they show at --verbosity 2 or more.
+ROUND_LOGGERS = ("engine.hubs", "adaptation.services.hub_polling", "huggingface_hub")
+
+
+@contextmanager
+def _loggers_quiet_below(level: int, names: tuple[str, ...]) -> Iterator[None]:
+    """Drop the named loggers' records under `level` (errors and crashes still show) while
+    the block runs, then restore their levels."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(max(logger.getEffectiveLevel(), level))
+    try:
+        yield
+    finally:
+        for logger, previous in zip(loggers, levels, strict=True):
+            logger.setLevel(previous)
+
 
 class Command(BaseCommand):
     help = (
         "Poll every enabled hub watch once; new complete releases get a job. Watches backing "
-        "off after a hub error (rate limit included) wait unless --force. Exits 1 if a poll failed."
+        "off after a hub error (rate limit included) wait unless --force. A failed poll's "
+        "error is printed once (-v 2 adds the log lines, with the exception); exits 1 if a "
+        "poll failed."
     )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--force", action="store_true", help="Ignore error backoff.")
 
-    def handle(self, *args, force: bool = False, **options) -> None:
-        outcomes = hub_watches_poll(due_only=False, force=force)
+    def handle(self, *args, force: bool = False, verbosity: int = 1, **options) -> None:
+        if verbosity >= 2:
+            outcomes = hub_watches_poll(due_only=False, force=force)
+        else:
+            with _loggers_quiet_below(logging.ERROR, ROUND_LOGGERS):
+                outcomes = hub_watches_poll(due_only=False, force=force)
         if not outcomes:
             self.stdout.write("No enabled hub watches.")
-        failed = []
+        failed = 0
         for outcome in outcomes:
             if outcome.skipped_until:
                 self.stdout.write(
@@ -30,7 +60,8 @@ class Command(BaseCommand):
                 )
                 continue
             if outcome.error:
-                failed.append(f"{outcome.watch}: {outcome.error}")
+                failed += 1
+                self.stderr.write(f"{outcome.watch}: poll failed: {outcome.error}")
                 continue
             self.stdout.write(
                 f"{outcome.watch}: {fmt.counted(len(outcome.new_releases), 'new release')}"
@@ -40,4 +71,8 @@ class Command(BaseCommand):
             for line in outcome.incomplete:
                 self.stdout.write(f"  not complete yet: {line}")
         if failed:
-            raise CommandError("; ".join(failed))
+            # The errors are printed above; this only sets the exit status (1).
+            polled = sum(1 for outcome in outcomes if not outcome.skipped_until)
+            raise CommandError(
+                f"{failed} of {fmt.counted(polled, 'polled watch', 'polled watches')} failed."
+            )
