@@ -50,6 +50,7 @@ class HubWatchAdmin(admin.ModelAdmin):
         "polls_succeeded",
         "polls_rate_limited",
         "polls_failed",
+        "created_at",
     )
 
 

@@ -51,6 +51,7 @@ class HubWatch(models.Model):
     )
     enabled = models.BooleanField(default=True)
     poll_interval_s = models.PositiveIntegerField(
+        "Poll interval (s)",
         default=300,
         validators=[MinValueValidator(10)],
         help_text="Seconds between polls; errors back off exponentially from it.",

@@ -44,6 +44,9 @@ def test_the_release_page_says_what_regressed_against_what(logged_in_client, reg
     page = response.content.decode()
     for each in baseline:
         assert f'href="/releases/{release.pk}/?job={each.pk}#job-{each.pk}"' in page
+    # Words and links are spaced in the HTML itself, not only in the text a reader extracts.
+    assert f'of the same release: <a href="/releases/{release.pk}/?job=' in page
+    assert f"job {baseline[-1].pk}</a>, <a href=" in page
 
 
 def test_a_release_without_regressions_shows_no_finding(logged_in_client, perf_job):
