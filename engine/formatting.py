@@ -189,6 +189,12 @@ def duration(value: Any) -> str:
     return f"{sign}{minutes} m {secs:02d} s"
 
 
+def hours_duration(value: Any) -> str:
+    """A duration given in hours, written as `duration` writes one: 0.09 → "5 m 24 s"."""
+    hours = finite(value)
+    return MISSING if hours is None else duration(hours * 3600)
+
+
 def plain(value: Any) -> str:
     """A config value as a reader writes it: 7168 → "7,168", True → "yes", lists and objects
     as compact JSON ({"type": "yarn", "factor": 40}), None → "—"."""

@@ -50,7 +50,12 @@ from adaptation.roles import CANCEL_JOB, RERUN_STAGE, TRIGGER_JOB
 from adaptation.selectors import inventory
 from adaptation.selectors.jobs import jobs_with_stage_runs, stage_runs_with_jobs
 from adaptation.selectors.releases import releases_with_latest_job
-from adaptation.selectors.suites import suite_definition_or_none, suite_run_jobs, suite_runs
+from adaptation.selectors.suites import (
+    suite_definition_or_none,
+    suite_run_jobs,
+    suite_run_lookback_jobs,
+    suite_runs,
+)
 from adaptation.services.errors import ServiceError
 from adaptation.services.jobs import (
     DuplicateJobError,
@@ -425,11 +430,14 @@ class SuiteRunViewSet(
         """A suite run with its matrix: a row per entry (family shapes, release, job), a cell
         per stage with its state and how it compares with the previous run."""
         run = self.get_object()
+        jobs = suite_run_jobs(run)
+        previous_jobs = suite_run_jobs(run.previous)
         matrix = suite_matrix(
             run=run,
-            jobs=suite_run_jobs(run),
-            previous_jobs=suite_run_jobs(run.previous),
+            jobs=jobs,
+            previous_jobs=previous_jobs,
             suite=suite_definition_or_none(run.suite),
+            earlier_jobs=suite_run_lookback_jobs(run=run, jobs=jobs, previous_jobs=previous_jobs),
         )
         output = serializers.SuiteRunDetailOutput(run, context={"matrix": matrix})
         return Response(output.data)

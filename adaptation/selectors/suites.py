@@ -3,16 +3,20 @@ the run before it, in a fixed number of queries whatever the suite's size."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.conf import settings
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Prefetch, Q, QuerySet
 
 from adaptation.models import (
     AcceleratorPool,
     AdaptationJob,
     Regression,
     StageRun,
+    StageStatus,
     SuiteRun,
 )
+from adaptation.selectors.jobs import latest_runs_by_stage
 from engine.suites import Suite, SuiteError, suite_load
 
 # How many earlier runs a matrix page links to.
@@ -53,6 +57,65 @@ def suite_run_jobs(run: SuiteRun | None) -> list[AdaptationJob]:
     if run is None:
         return []
     return list(_suite_jobs().filter(suite_run=run).order_by("-created_at", "-id"))
+
+
+def suite_runs_jobs(runs: Sequence[SuiteRun]) -> list[AdaptationJob]:
+    """The jobs of all of `runs` (each job's `suite_run_id` says whose), as
+    `suite_run_jobs` gives one run's: three queries whatever the number of runs."""
+    if not runs:
+        return []
+    ids = [run.pk for run in runs]
+    return list(_suite_jobs().filter(suite_run__in=ids).order_by("-created_at", "-id"))
+
+
+def suite_run_lookback_jobs(
+    *,
+    run: SuiteRun,
+    jobs: Sequence[AdaptationJob],
+    previous_jobs: Sequence[AdaptationJob],
+    limit: int = RUN_HISTORY_LIMIT,
+) -> list[AdaptationJob]:
+    """What the matrix compares a cell with when the previous run did not run its stage.
+
+    The entries of `run` (its `jobs`) for which the previous run (its `previous_jobs`) has
+    no job, or a job without one of the entry's stages or with it cancelled: their jobs in
+    the `limit` runs of the suite on the pool before the previous one, newest run first (a
+    run's jobs newest first), with stage runs and regressions prefetched. Three queries
+    when some entry needs them, none otherwise, whatever the number of entries."""
+    if run.previous_id is None or run.previous is None:
+        return []
+    before = {}
+    for job in previous_jobs:
+        before.setdefault(job.suite_entry, job)
+    entries = set()
+    for job in jobs:
+        previous = before.get(job.suite_entry)
+        if previous is None:
+            entries.add(job.suite_entry)
+            continue
+        latest = latest_runs_by_stage(previous)
+        for stage in job.stages or []:
+            ran = latest.get(stage)
+            if ran is None or ran.status == StageStatus.CANCELLED:
+                entries.add(job.suite_entry)
+                break
+    if not entries:
+        return []
+    previous_run = run.previous
+    runs_before = (
+        SuiteRun.objects.filter(pool_id=run.pool_id, suite=run.suite)
+        .filter(
+            Q(created_at__lt=previous_run.created_at)
+            | Q(created_at=previous_run.created_at, id__lt=previous_run.pk)
+        )
+        .order_by("-created_at", "-id")
+        .values("id")[:limit]
+    )
+    return list(
+        _suite_jobs()
+        .filter(suite_run__in=runs_before, suite_entry__in=sorted(entries))
+        .order_by("-suite_run__created_at", "-suite_run_id", "-created_at", "-id")
+    )
 
 
 def suite_definition_or_none(name: str) -> Suite | None:

@@ -46,11 +46,16 @@ def suite_run_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 def _matrix_response(request: HttpRequest, run: SuiteRun) -> HttpResponse:
     definition = suite_selectors.suite_definition_or_none(run.suite)
+    jobs = suite_selectors.suite_run_jobs(run)
+    previous_jobs = suite_selectors.suite_run_jobs(run.previous)
     matrix = suite_presenters.suite_matrix(
         run=run,
-        jobs=suite_selectors.suite_run_jobs(run),
-        previous_jobs=suite_selectors.suite_run_jobs(run.previous),
+        jobs=jobs,
+        previous_jobs=previous_jobs,
         suite=definition,
+        earlier_jobs=suite_selectors.suite_run_lookback_jobs(
+            run=run, jobs=jobs, previous_jobs=previous_jobs
+        ),
     )
     if request.GET.get("format") == "csv":
         response = HttpResponse(content_type="text/csv; charset=utf-8")
@@ -61,11 +66,14 @@ def _matrix_response(request: HttpRequest, run: SuiteRun) -> HttpResponse:
         writer.writerow(suite_presenters.CSV_COLUMNS)
         writer.writerows(suite_presenters.csv_rows(matrix))
         return response
+    history = suite_selectors.suite_run_history(run=run)
     context = {
         "pool": run.pool,
         "suite": definition,
         "matrix": matrix,
-        "history": suite_selectors.suite_run_history(run=run),
+        "history": suite_presenters.run_summaries(
+            history, suite_selectors.suite_runs_jobs(history)
+        ),
     }
     return render(request, "adaptation/suite_matrix.html", context)
 

@@ -59,3 +59,10 @@ def test_the_module_imports_neither_django_nor_torch():
         "sys.exit(1 if bad else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code_line], check=False).returncode == 0
+
+
+def test_a_duration_in_hours_reads_as_other_durations_do():
+    # The reports' median time to Day-0 is kept in hours: 0.09 h is 5 m 24 s, not "0.09 h".
+    assert fmt.hours_duration(0.09) == "5 m 24 s"
+    assert fmt.hours_duration(30.5) == "1 d 06 h"
+    assert fmt.hours_duration(None) == fmt.MISSING

@@ -135,6 +135,7 @@ def test_api_starts_and_lists_suite_runs(cast):
             "attempt": 1,
             "regressions": [],
             "previous_state": "queued",
+            "previous_run": run.pk,
             "change": "",
         }
     ]

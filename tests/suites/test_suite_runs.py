@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 
 import pytest
 from django.urls import reverse
@@ -16,14 +17,20 @@ from adaptation.models import (
     HubKind,
     ModelRelease,
     Regression,
+    StageRun,
     StageStatus,
     SuiteRun,
     SuiteTrigger,
     Trigger,
 )
 from adaptation.presenters import suites as presenters
-from adaptation.selectors.suites import suite_definition_or_none, suite_run_jobs
+from adaptation.selectors.suites import (
+    suite_definition_or_none,
+    suite_run_jobs,
+    suite_run_lookback_jobs,
+)
 from adaptation.services.errors import ServiceError
+from adaptation.services.jobs import job_cancel
 from adaptation.services.suites import suite_start
 from engine.suites import SHAPES, suite_load
 from tests.factories import cpu_pool
@@ -44,11 +51,13 @@ def run_suite(pool, *, trigger=SuiteTrigger.MANUAL, stages=FAST, **kwargs) -> Su
 
 def matrix_of(run: SuiteRun) -> presenters.SuiteMatrix:
     run = SuiteRun.objects.select_related("pool", "previous").get(pk=run.pk)
+    jobs, previous_jobs = suite_run_jobs(run), suite_run_jobs(run.previous)
     return presenters.suite_matrix(
         run=run,
-        jobs=suite_run_jobs(run),
-        previous_jobs=suite_run_jobs(run.previous),
+        jobs=jobs,
+        previous_jobs=previous_jobs,
         suite=suite_definition_or_none(run.suite),
+        earlier_jobs=suite_run_lookback_jobs(run=run, jobs=jobs, previous_jobs=previous_jobs),
     )
 
 
@@ -267,3 +276,159 @@ def test_the_matrix_page_before_any_run_and_for_people_without_a_role(client, ca
     assert client.get(nightly).status_code == 404
     client.force_login(cast.nina)
     assert client.get(url).status_code == 403
+
+
+def cells_of(matrix: presenters.SuiteMatrix) -> list[presenters.MatrixCell]:
+    return [cell for row in matrix.rows for cell in row.cells]
+
+
+def test_a_cancelled_run_counts_every_cell(client, cast):
+    """Each cell is in the summary: a cancelled run's are counted as cancelled, a stage some
+    job does not have as not run, and the states add up to the cells."""
+    pool = cpu_pool()
+    run = suite_start(pool=pool, trigger=SuiteTrigger.MANUAL, stages=FAST)
+    for job in run.jobs.all():
+        job_cancel(job=job)
+
+    matrix = matrix_of(run)
+    cells = cells_of(matrix)
+    assert len(cells) == 7 * len(FAST)
+    assert {cell.state for cell in cells} == {presenters.CANCELLED}
+    assert matrix.counts.cancelled == matrix.counts.total == len(cells)
+    assert matrix.counts.by_state == ((presenters.CANCELLED, len(cells)),)
+
+    # A job of the run given one more stage by hand: the others' cells at it are not run.
+    job = run.jobs.get(suite_entry="moe")
+    job.stages = [*FAST, "operators"]
+    job.save(update_fields=["stages"])
+    StageRun.objects.create(
+        job=job, stage="operators", position=len(FAST), status=StageStatus.SUCCEEDED
+    )
+    counts = matrix_of(run).counts
+    assert (counts.cancelled, counts.passed, counts.not_run) == (len(cells), 1, 6)
+    assert counts.total == 7 * (len(FAST) + 1)
+
+    client.force_login(cast.mona)
+    page = client.get(reverse("adaptation:suite_run", args=[run.pk])).content.decode()
+    summary = re.search(r'<dd class="suite-counts">(.*?)</dd>', page, re.S).group(1)
+    assert " ".join(summary.split()) == "28 cells: 1 passed · 21 cancelled · 6 not run"
+
+
+def test_a_stage_the_previous_run_did_not_run_compares_with_an_earlier_run(
+    client, cast, django_assert_max_num_queries
+):
+    """Run 2 runs only fetch and analyze, run 3 is cancelled: run 4's plan cells compare with
+    run 1's, its fetch cells with run 2's, and each cell names the run it compares with (the
+    page, the CSV and the API), in the same number of queries whatever the entries."""
+    pool = cpu_pool()
+    first = run_suite(pool)
+    second = run_suite(pool, stages=["fetch", "analyze"])
+    third = suite_start(pool=pool, trigger=SuiteTrigger.MANUAL, stages=FAST)
+    for job in third.jobs.all():
+        job_cancel(job=job)
+    fourth = run_suite(pool)
+    assert fourth.previous_id == third.pk
+
+    matrix = matrix_of(fourth)
+    kimi = next(row for row in matrix.rows if row.entry == "mla-moe-kimi")
+    cells = {cell.stage: cell for cell in kimi.cells}
+    # Run 3 cancelled every stage: fetch and analyze compare with run 2, plan with run 1.
+    assert (cells["fetch"].previous_state, cells["fetch"].previous_run_id) == (
+        presenters.PASSED,
+        second.pk,
+    )
+    assert (cells["analyze"].previous_run_id, cells["plan"].previous_run_id) == (
+        second.pk,
+        first.pk,
+    )
+    assert cells["plan"].previous_state == presenters.FAILED
+    assert cells["plan"].change == presenters.STILL_FAILING
+    assert matrix.counts.compared_earlier == 7 * len(FAST)
+
+    # Against run 2 alone (a fifth run after it would compare with run 4): plan from run 1.
+    second_matrix = presenters.suite_matrix(
+        run=fourth,
+        jobs=suite_run_jobs(fourth),
+        previous_jobs=suite_run_jobs(second),
+        suite=suite_definition_or_none("standard"),
+        earlier_jobs=suite_run_jobs(first),
+    )
+    kimi = next(row for row in second_matrix.rows if row.entry == "mla-moe-kimi")
+    assert [cell.previous_run_id for cell in kimi.cells] == [second.pk, second.pk, first.pk]
+
+    client.force_login(cast.mona)
+    url = reverse("adaptation:suite_run", args=[fourth.pk])
+    page = client.get(url).content.decode()
+    assert 'id="suite-compared-earlier"' in page
+    assert f"vs run {first.pk}</span>" in page and f"vs run {second.pk}</span>" in page
+
+    response = client.get(url, {"format": "csv"})
+    lines = list(csv.reader(io.StringIO(response.content.decode())))
+    rows = [dict(zip(lines[0], line, strict=True)) for line in lines[1:]]
+    [plan] = [r for r in rows if r["entry"] == "mla-moe-kimi" and r["stage"] == "plan"]
+    assert (plan["previous_state"], plan["previous_run"]) == ("failed", str(first.pk))
+
+    detail = cast.api("mona").get(reverse("api:suite-run-detail", args=[fourth.pk])).json()
+    [row] = [r for r in detail["matrix"] if r["entry"] == "mla-moe-kimi"]
+    assert [c["previous_run"] for c in row["cells"]] == [second.pk, second.pk, first.pk]
+    assert row["cells"][2]["previous_state"] == "failed"
+
+    # The look-back costs the same queries for seven entries as for five.
+    with django_assert_max_num_queries(20) as seven:
+        client.get(url)
+    for run in (first, second, third, fourth):
+        run.jobs.filter(suite_entry__startswith="dense").delete()
+    with django_assert_max_num_queries(20) as five:
+        client.get(url)
+    assert len(five.captured_queries) == len(seven.captured_queries)
+
+
+def test_the_run_history_gives_each_runs_trigger_stages_and_cells(client, cast):
+    pool = cpu_pool()
+    first = run_suite(pool)
+    second = run_suite(pool, trigger=SuiteTrigger.API, stages=["fetch", "analyze"])
+    third = suite_start(pool=pool, trigger=SuiteTrigger.STACK_UPGRADE)  # every stage
+    for job in third.jobs.all():
+        job_cancel(job=job)
+
+    client.force_login(cast.mona)
+    page = client.get(reverse("adaptation:suite_run", args=[first.pk])).content.decode()
+
+    def line(run: SuiteRun) -> str:
+        found = re.search(rf'<li id="suite-history-{run.pk}">(.*?)</li>', page, re.S)
+        return " ".join(re.sub(r"<[^>]+>", "", found.group(1)).split())
+
+    first_matrix, second_matrix = matrix_of(first), matrix_of(second)
+    assert line(first) == (
+        f"run {first.pk}: {first.created_at:%Y-%m-%d %H:%M:%S} UTC, manual, only Fetch &amp; "
+        "parse, Architecture analysis, Plan the split (predicted); "
+        f"{first_matrix.counts.passed} passed · {first_matrix.counts.failed} failed"
+    )
+    assert line(second) == (
+        f"run {second.pk}: {second.created_at:%Y-%m-%d %H:%M:%S} UTC, rest api, only Fetch "
+        f"&amp; parse, Architecture analysis; {second_matrix.counts.passed} passed"
+    )
+    # Every stage: no list of stages.
+    assert line(third) == (
+        f"run {third.pk}: {third.created_at:%Y-%m-%d %H:%M:%S} UTC, stack upgrade; 70 cancelled"
+    )
+
+
+def test_the_csv_gives_the_whole_first_line_of_an_error(client, cast):
+    pool = cpu_pool()
+    run = run_suite(pool, stages=["fetch", "analyze", "plan"])
+    plan = StageRun.objects.get(job__suite_run=run, job__suite_entry="mla-moe-kimi", stage="plan")
+    first = "Kimi-K2 does not fit one machine; " + "more devices would fit: 2 x cpu. " * 20
+    plan.error = f"\n{first}\nTraceback (most recent call last): ..."
+    plan.save(update_fields=["error"])
+    assert len(first.strip()) > 600
+
+    client.force_login(cast.mona)
+    url = reverse("adaptation:suite_run", args=[run.pk])
+    lines = list(csv.reader(io.StringIO(client.get(url, {"format": "csv"}).content.decode())))
+    rows = [dict(zip(lines[0], line, strict=True)) for line in lines[1:]]
+    [row] = [r for r in rows if r["entry"] == "mla-moe-kimi" and r["stage"] == "plan"]
+    assert row["error"] == first.strip()
+    # The page's tooltip stays short.
+    page = client.get(url).content.decode()
+    assert first.strip()[:200] in page and first.strip() not in page
