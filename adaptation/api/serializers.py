@@ -33,6 +33,7 @@ from adaptation.selectors.limitations import release_open_limitations_all
 from adaptation.services.errors import ServiceError
 from adaptation.services.pools import pool_get
 from adaptation.services.queueing import unsent_stage_runs
+from adaptation.services.suites import suite_definition
 from adaptation.webhooks.endpoints import webhook_url_path
 from engine.registry import job_options_check, stage_list_check
 
@@ -834,13 +835,12 @@ class WebhookEndpointCreateInput(serializers.Serializer):
 
 
 class SuiteRunCreateInput(serializers.Serializer):
-    """Start a run of a suite on a pool: one job per reference release (docs/suite.md)."""
+    """Start a run of a suite on a pool: one job per reference release (docs/suite.md).
+    Each refusal is under its field."""
 
-    pool = serializers.CharField(
-        required=False,
-        allow_blank=True,
-        help_text="An enabled pool's name; blank or absent: DAY0_DEFAULT_POOL.",
-    )
+    # Required, unlike a job's: a suite run is one job per entry on the pool, too much to
+    # start on the default pool by an empty body.
+    pool = serializers.CharField(help_text="An enabled pool's name.")
     suite = serializers.SlugField(
         required=False, default="standard", help_text='The suite\'s name; absent: "standard".'
     )
@@ -851,13 +851,23 @@ class SuiteRunCreateInput(serializers.Serializer):
         help_text="Run only these stages (in registry order); absent: every stage.",
     )
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        """The pool as a row (`pool_get`: the default when blank or absent)."""
+    # The stage list is checked as a job's is, under "stages".
+    validate_stages = JobCreateInput.validate_stages
+
+    def validate_pool(self, value: str) -> AcceleratorPool:
+        """The enabled pool named `value` (`pool_get`)."""
         try:
-            attrs["pool"] = pool_get(name=attrs.get("pool") or None)
+            return pool_get(name=value)
         except ServiceError as exc:
-            raise serializers.ValidationError({"pool": [str(exc)]}) from exc
-        return attrs
+            raise serializers.ValidationError(str(exc)) from exc
+
+    def validate_suite(self, value: str) -> str:
+        """A suite the checkout defines, its file and folders readable (`suite_definition`)."""
+        try:
+            suite_definition(value)
+        except ServiceError as exc:
+            raise serializers.ValidationError(str(exc)) from exc
+        return value
 
 
 class SuiteJobOutput(serializers.ModelSerializer):

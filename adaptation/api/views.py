@@ -448,11 +448,11 @@ class SuiteRunViewSet(
         summary="Run a suite on a pool",
     )
     def create(self, request: Request) -> Response:
-        """Start a run of a suite (default "standard") on a pool (absent:
-        `DAY0_DEFAULT_POOL`): trigger "api", one job per reference release, linked to the
-        previous run of the suite on the pool. 201, or 202 when the broker could not take
-        the jobs' first stages (saved; day0 sends them when it is back). 400 for an unknown
-        suite or stage, or a disabled pool. Needs `trigger_job`."""
+        """Start a run of a suite (default "standard") on a pool (required): trigger "api",
+        one job per reference release, linked to the previous run of the suite on the pool.
+        201, or 202 when the broker could not take the jobs' first stages (saved; day0 sends
+        them when it is back). 400 naming the field for a missing pool, an unknown or
+        disabled one, an unknown suite or stage. Needs `trigger_job`."""
         serializer = serializers.SuiteRunCreateInput(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
