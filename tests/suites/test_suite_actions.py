@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 
 import pytest
 from django.conf import settings
@@ -57,14 +58,53 @@ def test_suite_run_command_refusals():
 
 
 def test_suite_list_command():
+    """People read the shapes in the pages' words under a header line; `--format json` keeps
+    the slugs for machines."""
     out = io.StringIO()
     call_command("suite", "list", stdout=out)
     lines = out.getvalue().splitlines()
     assert lines[0] == f"standard: Standard adaptation suite ({ENTRIES} entries)"
+    assert lines[1].split() == ["entry", "family", "shapes", "folder"]
+    assert len(lines) == 2 + ENTRIES
+    kimi = next(line for line in lines if line.strip().startswith("mla-moe-kimi "))
+    assert "MLA + MoE, quantized checkpoint" in kimi and "mla-moe," not in kimi
+    llama = next(line for line in lines if line.strip().startswith("dense-gqa-llama "))
+    assert llama.split()[1:4] == ["dense", "GQA", "demo/hub/meta-llama/Llama-3.1-8B"]
+    # Columns line up under the header.
+    assert lines[1].index("family shapes") == kimi.index("MLA + MoE")
+    assert lines[1].index("folder") == kimi.index("demo/hub/moonshotai/Kimi-K2-Instruct")
     assert any(
         "hybrid-linear-attention" in line and "demo/suite/Qwen/Qwen3-Next-80B-A3B-Instruct" in line
         for line in lines
     )
+
+    out = io.StringIO()
+    call_command("suite", "list", "--format", "json", stdout=out)
+    [standard] = json.loads(out.getvalue())
+    assert standard["name"] == "standard" and len(standard["entries"]) == ENTRIES
+    kimi = next(e for e in standard["entries"] if e["name"] == "mla-moe-kimi")
+    assert kimi == {
+        "name": "mla-moe-kimi",
+        "shapes": ["mla-moe", "quantized"],
+        "folder": "demo/hub/moonshotai/Kimi-K2-Instruct",
+    }
+
+
+def test_suite_run_command_does_not_echo_the_services_info_log(caplog):
+    """The service's "Suite standard run N on cpu (manual): 7 jobs" line is what the
+    command prints itself: it reaches the log (stderr) only with -v 2."""
+    cpu_pool()
+    caplog.set_level(logging.INFO)
+    out = io.StringIO()
+    call_command("suite", "run", "--pool", "cpu", "--stages", "fetch", stdout=out)
+    assert out.getvalue().startswith("Suite run ")
+    assert not [r for r in caplog.records if r.name.startswith("adaptation")]
+    # The level is put back: the service logs as before outside the command.
+    assert logging.getLogger("adaptation.services.suites").isEnabledFor(logging.INFO)
+
+    call_command("suite", "-v", "2", "run", "--pool", "cpu", "--stages", "fetch", stdout=out)
+    [line] = [r.getMessage() for r in caplog.records if r.name == "adaptation.services.suites"]
+    assert line.startswith("Suite standard run ") and line.endswith(f"(manual): {ENTRIES} jobs")
 
 
 def test_pools_page_button_for_engineers_only(client, cast):

@@ -9,16 +9,24 @@ restricts the jobs to those stages. A refusal (unknown suite, pool or stage, a d
 a suite folder that cannot be read) exits 1 with a one-line reason. When the broker cannot be
 reached the run and its jobs are still saved and their first stages queued: the command says
 so in one line and exits 75 (EX_TEMPFAIL; the reaper sends them when the broker is back).
+The app's INFO log lines (the service's "Suite standard run 2 on cpu ...", which the
+command's own output says already) are shown only with `-v 2` (`suite -v 2 run ...`);
+warnings always.
 
-`list` prints each suite of the checkout with its entries: name, family shapes, folder.
+`list` prints each suite of the checkout with its entries under a header line: name, family
+shapes in the pages' words, folder; `--format json` gives the same with the shapes' slugs.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.core.management.base import BaseCommand, CommandError
+from django.template.loader import render_to_string
 from django.urls import reverse
 
 from adaptation.models import SuiteTrigger
@@ -49,12 +57,14 @@ class Command(BaseCommand):
             help="Run only these stages (default: every stage), e.g. --stages fetch analyze.",
         )
         run.add_argument("--format", choices=["text", "json"], default="text")
-        actions.add_parser("list", help="List the suites and their entries.")
+        listing = actions.add_parser("list", help="List the suites and their entries.")
+        listing.add_argument("--format", choices=["text", "json"], default="text")
 
     def handle(self, *args, action: str, **options) -> None:
         if action == "list":
-            self._list()
-        else:
+            self._list(text=options["format"] == "text")
+            return
+        with _app_info_logs(shown=options["verbosity"] >= 2):
             self._run(
                 pool=options["pool"],
                 suite=options["suite"],
@@ -103,17 +113,62 @@ class Command(BaseCommand):
         if unsent:
             sys.exit(EXIT_NOT_SENT)
 
-    def _list(self) -> None:
+    def _list(self, *, text: bool) -> None:
+        found = []
         for name in suite_names():
             try:
-                definition = suite_definition(name)
+                found.append((name, suite_definition(name), None))
             except ServiceError as exc:
-                self.stdout.write(f"{name}: unusable: {exc}")
+                found.append((name, None, str(exc)))
+        if not text:
+            suites = [
+                {"name": name, "error": error}
+                if definition is None
+                else {
+                    "name": name,
+                    "title": definition.title,
+                    "entries": [
+                        {"name": e.name, "shapes": list(e.shapes), "folder": e.folder}
+                        for e in definition.entries
+                    ],
+                }
+                for name, definition, error in found
+            ]
+            self.stdout.write(json.dumps(suites, indent=2))
+            return
+        for name, definition, error in found:
+            if definition is None:
+                self.stdout.write(f"{name}: unusable: {error}")
                 continue
             count = len(definition.entries)
             self.stdout.write(
                 f"{name}: {definition.title} ({count} {'entry' if count == 1 else 'entries'})"
             )
-            for entry in definition.entries:
-                shapes = ", ".join(entry.shapes)
-                self.stdout.write(f"  {entry.name:<26} {shapes:<44} {entry.folder}")
+            lines = [("entry", "family shapes", "folder")] + [
+                (e.name, ", ".join(_shape_words(shape) for shape in e.shapes), e.folder)
+                for e in definition.entries
+            ]
+            entry_width = max(len(line[0]) for line in lines)
+            shapes_width = max(len(line[1]) for line in lines)
+            for entry, shapes, folder in lines:
+                self.stdout.write(f"  {entry:<{entry_width}}  {shapes:<{shapes_width}}  {folder}")
+
+
+def _shape_words(shape: str) -> str:
+    """A family shape as the pages name it ("dense-gqa": "dense GQA"), from their template."""
+    return render_to_string("adaptation/suite_shape.html", {"shape": shape}).strip()
+
+
+@contextmanager
+def _app_info_logs(*, shown: bool) -> Iterator[None]:
+    """While the command runs, the app's loggers pass warnings and worse only, unless
+    `shown`: the service's INFO line repeats on stderr what the command prints on stdout.
+    The level is put back after (a test calls the command in its own process)."""
+    app = logging.getLogger("adaptation")
+    level = app.level
+    if not shown:
+        app.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        app.setLevel(level)
