@@ -81,8 +81,19 @@ def monkeypatch_module():
         yield patch
 
 
+# The tests' pool launches vLLM eager (no torch.compile): 25 s to ready instead of 57 s on 2
+# cores for the tiny Llama. What they check (the launch from the plan, precision, the sweep,
+# the clean-up) does not depend on compiled graphs; a pool's own `flags` choose for a team.
+TEST_FLAGS = ["--enforce-eager"]
+
+
 def _pool(**engine) -> PoolSpec:
-    settings = {"kind": "vllm", "python": str(engine_python()), "memory_fraction": 0.1}
+    settings = {
+        "kind": "vllm",
+        "python": str(engine_python()),
+        "memory_fraction": 0.1,
+        "flags": list(TEST_FLAGS),
+    }
     settings.update(engine)
     return PoolSpec(name="cpu", backend="cpu", queue="cpu", engine=settings)
 
@@ -153,6 +164,7 @@ def test_served_at_tp2_and_tp1_with_bf16_precision_passing(served):
     assert "-m vllm.entrypoints.openai.api_server --model " in engine["launched_command"]
     flags = {row["flag"] for row in engine["command_diff"]}
     assert {"(program)", "--model", "--gpu-memory-utilization", "--host/--port"} <= flags
+    assert "--enforce-eager" in flags and "--enforce-eager" in engine["launched_command"]
     assert result["checkpoint"]["kind"] == "twin"
     assert result["load_s"] > 0 and result["peak_memory_bytes"] > 100 * 2**20
     precision = result["precision"]
@@ -182,7 +194,8 @@ def test_served_at_tp2_and_tp1_with_bf16_precision_passing(served):
 
 
 def test_a_flag_the_engine_rejects_fails_with_its_own_line(mirror, var_dir):
-    ctx = _context(mirror, "meta-llama/Llama-3.1-8B", pool=_pool(flags=["--no-such-flag"]), tp=1)
+    pool = _pool(flags=[*TEST_FLAGS, "--no-such-flag"])
+    ctx = _context(mirror, "meta-llama/Llama-3.1-8B", pool=pool, tp=1)
     with pytest.raises(StageFailed) as failed:
         serve_run(ctx)
     result = failed.value.result
