@@ -7,7 +7,7 @@ against transformers float32, sweeps the load and scrapes /metrics. The dense re
 launched from its plan in the tests of a refused flag and of an engine killed mid-sweep (each
 its own launch, the latter through loading and into the sweep); bfloat16 precision on a dense
 Llama is checked on the package's shared engine (test_precision, conftest.tiny_engine), as is
-attach mode. Each engine launch costs 40-70 s on 2 cores, so each path is launched once.
+attach mode. Each engine launch costs 20-40 s on 2 cores even eager, so each path is launched once.
 """
 
 from __future__ import annotations
