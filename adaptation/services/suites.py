@@ -24,7 +24,7 @@ from adaptation.services.jobs import job_create
 from adaptation.services.releases import release_get_or_create
 from engine.hubs import HubSpec, canonical_endpoint, hub_source
 from engine.hubs.base import HubError, ReleaseCandidate
-from engine.registry import stage_names
+from engine.registry import stage_list_check
 from engine.suites import STANDARD_SUITE, Suite, SuiteEntry, SuiteError, suite_load
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,11 @@ def suite_start(
     if not pool.enabled:
         raise ServiceError(f"Pool {pool.name!r} is disabled; enable it to run a suite on it.")
     definition = suite_definition(suite)
-    names = _stages_in_order(stages)
+    try:
+        # The jobs' own rule: known, in the registry's order, each with what it needs.
+        names = stage_list_check(stages) if stages else None
+    except ValueError as exc:
+        raise ServiceError(str(exc)) from exc
     found = [(entry, *_entry_candidate(entry)) for entry in definition.entries]
     requester = requested_by if getattr(requested_by, "pk", None) else None
     with transaction.atomic():
@@ -116,20 +120,6 @@ def suite_start(
         len(found),
     )
     return run
-
-
-def _stages_in_order(stages: list[str] | None) -> list[str] | None:
-    """`stages` in registry order (None: every stage). Raises `ServiceError` naming an
-    unknown one."""
-    if not stages:
-        return None
-    known = stage_names()
-    unknown = [s for s in stages if s not in known]
-    if unknown:
-        raise ServiceError(
-            f"Unknown stages {', '.join(unknown)}; the stages are {', '.join(known)}."
-        )
-    return [s for s in known if s in stages]
 
 
 def _mirror_endpoint(root: str) -> str:

@@ -52,7 +52,7 @@ def test_suite_run_command_refusals():
         call_command("suite", "run", "--pool", "tpu")
     with pytest.raises(CommandError, match="No suite 'nightly'"):
         call_command("suite", "run", "--suite", "nightly")
-    with pytest.raises(CommandError, match="Unknown stages warp"):
+    with pytest.raises(CommandError, match="Unknown stage 'warp'"):
         call_command("suite", "run", "--stages", "warp")
     assert not SuiteRun.objects.exists()
 

@@ -218,7 +218,7 @@ def test_suite_start_refuses_unknown_suites_stages_and_disabled_pools():
     pool = cpu_pool()
     with pytest.raises(ServiceError, match="No suite 'nightly'"):
         suite_start(pool=pool, trigger=SuiteTrigger.MANUAL, suite="nightly")
-    with pytest.raises(ServiceError, match="Unknown stages warp"):
+    with pytest.raises(ServiceError, match="Unknown stage 'warp'"):
         suite_start(pool=pool, trigger=SuiteTrigger.MANUAL, stages=["fetch", "warp"])
     with pytest.raises(ServiceError, match="Unknown suite trigger"):
         suite_start(pool=pool, trigger="cron")
