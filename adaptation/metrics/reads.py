@@ -37,6 +37,7 @@ from adaptation.models import (
     WebhookDelivery,
     Worker,
 )
+from adaptation.selectors.inventory import queued_by_pool
 from adaptation.selectors.workers import live_cutoff, serves
 from engine.formatting import finite
 from engine.stored import as_list, as_mapping
@@ -146,14 +147,12 @@ class QueueDepth:
 
 
 def queue_depths() -> dict[str, QueueDepth]:
-    """Per pool name with queued work, its `QueueDepth`."""
-    rows = (
-        StageRun.objects.filter(status=StageStatus.QUEUED)
-        .order_by()
-        .values("job__pool__name")
-        .annotate(n=Count("pk"), oldest=Min("queued_at"))
-    )
-    return {row["job__pool__name"]: QueueDepth(row["n"], row["oldest"]) for row in rows}
+    """Per pool name with queued work, its `QueueDepth` (`selectors.inventory.queued_by_pool`,
+    as the pools page reads it)."""
+    return {
+        name: QueueDepth(depth, oldest)
+        for name, (depth, oldest) in queued_by_pool(key="job__pool__name").items()
+    }
 
 
 def live_workers_by_pool(*, now: datetime) -> dict[str, int]:

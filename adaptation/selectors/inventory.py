@@ -29,6 +29,7 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Count, Min
 from django.db.models.fields.json import KeyTransform
@@ -296,6 +297,20 @@ class _PoolActivity:
     plan_devices: dict[int, int] = field(default_factory=dict)  # per active job id
 
 
+def queued_by_pool(
+    *, pool_ids: Iterable[int] | None = None, key: str = "job__pool_id"
+) -> dict[Any, tuple[int, datetime | None]]:
+    """Per pool (its id, or what `key` names: "job__pool__name"), the stage runs queued on it
+    (sent to its workers or waiting to be; a lost attempt queued again included) and when the
+    oldest of them was queued; only pools with queued work, of `pool_ids` when given. One
+    query (the pools page and /metrics both read it)."""
+    runs = StageRun.objects.filter(status=StageStatus.QUEUED)
+    if pool_ids is not None:
+        runs = runs.filter(job__pool_id__in=list(pool_ids))
+    rows = runs.order_by().values(key).annotate(depth=Count("id"), oldest=Min("queued_at"))
+    return {row[key]: (row["depth"], row["oldest"]) for row in rows}
+
+
 def _pools_activity(pools: list[AcceleratorPool]) -> dict[int, _PoolActivity]:
     """Per pool id: its running stage runs (job and the release's repo id loaded), its jobs
     with a stage queued or running (the state of every attempt of their stages, and their
@@ -311,15 +326,8 @@ def _pools_activity(pools: list[AcceleratorPool]) -> dict[int, _PoolActivity]:
     )
     for run in running:
         activity[run.job.pool_id].running.append(run)
-    queues = (
-        StageRun.objects.filter(job__pool_id__in=ids, status=StageStatus.QUEUED)
-        .order_by()
-        .values("job__pool_id")
-        .annotate(depth=Count("id"), oldest=Min("queued_at"))
-    )
-    for queue in queues:
-        pool_activity = activity[queue["job__pool_id"]]
-        pool_activity.queue_depth, pool_activity.oldest_queued_at = queue["depth"], queue["oldest"]
+    for pool_id, (depth, oldest) in queued_by_pool(pool_ids=ids).items():
+        activity[pool_id].queue_depth, activity[pool_id].oldest_queued_at = depth, oldest
     active = StageRun.objects.filter(
         job__pool_id__in=ids, status__in=(StageStatus.QUEUED, StageStatus.RUNNING)
     ).values("job_id")
