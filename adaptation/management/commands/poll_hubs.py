@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from django.core.management.base import BaseCommand, CommandError
 
+from adaptation.management.quiet_logs import loggers_quiet_below
 from adaptation.services.hub_polling import hub_watches_poll
 from engine import formatting as fmt
 
@@ -15,21 +14,6 @@ from engine import formatting as fmt
 # watch (the sources' "cannot reach", the poller's "Polling ... failed", the Hugging Face
 # client's retry warning). The worker keeps them; here they show at --verbosity 2 or more.
 ROUND_LOGGERS = ("engine.hubs", "adaptation.services.hub_polling", "huggingface_hub")
-
-
-@contextmanager
-def _loggers_quiet_below(level: int, names: tuple[str, ...]) -> Iterator[None]:
-    """Drop the named loggers' records under `level` (errors and crashes still show) while
-    the block runs, then restore their levels."""
-    loggers = [logging.getLogger(name) for name in names]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(max(logger.getEffectiveLevel(), level))
-    try:
-        yield
-    finally:
-        for logger, previous in zip(loggers, levels, strict=True):
-            logger.setLevel(previous)
 
 
 class Command(BaseCommand):
@@ -47,7 +31,7 @@ class Command(BaseCommand):
         if verbosity >= 2:
             outcomes = hub_watches_poll(due_only=False, force=force)
         else:
-            with _loggers_quiet_below(logging.ERROR, ROUND_LOGGERS):
+            with loggers_quiet_below(logging.ERROR, ROUND_LOGGERS):
                 outcomes = hub_watches_poll(due_only=False, force=force)
         if not outcomes:
             self.stdout.write("No enabled hub watches.")

@@ -22,13 +22,13 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import nullcontext
 
 from django.core.management.base import BaseCommand, CommandError
 from django.template.loader import render_to_string
 from django.urls import reverse
 
+from adaptation.management.quiet_logs import loggers_quiet_below
 from adaptation.models import SuiteTrigger
 from adaptation.page_links import page_url
 from adaptation.services.errors import ServiceError
@@ -64,7 +64,12 @@ class Command(BaseCommand):
         if action == "list":
             self._list(text=options["format"] == "text")
             return
-        with _app_info_logs(shown=options["verbosity"] >= 2):
+        # The service's INFO line repeats on stderr what the command prints on stdout.
+        with (
+            nullcontext()
+            if options["verbosity"] >= 2
+            else loggers_quiet_below(logging.WARNING, ("adaptation",))
+        ):
             self._run(
                 pool=options["pool"],
                 suite=options["suite"],
@@ -157,18 +162,3 @@ class Command(BaseCommand):
 def _shape_words(shape: str) -> str:
     """A family shape as the pages name it ("dense-gqa": "dense GQA"), from their template."""
     return render_to_string("adaptation/suite_shape.html", {"shape": shape}).strip()
-
-
-@contextmanager
-def _app_info_logs(*, shown: bool) -> Iterator[None]:
-    """While the command runs, the app's loggers pass warnings and worse only, unless
-    `shown`: the service's INFO line repeats on stderr what the command prints on stdout.
-    The level is put back after (a test calls the command in its own process)."""
-    app = logging.getLogger("adaptation")
-    level = app.level
-    if not shown:
-        app.setLevel(max(level, logging.WARNING))
-    try:
-        yield
-    finally:
-        app.setLevel(level)
