@@ -33,13 +33,8 @@ from django.db import models
 from django.utils import timezone
 
 from adaptation.outbound_http import OutboundError, resolve_checked
-from engine.hubs.trust import (
-    DEFAULT_PORTS,
-    configured_hub_endpoint,
-    configured_modelscope_endpoint,
-    hub_url_key,
-    same_hub,
-)
+from engine.hubs.base import configured_hub_endpoint, configured_modelscope_endpoint
+from engine.hubs.trust import DEFAULT_PORTS, hub_url_key, same_hub
 
 # Where the allow-list is managed, as refusals name it.
 ALLOW_LIST_PLACE = "the admin's Allowed hub endpoints"

@@ -255,6 +255,18 @@ PUBLIC_HUB_ENDPOINT = "https://huggingface.co"
 PUBLIC_MODELSCOPE_ENDPOINT = "https://modelscope.cn"
 
 
+def configured_hub_endpoint() -> str:
+    """The hub the operator configured: `HF_ENDPOINT` (read now) or the public Hub, without
+    a trailing slash."""
+    return (os.environ.get("HF_ENDPOINT") or PUBLIC_HUB_ENDPOINT).rstrip("/")
+
+
+def configured_modelscope_endpoint() -> str:
+    """The ModelScope the operator configured: `MODELSCOPE_ENDPOINT` (read now, the variable
+    ModelScope's client reads) or https://modelscope.cn, without a trailing slash."""
+    return (os.environ.get("MODELSCOPE_ENDPOINT") or PUBLIC_MODELSCOPE_ENDPOINT).rstrip("/")
+
+
 def canonical_endpoint(spec: HubSpec) -> str:
     """Where the spec's source will look, as releases record it: a blank Hub endpoint is
     `HF_ENDPOINT` (read now, not at import) or the public Hub, without a trailing slash; a
@@ -262,9 +274,7 @@ def canonical_endpoint(spec: HubSpec) -> str:
     is one row. A blank ModelScope endpoint is `MODELSCOPE_ENDPOINT` (the variable ModelScope's
     client reads) or https://modelscope.cn."""
     if spec.kind == "huggingface":
-        return (spec.endpoint or os.environ.get("HF_ENDPOINT") or PUBLIC_HUB_ENDPOINT).rstrip("/")
+        return spec.endpoint.rstrip("/") if spec.endpoint else configured_hub_endpoint()
     if spec.kind == "modelscope":
-        return (
-            spec.endpoint or os.environ.get("MODELSCOPE_ENDPOINT") or PUBLIC_MODELSCOPE_ENDPOINT
-        ).rstrip("/")
+        return spec.endpoint.rstrip("/") if spec.endpoint else configured_modelscope_endpoint()
     return spec.endpoint

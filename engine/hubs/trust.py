@@ -17,11 +17,10 @@ host receives no token.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from engine.hubs.base import PUBLIC_HUB_ENDPOINT, PUBLIC_MODELSCOPE_ENDPOINT
+from engine.hubs.base import configured_hub_endpoint, configured_modelscope_endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -32,12 +31,6 @@ TokenCheck = Callable[[str], bool]
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 _token_check: TokenCheck | None = None
-
-
-def configured_hub_endpoint() -> str:
-    """The hub the operator configured: `HF_ENDPOINT` (read now) or the public Hub, without
-    a trailing slash."""
-    return (os.environ.get("HF_ENDPOINT") or PUBLIC_HUB_ENDPOINT).rstrip("/")
 
 
 def hub_url_key(url: str) -> tuple[str, str, int, str] | None:
@@ -104,12 +97,6 @@ def _token_allowed(endpoint: str, *, configured: str, check: TokenCheck | None, 
 # its allow-list), never a URL somebody typed into a watch.
 
 _modelscope_token_check: TokenCheck | None = None
-
-
-def configured_modelscope_endpoint() -> str:
-    """The ModelScope the operator configured: `MODELSCOPE_ENDPOINT` (read now) or
-    https://modelscope.cn, without a trailing slash."""
-    return (os.environ.get("MODELSCOPE_ENDPOINT") or PUBLIC_MODELSCOPE_ENDPOINT).rstrip("/")
 
 
 def modelscope_token_check_set(check: TokenCheck | None) -> None:
