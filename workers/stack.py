@@ -25,9 +25,9 @@ Heartbeats run every few seconds, so every reading is cheap and never raises:
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
-import os
 import re
 import shutil
 import subprocess
@@ -209,45 +209,16 @@ def site_packages(python: str, *, now: float | None = None) -> tuple[Path, ...]:
     return _asked_site_dirs(interpreter, now=time.monotonic() if now is None else now)
 
 
-def _metadata_version(folder: Path) -> str | None:
-    """The `Version:` of a .dist-info (METADATA) or .egg-info (PKG-INFO) folder or file."""
-    candidates = [folder / "METADATA", folder / "PKG-INFO"] if folder.is_dir() else [folder]
-    for path in candidates:
-        try:
-            with path.open(encoding="utf-8", errors="replace") as lines:
-                for line in lines:
-                    if not line.strip():
-                        break  # the headers end at the first blank line
-                    key, _, value = line.partition(":")
-                    if key.strip().lower() == "version" and value.strip():
-                        return value.strip()
-        except OSError:
-            continue
-    return None
-
-
 def _read_versions(site_dir: Path, names: tuple[str, ...]) -> dict[str, str]:
     """Normalized distribution name -> installed version, for those of `names` installed in
-    `site_dir` (one listing of the folder and one small file per match)."""
-    wanted = {normalized_name(name) for name in names}
+    `site_dir`, from their .dist-info or .egg-info metadata (`importlib.metadata`, pointed
+    at that folder only: nothing of the engine is imported)."""
     found: dict[str, str] = {}
-    try:
-        entries = list(os.scandir(site_dir))
-    except OSError:
-        return found
-    for entry in entries:
-        stem = entry.name
-        for suffix in (".dist-info", ".egg-info"):
-            if stem.endswith(suffix):
-                stem = stem.removesuffix(suffix)
+    for name in names:
+        for dist in importlib.metadata.distributions(name=name, path=[str(site_dir)]):
+            if dist.version:
+                found.setdefault(normalized_name(name), dist.version)
                 break
-        else:
-            continue
-        name = normalized_name(stem.partition("-")[0])
-        if name in wanted and name not in found:
-            version = _metadata_version(Path(entry.path))
-            if version:
-                found[name] = version
     return found
 
 
