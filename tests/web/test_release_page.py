@@ -323,7 +323,7 @@ def test_timeline_lists_the_workers_that_ran_a_stage(logged_in_client):
 
     assert item(1) == (
         "<strong>#1</strong> cpu@box (pid 4242), 12:00:00\u201312:00:09 UTC: "
-        '<span class="badge attempt-worker-lost">worker lost</span> killed by signal 9 (SIGKILL) '
+        '<span class="badge attempt-worker-lost">worker lost</span>: killed by signal 9 (SIGKILL) '
         "<span class=\"muted\">(the infrastructure's fault, not the release's)</span>"
     )
     assert item(2) == (
