@@ -31,6 +31,11 @@ too: the others include interruptions). Timers: `twin.measure.StepTimer` (CUDA e
 `time.perf_counter_ns` on the CPU). The whole probe takes one to a few seconds on a CPU core.
 A figure the roofline then finds exceeded (an efficiency above 1) is a probe error, flagged
 and left out of the calibration (`engine/stages/plan/calibration.py`).
+
+One probe measures the share of the machine it got. The performance stage therefore runs it
+through `engine/probe_repeats.py`: sized once here, measured again at the same sizes
+(`remeasure_device`) until two repeats taken on a quiet host agree, each repeat labelled busy
+or quiet from the host's interference (`engine/host_interference.py`).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +232,23 @@ def stream_array_bytes_max(device: torch.device) -> int:
     return high
 
 
+def _matmul_seconds(
+    timer: StepTimer,
+    gen: torch.Generator,
+    device: torch.device,
+    dtype: torch.dtype,
+    n: int,
+    repeats: int,
+) -> float:
+    """Best seconds of an n x n matmul in `dtype` over random operands drawn from `gen`."""
+    a = torch.randn(n, n, generator=gen, device=device).to(dtype)
+    b = torch.randn(n, n, generator=gen, device=device).to(dtype)
+    # untimed first run: library set-up (a cuBLAS handle, oneDNN's kernel choice)
+    best = _best_seconds(timer, functools.partial(torch.matmul, a, b), repeats)
+    del a, b
+    return best
+
+
 def measure_matmul_flops(
     device: torch.device,
     dtype: torch.dtype,
@@ -251,11 +273,7 @@ def measure_matmul_flops(
     try:
         while True:
             began = clock()
-            a = torch.randn(n, n, generator=gen, device=device).to(dtype)
-            b = torch.randn(n, n, generator=gen, device=device).to(dtype)
-            # untimed first run: library set-up (a cuBLAS handle, oneDNN's kernel choice)
-            best = _best_seconds(timer, functools.partial(torch.matmul, a, b), repeats)
-            del a, b
+            best = _matmul_seconds(timer, gen, device, dtype, n, repeats)
             sizes.append({"n": n, "flops": 2 * n**3 / best, "seconds": best})
             cost = clock() - began
             stable = len(sizes) >= 2 and agree(sizes[-1]["flops"], sizes[-2]["flops"])
@@ -356,4 +374,37 @@ def probe_device(
             ),
         },
         "duration_s": time.perf_counter() - started,
+    }
+
+
+def remeasure_device(
+    device: torch.device, sized: Mapping[str, Any], *, repeats: int = DEFAULT_REPEATS
+) -> dict[str, Any]:
+    """`sized`'s figures (a `probe_device` result) measured again at the sizes it chose, with
+    no sizing: STREAM copy and triad over arrays of `sized["array_bytes"]` and each dtype's
+    matmul at `sized["matmul_n"][dtype]`, each the best of `repeats` runs after one untimed
+    run. Returns {"memory_bandwidth_bytes_per_s" (the triad's), "triad_bytes_per_s",
+    "copy_bytes_per_s", "flops" ({dtype: FLOP/s})}; bytes/s, FLOP/s. Costs about the
+    probe's last size alone (`engine/probe_repeats.py` repeats the probe with it). Raises
+    what torch raises (out of memory)."""
+    n = max(1, int(sized["array_bytes"]) // 4)
+    try:
+        copy_s, triad_s = _stream(device, n, repeats)
+    finally:
+        free_memory(device)
+    timer = StepTimer(device)
+    flops: dict[str, float] = {}
+    try:
+        for name, size in (sized.get("matmul_n") or {}).items():
+            gen = torch.Generator(device=device).manual_seed(0)
+            best = _matmul_seconds(timer, gen, device, getattr(torch, name), size, repeats)
+            flops[name] = 2 * size**3 / best
+    finally:
+        free_memory(device)
+    triad = 3 * 4 * n / triad_s
+    return {
+        "memory_bandwidth_bytes_per_s": triad,
+        "triad_bytes_per_s": triad,
+        "copy_bytes_per_s": 2 * 4 * n / copy_s,
+        "flops": flops,
     }

@@ -66,11 +66,13 @@ curve: a curve is one (kind, model, dtype, prompt length), and the knee reads me
 only. Twin figures are the twin's, not the release's.
 
 Calibration (`engine/stages/plan/calibration.py`): after the sweep the device's memory
-bandwidth and matmul FLOP/s are measured on it (`device_probe.probe_device`, each probe
-sized until its figure is stable, within what the time budget leaves;
-`calibration["device"]`, labelled measured). The same roofline formulas then predict the
-twin's own points on that device (on the catalog's datasheet figures where the pool's
-accelerator kind has them, else on the measured ones), and each 16-bit measured point gets
+bandwidth and matmul FLOP/s are measured on it (`probe_repeats.probe_until_stable`: each
+probe sized until its figure is stable, then repeated until two quiet repeats agree, each
+repeat labelled busy or quiet by the host's interference, within what the time budget
+leaves; `calibration["device"]`, labelled measured, and `host_busy` when no repeat was
+quiet). The same roofline formulas then predict the twin's own points on that device (on the
+catalog's datasheet figures where the pool's accelerator kind has them, else on the measured
+ones, whose source then says "on a busy host" where so), and each 16-bit measured point gets
 its efficiency, measured / predicted (`decode_efficiency`, `prefill_efficiency`, ratios; one
 above 1 is flagged a probe error and never calibrates), in
 `calibration["points"]` (kind "predicted", model "twin": the twin's predicted figures with the
@@ -507,6 +509,7 @@ def roofline_figures(pool: Any, probe: Mapping[str, Any] | None) -> dict[str, An
     if not probe or not probe.get("memory_bandwidth_bytes_per_s"):
         return None
     threads = probe.get("threads")
+    busy = probe.get("host_busy") is True
     return {
         "kind": "measured",
         "name": f"{probe['device']} (pool {getattr(pool, 'name', '?')})",
@@ -516,8 +519,10 @@ def roofline_figures(pool: Any, probe: Mapping[str, Any] | None) -> dict[str, An
         "source": (
             f"measured on {probe['device']}"
             + (f" with {fmt.counted(threads, 'torch thread')}" if threads else "")
+            + (" on a busy host" if busy else "")
             + " by this run: STREAM triad and matmul probes (engine/device_probe.py)"
         ),
+        "host_busy": busy,
     }
 
 
@@ -536,14 +541,14 @@ def calibrate(
     replaces the probe (a test seam, and a pool that measured them already); `time_cap_s`
     bounds the probe (what the stage's time budget leaves it)."""
     from engine.architecture import AnalysisError, analyze_config
-    from engine.device_probe import probe_device
+    from engine.probe_repeats import probe_until_stable
 
     dtypes = ["bfloat16", *(p["dtype"] for p in measured if p["dtype"] in CALIBRATED_DTYPES)]
     if device_figures is not None:
         probe: dict[str, Any] | None = dict(device_figures)
     else:
         try:
-            probe = probe_device(device, dtypes, time_cap_s=time_cap_s)
+            probe = probe_until_stable(device, dtypes, time_cap_s=time_cap_s)
         except Exception as exc:  # out of device memory, a backend without the kernels
             probe = None
             probe_error = f"the device probe failed: {one_line(exc)}"
