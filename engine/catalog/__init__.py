@@ -29,6 +29,10 @@ _NUMBER_FIELDS = (
 )
 
 
+# Figures only the catalog file gives (an admin row has no field for them): dense FP4 matrix
+# FLOP/s, published for Blackwell (NVFP4) and CDNA 4 (MXFP4), null for devices without FP4.
+FILE_ONLY_FIGURES = ("dense_fp4_flops",)
+
 LOW_PRECISION_KINDS = ("fp8", "int8")
 
 
@@ -49,7 +53,8 @@ class Accelerator:
     `memory_bytes` (bytes) is the device memory; `memory_datasheet` keeps the datasheet's
     words (its "GB" read as GiB, see the catalog's conventions). Bandwidths are bytes/s per
     direction, FLOP figures dense peak FLOP/s (`dense_fp8_flops` is INT8 OP/s when
-    `low_precision_kind` is "int8"). `sources` maps each figure to its datasheet.
+    `low_precision_kind` is "int8"; `dense_fp4_flops` is FP4 matrix FLOP/s, NVFP4 or MXFP4,
+    None where the device has no FP4 unit). `sources` maps each figure to its datasheet.
     """
 
     kind: str
@@ -63,11 +68,15 @@ class Accelerator:
     intra_node_bandwidth_bytes_per_s: float | None
     inter_node_bandwidth_bytes_per_s: float | None
     devices_per_node: int
+    dense_fp4_flops: float | None = None
     low_precision_kind: str | None = None
     device_resource: str = "nvidia.com/gpu"
     memory_datasheet: str = ""
     sources: Mapping[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    # A cpu kind whose measured speed figures come from probes taken on a busy host (no
+    # quiet probe of the pool yet): predictions on them are labelled so.
+    measured_on_busy_host: bool = False
 
     @property
     def supports_low_precision(self) -> bool:
@@ -85,6 +94,7 @@ class Accelerator:
             "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
             "dense_bf16_flops": self.dense_bf16_flops,
             "dense_fp8_flops": self.dense_fp8_flops,
+            "dense_fp4_flops": self.dense_fp4_flops,
             "low_precision_kind": self.low_precision_kind,
             "dtypes": list(self.dtypes),
             "intra_node_bandwidth_bytes_per_s": self.intra_node_bandwidth_bytes_per_s,
@@ -93,6 +103,7 @@ class Accelerator:
             "device_resource": self.device_resource,
             "sources": dict(self.sources),
             "notes": list(self.notes),
+            "measured_on_busy_host": self.measured_on_busy_host,
         }
 
 
@@ -164,12 +175,13 @@ SOURCED_FIGURES = ("memory_bytes", *_NUMBER_FIELDS)
 
 def missing_sources(entry: Mapping[str, Any]) -> list[str]:
     """The figures of a catalog entry that are given but have no source in its `sources`
-    (keys as in the file, in `SOURCED_FIGURES` order): all of them, not only the first."""
+    (keys as in the file, in `SOURCED_FIGURES` then `FILE_ONLY_FIGURES` order): all of them,
+    not only the first."""
     sources = entry.get("sources")
     sources = sources if isinstance(sources, Mapping) else {}
     return [
         key
-        for key in SOURCED_FIGURES
+        for key in (*SOURCED_FIGURES, *FILE_ONLY_FIGURES)
         if entry.get(key) is not None and not str(sources.get(key) or "").strip()
     ]
 
@@ -199,7 +211,10 @@ def parse_accelerator(entry: Mapping[str, Any]) -> Accelerator:
         raise CatalogError(
             f"{kind!r}: devices_per_node must be a positive integer", field="devices_per_node"
         )
-    numbers = {key: _positive_number(entry, key, allow_none=True) for key in _NUMBER_FIELDS}
+    numbers = {
+        key: _positive_number(entry, key, allow_none=True)
+        for key in (*_NUMBER_FIELDS, *FILE_ONLY_FIGURES)
+    }
     dtypes = entry.get("dtypes") or []
     if not isinstance(dtypes, list | tuple) or not all(isinstance(d, str) and d for d in dtypes):
         raise CatalogError(
@@ -304,8 +319,10 @@ def cpu_accelerator(
     are None and no roofline prediction is made for the cpu kind. `measured_figures` are what
     a performance stage measured on a worker of the pool (`device_probe.probe_device`, via the
     pool's running calibration): {"memory_bandwidth_bytes_per_s", "flops": {"bfloat16": ...},
-    "source": "who measured them, how"}; they become the kind's `memory_bandwidth_bytes_per_s`
-    and `dense_bf16_flops`, each with that source, labelled measured.
+    "source": "who measured them, how", "host_busy"}; they become the kind's
+    `memory_bandwidth_bytes_per_s` and `dense_bf16_flops`, each with that source, labelled
+    measured, and `measured_on_busy_host` where "host_busy" is true (probes taken on a busy
+    host, the pool having no quiet one: `engine/probe_repeats.py`).
     """
     given = cores is not None or memory_bytes is not None
     if cores is None or isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
@@ -326,12 +343,15 @@ def cpu_accelerator(
         source = str((measured_figures or {}).get("source") or "a performance stage's probe")
         sources["memory_bandwidth_bytes_per_s"] = f"measured: {source}"
         sources["dense_bf16_flops"] = f"measured: {source}"
+        busy = (measured_figures or {}).get("host_busy") is True
         notes: tuple[str, ...] = (
-            "memory bandwidth and BF16 FLOP/s measured on a worker of the pool (not a "
-            "datasheet): roofline predictions use them, labelled so",
+            "memory bandwidth and BF16 FLOP/s measured on a worker of the pool"
+            + (" while its host was busy" if busy else "")
+            + " (not a datasheet): roofline predictions use them, labelled so",
         )
     else:
         bandwidth = flops = None
+        busy = False
         notes = ("memory bandwidth and FLOP/s are not measured: no roofline prediction",)
     return Accelerator(
         kind="cpu",
@@ -349,6 +369,7 @@ def cpu_accelerator(
         memory_datasheet=f"{memory} bytes ({'registered' if given else 'os.sysconf'})",
         sources=sources,
         notes=notes,
+        measured_on_busy_host=busy,
     )
 
 
@@ -369,6 +390,7 @@ def _measured_figures(figures: Mapping[str, Any] | None) -> tuple[float | None, 
 
 __all__ = [
     "CATALOG_PATH",
+    "FILE_ONLY_FIGURES",
     "SOURCED_FIGURES",
     "Accelerator",
     "Catalog",

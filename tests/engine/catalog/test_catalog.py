@@ -21,6 +21,7 @@ FIGURES = (
     "memory_bandwidth_bytes_per_s",
     "dense_bf16_flops",
     "dense_fp8_flops",
+    "dense_fp4_flops",
     "intra_node_bandwidth_bytes_per_s",
     "inter_node_bandwidth_bytes_per_s",
 )
@@ -56,6 +57,35 @@ def test_datasheet_figures():
     assert mi300x.memory_bytes == 192 * 2**30 and mi300x.dense_bf16_flops == 1307.4e12
     # A100 has no FP8: its 8-bit figure is INT8.
     assert catalog.accelerator("a100-80gb").low_precision_kind == "int8"
+
+
+def test_fp4_figures_of_the_blackwell_kinds():
+    catalog = load_catalog()
+    # NVIDIA HGX B200: FP4 Tensor Core 72 PFLOPS without sparsity for 8 GPUs.
+    b200 = catalog.accelerator("b200")
+    assert b200.dense_fp4_flops == 72e15 / 8 == 2 * b200.dense_fp8_flops
+    assert b200.memory_bytes == 180 * 2**30 and b200.memory_bandwidth_bytes_per_s == 8e12
+    # GB200 NVL72: FP4 1,440 PFLOPS with sparsity for 72 GPUs, one NVLink domain of 72.
+    gb200 = catalog.accelerator("gb200")
+    assert gb200.dense_fp4_flops == 1440e15 / 72 / 2
+    assert gb200.memory_bytes == 186 * 2**30 and gb200.devices_per_node == 72
+    assert b200.to_dict()["dense_fp4_flops"] == 9e15
+    # Hopper has no FP4 unit: the figure is null, not zero.
+    assert catalog.accelerator("h100").dense_fp4_flops is None
+    assert catalog.accelerator("h100").to_dict()["dense_fp4_flops"] is None
+
+
+def test_an_fp4_figure_without_source_or_positive_value_is_refused():
+    data = json.loads(CATALOG_PATH.read_text())
+    b200 = next(entry for entry in data["accelerators"] if entry["kind"] == "b200")
+    del b200["sources"]["dense_fp4_flops"]
+    with pytest.raises(CatalogError, match="dense_fp4_flops has no source") as refused:
+        parse_catalog(data)
+    assert refused.value.field == "dense_fp4_flops"
+    b200["sources"]["dense_fp4_flops"] = "a datasheet"
+    b200["dense_fp4_flops"] = 0
+    with pytest.raises(CatalogError, match="dense_fp4_flops must be a positive number"):
+        parse_catalog(data)
 
 
 def test_unpublished_figures_are_null_and_said_so():
