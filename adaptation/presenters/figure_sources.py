@@ -86,7 +86,11 @@ FIGURE_CONFIG_KEYS: Mapping[str, tuple[str, ...]] = {
     "moe.dense_layer_indices": (),
     "moe.expert_intermediate_size": ("moe_intermediate_size", *_spellings("intermediate_size")),
     "moe.shared_expert_intermediate_size": ("shared_expert_intermediate_size",),
-    "moe.dense_intermediate_size": ("intermediate_size_mlp", *_spellings("intermediate_size")),
+    "moe.dense_intermediate_size": (
+        "dense_intermediate_size",
+        "intermediate_size_mlp",
+        *_spellings("intermediate_size"),
+    ),
     "moe.scoring": ("scoring_func",),
     # quantization
     "quantization.method": _in_dicts(_QUANT_DICTS, "quant_method"),

@@ -18,6 +18,7 @@ from .config_reader import (
 )
 from .errors import AnalysisError
 from .kv_cache import kv_cache_bytes_at_context, kv_cache_bytes_per_token, windowed_kv
+from .layer_kinds import layer_kind_assumptions
 from .meta_build import MetaBuild, MetaBuildError
 from .moe import moe_layout
 from .params import build_inventory, built_inventory, count_params, mtp_layer_count
@@ -60,6 +61,12 @@ CONVENTIONS: Mapping[str, str] = {
         "device and counted exactly; estimated: a model type neither knows, counted with "
         "Llama-style modules from the standard keys (assumptions lists what was assumed)"
     ),
+    "estimated_layer_kinds": (
+        "layer_types names day0 does not know, each with the kind its layers were counted as "
+        "(counted_as), the layers, the word of the name that decided it (hint) and any indexer "
+        "counted with it; the KV-cache figures follow the guess, and the parameters too unless "
+        "transformers built the model (assumptions says the same in words)"
+    ),
 }
 
 
@@ -69,6 +76,8 @@ class ArchitectureAnalysis:
 
     `attention`, `rope`, `moe` and `quantization` are JSON-able dicts (`moe`/`quantization`
     None when dense/unquantized). `config_keys` lets a later release see what is new.
+    `estimated_layer_kinds`: how the layers of a `layer_types` name day0 does not know were
+    counted (`layer_kinds.LayerKindGuess.to_dict`), each also an entry of `assumptions`.
     """
 
     architecture: str | None
@@ -107,6 +116,7 @@ class ArchitectureAnalysis:
     params_by_group: dict[str, int] = field(default_factory=dict)
     multimodal_tower_params: int = 0
     assumptions: list[str] = field(default_factory=list)
+    estimated_layer_kinds: list[dict[str, Any]] = field(default_factory=list)
     conventions: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -163,6 +173,7 @@ class ArchitectureAnalysis:
             "params_by_group": dict(self.params_by_group),
             "multimodal_tower_params": self.multimodal_tower_params,
             "assumptions": list(self.assumptions),
+            "estimated_layer_kinds": _copy(self.estimated_layer_kinds),
             "conventions": dict(self.conventions),
             "notes": list(self.notes),
         }
@@ -270,6 +281,8 @@ def analyze_config(config: dict, *, weights: dict | None = None) -> Architecture
             )
     if build is None:
         inventory = build_inventory(cfg, layout, moe)
+    # After the build (or its failure): the words say whose parameters these are.
+    cfg.view.assumptions.extend(layer_kind_assumptions(cfg, layout.guesses, moe))
     counts = count_params(cfg, inventory)
     wb = weight_bytes(inventory, scheme, model_dtype)
     checkpoint_size = _checkpoint_size(weights)
@@ -385,6 +398,7 @@ def analyze_config(config: dict, *, weights: dict | None = None) -> Architecture
         params_by_group=counts.by_group,
         multimodal_tower_params=counts.towers,
         assumptions=list(cfg.view.assumptions),
+        estimated_layer_kinds=[guess.to_dict() for guess in layout.guesses],
         conventions=dict(CONVENTIONS),
         notes=notes,
     )

@@ -8,17 +8,20 @@ from typing import Any
 
 from .config_reader import TRANSFORMERS_BUILD, ModelConfig, as_sequence, check_int
 from .errors import AnalysisError
+from .layer_kinds import (
+    CHUNKED,
+    FULL,
+    KNOWN_NAMES,
+    KV_LAYER_TYPES,
+    LINEAR,
+    MAMBA,
+    SLIDING,
+    LayerKindGuess,
+    guess_layer_kinds,
+    indexer_key_widths,
+    read_layer_kind,
+)
 from .tensors import ATTENTION, NORM, TensorGroup, linear, vector
-
-FULL = "full_attention"
-SLIDING = "sliding_attention"
-CHUNKED = "chunked_attention"
-LINEAR = "linear_attention"
-MAMBA = "mamba"
-
-# Layer kinds that keep a per-token K/V cache; linear attention and SSM layers keep a fixed
-# recurrent state instead.
-KV_LAYER_TYPES = frozenset({FULL, SLIDING, CHUNKED})
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class AttentionLayout:
 
     `layer_types[i]` is one of full/sliding/chunked/linear attention or "mamba".
     `window` is the token span a sliding layer keeps; `chunk_size` that of a chunked layer.
+    `guesses`: how the layers of a kind day0 does not know were counted (layer_kinds.py).
     """
 
     kind: str
@@ -48,6 +52,12 @@ class AttentionLayout:
     window: int | None
     chunk_size: int | None
     mla: MlaDims | None
+    guesses: tuple[LayerKindGuess, ...] = ()
+
+    def extra_kv_widths(self) -> dict[int, int]:
+        """Elements per token a layer caches beside its K/V: the key of a guessed sparse
+        layer's indexer (layer_kinds.indexer_key_widths)."""
+        return indexer_key_widths(self.guesses)
 
     def attention_counts_no_kv(self) -> int:
         """Layers without a per-token KV cache (linear attention, SSM)."""
@@ -102,29 +112,6 @@ def layer_pattern(types: tuple[str, ...]) -> str:
     return ", ".join(short)
 
 
-# Layer type names read as themselves (transformers' own, and the common aliases).
-_KNOWN_NAMES = frozenset(
-    {FULL, SLIDING, CHUNKED, LINEAR, MAMBA, "full", "global", "attention", "local", "sliding"}
-)
-
-
-def _normalise_type(raw: Any, index: int) -> str:
-    if not isinstance(raw, str):
-        raise AnalysisError(f"layer_types[{index}] must be a string, got {raw!r}")
-    name = raw.lower()
-    if "linear" in name:
-        return LINEAR
-    if "sliding" in name or "local" in name:
-        return SLIDING
-    if "chunk" in name:
-        return CHUNKED
-    if "attention" in name or name in ("full", "global", "attn"):
-        return FULL
-    if name in ("mamba", "mamba2", "ssm", "conv", "hybrid"):
-        return MAMBA
-    raise AnalysisError(f"layer_types[{index}] = {raw!r} is not a known layer kind")
-
-
 def _hybrid_layer_types(cfg: ModelConfig) -> tuple[str, ...] | None:
     """Linear-attention/full-attention placement of a hybrid family without `layer_types`, as
     its config class derives it; None for a family that is not hybrid.
@@ -150,24 +137,49 @@ def _hybrid_layer_types(cfg: ModelConfig) -> tuple[str, ...] | None:
     return None
 
 
-def _layer_types(cfg: ModelConfig, notes: list[str]) -> tuple[str, ...]:
+def _listed_layer_types(
+    cfg: ModelConfig, key: str, raw: list, notes: list[str]
+) -> tuple[tuple[str, ...], tuple[LayerKindGuess, ...]]:
+    """A `layer_types`-style list read entry by entry; the names no rule reads are counted as
+    `guess_layer_kinds` says (raises `AnalysisError` when the keys a guess needs are missing)."""
+    read = [read_layer_kind(t, i) for i, t in enumerate(raw)]
+    unknown: dict[str, list[int]] = {}
+    for i, (name, kind) in enumerate(zip(raw, read, strict=True)):
+        if kind is None:
+            unknown.setdefault(name, []).append(i)
+    guesses = tuple(guess_layer_kinds(cfg, key, unknown)) if unknown else ()
+    guessed = {i: g.kind for g in guesses for i in g.layers}
+    kinds = tuple(guessed.get(i) or kind or FULL for i, kind in enumerate(read))
+    read_as = {
+        t: k for t, k in zip(raw, kinds, strict=True) if t not in KNOWN_NAMES and t not in unknown
+    }
+    if read_as:
+        # DeepSeek-V4's compressed attention, GLM-5's indexed attention: their K/V is
+        # counted as the kind they are read as (an upper bound for compressed K/V).
+        notes.append(
+            f"{key} names kinds day0 does not model apart: "
+            + ", ".join(f"{t} read as {k}" for t, k in sorted(read_as.items()))
+        )
+    return kinds, guesses
+
+
+def _layer_types(
+    cfg: ModelConfig, notes: list[str]
+) -> tuple[tuple[str, ...], tuple[LayerKindGuess, ...]]:
     view, n = cfg.view, cfg.num_layers
-    family = cfg.family.name if cfg.family else None
     for key in ("layer_types", "layers_block_type"):
         raw = view.raw.get(key)
         if raw is not None:
             if not isinstance(raw, list) or len(raw) != n:
                 raise AnalysisError(f"{key} must list one entry per layer ({n})")
-            types = tuple(_normalise_type(t, i) for i, t in enumerate(raw))
-            read_as = {t: k for t, k in zip(raw, types, strict=True) if t not in _KNOWN_NAMES}
-            if read_as:
-                # DeepSeek-V4's compressed attention, GLM-5's indexed attention: their K/V is
-                # counted as the kind they are read as (an upper bound for compressed K/V).
-                notes.append(
-                    f"{key} names kinds day0 does not model apart: "
-                    + ", ".join(f"{t} read as {k}" for t, k in sorted(read_as.items()))
-                )
-            return types
+            return _listed_layer_types(cfg, key, raw, notes)
+    return _derived_layer_types(cfg, notes), ()
+
+
+def _derived_layer_types(cfg: ModelConfig, notes: list[str]) -> tuple[str, ...]:
+    """The layer types of a config without a `layer_types` list, from its family's keys."""
+    view, n = cfg.view, cfg.num_layers
+    family = cfg.family.name if cfg.family else None
     attn_types = view.raw.get("attn_type_list")
     if attn_types is not None:
         # MiniMax-Text-01 / MiniMax-M1: 0 = lightning (linear) attention, 1 = softmax attention
@@ -238,7 +250,7 @@ def attention_layout(cfg: ModelConfig) -> tuple[AttentionLayout, list[str]]:
     """
     notes: list[str] = []
     view = cfg.view
-    types = _layer_types(cfg, notes)
+    types, guesses = _layer_types(cfg, notes)
     mla = None
     if cfg.is_mla:
         kind = "MLA"
@@ -276,7 +288,7 @@ def attention_layout(cfg: ModelConfig) -> tuple[AttentionLayout, list[str]]:
     chunk = None
     if CHUNKED in types:
         chunk = check_int("attention_chunk_size", view.value("attention_chunk_size"))
-    return AttentionLayout(kind, types, window, chunk, mla), notes
+    return AttentionLayout(kind, types, window, chunk, mla, guesses), notes
 
 
 def attention_tensors(

@@ -73,17 +73,20 @@ def kv_bytes_by_layer(
 
     `widths`: K+V elements per token of layers whose attention module transformers built
     (meta_build.py: per-layer head_dim, layers that reuse another layer's K/V); MLA layers
-    and layers not in it use `kv_bytes_per_layer_token`.
+    and layers not in it use `kv_bytes_per_layer_token`. A layer of a kind day0 does not know,
+    counted as sparse attention with an indexer, also caches the indexer's key
+    (`AttentionLayout.extra_kv_widths`).
     """
     per_layer = kv_bytes_per_layer_token(cfg, layout)
+    extra = layout.extra_kv_widths()
     out = []
     for i, kind in enumerate(layout.layer_types):
         if kind not in KV_LAYER_TYPES:
             out.append(0)
         elif widths and i in widths and layout.mla is None:
-            out.append(widths[i] * KV_DTYPE_BYTES)
+            out.append((widths[i] + extra.get(i, 0)) * KV_DTYPE_BYTES)
         else:
-            out.append(per_layer)
+            out.append(per_layer + extra.get(i, 0) * KV_DTYPE_BYTES)
     return out
 
 

@@ -237,7 +237,9 @@ def moe_layout(cfg: ModelConfig) -> tuple[MoeLayout | None, list[str]]:
             used = top_k_by[0] if len(set(top_k_by)) == 1 else top_k_by
             notes.append(f"{key} = {shown} disagrees with {top_k_key} = {used}: {top_k_key} used")
 
-    dense_width = cfg.intermediate_size
+    # MiniMax-M3 and Inkling give the dense layers' MLP width apart, `intermediate_size` being
+    # the routed experts' (transformers configuration_inkling.py, configuration_minimax_m3_vl.py).
+    dense_width = view.int("dense_intermediate_size", None) or cfg.intermediate_size
     kinds = _mlp_kinds(cfg, notes)
     if kinds is not None:
         is_moe = kinds

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 
 from .attention import FULL, LINEAR, MAMBA, AttentionLayout, attention_tensors
 from .config_reader import ModelConfig
+from .layer_kinds import guessed_indexer_tensors
 from .linear_mixers import linear_mixer_tensors, mamba_tensors
 from .meta_build import MetaBuild, MetaBuildError, meta_build, transformers_knows
 from .moe import MoeLayout, dense_mlp_tensors, moe_tensors
@@ -66,6 +67,7 @@ def _layer_tensors(
     fam = cfg.family
     attn_layers = tuple(i for i in layers if types[i] not in (LINEAR, MAMBA))
     groups = attention_tensors(cfg, layout, attn_layers, mtp=mtp)
+    groups += guessed_indexer_tensors(cfg, layout.guesses, attn_layers)
     groups += linear_mixer_tensors(cfg, tuple(i for i in layers if types[i] == LINEAR))
     groups += mamba_tensors(cfg, tuple(i for i in layers if types[i] == MAMBA))
     if moe is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 from datetime import timedelta
 
@@ -622,3 +623,21 @@ def test_an_unknown_model_type_is_marked_estimated_with_its_assumptions(logged_i
     html = logged_in_client.get(page_url(engine_release("", config=config))).content.decode()
     assert row_value(html, "Parameters counted by") == "estimated"
     assert "num_key_value_heads" in row_value(html, "Assumed (estimate)")
+
+
+def test_a_layer_kind_day0_does_not_know_shows_as_an_assumption(logged_in_client):
+    """MiniMax-M3's published config: transformers reads its layer_types as
+    "minimax_m3_sparse" on layers 3-59, a kind day0 counts from a guess."""
+    from tests.conftest import DATA_DIR
+
+    config = json.loads(
+        (DATA_DIR / "unknown_layer_kinds" / "MiniMaxAI__MiniMax-M3.json").read_text()
+    )
+    html = logged_in_client.get(page_url(engine_release("", config=config))).content.decode()
+    assert row_value(html, "Parameters counted by") == "transformers meta-device build"
+    assumed = row_value(html, "Assumed (estimate)")
+    assert (
+        "estimated: layer kind 'minimax_m3_sparse' is not known to day0; counted as full "
+        "attention on 57 layers (3-59)"
+    ) in assumed.replace("&#x27;", "'")
+    assert row_value(html, "Layers with a KV cache") == "60"

@@ -10,7 +10,7 @@ from typing import Any
 from engine import formatting as fmt
 from engine import markdown as md
 from engine.architecture.rope import TRANSFORMERS_ROPE_TYPES
-from engine.findings import MAJOR, MINOR, Finding, cut_title
+from engine.findings import MAJOR, MINOR, Finding, cut_key, cut_title
 from engine.stages.analyze.checkpoint_findings import checkpoint_findings
 
 
@@ -18,10 +18,10 @@ def findings(result: Mapping[str, Any], *, pool: str) -> list[Finding] | None:
     """Features of the release that serving or validation does not cover, from its analysis
     (notes for every pool): MTP modules (speculative decoding), a RoPE type transformers
     does not implement, modeling code shipped with the release for a family day0 does not
-    know; and from the checkpoint's own tensors (`checkpoint_findings`): its count against
-    the config's, missing, extra and wrong-shape tensors, layer and MTP counts. None for a
-    result that is not an analysis. `pool` is not read: these notes hold on every pool
-    (`Finding.all_pools`)."""
+    know, a layer kind day0 does not know (counted from a guess); and from the checkpoint's
+    own tensors (`checkpoint_findings`): its count against the config's, missing, extra and
+    wrong-shape tensors, layer and MTP counts. None for a result that is not an analysis.
+    `pool` is not read: these notes hold on every pool (`Finding.all_pools`)."""
     if "mtp_layers" not in result and "rope" not in result:
         return None
     found = []
@@ -86,4 +86,49 @@ def findings(result: Mapping[str, Any], *, pool: str) -> list[Finding] | None:
                 all_pools=True,
             )
         )
+    found += _layer_kind_findings(result)
     return found + checkpoint_findings(result)
+
+
+# How a guessed layer kind reads in a finding (layer_kinds.py's kinds).
+_COUNTED_AS = {
+    "full_attention": "full attention",
+    "sliding_attention": "sliding-window attention",
+    "linear_attention": "linear attention",
+}
+
+
+def _layer_kind_findings(result: Mapping[str, Any]) -> list[Finding]:
+    """One minor finding per `layer_types` name day0 does not know (`estimated_layer_kinds`):
+    its layers were counted from a guess, so the figures that follow from it are estimates."""
+    found = []
+    exact_params = result.get("params_source") == "transformers meta-device build" or (
+        result.get("params_counted_from") == "checkpoint"
+    )
+    for guess in result.get("estimated_layer_kinds") or []:
+        if not isinstance(guess, Mapping):
+            continue
+        name = str(guess.get("name"))
+        counted = _COUNTED_AS.get(str(guess.get("counted_as")), str(guess.get("counted_as")))
+        layers = guess.get("layers") or []
+        follows = "the KV-cache figures and the plan sized on them are estimates" + (
+            "; the parameter counts are exact (not from the guess)"
+            if exact_params
+            else ", and so are the parameter counts"
+        )
+        found.append(
+            Finding(
+                key=cut_key(f"analyze:layer-kind:{name}"),
+                title=cut_title(f"Layer kind {name} is not known to day0: counted as {counted}"),
+                body=(
+                    f"The config's `layer_types` names {md.code(name)} on "
+                    f"{fmt.counted(len(layers), 'layer')}, a kind day0 does not know. Those "
+                    f"layers are counted as {counted} from the config's standard keys (the "
+                    f"analysis's assumptions say which): {follows}. Teach day0 the kind to "
+                    "count it exactly."
+                ),
+                severity=MINOR,
+                all_pools=True,
+            )
+        )
+    return found
