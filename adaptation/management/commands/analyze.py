@@ -72,6 +72,8 @@ def summary_text(a: dict) -> str:
             f"{fmt.params_words(checkpoint.get('total_params'))}; the config gives "
             f"{fmt.params_words(config_total)}"
         )
+    # What an estimate took for granted (an unknown model type or layer kind) comes first.
+    lines += [f"  assumed: {item}" for item in a.get("assumptions") or []]
     lines += [f"  note: {note}" for note in a.get("notes", [])]
     if a.get("params_counted_from") == "checkpoint":
         lines.append(
