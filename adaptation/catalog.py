@@ -10,7 +10,8 @@ The "cpu" kind is the machine a cpu pool's worker runs on: `pool_catalog` descri
 the cores and memory the pool's live worker registered at its start, or, with no live
 worker, with this machine's own measure, and says which; its memory bandwidth and FLOP/s are
 those the pool's performance runs measured (`selectors.pool_measured_figures`, as the plan
-stage gets them), said in the note.
+stage gets them: quiet probes over busy ones), said in the note, with "on a busy host" where
+the pool has only probes taken on one.
 """
 
 from __future__ import annotations
@@ -81,13 +82,15 @@ def pool_cpu_accelerator(pool: AcceleratorPool) -> tuple[Accelerator, str]:
 
 
 def measured_figures_note(cpu: Accelerator, measured: dict[str, Any] | None) -> str:
-    """What a cpu kind's speed figures are, to end a note: measured (by which runs), or
-    missing, so there is no prediction."""
+    """What a cpu kind's speed figures are, to end a note: measured (by which runs; "on a
+    busy host" where the pool has only probes taken on one), or missing, so there is no
+    prediction."""
     if cpu.memory_bandwidth_bytes_per_s and cpu.dense_bf16_flops:
         return (
             f"; memory bandwidth {fmt.gb_per_s(cpu.memory_bandwidth_bytes_per_s)} and BF16 "
-            f"{fmt.tflops(cpu.dense_bf16_flops)} measured, not a datasheet's: "
-            f"{(measured or {}).get('source', 'a performance run')}"
+            f"{fmt.tflops(cpu.dense_bf16_flops)} measured"
+            + (" on a busy host" if cpu.measured_on_busy_host else "")
+            + f", not a datasheet's: {(measured or {}).get('source', 'a performance run')}"
         )
     return "; no performance run on the pool measured its memory bandwidth and FLOP/s yet"
 

@@ -169,7 +169,8 @@ class PlanPanel:
     calibration: Calibration | None = None
     speeds_from: str = CATALOG
     # The cpu figures the plan predicted on ({"memory_bandwidth_bytes_per_s", "dense_bf16_flops",
-    # "source"}), measured by the pool's performance runs; empty when not a measured cpu plan.
+    # "source", "host_busy"}), measured by the pool's performance runs ("host_busy": only on a
+    # busy host, the panel says so); empty when not a measured cpu plan.
     measured_device: Mapping[str, Any] = field(default_factory=dict)
     charts: list[ChartSlot] = field(default_factory=list)
     scaling: list[ScalingRow] = field(default_factory=list)

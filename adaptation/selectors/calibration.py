@@ -21,6 +21,18 @@ from engine.stages.plan.calibration import (
 # The plan's measured device figures (cpu pools) are the median of this many newest
 # successful performance runs' probes: one probe swings about 2x run to run.
 MEASURED_FIGURES_RUNS = 5
+# What a stored probe says of its host (`engine/probe_repeats.py`), best first: the plan's
+# figures come from the best kind the pool has. A probe from before the host was measured
+# ranks under a quiet one and over a busy one.
+QUIET_HOST = "quiet"
+HOST_NOT_MEASURED = "not measured"
+BUSY_HOST = "busy"
+HOST_LABELS = (QUIET_HOST, HOST_NOT_MEASURED, BUSY_HOST)
+HOST_SOURCE_WORDS = {
+    QUIET_HOST: ", each taken on a quiet host",
+    HOST_NOT_MEASURED: ", taken before probes measured their host's load",
+    BUSY_HOST: ", taken on a busy host: no probe on the pool was quiet",
+}
 
 
 def pool_calibration(
@@ -68,16 +80,32 @@ def pool_calibration(
             }
         )
     result = running_calibration(pool.name, summaries, window=runs)
-    result["device"] = median_device_figures(summaries[:MEASURED_FIGURES_RUNS])
+    result["device"] = pool_measured_figures(pool=pool)
     return result
+
+
+def _performance_runs(pool: AcceleratorPool):
+    """The pool's successful performance runs, newest first (a queryset)."""
+    return StageRun.objects.filter(
+        job__pool=pool, stage="performance", status=StageStatus.SUCCEEDED
+    ).order_by("-finished_at", "-id")
 
 
 def _latest_performance_runs(pool: AcceleratorPool, runs: int) -> list[StageRun]:
     """The pool's last `runs` successful performance runs, newest first."""
-    return list(
-        StageRun.objects.filter(job__pool=pool, stage="performance", status=StageStatus.SUCCEEDED)
-        .select_related("job__release")
-        .order_by("-finished_at", "-id")[:runs]
+    return list(_performance_runs(pool).select_related("job__release")[:runs])
+
+
+def _probed_runs(pool: AcceleratorPool, host: str):
+    """The pool's successful performance runs whose stored probe says `host` (one of
+    `HOST_LABELS`) of its host, newest first (a queryset)."""
+    runs = _performance_runs(pool)
+    if host == QUIET_HOST:
+        return runs.filter(result__calibration__device__host_busy=False)
+    if host == BUSY_HOST:
+        return runs.filter(result__calibration__device__host_busy=True)
+    return runs.filter(result__calibration__device__has_key="memory_bandwidth_bytes_per_s").exclude(
+        result__calibration__device__has_key="host_busy"
     )
 
 
@@ -139,16 +167,38 @@ def pool_measured_figures(
     *, pool: AcceleratorPool, runs: int = MEASURED_FIGURES_RUNS
 ) -> dict[str, Any] | None:
     """The device figures the plan predicts on for a cpu pool, as `pool_calibration(pool)`'s
-    "device": the median over its last `runs` successful performance runs' probes
-    (`median_device_figures`), or None when none measured any. One read for the plan stage
-    (via `pool_calibration`), `manage.py plan --pool` and Compare pools."""
-    return median_device_figures(
-        [
+    "device": the median (`median_device_figures`) over the newest `runs` successful
+    performance runs whose probes were taken on a quiet host; where the pool has none, over
+    those whose probes did not measure their host (stored before it was measured); only where
+    it has neither, over those taken on a busy host. So a probe taken on a busy host never
+    replaces a quiet one, however many come after it. Adds "host" (`HOST_LABELS`: which kind
+    the figures come from), "host_busy" (they come from busy probes) and "busy_left_out"
+    (busy probes newer than the newest kept one, left out). None when no run measured any.
+    One read for the plan stage (via `pool_calibration`), `manage.py plan --pool` and Compare
+    pools."""
+    for host in HOST_LABELS:
+        kept = [
             {
                 "stage_run": run.pk,
                 "worker_host": run.worker_host,
+                "finished_at": run.finished_at,
                 "device": ((run.result or {}).get("calibration") or {}).get("device"),
             }
-            for run in _latest_performance_runs(pool, runs)
+            for run in _probed_runs(pool, host)[:runs]
         ]
-    )
+        figures = median_device_figures(kept)
+        if figures is None:
+            continue
+        newest = kept[0]
+        newer_busy = (
+            _probed_runs(pool, BUSY_HOST).filter(finished_at__gt=newest["finished_at"])
+            if host != BUSY_HOST and newest["finished_at"]
+            else None
+        )
+        return figures | {
+            "source": figures["source"] + HOST_SOURCE_WORDS[host],
+            "host": host,
+            "host_busy": host == BUSY_HOST,
+            "busy_left_out": newer_busy.count() if newer_busy is not None else 0,
+        }
+    return None

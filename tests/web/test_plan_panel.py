@@ -398,6 +398,37 @@ def test_a_plan_without_prediction_draws_no_empty_scaling_chart(logged_in_client
     assert f'id="plan-job-{job.pk}-memory-chart"' in html  # memory is still predicted
 
 
+@pytest.mark.parametrize("busy", [True, False])
+def test_a_cpu_plan_says_when_its_figures_were_measured_on_a_busy_host(logged_in_client, busy):
+    from engine.catalog import cpu_accelerator
+
+    analysis = analyze_config(load_realconfig("meta-llama__Llama-3.1-8B")).to_dict()
+    measured = {
+        "memory_bandwidth_bytes_per_s": 2.8e9,
+        "flops": {"bfloat16": 1e10},
+        "source": "median of 1 performance run (stage runs 7)",
+        "host_busy": busy,
+    }
+    cpu = cpu_accelerator(cores=16, memory_bytes=64 * 2**30, measured_figures=measured)
+    catalog = load_catalog().with_cpu(cpu)
+    plan = plan_release(
+        analysis, PoolLayout("cpu", 1), context_tokens=4096, release=REPO, catalog=catalog
+    ).to_dict()
+    assert plan["measured_device"]["host_busy"] is busy
+    release = make_release(repo_id=REPO)
+    job = make_job(
+        release=release,
+        stages=STAGES,
+        statuses=dict.fromkeys(STAGES, "succeeded"),
+        results={"analyze": analysis, "plan": plan},
+    )
+    figures = text(section(page(logged_in_client, release), f"plan-job-{job.pk}"))
+    assert "cpu memory bandwidth 2.8 GB/s and BF16 FLOP/s 0.01 TFLOP/s are measured" in figures
+    assert ("not a datasheet's; measured on a busy host" in figures) is busy
+    busy_words = "no probe on the pool was taken on a quiet host yet, so these speeds read low"
+    assert (busy_words in figures) is busy
+
+
 @pytest.mark.parametrize("status", ["queued", "pending"])
 def test_a_waiting_plan_says_no_live_worker_serves_its_pool(
     logged_in_client, deepseek_analysis, status

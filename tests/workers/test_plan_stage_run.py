@@ -10,7 +10,7 @@ from adaptation.models import AcceleratorKind, AcceleratorPool, JobStatus, Stage
 from engine.architecture import analyze_config
 from engine.catalog import load_catalog
 from tests.conftest import load_realconfig
-from tests.factories import make_job
+from tests.factories import cpu_pool, make_job
 from workers.runner import execute_stage_run, pool_spec
 
 pytestmark = pytest.mark.django_db
@@ -108,3 +108,45 @@ def test_pool_spec_carries_the_layout_in_bytes_per_second():
     assert spec.intra_node_bandwidth_bytes_per_s == 300e9
     assert spec.inter_node_bandwidth_bytes_per_s is None
     assert spec.accelerator_entry is None  # no admin row: the shipped file's figures
+
+
+LLAMA_OPTIONS = {"plan": {"context_tokens": 4096, "concurrency": 1}}
+
+
+@pytest.fixture
+def worker_with_64_gib(monkeypatch):
+    """The worker's machine, as the plan stage measures it, has 64 GiB (cpu_accelerator)."""
+    import engine.catalog
+
+    monkeypatch.setattr(engine.catalog, "physical_memory_bytes", lambda: 64 * 2**30)
+
+
+def test_a_cpu_plan_predicts_on_the_quiet_probe_not_the_busy_ones_after_it(worker_with_64_gib):
+    from tests.adaptation.test_pool_measured_figures import probed_run
+
+    pool = cpu_pool()
+    quiet = probed_run(pool, 29.0, 1.6, busy=False, minutes_ago=60)
+    for minutes in range(6):  # more busy runs than the figures' window of 5
+        probed_run(pool, 2.8, 0.01, busy=True, minutes_ago=minutes)
+    _, run = run_plan("meta-llama__Llama-3.1-8B", pool, options=LLAMA_OPTIONS)
+    assert run.status == StageStatus.SUCCEEDED, run.error
+    device = run.result["measured_device"]
+    assert device["memory_bandwidth_bytes_per_s"] == 29e9 and device["dense_bf16_flops"] == 1.6e12
+    assert device["host_busy"] is False
+    assert f"(stage runs {quiet.pk}) on cpu@host" in device["source"]
+    assert not any("busy host" in note for note in run.result["notes"])
+
+
+def test_a_cpu_plan_on_busy_probes_only_says_so(worker_with_64_gib):
+    from tests.adaptation.test_pool_measured_figures import probed_run
+
+    pool = cpu_pool()
+    probed_run(pool, 2.8, 0.01, busy=True, minutes_ago=1)
+    _, run = run_plan("meta-llama__Llama-3.1-8B", pool, options=LLAMA_OPTIONS)
+    assert run.status == StageStatus.SUCCEEDED, run.error
+    assert run.result["measured_device"]["host_busy"] is True
+    assert run.result["measured_device"]["memory_bandwidth_bytes_per_s"] == 2.8e9
+    assert any(
+        "are measured on a busy host (the pool has no quiet probe yet)" in note
+        for note in run.result["notes"]
+    )

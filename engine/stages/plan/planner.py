@@ -123,7 +123,25 @@ class Plan:
                 "dtype": self.dtype,
             },
             "notes": list(self.notes),
+            **measured_device(self.accelerator),
         }
+
+
+def measured_device(accelerator: Accelerator) -> dict[str, Any]:
+    """{"measured_device": the speed figures a cpu plan predicts on, measured by the pool's
+    performance runs: {"memory_bandwidth_bytes_per_s" (bytes/s), "dense_bf16_flops"
+    (FLOP/s), "source", "host_busy" (probes taken on a busy host, the pool having no quiet
+    one)}}; {} for a datasheet kind or a cpu kind without measured figures."""
+    if accelerator.kind != "cpu" or not accelerator.memory_bandwidth_bytes_per_s:
+        return {}
+    return {
+        "measured_device": {
+            "memory_bandwidth_bytes_per_s": accelerator.memory_bandwidth_bytes_per_s,
+            "dense_bf16_flops": accelerator.dense_bf16_flops,
+            "source": accelerator.sources.get("memory_bandwidth_bytes_per_s", ""),
+            "host_busy": accelerator.measured_on_busy_host,
+        }
+    }
 
 
 class _Planner:

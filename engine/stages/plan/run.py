@@ -145,10 +145,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
     corrected by the pool's running calibration (`ctx.calibration`,
     `calibration.calibrated_predictions`), or why there is none ("no calibration yet"). On a
     cpu pool the roofline reads the memory bandwidth and FLOP/s the pool's latest performance
-    run measured (`ctx.calibration["device"]`), labelled measured; without them it predicts
-    nothing, as the cpu kind has no datasheet. Fails (`StageFailed`) with the reason for a pool
-    without an accelerator layout, bad input, or a model that fits no split of the pool;
-    in that last case the exception's `.result` is `no_fit_result(...)` (what would fit).
+    runs measured (`ctx.calibration["device"]`: quiet probes over busy ones), labelled
+    measured, and "measured on a busy host" where only busy probes exist (`measured_device`
+    in the result, with `host_busy`); without them it predicts nothing, as the cpu kind has no
+    datasheet. Fails (`StageFailed`) with the reason for a pool without an accelerator layout,
+    bad input, or a model that fits no split of the pool; in that last case the exception's
+    `.result` is `no_fit_result(...)` (what would fit).
     """
     analysis = ctx.previous.get("analyze")
     if not isinstance(analysis, dict):
@@ -184,18 +186,14 @@ def run(ctx: StageContext) -> dict[str, Any]:
     result["catalog_version"] = catalog.version
     predicted = result["predicted"]
     predicted["calibrated"] = calibrated_predictions(predicted, calibration)
-    device = catalog.accelerator(layout.accelerator)
-    if layout.accelerator == "cpu" and device.memory_bandwidth_bytes_per_s:
+    device = result.get("measured_device")
+    if device:
         # The figures a cpu plan predicted on: measured by the pool's performance runs.
-        result["measured_device"] = {
-            "memory_bandwidth_bytes_per_s": device.memory_bandwidth_bytes_per_s,
-            "dense_bf16_flops": device.dense_bf16_flops,
-            "source": device.sources.get("memory_bandwidth_bytes_per_s", ""),
-        }
         result["notes"].append(
-            f"cpu memory bandwidth {fmt.gb_per_s(device.memory_bandwidth_bytes_per_s)} and "
-            f"BF16 FLOP/s {fmt.tflops(device.dense_bf16_flops)} are measured, not a "
-            f"datasheet's: {device.sources.get('memory_bandwidth_bytes_per_s', '')}"
+            f"cpu memory bandwidth {fmt.gb_per_s(device['memory_bandwidth_bytes_per_s'])} and "
+            f"BF16 FLOP/s {fmt.tflops(device['dense_bf16_flops'])} are measured"
+            + (" on a busy host (the pool has no quiet probe yet)" if device["host_busy"] else "")
+            + f", not a datasheet's: {device['source']}"
         )
     speed = ""
     if predicted.get("available"):
@@ -203,7 +201,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
             f", predicted {predicted['batch_1']['decode_tokens_per_s']:,.1f} tokens/s at batch 1"
         )
         if layout.accelerator == "cpu":
-            speed += " (on the bandwidth and FLOP/s measured by a performance run)"
+            speed += " (on the bandwidth and FLOP/s measured by a performance run" + (
+                " on a busy host)" if device and device["host_busy"] else ")"
+            )
     calibrated = predicted["calibrated"]
     if calibrated["available"]:
         speed += (
