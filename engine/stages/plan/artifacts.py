@@ -36,8 +36,8 @@ def _vllm_dtype_flags(dtype: str) -> list[str]:
         return ["--dtype", "auto"]
     if dtype == "fp8":
         return ["--dtype", "bfloat16", "--quantization", "fp8"]
-    if dtype == "int8":
-        # vLLM serves INT8 W8A8 from a pre-quantized (compressed-tensors) checkpoint.
+    if dtype in ("int8", "fp4"):
+        # vLLM serves INT8 W8A8 and NVFP4 from a pre-quantized checkpoint (its config says).
         return ["--dtype", "bfloat16"]
     return ["--dtype", dtype]
 
@@ -100,7 +100,7 @@ def sglang_command(
         args += ["--pp-size", str(split.pp)]
     if dtype == "fp8":
         args += ["--dtype", "bfloat16", "--quantization", "fp8"]
-    elif dtype == "checkpoint" or dtype == "int8":
+    elif dtype in ("checkpoint", "int8", "fp4"):
         args += ["--dtype", "auto"]
     else:
         args += ["--dtype", dtype]
@@ -216,6 +216,8 @@ def build_artifacts(
         )
     if dtype == "int8":
         notes.append("INT8 serving needs a W8A8 (compressed-tensors) checkpoint of the model")
+    if dtype == "fp4":
+        notes.append("FP4 serving needs a pre-quantized NVFP4 checkpoint of the model")
     if redundant_experts > 0:
         notes.append(
             f"EP {split.ep} does not divide the routed experts: {redundant_experts} redundant "

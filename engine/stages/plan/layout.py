@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .communication import Communication
+from engine.catalog import Accelerator
+
+from .communication import Communication, Links
 from .errors import PlanInputError
 from .memory import MemoryPerDevice
-from .roofline import Roofline
+from .predictor import FullSizePredictor
 from .validity import Split, Validity
 
 MAX_NODES = 100_000
 MAX_DEVICES_PER_NODE = 1_024
+SEARCH_LIMIT_DEVICES = 65_536  # how far the planner's "more devices would fit" looks
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,16 @@ class PoolLayout:
     @property
     def devices(self) -> int:
         return self.devices_per_node * self.nodes
+
+    def links(self, accelerator: Accelerator) -> Links:
+        """The pool's links: its own bandwidths where set, else the catalog's for the kind."""
+        return Links(
+            devices_per_node=self.devices_per_node,
+            intra_node_bytes_per_s=self.intra_node_bandwidth_bytes_per_s
+            or accelerator.intra_node_bandwidth_bytes_per_s,
+            inter_node_bytes_per_s=self.inter_node_bandwidth_bytes_per_s
+            or accelerator.inter_node_bandwidth_bytes_per_s,
+        )
 
     def check(self) -> None:
         """Raise `PlanInputError` for a pool with no devices or absurd sizes."""
@@ -53,7 +66,7 @@ class Candidate:
     split: Split
     validity: Validity
     memory: MemoryPerDevice | None
-    roofline: Roofline | None
+    predictor: FullSizePredictor | None
     comm: Communication | None
 
     @property
@@ -62,7 +75,7 @@ class Candidate:
 
     @property
     def decode_tokens_per_s(self) -> float | None:
-        return self.roofline.best_decode_tokens_per_s() if self.roofline else None
+        return self.predictor.best_decode_tokens_per_s() if self.predictor else None
 
     def sort_key(self) -> tuple:
         tput = self.decode_tokens_per_s

@@ -14,7 +14,8 @@ Assumptions (stated in every plan):
   EP (vLLM --enable-expert-parallel) a rank holds ceil(experts / EP) whole experts; without
   it experts are TP-sharded like any FFN. DP replicas hold their own copy of everything but
   the EP-spread experts.
-- KV cache: bf16 (the analysis's `kv_cache_bytes_per_token`), `context_tokens` x the
+- KV cache: bf16 (the analysis's `kv_cache_bytes_per_token`; an FP8 KV cache halves it,
+  `kv_scale`), `context_tokens` x the
   replica's share of `concurrency` sequences; a sliding/chunked layer keeps only its window;
   GQA K/V split over TP (or one replicated head per rank); MLA's latent whole on every TP
   rank (DeepSeek-V2 §2.1; vLLM MLA backends) but split over DP ranks (DP attention).
@@ -189,9 +190,11 @@ def memory_per_device(
     context_tokens: int,
     concurrency: int,
     capacity_bytes: int,
+    kv_scale: float = 1.0,
 ) -> MemoryPerDevice:
-    """Memory of the heaviest device of `split` (bytes; see the module docstring)."""
-    per_seq = kv_bytes_per_sequence(shape, split, validity, context_tokens)
+    """Memory of the heaviest device of `split` (bytes; see the module docstring).
+    `kv_scale` is the KV dtype's bytes over bf16's (0.5 for an FP8 KV cache)."""
+    per_seq = kv_bytes_per_sequence(shape, split, validity, context_tokens) * kv_scale
     return MemoryPerDevice(
         weights=weights_per_device(shape, split, validity, dtype),
         kv_cache=per_seq * sequences_per_replica(split, concurrency),
@@ -211,8 +214,9 @@ MEMORY_ASSUMPTIONS = (
     f"{PREFILL_CHUNK_TOKENS} in the launch commands) plus fp32 logits per sequence",
     f"runtime overhead: {RUNTIME_OVERHEAD_BYTES / 2**30:.0f} GiB per device for the framework "
     "context, communication buffers and CUDA graphs (assumed, not measured)",
-    "KV cache at bf16; sliding/chunked layers keep only their window; MLA latent whole on "
-    "every TP rank; GQA heads split over TP, replicated past the KV-head count",
+    "KV cache at bf16 unless an FP8 KV cache is asked for; sliding/chunked layers keep only "
+    "their window; MLA latent whole on every TP rank; GQA heads split over TP, replicated "
+    "past the KV-head count",
     "decoder layers spread evenly over PP stages (ceil(L/PP) on the heaviest); embedding on "
     "the first stage, LM head on the last; vocab padded to a multiple of 64 (vLLM)",
     "MTP (next-token-prediction) modules are not loaded (no speculative decoding)",

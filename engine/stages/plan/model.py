@@ -34,11 +34,18 @@ DTYPE_ALIASES = {
     "fp8": "fp8",
     "int8": "int8",
     "w8a8": "int8",
+    "fp4": "fp4",
+    "nvfp4": "fp4",
+    "mxfp4": "fp4",
 }
+# A 4-bit checkpoint as Blackwell-class engines serve it: NVFP4, 4-bit E2M1 values with one
+# FP8 scale per 16 (NVIDIA, "Introducing NVFP4", 2025): 4.5 bits, 0.5625 bytes a param.
+FP4_BYTES_PER_PARAM = 0.5625
 
 
 def normalize_dtype(dtype: str | None) -> str:
-    """ "checkpoint", "bfloat16", "float16", "fp8" or "int8". Raises `PlanInputError`."""
+    """ "checkpoint", "bfloat16", "float16", "fp8", "int8" or "fp4". Raises
+    `PlanInputError`."""
     if dtype is None:
         return "checkpoint"
     key = str(dtype).strip().lower().removeprefix("torch.")
@@ -309,6 +316,8 @@ class ModelShape:
         included; the rest at the model dtype). "bfloat16"/"float16": 2 bytes (a dequantized
         copy). "fp8"/"int8": linear layers 1 byte (vLLM's online FP8 / W8A8 keep the
         embedding and LM head at 16 bits, docs "FP8 W8A8"), never more than the checkpoint.
+        "fp4": a pre-quantized NVFP4 checkpoint, linear layers `FP4_BYTES_PER_PARAM`, the
+        embedding and LM head at 16 bits.
         """
         frac = self.quantized_fraction.get(component, 0.0)
         stored = (
@@ -320,6 +329,8 @@ class ModelShape:
             return float(BF16_BYTES)
         if component in ("embedding", "lm_head"):
             return min(stored, float(BF16_BYTES))
+        if dtype == "fp4":
+            return min(stored, FP4_BYTES_PER_PARAM)
         return min(stored, 1.0)
 
     def weight_parts(self, dtype: str) -> WeightParts:
@@ -338,6 +349,10 @@ class ModelShape:
         if dtype == "checkpoint":
             return f"checkpoint ({self.checkpoint_dtype})"
         return dtype
+
+    def computes_in_4bit(self, dtype: str) -> bool:
+        """Whether the matmuls run on 4-bit units (NVFP4 weights and activations)."""
+        return dtype == "fp4"
 
     def computes_in_8bit(self, dtype: str) -> bool:
         """Whether the matmuls run on 8-bit units (FP8/INT8 weights and activations)."""

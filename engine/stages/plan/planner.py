@@ -2,7 +2,7 @@
 
 Device counts tried, in order: powers of two below one node (1, 2, 4, ...), then whole
 nodes (1, 2, 3, ... up to the pool's). At each count every TP x PP x DP (x EP) split is
-checked (`validity`), sized (`memory`) and, if it fits, predicted (`roofline`); the first
+checked (`validity`), sized (`memory`) and, if it fits, predicted (`predictor`); the first
 count with a fitting split wins, and among its fitting splits the best predicted decode
 tokens/s at the largest batch that fits (fewer bytes per device when no prediction can be
 made). When nothing fits, `NoFittingPlan` says what would.
@@ -20,7 +20,8 @@ from engine.catalog import Accelerator, Catalog, load_catalog
 from .artifacts import build_artifacts
 from .communication import Links, communication
 from .errors import NoFittingPlan, PlanInputError
-from .layout import Candidate, PoolLayout
+from .fits import Fit, fit_for
+from .layout import SEARCH_LIMIT_DEVICES, Candidate, PoolLayout
 from .memory import MEMORY_ASSUMPTIONS, device_weights, memory_per_device
 from .model import (
     DEFAULT_CONCURRENCY,
@@ -28,13 +29,14 @@ from .model import (
     default_context_tokens,
     normalize_dtype,
 )
-from .roofline import ROOFLINE_ASSUMPTIONS, Roofline
+from .predictor import PREDICTION_ASSUMPTIONS, FullSizePredictor, default_lengths
 from .scaling import scaling_curve
+from .steady_state import normalize_kv_dtype
+from .step_time import KV_DTYPE_BYTES
 from .validity import Split, Validity, check_split, splits_for
 
 MAX_CONTEXT_TOKENS = 100_000_000
 MAX_CONCURRENCY = 1_000_000
-SEARCH_LIMIT_DEVICES = 65_536  # how far "more devices would fit" looks
 MIN_SUGGESTED_CONTEXT = 512
 MAX_RUNNERS_UP = 10
 
@@ -70,11 +72,11 @@ class Plan:
         assert mem is not None and self.chosen.comm is not None
         nodes = -(-split.devices // self.layout.devices_per_node)
         predicted = (
-            self.chosen.roofline.predictions(self.context_tokens)
-            if self.chosen.roofline
+            self.chosen.predictor.predictions(self.context_tokens)
+            if self.chosen.predictor
             else {"kind": "predicted", "available": False, "reason": "no fitting split"}
         )
-        max_seqs = self.chosen.roofline.max_batch() if self.chosen.roofline else 1
+        max_seqs = self.chosen.predictor.max_batch() if self.chosen.predictor else 1
         return {
             "release": self.release,
             "accelerator": self.accelerator.kind,
@@ -98,7 +100,7 @@ class Plan:
             "kv_bytes_per_sequence_per_device": round(mem.kv_bytes_per_sequence),
             # Memory alone (no speed figures needed): the KV room of every DP replica.
             "max_sequences_at_context": max(0, max_seqs) * split.dp
-            if self.chosen.roofline
+            if self.chosen.predictor
             else None,
             "validity_flags": list(self.chosen.validity.flags),
             "predicted": predicted,
@@ -144,6 +146,44 @@ def measured_device(accelerator: Accelerator) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Served:
+    """How the plan's predictions serve the model: the engine, its fit, the KV dtype and the
+    workload's input/output tokens per request (None: `default_lengths` of the context)."""
+
+    engine: str = "vllm"
+    fit: Fit | None = None
+    kv_dtype: str = "bfloat16"
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+    def lengths(self, context: int) -> tuple[int, int]:
+        default = default_lengths(context)
+        return (self.input_tokens or default[0], self.output_tokens or default[1])
+
+
+def served(
+    *,
+    engine: str | None,
+    fit: Fit | None,
+    kv_dtype: str | None,
+    input_tokens: int | None,
+    output_tokens: int | None,
+) -> Served:
+    """`Served` from the planner's options, checked. Raises `PlanInputError`."""
+    lengths = [
+        _positive_option(name, value, MAX_CONTEXT_TOKENS)
+        for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens))
+    ]
+    return Served(
+        engine=(engine or "vllm").strip().lower(),
+        fit=fit,
+        kv_dtype=normalize_kv_dtype(kv_dtype) or "bfloat16",
+        input_tokens=lengths[0],
+        output_tokens=lengths[1],
+    )
+
+
 class _Planner:
     """Evaluation of splits for one model, pool, dtype, context and concurrency."""
 
@@ -153,11 +193,14 @@ class _Planner:
         accelerator: Accelerator,
         layout: PoolLayout,
         links: Links,
+        served: Served | None = None,
     ) -> None:
         self.shape = shape
         self.accelerator = accelerator
         self.layout = layout
         self.links = links
+        self.served = served or Served()
+        self.fit = self.served.fit or fit_for(accelerator.kind, self.served.engine)
         self._validity: dict[Split, Validity] = {}
 
     def validity(self, split: Split) -> Validity:
@@ -179,12 +222,28 @@ class _Planner:
             context_tokens=context,
             concurrency=concurrency,
             capacity_bytes=self.accelerator.memory_bytes,
+            kv_scale=KV_DTYPE_BYTES[self.served.kv_dtype] / 2,
         )
         comm = communication(self.shape, split, self.links)
-        roof = None
+        predictor = None
         if predict and mem.fits:
-            roof = Roofline(self.shape, split, validity, dtype, self.accelerator, mem, comm)
-        return Candidate(split, validity, mem, roof, comm)
+            isl, osl = self.served.lengths(context)
+            predictor = FullSizePredictor(
+                self.shape,
+                split,
+                validity,
+                dtype,
+                self.accelerator,
+                mem,
+                comm,
+                self.links,
+                self.fit,
+                engine=self.served.engine,
+                kv_dtype=self.served.kv_dtype,
+                input_tokens=isl,
+                output_tokens=osl,
+            )
+        return Candidate(split, validity, mem, predictor, comm)
 
     def candidates(
         self, devices: int, *, dtype: str, context: int, concurrency: int, predict: bool = True
@@ -229,16 +288,19 @@ def _positive_option(name: str, value: int | None, limit: int) -> int | None:
     return value
 
 
-# Catalog dtype names (torch's) that carry FP8 weights and activations.
+# Catalog dtype names (torch's) that carry FP8 weights and activations, and 4-bit ones.
 FP8_DTYPE_NAMES = frozenset({"float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2"})
+FP4_DTYPE_NAMES = frozenset({"float4_e2m1fn_x2", "nvfp4", "mxfp4"})
 
 
 def serves_dtype(accelerator: Accelerator, dtype: str) -> bool:
     """Whether the accelerator's catalog dtypes include the normalised serving `dtype`
-    ("bfloat16", "float16", "fp8", "int8")."""
+    ("bfloat16", "float16", "fp8", "int8", "fp4")."""
     names = set(accelerator.dtypes)
     if dtype == "fp8":
         return bool(names & FP8_DTYPE_NAMES)
+    if dtype == "fp4":
+        return bool(names & FP4_DTYPE_NAMES)
     return dtype in names
 
 
@@ -385,6 +447,7 @@ def _no_fit_message(
             acc,
             replace(layout, devices_per_node=per_node),
             replace(planner.links, devices_per_node=per_node),
+            planner.served,
         )
     per_node = search.layout.devices_per_node
     more = search.first_fit(
@@ -433,13 +496,22 @@ def plan_release(
     dtype: str | None = None,
     release: str | None = None,
     catalog: Catalog | None = None,
+    kv_dtype: str | None = None,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    engine: str | None = None,
+    fit: Fit | None = None,
 ) -> Plan:
     """Plan serving the analysed release on `layout`.
 
     `analysis` is `analyze_config(config).to_dict()`; `context_tokens` defaults to the
     release's max context capped at 32,768, `concurrency` to 4 sequences, `dtype` to the
-    checkpoint's own ("checkpoint"; or "bfloat16", "float16", "fp8", "int8"). Raises
-    `PlanInputError` for unusable input and `NoFittingPlan` when no split fits.
+    checkpoint's own ("checkpoint"; or "bfloat16", "float16", "fp8", "int8", "fp4");
+    `kv_dtype` None/"auto" keeps a 16-bit KV cache, "fp8" halves it. The predictions serve
+    `input_tokens` / `output_tokens` per request (default 1,000 / 1,000 within the context)
+    on `engine` ("vllm" by default) with `fit` (default: the accelerator x engine's fit on
+    published results, `fits.fit_for`). Raises `PlanInputError` for unusable input and
+    `NoFittingPlan` when no split fits.
     """
     shape = ModelShape.from_analysis(analysis)
     if not isinstance(layout, PoolLayout):
@@ -455,14 +527,20 @@ def plan_release(
             f"context {context:,} exceeds the release's max_position_embeddings "
             f"{shape.max_position_embeddings:,}"
         )
-    links = Links(
-        devices_per_node=layout.devices_per_node,
-        intra_node_bytes_per_s=layout.intra_node_bandwidth_bytes_per_s
-        or accelerator.intra_node_bandwidth_bytes_per_s,
-        inter_node_bytes_per_s=layout.inter_node_bandwidth_bytes_per_s
-        or accelerator.inter_node_bandwidth_bytes_per_s,
+    links = layout.links(accelerator)
+    planner = _Planner(
+        shape,
+        accelerator,
+        layout,
+        links,
+        served(
+            engine=engine,
+            fit=fit,
+            kv_dtype=kv_dtype,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+        ),
     )
-    planner = _Planner(shape, accelerator, layout, links)
     name = release or str(analysis.get("family") or analysis.get("architecture") or "the model")
     counts = list(device_counts(layout.devices_per_node, layout.devices))
     found = planner.first_fit(counts, dtype=serving, context=context, concurrency=conc)
@@ -500,7 +578,8 @@ def plan_release(
         + (" (defaults)" if context_tokens is None and concurrency is None else ""),
         f"serving dtype {shape.dtype_label(serving)}",
         *MEMORY_ASSUMPTIONS,
-        *ROOFLINE_ASSUMPTIONS,
+        *PREDICTION_ASSUMPTIONS,
+        f"predicted with the {planner.fit.label()}",
         "DP replicas without EP are independent engine instances; with EP (vLLM "
         "--enable-expert-parallel) the EP group is TP x DP and attention runs data-parallel",
     ]
@@ -536,20 +615,32 @@ def evaluate_split(
     concurrency: int | None = None,
     dtype: str | None = None,
     catalog: Catalog | None = None,
+    kv_dtype: str | None = None,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    engine: str | None = None,
+    fit: Fit | None = None,
 ) -> Candidate:
     """Check, size and predict one given split (for comparisons with a published setup,
-    e.g. a benchmark run at TP 8). Raises `PlanInputError` for unusable input."""
+    e.g. a benchmark run at TP 8; the options as `plan_release` reads them). Raises
+    `PlanInputError` for unusable input."""
     shape = ModelShape.from_analysis(analysis)
     layout.check()
     accelerator = (catalog or load_catalog()).accelerator(layout.accelerator)
-    links = Links(
-        devices_per_node=layout.devices_per_node,
-        intra_node_bytes_per_s=layout.intra_node_bandwidth_bytes_per_s
-        or accelerator.intra_node_bandwidth_bytes_per_s,
-        inter_node_bytes_per_s=layout.inter_node_bandwidth_bytes_per_s
-        or accelerator.inter_node_bandwidth_bytes_per_s,
+    links = layout.links(accelerator)
+    planner = _Planner(
+        shape,
+        accelerator,
+        layout,
+        links,
+        served(
+            engine=engine,
+            fit=fit,
+            kv_dtype=kv_dtype,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+        ),
     )
-    planner = _Planner(shape, accelerator, layout, links)
     context = _positive_option("context_tokens", context_tokens, MAX_CONTEXT_TOKENS)
     conc = _positive_option("concurrency", concurrency, MAX_CONCURRENCY) or DEFAULT_CONCURRENCY
     serving, _notes = resolve_serving_dtype(shape, accelerator, normalize_dtype(dtype))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from .errors import PlanInputError
-from .planner import SEARCH_LIMIT_DEVICES
+from .layout import SEARCH_LIMIT_DEVICES
 from .validity import Split
 
 # The largest split read: the most devices the planner ever looks at ("more devices would

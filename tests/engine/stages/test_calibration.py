@@ -25,6 +25,7 @@ from engine.stages.plan.calibration import (
     running_calibration,
     twin_calibration,
 )
+from engine.stages.plan.fits import CPU_PRIOR
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.model import ModelShape
 from engine.stages.plan.planner import plan_release
@@ -311,8 +312,15 @@ def test_a_cpu_plan_predicts_on_the_figures_a_performance_run_measured():
     assert predicted["memory_bandwidth_bytes_per_s"] == 1.5e10
     assert predicted["compute_dtype_flops"] == 2e11
     shape = small_shape()
-    streamed = (TOTAL - EMBEDDING) * 2 + result["inputs"]["context_tokens"] * KV_BYTES_PER_TOKEN
-    assert predicted["batch_1"]["tpot_s"] == pytest.approx(streamed / 1.5e10, rel=1e-9)
+    # One sequence's step on the measured figures (the cpu prior's efficiencies are 1): the
+    # weights but the embedding, and the KV cache at the workload's average context, over
+    # the probe's bandwidth, plus the engine's fixed costs per step and per layer.
+    workload = predicted["workload"]
+    context = workload["input_tokens"] + workload["output_tokens"] / 2
+    streamed = (TOTAL - EMBEDDING) * 2 + context * KV_BYTES_PER_TOKEN
+    fixed = CPU_PRIOR.step_s + LAYERS * CPU_PRIOR.layer_s
+    assert predicted["batch_1"]["tpot_s"] == pytest.approx(fixed + streamed / 1.5e10, rel=1e-6)
+    assert predicted["fit"]["scope"] == "prior" and predicted["fit"]["accelerator"] == "cpu"
     assert shape.total_params == TOTAL
     assert predicted["calibrated"]["batch_1"]["decode_tokens_per_s"] == pytest.approx(
         predicted["batch_1"]["decode_tokens_per_s"] * 0.05

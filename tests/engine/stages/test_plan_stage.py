@@ -179,7 +179,7 @@ def test_plan_options_normalise(options, expected):
         {"context_tokens": 1.5},
         {"concurrency": -1},
         {"context_tokens": 10**12},
-        {"dtype": "fp4"},
+        {"dtype": "fp3"},
         {"ctx": 1},
         "8192",
     ],
