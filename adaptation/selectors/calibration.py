@@ -10,6 +10,7 @@ from adaptation.models import (
     StageRun,
     StageStatus,
 )
+from adaptation.selectors.full_size import pool_full_size_sweeps
 from engine import formatting as fmt
 from engine.stages.plan.calibration import (
     DEFAULT_CALIBRATION_RUNS,
@@ -47,7 +48,8 @@ def pool_calibration(
     probe error: it is left out and counted in the run's "probe_errors", never calibrates.
     "available" False, with "no calibration yet" as the reason, for a pool without such runs.
     The plan stage corrects its predictions with it and, on a cpu pool, predicts on its
-    "device" figures."""
+    "device" figures; "full_size" holds the pool's full-size sweeps measured on its engine
+    (`adaptation.selectors.full_size`), which refit the plan's constants (the closed loop)."""
     latest = _latest_performance_runs(pool, runs)
     values: dict[int, dict[str, list[float]]] = {run.pk: {} for run in latest}
     dtypes: dict[int, set[str]] = {run.pk: set() for run in latest}
@@ -81,6 +83,7 @@ def pool_calibration(
         )
     result = running_calibration(pool.name, summaries, window=runs)
     result["device"] = pool_measured_figures(pool=pool)
+    result["full_size"] = pool_full_size_sweeps(pool=pool)
     return result
 
 

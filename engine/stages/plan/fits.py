@@ -45,6 +45,7 @@ DATA_SIGMA = 0.15  # log units: what one row's conditions leave unexplained
 LOWER = (0.2, 0.1, 1e-5, 1e-7, 0.1)
 UPPER = (1.0, 1.0, 0.5, 5e-3, 1.0)
 MIN_GROUP_ROWS = 4
+POOL_PRIOR_WIDTH = 3.0
 PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
 RESULTS_CSV = PUBLISHED_DIR / "results.csv"
 CONFIGS_DIR = PUBLISHED_DIR / "configs"
@@ -84,6 +85,7 @@ class Fit:
                 "flops_efficiency": round(e.flops, 4),
                 "step_overhead_s": e.step_s,
                 "layer_overhead_s": e.layer_s,
+                "moe_efficiency": round(e.moe, 4),
             },
         }
 
@@ -120,10 +122,10 @@ def geometric_mean_error(log_ratios: Iterable[float]) -> float:
 
 
 def fit_efficiency(
-    observations: Sequence[Observation], *, prior: Efficiency = PRIOR
+    observations: Sequence[Observation], *, prior: Efficiency = PRIOR, prior_width: float = 1.0
 ) -> tuple[Efficiency, float | None]:
     """The MAP constants for `observations` (module docstring) and their residual. With no
-    observation: the prior and None."""
+    observation: the prior and None. `prior_width` widens the prior (`PRIOR_SIGMA` x it)."""
     if not observations:
         return prior, None
     x0 = np.log(np.clip(prior.as_tuple(), LOWER, UPPER))
@@ -132,7 +134,7 @@ def fit_efficiency(
     def residuals(x: np.ndarray) -> np.ndarray:
         eff = Efficiency(*np.exp(x))
         data = [_log_ratio(o, eff) / DATA_SIGMA for o in observations]
-        pulls = (x - prior_log) / np.array(PRIOR_SIGMA)
+        pulls = (x - prior_log) / (np.array(PRIOR_SIGMA) * prior_width)
         return np.concatenate([data, pulls])
 
     found = least_squares(
@@ -205,9 +207,12 @@ def fit_for(accelerator: str, engine: str, fits: FitTable | None = None) -> Fit:
 
 def pool_fit(pool: str, accelerator: str, engine: str, observations: Sequence[Observation]) -> Fit:
     """A pool's own fit from its measured full-size sweeps (`observations`), starting from
-    the fit it would otherwise use as prior."""
+    the fit it would otherwise use, as a prior `POOL_PRIOR_WIDTH` times wider: the pool's
+    own engine on its own devices is the better evidence."""
     base = fit_for(accelerator, engine)
-    eff, residual = fit_efficiency(observations, prior=base.efficiency)
+    eff, residual = fit_efficiency(
+        observations, prior=base.efficiency, prior_width=POOL_PRIOR_WIDTH
+    )
     return Fit(
         accelerator,
         engine,

@@ -25,12 +25,12 @@ from engine.architecture import analyze_config
 from engine.catalog import CatalogError, load_catalog
 
 from .errors import NoFittingPlan, PlanInputError
-from .fits import CONFIGS_DIR, PRIOR, RESULTS_CSV, Fit, Observation
+from .fits import CONFIGS_DIR, RESULTS_CSV, Observation
 from .layout import PoolLayout
-from .planner import evaluate_split
 from .split_notation import parse_split
 from .steady_state import normalize_kv_dtype
 from .step_time import Efficiency
+from .workload import split_predictor
 
 METRICS = (
     "offline_out_tps",
@@ -147,27 +147,16 @@ def row_predictor(
     accelerator the catalog lacks, a split that does not fit)."""
     analysis = _analysis(row.config, str(configs_dir))
     accelerator = load_catalog().accelerator(row.accelerator)
-    candidate = evaluate_split(
+    base = split_predictor(
         analysis,
         _layout(row, accelerator.devices_per_node),
         parse_split(row.split),
-        context_tokens=row.isl + row.osl,
-        concurrency=1,
-        dtype=None if row.dtype == "checkpoint" else row.dtype,
-        kv_dtype=row.kv_dtype,
         input_tokens=row.isl,
         output_tokens=row.osl,
+        dtype=row.dtype,
+        kv_dtype=row.kv_dtype,
         engine=row.engine_family,
-        fit=Fit(row.accelerator, row.engine_family, PRIOR, 0, None, "prior", "row"),
     )
-    if candidate.predictor is None:
-        memory = candidate.memory
-        needs = f": needs {memory.used / 2**30:.0f} GiB a device of {memory.budget / 2**30:.0f}"
-        raise NoFittingPlan(
-            f"{row.split} on {row.devices} x {row.accelerator} does not fit at {row.dtype}"
-            + (needs if memory else "")
-        )
-    base = candidate.predictor
 
     def predict(efficiency: Efficiency) -> float:
         predictor = replace(base, fit=replace(base.fit, efficiency=efficiency))

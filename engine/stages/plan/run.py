@@ -22,6 +22,7 @@ from engine.catalog import Catalog, CatalogError, cpu_accelerator, load_catalog
 from engine.contract import StageContext, StageFailed
 
 from .calibration import calibrated_predictions
+from .closed_loop import pool_fit_from
 from .errors import NoFittingPlan, PlanInputError
 from .layout import PoolLayout
 from .model import DEFAULT_CONCURRENCY, ModelShape, default_context_tokens, normalize_dtype
@@ -98,6 +99,13 @@ def layout_from_pool(pool: Any, catalog: Catalog | None = None) -> PoolLayout:
     )
 
 
+def pool_engine(pool: Any) -> str:
+    """The serving engine whose fit the plan predicts with: the pool's launched engine
+    ("vllm", "sglang"), else vLLM's (an attached endpoint's engine is not known)."""
+    kind = (getattr(pool, "engine", None) or {}).get("kind")
+    return kind if kind in ("vllm", "sglang") else "vllm"
+
+
 def no_fit_result(
     err: NoFittingPlan,
     analysis: Mapping[str, Any],
@@ -164,6 +172,16 @@ def run(ctx: StageContext) -> dict[str, Any]:
     catalog = pool_catalog_for_stage(ctx.pool, measured_figures=measured)
     layout = layout_from_pool(ctx.pool, catalog)
     release = ctx.release.repo_id
+    engine = pool_engine(ctx.pool)
+    fit, left_out = pool_fit_from(
+        (calibration or {}).get("full_size") or [],
+        pool=getattr(ctx.pool, "name", "?"),
+        layout=layout,
+        catalog=catalog,
+        engine=engine,
+    )
+    for reason in left_out:
+        ctx.log(f"a full-size sweep left out of the pool's fit: {reason}")
     try:
         plan = plan_release(
             analysis,
@@ -173,6 +191,11 @@ def run(ctx: StageContext) -> dict[str, Any]:
             dtype=options.get("dtype"),
             release=release,
             catalog=catalog,
+            kv_dtype=options.get("kv_dtype"),
+            input_tokens=options.get("input_tokens"),
+            output_tokens=options.get("output_tokens"),
+            engine=engine,
+            fit=fit,
         )
     except NoFittingPlan as err:
         ctx.log(f"nothing fits {layout.devices} x {layout.accelerator}")

@@ -16,9 +16,10 @@ from typing import Any
 from engine.catalog import Catalog, load_catalog
 
 from .errors import NoFittingPlan, PlanInputError
-from .fits import Fit
+from .fits import PRIOR, Fit
 from .layout import PoolLayout
 from .planner import evaluate_split, plan_release
+from .predictor import FullSizePredictor
 from .steady_state import EngineLimits, Workload
 from .validity import Split
 
@@ -85,6 +86,51 @@ class WorkloadPrediction:
         }
 
 
+def split_predictor(
+    analysis: Mapping[str, Any],
+    layout: PoolLayout,
+    split: Split,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    dtype: str | None,
+    kv_dtype: str | None,
+    engine: str,
+    catalog: Catalog | None = None,
+    fit: Fit | None = None,
+) -> FullSizePredictor:
+    """The predictor of `split` sized for a workload of `input_tokens` + `output_tokens`
+    (the planner's `evaluate_split`), for predictions under constants to fit: replace its
+    fit's efficiency and call `.workload(concurrency)`. Raises `PlanInputError` for unusable
+    input and `NoFittingPlan` when the split is invalid or does not fit its devices."""
+    candidate = evaluate_split(
+        analysis,
+        layout,
+        split,
+        context_tokens=input_tokens + output_tokens,
+        concurrency=1,
+        dtype=None if dtype == "checkpoint" else dtype,
+        catalog=catalog,
+        kv_dtype=kv_dtype,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        engine=engine,
+        fit=fit or Fit(layout.accelerator, engine, PRIOR, 0, None, "prior", "to be fitted"),
+    )
+    if not candidate.validity.valid:
+        raise NoFittingPlan(
+            f"{split.label()} is not a valid split: " + "; ".join(candidate.validity.reasons)
+        )
+    if candidate.predictor is None:
+        memory = candidate.memory
+        raise NoFittingPlan(
+            f"{split.label()} on {split.devices} x {layout.accelerator} does not fit at "
+            f"{dtype or 'checkpoint'}: needs {memory.used / 2**30:.0f} GiB a device of "
+            f"{memory.budget / 2**30:.0f}"
+        )
+    return candidate.predictor
+
+
 def predict_workload(
     analysis: Mapping[str, Any],
     layout: PoolLayout,
@@ -123,33 +169,34 @@ def predict_workload(
         "fit": fit,
     }
     if split is None:
-        candidate = plan_release(analysis, layout, **options).chosen
+        predictor = plan_release(analysis, layout, **options).chosen.predictor
     else:
         if split.devices > layout.devices:
             raise PlanInputError(
                 f"the split {split.label()} uses {split.devices:,} devices; the pool has "
                 f"{layout.devices:,}"
             )
-        candidate = evaluate_split(analysis, layout, split, **options)
-        if not candidate.validity.valid:
-            raise NoFittingPlan(
-                f"{split.label()} is not a valid split: " + "; ".join(candidate.validity.reasons)
-            )
-        if not candidate.fits:
-            memory = candidate.memory
-            raise NoFittingPlan(
-                f"{split.label()} does not fit: it needs {memory.used / 2**30:.1f} GiB per "
-                f"device against a budget of {memory.budget / 2**30:.1f} GiB"
-            )
-    predictor = candidate.predictor
+        predictor = evaluate_split(analysis, layout, split, **options).predictor
+        if predictor is None:
+            predictor = split_predictor(
+                analysis,
+                layout,
+                split,
+                input_tokens=workload.input_tokens,
+                output_tokens=workload.output_tokens,
+                dtype=dtype,
+                kv_dtype=kv_dtype,
+                engine=engine or "vllm",
+                catalog=catalog,
+            )  # raises NoFittingPlan saying why
     if predictor is None or not predictor.available:
         reason = predictor.unavailable_reason() if predictor else "no prediction"
         raise PlanInputError(reason)
     point = predictor.workload(workload.concurrency, workload.phase)
     return WorkloadPrediction(
         workload=workload,
-        split=candidate.split,
-        devices=candidate.split.devices,
+        split=predictor.split,
+        devices=predictor.split.devices,
         dtype=predictor.dtype,
         kv_dtype=predictor.kv_dtype,
         fit=predictor.fit,
@@ -167,4 +214,4 @@ def predict_workload(
     )
 
 
-__all__ = ["Workload", "WorkloadPrediction", "predict_workload"]
+__all__ = ["Workload", "WorkloadPrediction", "predict_workload", "split_predictor"]

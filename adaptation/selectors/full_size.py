@@ -1,0 +1,87 @@
+"""A pool's full-size sweeps measured on its engine, for the planner's closed loop
+(`engine/stages/plan/closed_loop.py`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adaptation.models import AcceleratorPool, StageRun, StageStatus
+from engine.stages.plan.closed_loop import MAX_SWEEPS
+
+
+def _split(full_size: dict[str, Any], tp: int, plan: dict[str, Any]) -> str:
+    """The split a full-size launch ran at: the plan's, at the launch's TP (the EP group
+    being TP x DP when the plan has one)."""
+    pp, dp, ep = plan.get("pp") or 1, plan.get("dp") or 1, plan.get("ep") or 1
+    return f"TP{tp} PP{pp} EP{tp * dp if ep > 1 else 1} DP{dp}"
+
+
+def _records(run: StageRun, analysis: dict[str, Any], plan: dict[str, Any]) -> list[dict]:
+    full_size = (run.result or {}).get("full_size") or {}
+    settings = full_size.get("sweep_settings") or {}
+    engine = ((run.job.pool.engine or {}).get("kind")) or "vllm"
+    base = {
+        "stage_run": run.pk,
+        "job": run.job_id,
+        "analysis": analysis,
+        "dtype": full_size.get("dtype") or "checkpoint",
+        "kv_dtype": "bfloat16",  # the launches leave --kv-cache-dtype at auto: 16-bit
+        "engine": engine,
+    }
+    primary = {
+        "input_tokens": settings.get("input_tokens"),
+        "output_tokens": settings.get("output_tokens"),
+        "sweep": full_size.get("sweep") or [],
+    }
+    records = [
+        {
+            **base,
+            "split": _split(full_size, int(full_size.get("tp") or 1), plan),
+            "workloads": [primary, *(full_size.get("workloads") or [])],
+        }
+    ]
+    for entry in full_size.get("tp_scaling") or []:
+        tp = entry.get("tp")
+        if isinstance(tp, int) and tp > 0 and entry.get("sweep"):
+            records.append(
+                {
+                    **base,
+                    "split": _split(full_size, tp, plan),
+                    "workloads": [{**primary, "sweep": entry["sweep"]}],
+                }
+            )
+    return records
+
+
+def pool_full_size_sweeps(*, pool: AcceleratorPool, runs: int = MAX_SWEEPS) -> list[dict]:
+    """The pool's newest serve runs that measured the full-size model (`full_size.status`
+    "measured"), newest first, each as the closed loop reads it: {"stage_run", "job",
+    "analysis" (the job's analyze result), "split", "dtype", "kv_dtype", "engine",
+    "workloads": [{"input_tokens", "output_tokens", "sweep"}]}; a TP the launch was also
+    measured at (`tp_scaling`) is a record of its own."""
+    serve_runs = list(
+        StageRun.objects.filter(
+            job__pool=pool,
+            stage="serve",
+            status__in=(StageStatus.SUCCEEDED, StageStatus.FAILED),
+            result__full_size__status="measured",
+        )
+        .select_related("job__pool")
+        .order_by("-finished_at", "-id")[:runs]
+    )
+    if not serve_runs:
+        return []
+    earlier = {
+        (run.job_id, run.stage): run.result or {}
+        for run in StageRun.objects.filter(
+            job_id__in={run.job_id for run in serve_runs},
+            stage__in=("analyze", "plan"),
+            status=StageStatus.SUCCEEDED,
+        ).order_by("attempt")
+    }
+    records: list[dict] = []
+    for run in serve_runs:
+        analysis = earlier.get((run.job_id, "analyze"))
+        if analysis:
+            records.extend(_records(run, analysis, earlier.get((run.job_id, "plan")) or {}))
+    return records

@@ -1,0 +1,78 @@
+"""A pool's measured full-size sweeps as the planner's closed loop reads them
+(adaptation/selectors/full_size.py), through the pool's running calibration."""
+
+from __future__ import annotations
+
+import pytest
+
+from adaptation.selectors.calibration import pool_calibration
+from adaptation.selectors.full_size import pool_full_size_sweeps
+from engine.architecture import analyze_config
+from tests.engine.stages.realconfigs import load
+from tests.factories import cpu_pool, make_job
+
+pytestmark = pytest.mark.django_db
+
+SWEEP = [
+    {"concurrency": 1, "requests": 4, "completed": 4, "output_tokens_per_s": 9.5},
+    {"concurrency": 2, "requests": 8, "completed": 8, "output_tokens_per_s": 17.0},
+]
+
+
+def served_job(pool, *, full_size: dict, serve_status: str = "succeeded"):
+    analysis = analyze_config(load("HuggingFaceTB__SmolLM2-135M")).to_dict()
+    return make_job(
+        stages=("analyze", "plan", "serve"),
+        pool=pool,
+        statuses={"analyze": "succeeded", "plan": "succeeded", "serve": serve_status},
+        results={
+            "analyze": analysis,
+            "plan": {"tp": 1, "pp": 1, "dp": 1, "ep": 1},
+            "serve": {"full_size": full_size},
+        },
+    )
+
+
+def measured(**extra) -> dict:
+    return {
+        "status": "measured",
+        "tp": 1,
+        "dtype": "bfloat16",
+        "sweep_settings": {"input_tokens": 128, "output_tokens": 64},
+        "sweep": SWEEP,
+        "workloads": [
+            {"label": "decode-heavy", "input_tokens": 16, "output_tokens": 256, "sweep": SWEEP[:1]}
+        ],
+        **extra,
+    }
+
+
+def test_each_measured_launch_is_a_record_with_its_release_and_split():
+    pool = cpu_pool()
+    pool.engine = {"kind": "vllm"}
+    pool.save(update_fields=["engine"])
+    job = served_job(
+        pool,
+        full_size=measured(tp_scaling=[{"tp": 2, "sweep": SWEEP}]),
+    )
+    served_job(pool, full_size={"status": "skipped", "reason": "no_tokenizer"})
+    records = pool_full_size_sweeps(pool=pool)
+    assert [r["split"] for r in records] == ["TP1 PP1 EP1 DP1", "TP2 PP1 EP1 DP1"]
+    first = records[0]
+    assert first["job"] == job.pk and first["engine"] == "vllm"
+    assert first["analysis"]["num_layers"] == 30
+    assert [(w["input_tokens"], w["output_tokens"]) for w in first["workloads"]] == [
+        (128, 64),
+        (16, 256),
+    ]
+    assert first["workloads"][0]["sweep"] == SWEEP
+    assert records[1]["workloads"] == [{"input_tokens": 128, "output_tokens": 64, "sweep": SWEEP}]
+    assert pool_calibration(pool=pool)["full_size"] == records
+
+
+def test_a_pool_without_measured_sweeps_has_none():
+    pool = cpu_pool()
+    served_job(
+        pool, full_size={"status": "failed", "reason": "engine_refused"}, serve_status="failed"
+    )
+    assert pool_full_size_sweeps(pool=pool) == []
