@@ -114,7 +114,7 @@ def test_text_output_labels_predictions_and_gives_memory_in_gib():
         (("--pool", "cpu", "--accelerator", "h100"), "not both"),
         (("--pool", "tpu"), "no pool 'tpu'; pools: cpu"),
         (("--accelerator", "h100", "--devices", "8", "--context", "0"), "--context must be"),
-        (("--accelerator", "h100", "--devices", "8", "--dtype", "fp4"), "unknown serving dtype"),
+        (("--accelerator", "h100", "--devices", "8", "--dtype", "fp3"), "unknown serving dtype"),
     ],
 )
 def test_bad_input_exits_1_with_one_line(args, words):
@@ -292,7 +292,7 @@ def test_adapt_stores_the_plan_options(tmp_path):
 
 @pytest.mark.parametrize(
     ("args", "words"),
-    [(("--context", "0"), "--context must be at least 1"), (("--dtype", "fp4"), "fp4")],
+    [(("--context", "0"), "--context must be at least 1"), (("--dtype", "fp3"), "fp3")],
 )
 def test_adapt_refuses_bad_plan_options_before_creating_anything(tmp_path, args, words):
     cpu_pool()
@@ -305,9 +305,9 @@ def test_adapt_refuses_bad_plan_options_before_creating_anything(tmp_path, args,
 
 
 def test_text_names_the_model_as_given_and_shows_warnings_and_redundant_experts():
-    """A bare config file is named by --model-id in the launch commands; uneven EP is a
-    warning, and both engines get the redundant experts it needs (vLLM EPLB, SGLang
-    --ep-num-redundant-experts)."""
+    """A bare config file is named by --model-id in the launch commands; uneven EP (EP 12
+    over 256 experts, a split given with --split) is a warning, and both engines get the
+    redundant experts it needs (vLLM EPLB, SGLang --ep-num-redundant-experts)."""
     out = io.StringIO()
     call_command(
         "plan",
@@ -320,6 +320,8 @@ def test_text_names_the_model_as_given_and_shows_warnings_and_redundant_experts(
         "131072",
         "--concurrency",
         "64",
+        "--split",
+        "TP1 PP2 EP12 DP12",
         "--model-id",
         "deepseek-ai/DeepSeek-V3",
         stdout=out,
@@ -327,13 +329,13 @@ def test_text_names_the_model_as_given_and_shows_warnings_and_redundant_experts(
     text = out.getvalue()
     plan = plan_json(
         DEEPSEEK_V3, "--accelerator", "h100", "--devices", "32", "--context", "131072",
-        "--concurrency", "64",
+        "--concurrency", "64", "--split", "TP1 PP2 EP12 DP12",
     )  # fmt: skip
     split = f"TP{plan['tp']} PP{plan['pp']} EP{plan['ep']} DP{plan['dp']}"
     assert f"split         {split} on {plan['devices']} devices" in text
     assert "vllm serve deepseek-ai/DeepSeek-V3 " in text
     assert "deepseek-ai__DeepSeek-V3" not in text
-    assert 256 % plan["ep"], "this setup's best split has an EP that does not divide 256"
+    assert plan["ep"] == 12 and 256 % plan["ep"]
     redundant = -(-256 // plan["ep"]) * plan["ep"] - 256
     assert f"warning       uneven EP: 256 routed experts over EP {plan['ep']}" in text
     assert f'"num_redundant_experts": {redundant}' in plan["artifacts"]["vllm"]

@@ -1,17 +1,24 @@
 """`python manage.py plan PATH_OR_REPO_ID (--pool NAME | --accelerator KIND --devices N
-[--devices-per-node M]) [--context N] [--concurrency N] [--dtype D] [--format text|json]`.
+[--devices-per-node M]) [--split "TP8 PP1 EP1 DP1"] [--context N] [--concurrency N|max]
+[--dtype D] [--kv-dtype D] [--input-len N --output-len N [--phase both|prefill|decode]]
+[--format text|json]`.
 
 The distributed plan of one release on a pool, computed here without a worker or a job: the
-TP/PP/EP/DP split with the fewest devices that fits, memory per device by part, predicted
-decode tokens/s and TPOT at batch 1 and at the largest batch that fits, runners-up and launch
-commands. The accelerator's figures are the catalog's (the shipped file plus the admin's
-rows); the `cpu` kind of a cpu pool is its live worker's machine as it registered (else this
-machine).
+TP/PP/EP/DP split with the fewest devices that fits (or the one --split gives, sized and
+predicted), memory per device by part, predicted decode tokens/s and TPOT at batch 1 and at
+the largest batch that fits, runners-up and launch commands. With --input-len and
+--output-len, beside it a served workload's prediction (`workload`: output and input
+tokens/s, per device, median TTFT, TPOT and end-to-end latency, the batch, the fit), where
+--concurrency is requests in flight across all devices (`adaptation.plan_requests` says how
+it reads beside the plan's). The accelerator's figures are the catalog's (the shipped file
+plus the admin's rows); the `cpu` kind of a cpu pool is its live worker's machine as it
+registered (else this machine).
 
-Exit status: 0 with a plan; 2 when nothing fits (the reason says what would: more devices, a
-smaller context, a lower-precision dtype; with --format json, {"fits": false, "reason",
-"suggestions", ...} is printed first); 1 with a one-line reason for bad input (unknown kind
-or pool, --devices 0, a malformed config).
+Exit status: 0 with a plan; 2 when nothing fits, or the given split does not (the reason
+says what would: more devices, a smaller context, a lower-precision dtype; with --format
+json, {"fits": false, "reason", "suggestions", ...} is printed first); 1 with a one-line
+reason for bad input (unknown kind or pool, --devices 0, a malformed config, a split not in
+the notation or larger than the pool, one workload length without the other).
 """
 
 from __future__ import annotations
@@ -23,21 +30,28 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from adaptation.catalog import pool_catalog
-from adaptation.job_options import plan_options_from_args, positive_int
-from adaptation.models import AcceleratorKind, AcceleratorPool
+from adaptation.job_options import positive_int
+from adaptation.plan_requests import (
+    PlanInputs,
+    PlanRequestError,
+    flag_name,
+    place_of_devices,
+    place_of_pool,
+    plan_and_workload,
+    plan_inputs,
+)
 from adaptation.targets import TargetError, resolve_target
 from engine import formatting as fmt
 from engine.architecture import AnalysisError, analyze_config
-from engine.catalog import Catalog, CatalogError, cpu_accelerator
+from engine.catalog import Catalog, CatalogError
 from engine.contract import StageFailed
 from engine.hubs import hub_source
 from engine.hubs.base import HubError, is_valid_repo_id
 from engine.stages.fetch.run import parse_json_file, parse_release_files
 from engine.stages.plan.errors import NoFittingPlan, PlanInputError
 from engine.stages.plan.layout import MAX_DEVICES_PER_NODE, MAX_NODES, PoolLayout
-from engine.stages.plan.planner import plan_release
 from engine.stages.plan.run import no_fit_result
+from engine.stages.plan.steady_state import MAX_TOKENS
 
 NO_FIT_EXIT_CODE = 2
 
@@ -46,10 +60,18 @@ def _one_line(text: Any) -> str:
     return " ".join(str(text).split())
 
 
-def add_plan_option_arguments(parser: Any) -> None:
-    """--context, --concurrency and --dtype (shared by `plan` and `adapt`)."""
+def add_plan_option_arguments(parser: Any, *, workload: bool = False) -> None:
+    """--context, --concurrency and --dtype (shared by `plan` and `adapt`); `workload`: the
+    `plan` command's --concurrency, which is also a workload's."""
     parser.add_argument("--context", default=None, help="Tokens per sequence to plan for.")
-    parser.add_argument("--concurrency", default=None, help="Sequences held at once.")
+    parser.add_argument(
+        "--concurrency",
+        default=None,
+        help="Sequences held at once; with --input-len/--output-len, requests in flight across "
+        "all devices, or max (the default there: the load of highest throughput)."
+        if workload
+        else "Sequences held at once.",
+    )
     parser.add_argument(
         "--dtype", default=None, help="checkpoint (default), bfloat16, float16, fp8, int8."
     )
@@ -78,29 +100,6 @@ def load_target(target: str) -> tuple[str, dict, dict | None]:
     return resolved.candidate.repo_id, parsed["config"], parsed["weights"]
 
 
-def layout_for_devices(
-    catalog: Catalog, kind: str, devices: int, devices_per_node: int | None
-) -> PoolLayout:
-    """A pool of `devices` x `kind`: `devices_per_node` defaults to min(devices, the
-    catalog's per-node figure); `devices` must be a whole number of nodes. Raises
-    `CommandError` (and `CatalogError` for an unknown kind)."""
-    accelerator = catalog.accelerator(kind)
-    if devices_per_node is None:
-        devices_per_node = min(devices, accelerator.devices_per_node)
-        if devices % devices_per_node:
-            lower = devices - devices % devices_per_node
-            raise CommandError(
-                f"--devices {devices} is not a whole number of {kind} nodes of "
-                f"{devices_per_node}: use {lower} or {lower + devices_per_node}, or give "
-                "--devices-per-node"
-            )
-    elif devices % devices_per_node:
-        raise CommandError(
-            f"--devices {devices} is not a multiple of --devices-per-node {devices_per_node}"
-        )
-    return PoolLayout(kind, devices_per_node=devices_per_node, nodes=devices // devices_per_node)
-
-
 def _tokens_per_s(point: dict | None) -> str:
     if not point:
         return fmt.MISSING
@@ -110,9 +109,44 @@ def _tokens_per_s(point: dict | None) -> str:
     )
 
 
-def summary_text(plan: dict, note: str) -> str:
+# How a workload's phase reads: the pool runs both, or one side of disaggregated serving.
+PHASE_WORDS = {
+    "both": "prefill and decode",
+    "prefill": "a prefill pool (disaggregated)",
+    "decode": "a decode pool (disaggregated)",
+}
+
+
+def workload_lines(workload: dict) -> list[str]:
+    """A workload prediction for a terminal (`WorkloadPrediction.to_dict()`): what is
+    served on which split, the throughput of all devices and per device, the median
+    latencies, the batch and the fit the figures come from."""
+    requests = fmt.counted(workload["concurrency"], "request")
+    load = f"max load: {requests}" if workload["concurrency_requested"] == "max" else requests
+    fit = workload["fit"]
+    accelerator = "any accelerator" if fit["accelerator"] == "*" else fit["accelerator"]
+    residual = f", error factor x{fmt.sig(fit['residual'])}" if fit.get("residual") else ""
+    return [
+        f"  {'workload':<14}{fmt.count(workload['input_tokens'])} input + "
+        f"{fmt.count(workload['output_tokens'])} output tokens per request, {load} in flight, "
+        f"{PHASE_WORDS.get(workload['phase'], workload['phase'])}, on {workload['split']}, "
+        f"KV cache {workload['kv_dtype']}",
+        f"  {'predicted':<14}output {fmt.tokens_per_s(workload['output_tokens_per_s'])} "
+        f"({fmt.tokens_per_s(workload['output_tokens_per_s_per_device'])} per device), input "
+        f"{fmt.tokens_per_s(workload['input_tokens_per_s'])}",
+        f"  {'':<14}median TTFT {fmt.ms(workload['ttft_s'])}, TPOT {fmt.ms(workload['tpot_s'])}, "
+        f"end to end {fmt.ms(workload['e2e_s'])}; batch {fmt.sig(workload['batch'])} "
+        f"sequences per replica (bound by {workload['batch_bound_by'].replace('_', ' ')}), "
+        f"its KV cache holds {fmt.count(workload['kv_capacity_sequences'])}",
+        f"  {'fit':<14}{accelerator} x {fit['engine']} ({fit['scope']}, "
+        f"{fmt.counted(fit['points'], 'published point')}{residual})",
+    ]
+
+
+def summary_text(plan: dict, note: str, workload: dict | None = None) -> str:
     """The plan for a terminal: split, devices, memory parts in GiB, predicted figures
-    (labelled predicted), runners-up and launch commands."""
+    (labelled predicted), runners-up and launch commands; then the workload's lines
+    (`workload_lines`) when there is one."""
     mem = plan["memory_per_device_bytes"]
     pool = plan["pool"]
     inputs = plan["inputs"]
@@ -148,9 +182,12 @@ def summary_text(plan: dict, note: str) -> str:
             lines.append(f"  {name:<14}{command}")
     notes = [note, *plan.get("notes", []), *plan["artifacts"].get("notes", [])]
     lines += [f"  note: {line}" for line in notes if line]
+    if workload is not None:
+        lines += workload_lines(workload)
     lines.append(
-        "Predicted figures are a roofline model of the accelerator's figures (where they come "
-        "from: the first note), not measurements of this model "
+        "Predicted figures are a model of one engine step at the accelerator's figures (where "
+        "they come from: the first note) and efficiencies fitted on published serving results "
+        "(the fit: the assumptions), not measurements of this model "
         f"(catalog {plan.get('catalog_version', '?')})."
     )
     return "\n".join(lines)
@@ -159,7 +196,7 @@ def summary_text(plan: dict, note: str) -> str:
 class Command(BaseCommand):
     help = (
         "Plan serving a release (config JSON file, release folder or org/name) on a pool or "
-        "on N accelerators of a catalog kind."
+        "on N accelerators of a catalog kind, and predict a served workload on it."
     )
 
     def add_arguments(self, parser) -> None:
@@ -174,7 +211,30 @@ class Command(BaseCommand):
             default=None,
             help="Devices per node (default: min(--devices, the catalog's figure)).",
         )
-        add_plan_option_arguments(parser)
+        parser.add_argument(
+            "--split",
+            default=None,
+            help='Report this split instead of choosing one: "TP8 PP1 EP1 DP1" (a degree left '
+            "out is 1; EP is 1 or TP x DP).",
+        )
+        add_plan_option_arguments(parser, workload=True)
+        parser.add_argument(
+            "--kv-dtype",
+            default=None,
+            help="KV-cache dtype: auto (16-bit, the default), bfloat16, float16, fp8.",
+        )
+        parser.add_argument(
+            "--input-len", default=None, help="A workload's prompt tokens per request."
+        )
+        parser.add_argument(
+            "--output-len", default=None, help="A workload's generated tokens per request."
+        )
+        parser.add_argument(
+            "--phase",
+            default=None,
+            help="What the workload's pool runs: both (default), prefill or decode "
+            "(disaggregated serving).",
+        )
         parser.add_argument(
             "--model-id",
             default=None,
@@ -191,9 +251,14 @@ class Command(BaseCommand):
         accelerator: str | None,
         devices: str | None,
         devices_per_node: str | None,
+        split: str | None,
         context: str | None,
         concurrency: str | None,
         dtype: str | None,
+        kv_dtype: str | None,
+        input_len: str | None,
+        output_len: str | None,
+        phase: str | None,
         format: str,
         model_id: str | None,
         **options: Any,
@@ -205,7 +270,20 @@ class Command(BaseCommand):
                 f"cannot read day0's database ({_one_line(exc)}): run "
                 "`python manage.py migrate` first"
             ) from exc
-        planned_options = plan_options_from_args(context, concurrency, dtype)
+        try:
+            inputs = plan_inputs(
+                context_tokens=positive_int("--context", context, limit=10**12),
+                concurrency=concurrency,
+                dtype=dtype,
+                kv_dtype=kv_dtype,
+                split=split,
+                input_len=positive_int("--input-len", input_len, limit=MAX_TOKENS),
+                output_len=positive_int("--output-len", output_len, limit=MAX_TOKENS),
+                phase=phase,
+                spell=flag_name,
+            )
+        except PlanRequestError as exc:
+            raise CommandError(_one_line(exc)) from exc
         try:
             name, config, weights = load_target(target)
             if model_id is not None and not is_valid_repo_id(model_id):
@@ -216,32 +294,47 @@ class Command(BaseCommand):
             message = getattr(exc, "reason", None) or getattr(exc, "message", None) or str(exc)
             raise CommandError(_one_line(message)) from exc
         try:
-            plan = plan_release(
-                analysis,
-                layout,
-                context_tokens=planned_options.get("context_tokens"),
-                concurrency=planned_options.get("concurrency"),
-                dtype=planned_options.get("dtype"),
-                release=name,
-                catalog=catalog,
+            result, workload = plan_and_workload(
+                analysis, layout, catalog, inputs, release=name, spell=flag_name
             )
         except NoFittingPlan as exc:
             if format == "json":
-                result = no_fit_result(
-                    exc, analysis, layout, catalog, planned_options, release=name
+                self.stdout.write(
+                    json.dumps(self._no_fit(exc, analysis, layout, catalog, inputs, name, note))
                 )
-                result["note"] = note
-                self.stdout.write(json.dumps(result, indent=2))
             raise CommandError(_one_line(exc), returncode=NO_FIT_EXIT_CODE) from exc
-        except (PlanInputError, CatalogError) as exc:
+        except (PlanRequestError, PlanInputError, CatalogError) as exc:
             raise CommandError(_one_line(exc)) from exc
-        result = plan.to_dict()
-        result["catalog_version"] = catalog.version
         result["note"] = note
         if format == "json":
+            if workload is not None:
+                result["workload"] = workload
             self.stdout.write(json.dumps(result, indent=2, allow_nan=False))
             return
-        self.stdout.write(summary_text(result, note))
+        self.stdout.write(summary_text(result, note, workload))
+
+    @staticmethod
+    def _no_fit(
+        exc: NoFittingPlan,
+        analysis: dict,
+        layout: PoolLayout,
+        catalog: Catalog,
+        inputs: PlanInputs,
+        name: str,
+        note: str,
+    ) -> dict[str, Any]:
+        """What --format json prints when nothing fits: `no_fit_result`, the note, and the
+        split that was given (its label) when there was one."""
+        options = {
+            "context_tokens": inputs.context_tokens,
+            "concurrency": inputs.concurrency,
+            "dtype": inputs.dtype,
+        }
+        result = no_fit_result(exc, analysis, layout, catalog, options, release=name)
+        result["note"] = note
+        if inputs.split is not None:
+            result["split"] = inputs.split.label()
+        return result
 
     @staticmethod
     def _layout(
@@ -256,40 +349,20 @@ class Command(BaseCommand):
                 "give --pool NAME, or --accelerator KIND --devices N [--devices-per-node M], "
                 "not both"
             )
-        if pool:
-            row = AcceleratorPool.objects.filter(name=pool).first()
-            if row is None:
-                known = ", ".join(AcceleratorPool.objects.values_list("name", flat=True))
-                raise CommandError(f"no pool {pool!r}; pools: {known or 'none'}")
-            try:
-                return pool_catalog(row)
-            except CatalogError as exc:
-                raise CommandError(_one_line(exc)) from exc
-        if not accelerator:
-            raise CommandError(
-                "say where to plan: --pool NAME, or --accelerator KIND --devices N "
-                "[--devices-per-node M]"
-            )
-        count = positive_int("--devices", devices, limit=MAX_DEVICES_PER_NODE * MAX_NODES)
-        if count is None:
-            raise CommandError(f"--accelerator {accelerator} needs --devices N")
-        per_node = positive_int("--devices-per-node", devices_per_node, limit=MAX_DEVICES_PER_NODE)
         try:
-            catalog = AcceleratorKind.objects.catalog()
-            if accelerator == "cpu":
-                cpu = cpu_accelerator()
-                catalog = catalog.with_cpu(cpu)
-                note = f"cpu is this machine as measured here ({fmt.gib(cpu.memory_bytes)})"
-            else:
-                note = ""
-            layout = layout_for_devices(catalog, accelerator, count, per_node)
-        except CatalogError as exc:
-            raise CommandError(_one_line(exc)) from exc
-        if not note:
-            origin = (
-                "the admin's catalog row"
-                if AcceleratorKind.objects.filter(kind=accelerator).exists()
-                else f"catalog {catalog.version}"
+            if pool:
+                return place_of_pool(pool)
+            if not accelerator:
+                raise CommandError(
+                    "say where to plan: --pool NAME, or --accelerator KIND --devices N "
+                    "[--devices-per-node M]"
+                )
+            count = positive_int("--devices", devices, limit=MAX_DEVICES_PER_NODE * MAX_NODES)
+            if count is None:
+                raise CommandError(f"--accelerator {accelerator} needs --devices N")
+            per_node = positive_int(
+                "--devices-per-node", devices_per_node, limit=MAX_DEVICES_PER_NODE
             )
-            note = f"{accelerator} ({catalog.accelerator(accelerator).name}) figures from {origin}"
-        return catalog, layout, note
+            return place_of_devices(accelerator, count, per_node, spell=flag_name)
+        except PlanRequestError as exc:
+            raise CommandError(_one_line(exc)) from exc
