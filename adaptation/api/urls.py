@@ -12,6 +12,7 @@ router.register("jobs", views.JobViewSet, basename="job")
 router.register("stages", views.StageRunViewSet, basename="stage")
 router.register("pools", views.PoolViewSet, basename="pool")
 router.register("suite-runs", views.SuiteRunViewSet, basename="suite-run")
+router.register("plans", views.PlanViewSet, basename="plan")
 router.register("webhook-endpoints", views.WebhookEndpointViewSet, basename="webhook-endpoint")
 
 urlpatterns = router.urls

@@ -22,6 +22,7 @@ from rest_framework.exceptions import (
     NotAuthenticated,
     NotFound,
     PermissionDenied,
+    ValidationError,
 )
 from rest_framework.filters import SearchFilter
 from rest_framework.request import Request
@@ -30,7 +31,7 @@ from rest_framework.serializers import BaseSerializer
 
 from adaptation.api import filters, serializers
 from adaptation.api.exceptions import Conflict, DuplicateJob
-from adaptation.api.permissions import ActionPermission
+from adaptation.api.permissions import READ_API, ActionPermission
 from adaptation.catalog import pool_layout
 from adaptation.models import (
     AcceleratorKind,
@@ -45,6 +46,7 @@ from adaptation.models import (
     Worker,
 )
 from adaptation.page_links import job_page_url
+from adaptation.plan_requests import PlanRequestError, plan_and_workload
 from adaptation.presenters.suites import suite_matrix
 from adaptation.roles import CANCEL_JOB, RERUN_STAGE, TRIGGER_JOB
 from adaptation.selectors import inventory
@@ -67,6 +69,8 @@ from adaptation.services.queueing import unsent_stage_runs
 from adaptation.services.suites import suite_start
 from adaptation.webhooks.endpoints import EndpointError, webhook_endpoint_create
 from engine.catalog import CatalogError
+from engine.stages.plan.errors import NoFittingPlan, PlanInputError
+from engine.stages.plan.run import no_fit_result
 
 CONFLICT = OpenApiResponse(description="The job's state does not allow this now (see message).")
 DUPLICATE = OpenApiResponse(
@@ -469,3 +473,61 @@ class SuiteRunViewSet(
             serializers.SuiteRunOutput(run).data,
             status=status.HTTP_201_CREATED if sent else status.HTTP_202_ACCEPTED,
         )
+
+
+class PlanViewSet(ThrottleRefusalsMixin, viewsets.GenericViewSet):
+    """Plans computed on request, as `manage.py plan` computes them: nothing is stored."""
+
+    permission_classes = [ActionPermission]
+    # A plan reads and computes, it starts nothing: whoever reads the API may ask for one.
+    action_permissions = {"create": READ_API}
+    serializer_class = serializers.PlanCreateInput
+
+    @extend_schema(
+        request=serializers.PlanCreateInput,
+        responses={200: serializers.PlanOutput},
+        summary="Plan a release or a config on a pool, and predict a workload on the plan",
+    )
+    def create(self, request: Request) -> Response:
+        """The plan of a release (its newest analysis) or a config on a pool or on N devices
+        of a catalog kind: the split with the fewest devices that fits, or the `split` given,
+        with memory per device, predicted decode and launch commands; with `input_len` and
+        `output_len`, the workload's prediction on that split (`workload`). 200 also when
+        nothing fits: the plan is then `{"fits": false, "reason", "suggestions", ...}` and
+        `workload` null. 400 under the field for a bad value. Needs a role."""
+        serializer = serializers.PlanCreateInput(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        inputs = data["inputs"]
+        try:
+            plan, workload = plan_and_workload(
+                data["analysis"],
+                data["layout"],
+                data["catalog"],
+                inputs,
+                release=data["release_name"],
+            )
+        except NoFittingPlan as exc:
+            options = {
+                "context_tokens": inputs.context_tokens,
+                "concurrency": inputs.concurrency,
+                "dtype": inputs.dtype,
+            }
+            plan = no_fit_result(
+                exc,
+                data["analysis"],
+                data["layout"],
+                data["catalog"],
+                options,
+                release=data["release_name"],
+            )
+            if inputs.split is not None:
+                plan["split"] = inputs.split.label()
+            workload = None
+        except PlanRequestError as exc:
+            raise ValidationError({exc.field: [str(exc)]}) from exc
+        except (PlanInputError, CatalogError) as exc:
+            raise ValidationError({"non_field_errors": [str(exc)]}) from exc
+        plan["note"] = data["note"]
+        plan["analysis_note"] = data["analysis_note"]
+        return Response(serializers.PlanOutput({"plan": plan, "workload": workload}).data)
