@@ -10,20 +10,24 @@ from engine.stages.performance.rows import UNITS
 
 
 def predicted_points(plan: Mapping[str, Any] | None) -> tuple[list[dict[str, Any]], dict]:
-    """(points, info) from the plan stage's result: its roofline predictions for the full-size
-    model. A point: {"kind": "predicted", "model": "full-size", "dtype" (the plan's serving
+    """(points, info) from the plan stage's result: its predictions for the full-size model
+    (the step-time model with the fit the plan names). A point: {"kind": "predicted", "model": "full-size", "dtype" (the plan's serving
     dtype), "batch_size", "prompt_len", "context_tokens", "ttft_s", "ttft_p95_s", "tpot_s",
     "tpot_p95_s", "prefill_tokens_per_s", "decode_tokens_per_s", "peak_memory_bytes",
-    "memory_kind"}, None where the roofline says nothing (p95s, memory). Decode points have
-    `prompt_len` None and `context_tokens` the plan's context (the roofline reads the KV cache
-    of one full context per sequence); prefill points are one prompt each (`batch_size` 1,
+    "memory_kind"}, None where the model says nothing (p95s, memory). Decode points have
+    `prompt_len` None and `context_tokens` the average context the prediction read each
+    sequence's KV cache at (the workload's input + half its output tokens); prefill points are one prompt each (`batch_size` 1,
     `context_tokens` None). Where the plan carried a calibrated prediction (the pool's running
     calibration, `plan.calibration.calibrated_predictions`), decode points also have
     "calibrated_tpot_s" and "calibrated_decode_tokens_per_s", prefill points
     "calibrated_ttft_s" and "calibrated_prefill_tokens_per_s", beside the raw figures.
     `info` = {"available", "source", and "reason" or the plan's accelerator, split, dtype,
-    context_tokens, "calibrated" (its label, factors, runs, basis and caveat, or why not)}."""
-    source = "plan stage: engine/stages/plan/roofline.py, Roofline.predictions (full-size model)"
+    context_tokens, "fit" (the fitted constants the figures come from), "calibrated" (its
+    label, factors, runs, basis and caveat, or why not)}."""
+    source = (
+        "plan stage: engine/stages/plan/predictor.py, FullSizePredictor.predictions "
+        "(full-size model)"
+    )
     if not isinstance(plan, Mapping) or plan.get("fits") is not True:
         return [], {"available": False, "source": source, "reason": "no successful plan result"}
     predicted = plan.get("predicted")
@@ -51,7 +55,7 @@ def predicted_points(plan: Mapping[str, Any] | None) -> tuple[list[dict[str, Any
             | {
                 "batch_size": entry["concurrent_sequences"],
                 "prompt_len": None,
-                "context_tokens": context,
+                "context_tokens": entry.get("context_tokens") or context,
                 "tpot_s": entry["tpot_s"],
                 "decode_tokens_per_s": entry["decode_tokens_per_s"],
             }
@@ -85,6 +89,7 @@ def predicted_points(plan: Mapping[str, Any] | None) -> tuple[list[dict[str, Any
         "dtype": dtype,
         "dtype_label": plan.get("dtype_label"),
         "context_tokens": context,
+        "fit": predicted.get("fit"),
         "calibrated": (
             {"available": True}
             | {

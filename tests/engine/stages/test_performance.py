@@ -286,12 +286,15 @@ def test_predictions_come_from_the_plan_and_stay_apart(seeded_twin):
     predicted, info = predicted_points(plan)
     curve = plan["predicted"]["decode_curve"]
     assert info["available"] is True and info["accelerator"] == "h100"
-    assert "roofline.py" in info["source"]
+    assert "predictor.py" in info["source"]
+    assert info["fit"] == plan["predicted"]["fit"] and info["fit"]["engine"] == "vllm"
     decode = [p for p in predicted if p["prompt_len"] is None]
     prefill = [p for p in predicted if p["prompt_len"] is not None]
     assert [p["batch_size"] for p in decode] == [c["concurrent_sequences"] for c in curve]
     assert [p["tpot_s"] for p in decode] == [c["tpot_s"] for c in curve]
-    assert all(p["context_tokens"] == plan["inputs"]["context_tokens"] for p in decode)
+    workload = plan["predicted"]["workload"]
+    average = workload["input_tokens"] + workload["output_tokens"] / 2
+    assert all(p["context_tokens"] == average for p in decode)
     assert [p["prompt_len"] for p in prefill] == [
         e["prompt_tokens"] for e in plan["predicted"]["prefill"]
     ]
