@@ -31,24 +31,18 @@ from engine import formatting as fmt
 from engine.architecture import AnalysisError, analyze_config
 from engine.catalog import Catalog, CatalogError, cpu_accelerator
 from engine.hubs.base import is_valid_repo_id
-from engine.stages.plan.errors import NoFittingPlan, PlanInputError
+from engine.stages.plan.errors import PlanInputError
 from engine.stages.plan.layout import PoolLayout
-from engine.stages.plan.memory import MEMORY_ASSUMPTIONS, device_weights
 from engine.stages.plan.model import (
-    DEFAULT_CONCURRENCY,
     ModelShape,
-    default_context_tokens,
     normalize_dtype,
 )
 from engine.stages.plan.planner import (
     MAX_CONCURRENCY,
     MAX_CONTEXT_TOKENS,
     Plan,
-    evaluate_split,
     plan_release,
-    resolve_serving_dtype,
 )
-from engine.stages.plan.predictor import PREDICTION_ASSUMPTIONS
 from engine.stages.plan.split_notation import check_split_for, parse_split
 from engine.stages.plan.steady_state import MAX_CONCURRENCY as MAX_WORKLOAD_CONCURRENCY
 from engine.stages.plan.steady_state import MAX_TOKENS, PHASES, normalize_kv_dtype
@@ -414,79 +408,20 @@ def split_plan(
     release: str,
     catalog: Catalog,
 ) -> Plan:
-    """The plan of one given split on `layout` at `inputs`' context, concurrency and dtype:
-    `evaluate_split` checks, sizes and predicts it as the planner does each candidate; the
-    `Plan` holds it in place of a choice, with no runners-up or scaling (nothing was chosen)
-    and a note saying it was given. Raises `NoFittingPlan` for a split the engines refuse for
-    this model (the rules' reasons, as `predict_workload` does) or one that does not fit the
-    devices' memory (what it needs against the budget), `PlanInputError` for unusable
-    input."""
-    shape = ModelShape.from_analysis(analysis)
-    accelerator = catalog.accelerator(layout.accelerator)
-    serving, notes = resolve_serving_dtype(shape, accelerator, normalize_dtype(inputs.dtype))
-    context = inputs.context_tokens or default_context_tokens(shape)
-    conc = inputs.concurrency or DEFAULT_CONCURRENCY
-    candidate = evaluate_split(
+    """The plan of one given split on `layout` at `inputs`' context, concurrency and dtypes
+    (`plan_release(split=...)`: checked, sized and predicted as each candidate is, with no
+    runners-up or scaling). Raises `NoFittingPlan` for a split the engines refuse or that
+    does not fit, `PlanInputError` for unusable input."""
+    return plan_release(
         analysis,
         layout,
-        split,
-        context_tokens=context,
-        concurrency=conc,
+        context_tokens=inputs.context_tokens,
+        concurrency=inputs.concurrency,
         dtype=inputs.dtype,
-        catalog=catalog,
-        **served_options(inputs),
-    )
-    label = split.label()
-    if not candidate.validity.valid:
-        raise NoFittingPlan(
-            f"the split {label} does not load {release}: " + "; ".join(candidate.validity.reasons)
-        )
-    memory = candidate.memory
-    assert memory is not None
-    if not candidate.fits:
-        raise NoFittingPlan(
-            f"{release} at {label} does not fit {split.devices} x {accelerator.kind}, "
-            f"{fmt.gib(accelerator.memory_bytes)} each, at dtype {shape.dtype_label(serving)}, "
-            f"context {context:,} tokens x {fmt.counted(conc, 'sequence')}: it needs "
-            f"{fmt.gib(memory.used)} per device (weights {fmt.gib(memory.weights)}, KV "
-            f"{fmt.gib(memory.kv_cache)}) against a budget of {fmt.gib(memory.budget)}"
-        )
-    # The fit the figures come from, as plan_release's assumptions name it.
-    fitted = (
-        [f"predicted with the {candidate.predictor.fit.label()}"] if candidate.predictor else []
-    )
-    dtypes = ["checkpoint"]
-    for name in accelerator.dtypes:
-        try:
-            normalised = normalize_dtype(name)
-        except PlanInputError:
-            continue
-        if normalised not in dtypes:
-            dtypes.append(normalised)
-    return Plan(
         release=release,
-        accelerator=accelerator,
-        layout=layout,
-        chosen=candidate,
-        dtype=serving,
-        context_tokens=context,
-        concurrency=conc,
-        runners_up=[],
-        scaling=[],
-        memory_by_dtype={
-            shape.dtype_label(d): round(device_weights(shape, split, candidate.validity, d).total)
-            for d in dtypes
-        },
-        assumptions=[
-            f"context {context:,} tokens x {conc} concurrent sequences",
-            f"serving dtype {shape.dtype_label(serving)}",
-            f"split {label} given, not chosen by the planner",
-            *MEMORY_ASSUMPTIONS,
-            *PREDICTION_ASSUMPTIONS,
-            *fitted,
-        ],
-        shape=shape,
-        notes=[*notes, f"the split {label} was given: the planner's choice is not compared"],
+        catalog=catalog,
+        split=split,
+        **served_options(inputs),
     )
 
 

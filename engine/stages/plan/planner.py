@@ -501,8 +501,9 @@ def plan_release(
     output_tokens: int | None = None,
     engine: str | None = None,
     fit: Fit | None = None,
+    split: Split | None = None,
 ) -> Plan:
-    """Plan serving the analysed release on `layout`.
+    """Plan serving the analysed release on `layout` (or, with `split`, on that split).
 
     `analysis` is `analyze_config(config).to_dict()`; `context_tokens` defaults to the
     release's max context capped at 32,768, `concurrency` to 4 sequences, `dtype` to the
@@ -510,8 +511,10 @@ def plan_release(
     `kv_dtype` None/"auto" keeps a 16-bit KV cache, "fp8" halves it. The predictions serve
     `input_tokens` / `output_tokens` per request (default 1,000 / 1,000 within the context)
     on `engine` ("vllm" by default) with `fit` (default: the accelerator x engine's fit on
-    published results, `fits.fit_for`). Raises `PlanInputError` for unusable input and
-    `NoFittingPlan` when no split fits.
+    published results, `fits.fit_for`). A given `split` is checked, sized and predicted as
+    each candidate is, and planned in place of a choice (no runners-up or scaling). Raises
+    `PlanInputError` for unusable input and `NoFittingPlan` when no split fits (or the given
+    one is refused by the engines' rules or does not fit, saying what it needs).
     """
     shape = ModelShape.from_analysis(analysis)
     if not isinstance(layout, PoolLayout):
@@ -542,6 +545,11 @@ def plan_release(
         ),
     )
     name = release or str(analysis.get("family") or analysis.get("architecture") or "the model")
+    if split is not None:
+        return _given_split_plan(
+            planner, split, dtype=serving, context=context, concurrency=conc, release=name,
+            notes=notes,
+        )  # fmt: skip
     counts = list(device_counts(layout.devices_per_node, layout.devices))
     found = planner.first_fit(counts, dtype=serving, context=context, concurrency=conc)
     if found is None:
@@ -561,28 +569,14 @@ def plan_release(
         smaller = planner.candidates(
             counts[idx - 1], dtype=serving, context=context, concurrency=conc, predict=False
         )
-    dtypes = ["checkpoint"]
-    for d in accelerator.dtypes:
-        try:
-            norm = normalize_dtype(d)
-        except PlanInputError:
-            continue
-        if norm not in dtypes:
-            dtypes.append(norm)
-    by_dtype = {
-        shape.dtype_label(d): round(device_weights(shape, chosen.split, chosen.validity, d).total)
-        for d in dtypes
-    }
-    assumptions = [
-        f"context {context:,} tokens x {conc} concurrent sequences"
-        + (" (defaults)" if context_tokens is None and concurrency is None else ""),
-        f"serving dtype {shape.dtype_label(serving)}",
-        *MEMORY_ASSUMPTIONS,
-        *PREDICTION_ASSUMPTIONS,
-        f"predicted with the {planner.fit.label()}",
-        "DP replicas without EP are independent engine instances; with EP (vLLM "
-        "--enable-expert-parallel) the EP group is TP x DP and attention runs data-parallel",
-    ]
+    by_dtype = _weights_by_dtype(shape, accelerator, chosen)
+    assumptions = _assumptions(
+        planner,
+        context=context,
+        concurrency=conc,
+        dtype=serving,
+        defaults=context_tokens is None and concurrency is None,
+    )
     return Plan(
         release=name,
         accelerator=accelerator,
@@ -603,6 +597,96 @@ def plan_release(
         assumptions=assumptions,
         shape=shape,
         notes=notes,
+    )
+
+
+def _weights_by_dtype(
+    shape: ModelShape, accelerator: Accelerator, chosen: Candidate
+) -> dict[str, int]:
+    """Weight bytes per device of the chosen split at the checkpoint's and each dtype the
+    accelerator serves."""
+    dtypes = ["checkpoint"]
+    for d in accelerator.dtypes:
+        try:
+            norm = normalize_dtype(d)
+        except PlanInputError:
+            continue
+        if norm not in dtypes:
+            dtypes.append(norm)
+    return {
+        shape.dtype_label(d): round(device_weights(shape, chosen.split, chosen.validity, d).total)
+        for d in dtypes
+    }
+
+
+def _assumptions(
+    planner: _Planner, *, context: int, concurrency: int, dtype: str, defaults: bool
+) -> list[str]:
+    return [
+        f"context {context:,} tokens x {concurrency} concurrent sequences"
+        + (" (defaults)" if defaults else ""),
+        f"serving dtype {planner.shape.dtype_label(dtype)}",
+        *MEMORY_ASSUMPTIONS,
+        *PREDICTION_ASSUMPTIONS,
+        f"predicted with the {planner.fit.label()}",
+        "DP replicas without EP are independent engine instances; with EP (vLLM "
+        "--enable-expert-parallel) the EP group is TP x DP and attention runs data-parallel",
+    ]
+
+
+def _given_split_plan(
+    planner: _Planner,
+    split: Split,
+    *,
+    dtype: str,
+    context: int,
+    concurrency: int,
+    release: str,
+    notes: list[str],
+) -> Plan:
+    """The plan of one given split: checked, sized and predicted as each candidate is, held
+    in place of a choice with no runners-up or scaling (nothing was chosen). Raises
+    `NoFittingPlan` for a split the engines refuse for this model (the rules' reasons) or one
+    that does not fit the devices' memory (what it needs against the budget)."""
+    shape, accelerator, label = planner.shape, planner.accelerator, split.label()
+    if split.devices > planner.layout.devices:
+        raise PlanInputError(
+            f"the split {label} uses {split.devices:,} devices (TP x PP x DP); the pool has "
+            f"{planner.layout.devices:,}"
+        )
+    candidate = planner.evaluate(split, dtype=dtype, context=context, concurrency=concurrency)
+    if not candidate.validity.valid:
+        raise NoFittingPlan(
+            f"the split {label} does not load {release}: " + "; ".join(candidate.validity.reasons)
+        )
+    memory = candidate.memory
+    assert memory is not None
+    if not candidate.fits:
+        raise NoFittingPlan(
+            f"{release} at {label} does not fit {split.devices} x {accelerator.kind}, "
+            f"{fmt.gib(accelerator.memory_bytes)} each, at dtype {shape.dtype_label(dtype)}, "
+            f"context {context:,} tokens x {fmt.counted(concurrency, 'sequence')}: it needs "
+            f"{fmt.gib(memory.used)} per device (weights {fmt.gib(memory.weights)}, KV "
+            f"{fmt.gib(memory.kv_cache)}) against a budget of {fmt.gib(memory.budget)}"
+        )
+    assumptions = _assumptions(
+        planner, context=context, concurrency=concurrency, dtype=dtype, defaults=False
+    )
+    assumptions.insert(2, f"split {label} given, not chosen by the planner")
+    return Plan(
+        release=release,
+        accelerator=accelerator,
+        layout=planner.layout,
+        chosen=candidate,
+        dtype=dtype,
+        context_tokens=context,
+        concurrency=concurrency,
+        runners_up=[],
+        scaling=[],
+        memory_by_dtype=_weights_by_dtype(shape, accelerator, candidate),
+        assumptions=assumptions,
+        shape=shape,
+        notes=[*notes, f"the split {label} was given: the planner's choice is not compared"],
     )
 
 
