@@ -77,6 +77,17 @@ class PlanRequestError(ValueError):
 # --- where: a pool, or devices of a catalog kind -------------------------------------------
 
 
+# The engines whose constants the planner fits (engine/stages/plan/published/).
+ENGINES = ("vllm", "sglang", "tensorrt-llm")
+
+
+def pool_engine_kind(name: str) -> str | None:
+    """The serving engine the pool named `name` launches ("vllm", "sglang"), else None."""
+    row = AcceleratorPool.objects.filter(name=name).only("engine").first()
+    kind = ((row.engine or {}).get("kind") if row else None) or None
+    return kind if kind in ENGINES else None
+
+
 def place_of_pool(name: str) -> tuple[Catalog, PoolLayout, str]:
     """(catalog, layout, note on the accelerator's figures) of the pool named `name`
     (`adaptation.catalog.pool_catalog`: a cpu pool is its live worker's machine). Raises
@@ -203,7 +214,8 @@ class PlanInputs:
     """A request's checked options: the plan's `context_tokens` and `concurrency` (None:
     the planner's defaults), the serving `dtype` (normalised, None: the checkpoint's), the
     `kv_dtype` (None: 16-bit, the engines' "auto"), a given `split` (None: the planner
-    chooses) and the `workload` (None: no prediction)."""
+    chooses), the `workload` (None: no prediction) and the `engine` whose fit predicts it
+    (None: vLLM's)."""
 
     context_tokens: int | None = None
     concurrency: int | None = None
@@ -211,6 +223,7 @@ class PlanInputs:
     kv_dtype: str | None = None
     split: Split | None = None
     workload: Workload | None = None
+    engine: str | None = None
 
 
 def plan_inputs(
@@ -223,6 +236,7 @@ def plan_inputs(
     input_len: int | None = None,
     output_len: int | None = None,
     phase: str | None = None,
+    engine: str | None = None,
     spell: Spell = api_name,
 ) -> PlanInputs:
     """Check a request's options (whole numbers already read as ints; `concurrency` an int,
@@ -257,6 +271,10 @@ def plan_inputs(
         kv = normalize_kv_dtype(kv_dtype)
     except PlanInputError as exc:
         raise PlanRequestError("kv_dtype", f"{spell('kv_dtype')}: {exc}") from exc
+    if engine is not None and str(engine).strip().lower() not in ENGINES:
+        raise PlanRequestError(
+            "engine", f"{spell('engine')} must be one of {', '.join(ENGINES)}, got {engine!r}"
+        )
     given = None
     if split is not None:
         try:
@@ -270,6 +288,7 @@ def plan_inputs(
         kv_dtype=kv,
         split=given,
         workload=workload,
+        engine=None if engine is None else str(engine).strip().lower(),
     )
 
 
@@ -382,6 +401,7 @@ def plan_and_workload(
         split=plan.split,
         dtype=inputs.dtype,
         kv_dtype=inputs.kv_dtype,
+        engine=inputs.engine,
         catalog=catalog,
     )
     return result, prediction.to_dict()
@@ -394,6 +414,7 @@ def served_options(inputs: PlanInputs) -> dict[str, Any]:
     workload = inputs.workload
     return {
         "kv_dtype": inputs.kv_dtype,
+        "engine": inputs.engine,
         "input_tokens": workload.input_tokens if workload else None,
         "output_tokens": workload.output_tokens if workload else None,
     }

@@ -33,6 +33,7 @@ from adaptation.plan_requests import (
     place_of_devices,
     place_of_pool,
     plan_inputs,
+    pool_engine_kind,
     release_analysis,
 )
 from adaptation.presenters.analysis import analysed_config, latest_analysis_run
@@ -1060,6 +1061,11 @@ class PlanCreateInput(serializers.Serializer):
         required=False,
         help_text="KV-cache dtype: auto (16-bit, the default), bfloat16, float16, fp8.",
     )
+    engine = serializers.CharField(
+        required=False,
+        help_text="The serving engine whose fitted constants predict: vllm (default; a pool's "
+        "own engine with pool), sglang, tensorrt-llm.",
+    )
     input_len = serializers.IntegerField(
         required=False, help_text="A workload's prompt tokens per request (with output_len)."
     )
@@ -1103,6 +1109,8 @@ class PlanCreateInput(serializers.Serializer):
                 input_len=attrs.get("input_len"),
                 output_len=attrs.get("output_len"),
                 phase=attrs.get("phase"),
+                engine=attrs.get("engine")
+                or (pool_engine_kind(attrs["pool"]) if "pool" in attrs else None),
             )
             if "pool" in attrs:
                 place = place_of_pool(attrs["pool"])

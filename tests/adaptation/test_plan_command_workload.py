@@ -240,3 +240,15 @@ def test_without_a_workload_the_output_is_todays_plan():
     ).to_dict()
     expected |= {"catalog_version": load_catalog().version, "note": plan["note"]}
     assert plan == json.loads(json.dumps(expected))
+
+
+def test_the_engine_picks_the_fit_and_a_pool_its_own_engine():
+    trt = plan_json(LLAMA_8B, *ON_8_H100, *WORKLOAD, "--engine", "tensorrt-llm")
+    assert trt["workload"]["fit"]["engine"] == "tensorrt-llm"
+    assert trt["workload"]["fit"]["accelerator"] == "h100"
+    assert trt["predicted"]["fit"] == trt["workload"]["fit"]
+    default = plan_json(LLAMA_8B, *ON_8_H100, *WORKLOAD)
+    assert default["workload"]["fit"]["engine"] == "vllm"
+    assert default["workload"]["output_tokens_per_s"] != trt["workload"]["output_tokens_per_s"]
+    error, _ = plan_refused(LLAMA_8B, *ON_8_H100, *WORKLOAD, "--engine", "ollama")
+    assert "--engine must be one of vllm, sglang, tensorrt-llm" in str(error)

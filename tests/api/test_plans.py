@@ -251,3 +251,10 @@ def test_what_the_planner_refuses_beyond_the_fields_is_a_400_for_the_whole_input
 def test_a_config_the_analysis_refuses_is_refused_under_config(cast):
     fields = refused(cast, {"config": {"model_type": "llama", "hidden_size": -1}, **on_8()})
     assert list(fields) == ["config"] and "hidden_size" in fields["config"][0]
+
+
+def test_the_engine_picks_the_fit(cast):
+    body = {"config": load_realconfig(LLAMA), **on_8(), "input_len": 1000, "output_len": 1000}
+    answer = plan_of(cast, {**body, "engine": "sglang"})
+    assert answer["workload"]["fit"]["engine"] == "sglang"
+    assert answer["plan"]["predicted"]["fit"]["engine"] == "sglang"

@@ -1,6 +1,6 @@
 """`python manage.py plan PATH_OR_REPO_ID (--pool NAME | --accelerator KIND --devices N
 [--devices-per-node M]) [--split "TP8 PP1 EP1 DP1"] [--context N] [--concurrency N|max]
-[--dtype D] [--kv-dtype D] [--input-len N --output-len N [--phase both|prefill|decode]]
+[--dtype D] [--kv-dtype D] [--engine E] [--input-len N --output-len N [--phase both|prefill|decode]]
 [--format text|json]`.
 
 The distributed plan of one release on a pool, computed here without a worker or a job: the
@@ -39,6 +39,7 @@ from adaptation.plan_requests import (
     place_of_pool,
     plan_and_workload,
     plan_inputs,
+    pool_engine_kind,
 )
 from adaptation.targets import TargetError, resolve_target
 from engine import formatting as fmt
@@ -224,6 +225,12 @@ class Command(BaseCommand):
             help="KV-cache dtype: auto (16-bit, the default), bfloat16, float16, fp8.",
         )
         parser.add_argument(
+            "--engine",
+            default=None,
+            help="The serving engine whose fitted constants predict: vllm (default; a pool's "
+            "own engine with --pool), sglang, tensorrt-llm.",
+        )
+        parser.add_argument(
             "--input-len", default=None, help="A workload's prompt tokens per request."
         )
         parser.add_argument(
@@ -256,6 +263,7 @@ class Command(BaseCommand):
         concurrency: str | None,
         dtype: str | None,
         kv_dtype: str | None,
+        engine: str | None,
         input_len: str | None,
         output_len: str | None,
         phase: str | None,
@@ -280,6 +288,7 @@ class Command(BaseCommand):
                 input_len=positive_int("--input-len", input_len, limit=MAX_TOKENS),
                 output_len=positive_int("--output-len", output_len, limit=MAX_TOKENS),
                 phase=phase,
+                engine=engine or (pool_engine_kind(pool) if pool else None),
                 spell=flag_name,
             )
         except PlanRequestError as exc:
