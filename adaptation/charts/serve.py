@@ -28,7 +28,11 @@ from adaptation.charts.layout import (
 from engine.formatting import finite
 
 # What a checkpoint kind is called in a measured trace's name.
-CHECKPOINT_WORDS = {"twin": "twin", "real": "real weights"}
+CHECKPOINT_WORDS = {
+    "twin": "twin",
+    "real": "real weights",
+    "full-size": "full size, dummy weights",
+}
 MEASURED_COLOUR = "#1d5fb4"
 TPOT_COLOUR = "#b4541d"
 PREDICTED_COLOUR = "#5d6875"

@@ -4,9 +4,13 @@ The stage (`engine/stages/serve/`, docs/stages/serve.md) launches the pool's ser
 from the plan's own command on a scaled twin's checkpoint (or a small release's real
 weights), or attaches to an endpoint a team runs, and measures through the engine: loading,
 precision against transformers on the same checkpoint, a load sweep, the engine's metrics
-over it and the plan's TP against TP=1. Every figure is measured on the engine serving that
-checkpoint, never on the full-size model; the plan's predictions (full-size, its split) are
-drawn beside the sweep in their own panels. Values only: `panels/serve.html` words them.
+over it and the plan's TP against TP=1; every one of those figures is measured on the engine
+serving that checkpoint, and the plan's predictions (full-size, its split) are drawn beside
+the sweep in their own panels. Then, where the plan fits the pool, it launches the plan's
+command at full size with dummy weights and sweeps workloads (`full_size`, read by
+`presenters.full_size`): measured · engine · full size · dummy weights, beside the plan's
+prediction for the same workload; speed, memory and scheduling only, never precision.
+Values only: `panels/serve.html` and `partials/serve_full_size.html` word them.
 """
 
 from __future__ import annotations
@@ -18,6 +22,15 @@ from typing import Any
 from adaptation.charts import serve as serve_charts
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun, StageStatus
 from adaptation.presenters.chart_slot import ChartSlot
+from adaptation.presenters.engine_command import CommandChange, command_changes
+from adaptation.presenters.full_size import (
+    FullSizeRun,
+    PlanWorkload,
+    WorkloadComparison,
+    comparisons,
+    full_size_run,
+    plan_workload,
+)
 from adaptation.presenters.plan_figures import Split
 from adaptation.presenters.stages import SkippedBecause, settle_unfinished
 from adaptation.selectors.jobs import latest_runs_by_stage
@@ -63,17 +76,6 @@ def _failure(value: Any, *, fallback_reason: str) -> Failure:
 
 
 @dataclass(frozen=True)
-class CommandChange:
-    """One flag the launch changed from the plan's command: the planned value, the launched
-    one ("" where the command has none) and why (the stage's words)."""
-
-    flag: str
-    planned: str
-    launched: str
-    why: str
-
-
-@dataclass(frozen=True)
 class Engine:
     """The engine that served: its name and version, whether day0 launched it ("launched")
     or attached to a running endpoint ("attached"), the plan's command, the command launched
@@ -101,15 +103,7 @@ def _engine(result: Mapping[str, Any]) -> Engine | None:
         mode=_text(result.get("mode")),
         planned_command=_text(engine.get("command")),
         launched_command=_text(engine.get("launched_command")),
-        changes=[
-            CommandChange(
-                flag=_text(row.get("flag")),
-                planned=_text(row.get("planned")),
-                launched=_text(row.get("launched")),
-                why=_text(row.get("why")),
-            )
-            for row in (as_mapping(r) for r in as_list(engine.get("command_diff")))
-        ],
+        changes=command_changes(engine.get("command_diff")),
     )
 
 
@@ -372,13 +366,15 @@ def _settings(result: Mapping[str, Any]) -> SweepSettings | None:
 @dataclass(frozen=True)
 class PlanPrediction:
     """The job's plan beside the sweep (predicted for the full-size model): its split and
-    devices, and its predicted decode curve ({"concurrent_sequences", "decode_tokens_per_s",
-    "tpot_s"} at its batch sizes; empty when it predicted none)."""
+    devices, its predicted decode curve ({"concurrent_sequences", "decode_tokens_per_s",
+    "tpot_s"} at its batch sizes; empty when it predicted none) and its predicted served
+    workload with the fit it names (None when it predicted none)."""
 
     split: Split
     devices: Any
     accelerator: str
     curve: list[Mapping[str, Any]]
+    workload: PlanWorkload | None = None
 
 
 def plan_prediction(job: AdaptationJob) -> PlanPrediction | None:
@@ -400,6 +396,7 @@ def plan_prediction(job: AdaptationJob) -> PlanPrediction | None:
         devices=result.get("devices"),
         accelerator=_text(result.get("accelerator")),
         curve=curve,
+        workload=plan_workload(result),
     )
 
 
@@ -430,6 +427,11 @@ class ServePanel:
     metrics_interval_s: float | None = None
     plan: PlanPrediction | None = None
     charts: list[ChartSlot] = field(default_factory=list)
+    # The full-size run on the engine with dummy weights (None: the result has none), each
+    # workload it measured beside the plan's prediction for it, and its metrics chart.
+    full_size: FullSizeRun | None = None
+    full_size_comparisons: list[WorkloadComparison] = field(default_factory=list)
+    full_size_charts: list[ChartSlot] = field(default_factory=list)
 
     @property
     def dom_id(self) -> str:
@@ -449,6 +451,7 @@ class ServePanel:
                 self.precision is not None,
                 self.tp is not None,
                 bool(self.sweep),
+                self.full_size is not None and self.full_size.status != "skipped",
             )
         )
 
@@ -495,6 +498,18 @@ def _measured(panel: ServePanel, result: Mapping[str, Any]) -> None:
     panel.sweep_settings = _settings(result)
     panel.metrics_interval_s = finite(as_mapping(result.get("metrics")).get("interval_s"))
     panel.charts = _charts(panel, result)
+    panel.full_size = full_size_run(result)
+    if panel.full_size is not None:
+        panel.full_size_comparisons = comparisons(
+            panel.full_size, panel.plan.workload if panel.plan else None
+        )
+        metrics = serve_charts.engine_metrics(
+            [dict(s) for s in panel.full_size.metrics_series], checkpoint_kind="full-size"
+        )
+        if metrics is not None:
+            panel.full_size_charts = [
+                ChartSlot(f"{panel.dom_id}-full-size-metrics", metrics, "metrics")
+            ]
 
 
 def serve_panel(

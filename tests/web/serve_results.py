@@ -198,3 +198,168 @@ NOT_CONFIGURED: dict[str, Any] = {"status": "not_configured"}
 def served(**changes: Any) -> dict[str, Any]:
     """A deep copy of `SERVED` with `changes` applied at the top level."""
     return copy.deepcopy(SERVED) | changes
+
+
+# --- the full-size run (docs/stages/serve.md, "Full size") -----------------------------------
+
+FULL_SIZE_COMMAND = (
+    "/opt/engines/vllm/bin/python -m vllm.entrypoints.openai.api_server "
+    "--model /var/day0/serve/full-size/5d1c --tensor-parallel-size 2 --max-model-len 32768 "
+    "--max-num-seqs 64 --dtype bfloat16 --load-format dummy --host 127.0.0.1 --port 41901"
+)
+
+
+def _level(concurrency: int, tokens: float, ttft: float, tpot: float) -> dict[str, Any]:
+    """One full-size level with today's sweep keys: 4 requests a slot, none failed."""
+    return {
+        "concurrency": concurrency,
+        "requests": 4 * concurrency,
+        "completed": 4 * concurrency,
+        "errors": 0,
+        "ttft_s_p50": ttft,
+        "ttft_s_p95": ttft * 1.4,
+        "tpot_s_p50": tpot,
+        "tpot_s_p95": tpot * 1.2,
+        "e2e_s_p50": ttft + 999 * tpot,
+        "e2e_s_p99": (ttft + 999 * tpot) * 1.1,
+        "output_tokens_per_s": tokens,
+        "requests_per_s": tokens / 1000,
+    }
+
+
+# Llama-3.1-8B at full size with dummy weights on two H200s, 1000 + 1000 tokens a request.
+FULL_SIZE_TP2 = [(1, 161.2, 0.031, 0.0062), (2, 309.8, 0.034, 0.0064), (4, 590.4, 0.041, 0.0067)]
+FULL_SIZE_TP1 = [(1, 112.5, 0.046, 0.0089), (2, 215.0, 0.052, 0.0093), (4, 404.0, 0.066, 0.0099)]
+# What the plan's fit predicted for the same levels before the measurement.
+PREDICTED_BEFORE = [(1, 150.0, 0.028, 0.0066), (2, 290.0, 0.030, 0.0068), (4, 560.0, 0.036, 0.0071)]
+FIT = {
+    "accelerator": "h200",
+    "engine": "vllm",
+    "scope": "accelerator+engine",
+    "points": 8,
+    "residual": 1.256,
+    "source": "published serving results (published/results.csv)",
+    "constants": {
+        "bandwidth_efficiency": 0.6786,
+        "flops_efficiency": 0.433,
+        "step_overhead_s": 0.0308,
+        "layer_overhead_s": 2.0e-05,
+        "moe_efficiency": 0.56,
+    },
+}
+
+FULL_SIZE: dict[str, Any] = {
+    "status": "measured",
+    "reason": None,
+    "load_format": "dummy",
+    "launched_command": FULL_SIZE_COMMAND,
+    "command_diff": [
+        {
+            "flag": "--load-format",
+            "planned": "",
+            "launched": "dummy",
+            "why": "random weights from the config: the full size without its checkpoint",
+        }
+    ],
+    "load_s": 41.7,
+    "tp": 2,
+    "dtype": "bfloat16",
+    "peak_memory_bytes": 98_000_000_000,
+    "max_model_len": 32768,
+    "engine_kv_cache_tokens": 1_104_896,
+    "kv_cache_space_gib": None,
+    "sweep_settings": {
+        "input_tokens": 1000,
+        "output_tokens": 1000,
+        "concurrency": [1, 2, 4],
+        "requests_per_level": 16,
+        "time_budget_s": 1200.0,
+        "load_generator": "vllm.benchmarks.serve (vLLM 0.32.0)",
+    },
+    "sweep": [_level(*row) for row in FULL_SIZE_TP2],
+    "stopped": None,
+    "workloads": [
+        {
+            "label": "prefill-heavy",
+            "input_tokens": 2048,
+            "output_tokens": 128,
+            "sweep": [_level(1, 98.4, 0.061, 0.0063), _level(2, 180.2, 0.070, 0.0066)],
+            "stopped": None,
+        },
+        {
+            "label": "decode-heavy",
+            "input_tokens": 128,
+            "output_tokens": 2048,
+            "sweep": [_level(1, 163.0, 0.012, 0.0061)],
+            "stopped": "time budget",
+        },
+    ],
+    "tp_scaling": [
+        {
+            "tp": 1,
+            "load_s": 37.9,
+            "launched_command": FULL_SIZE_COMMAND.replace("size 2", "size 1"),
+            "sweep": [_level(*row) for row in FULL_SIZE_TP1],
+            "stopped": None,
+            "engine_kv_cache_tokens": 455_000,
+            "peak_memory_bytes": 120_000_000_000,
+        }
+    ],
+    "tp_skipped": [],
+    # engine/stages/serve/full_size.py `scaling` of the two sweeps: TP=2 over TP=1 on twice
+    # the devices.
+    "scaling": [
+        {
+            "tp": tp,
+            "concurrency": c2,
+            "output_tokens_per_s": t2 if tp == 2 else t1,
+            "baseline_tp": 1,
+            "speedup": round((t2 / t1) if tp == 2 else 1.0, 4),
+            "efficiency": round((t2 / t1 / 2) if tp == 2 else 1.0, 4),
+        }
+        for tp in (1, 2)
+        for (c2, t2, _a, _b), (_c1, t1, _d, _e) in zip(FULL_SIZE_TP2, FULL_SIZE_TP1, strict=True)
+    ],
+    "engine_metrics": {
+        "interval_s": 0.5,
+        "series": [
+            {"t_s": 0.5 * i, "kv_cache_usage": round(0.004 * i, 4), "running": min(4, 1 + i // 4)}
+            for i in range(20)
+        ],
+        "errors": 0,
+        "phases": [{"label": "primary", "t_start_s": 0.0, "t_end_s": 9.5}],
+        "peak": {"kv_cache_usage": 0.076, "running": 4, "waiting": 0},
+    },
+    "model": {
+        "architecture": "LlamaForCausalLM",
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 128256,
+        "parameters": 8030261248,
+        "kv_cache_bytes_per_token": 131072,
+        "weight_bytes": 16060522496,
+    },
+    "duration_s": 412.6,
+    "predicted_before": {
+        "fit": FIT,
+        "sweep": [
+            {
+                "kind": "predicted",
+                "concurrency": c,
+                "output_tokens_per_s": tokens,
+                "ttft_s": ttft,
+                "tpot_s": tpot,
+                "e2e_s": ttft + 999 * tpot,
+                "batch": float(c),
+            }
+            for c, tokens, ttft, tpot in PREDICTED_BEFORE
+        ],
+    },
+}
+
+
+def full_size(**changes: Any) -> dict[str, Any]:
+    """A deep copy of `FULL_SIZE` with `changes` applied at the top level."""
+    return copy.deepcopy(FULL_SIZE) | changes

@@ -1,0 +1,662 @@
+"""The full-size figures as values, for the serve, performance and plan panels and the reports.
+
+Two kinds, never mixed up:
+
+- **measured**: the serve stage launched the plan's own command on the pool's engine at full
+  size with dummy weights (`--load-format dummy`: random weights from the config alone) and
+  swept workloads (the serve result's `full_size`, docs/stages/serve.md, "Full size"): speed,
+  memory and scheduling of the full-size model on the engine, nothing of precision;
+- **predicted**: the planner's step-time model for the same workload, with the fit it names
+  (the plan result's `predicted.workload` and `predicted.fit`, or the prediction the serve
+  stage kept beside its measurement, `full_size.predicted_before`, made before it measured).
+
+Values only: the templates word them ("measured · engine · full size · dummy weights",
+`partials/fit.html`). Times are seconds, throughput tokens/s, memory bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from adaptation.presenters.engine_command import CommandChange, command_changes, text
+from adaptation.presenters.plan_figures import as_count, whole
+from engine.formatting import finite
+from engine.stored import as_list, as_mapping
+
+PRIMARY = "primary"
+# The fit scopes of `engine/stages/plan/fits.py` by what they rest on: the pool's own
+# full-size sweeps, published serving results (one accelerator and engine, the engine over
+# every accelerator, or every row), or the literature's prior alone.
+PUBLISHED_SCOPES = ("accelerator+engine", "engine", "all", "all published")
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The fit a full-size prediction used (`engine/stages/plan/fits.py` `Fit.to_dict`):
+    the accelerator and engine it was fitted for ("*": every one), its `scope` as stored,
+    the points it was fitted on, its residual (the geometric-mean error factor on them, 1.0
+    exact; None for a prior) and its source."""
+
+    accelerator: str
+    engine: str
+    scope: str
+    points: int | None
+    residual: float | None
+    source: str
+
+    @property
+    def basis(self) -> str:
+        """What the fit rests on: "pool" (the pool's own full-size sweeps), "published"
+        (published serving results) or "prior" (no data: the literature's prior)."""
+        if self.scope == "pool":
+            return "pool"
+        return "published" if self.scope in PUBLISHED_SCOPES else "prior"
+
+
+def fit_of(value: Any) -> Fit | None:
+    """A stored fit (`predicted.fit`), None without one."""
+    fit = as_mapping(value)
+    if not fit:
+        return None
+    return Fit(
+        accelerator=text(fit.get("accelerator")),
+        engine=text(fit.get("engine")),
+        scope=text(fit.get("scope")),
+        points=whole(fit.get("points")),
+        residual=finite(fit.get("residual")),
+        source=text(fit.get("source")),
+    )
+
+
+@dataclass(frozen=True)
+class Level:
+    """One concurrency level of a sweep on the engine: requests sent, completed and failed,
+    output tokens/s and requests/s, TTFT and TPOT p50/p95, end-to-end p50/p99 (s)."""
+
+    concurrency: int | None
+    requests: int | None
+    completed: int | None
+    errors: int | None
+    output_tokens_per_s: float | None
+    requests_per_s: float | None
+    ttft_s_p50: float | None
+    ttft_s_p95: float | None
+    tpot_s_p50: float | None
+    tpot_s_p95: float | None
+    e2e_s_p50: float | None
+    e2e_s_p99: float | None
+
+    @property
+    def failed_requests(self) -> bool:
+        return bool(self.errors)
+
+
+_LEVEL_FIGURES = (
+    "output_tokens_per_s",
+    "requests_per_s",
+    "ttft_s_p50",
+    "ttft_s_p95",
+    "tpot_s_p50",
+    "tpot_s_p95",
+    "e2e_s_p50",
+    "e2e_s_p99",
+)
+
+
+def levels_of(value: Any) -> list[Level]:
+    """The levels of a stored sweep, by concurrency (a level without one is left out)."""
+    levels = []
+    for point in (as_mapping(p) for p in as_list(value)):
+        concurrency = whole(point.get("concurrency"))
+        if concurrency is None:
+            continue
+        levels.append(
+            Level(
+                concurrency=concurrency,
+                requests=whole(point.get("requests")),
+                completed=whole(point.get("completed")),
+                errors=whole(point.get("errors")),
+                **{key: finite(point.get(key)) for key in _LEVEL_FIGURES},
+            )
+        )
+    return sorted(levels, key=lambda level: level.concurrency or 0)
+
+
+@dataclass(frozen=True)
+class MeasuredWorkload:
+    """One workload swept on the engine at full size: its `label` ("primary", or the stage's
+    "prefill-heavy" / "decode-heavy"), the tokens of each request's prompt and output, the TP
+    it ran at, its levels and why it stopped early ("" when every level finished, "time
+    budget", or "error: ..." with the sweep's reason)."""
+
+    label: str
+    input_tokens: int | None
+    output_tokens: int | None
+    tp: int | None
+    levels: list[Level]
+    stopped: str = ""
+
+    @property
+    def best(self) -> Level | None:
+        """The level of the highest output tokens/s (None when none has a figure)."""
+        rated = [level for level in self.levels if level.output_tokens_per_s is not None]
+        return max(rated, key=lambda level: level.output_tokens_per_s or 0.0, default=None)
+
+    @property
+    def primary(self) -> bool:
+        return self.label == PRIMARY
+
+    @property
+    def key(self) -> str:
+        """A name for element ids: "primary", "prefill-heavy"."""
+        return "".join(c if c.isalnum() or c == "-" else "-" for c in self.label) or "workload"
+
+
+@dataclass(frozen=True)
+class PredictedPoint:
+    """One predicted load of a served workload (`engine/stages/plan/predictor.py`
+    `workload`): requests in flight, sequences decoded at once, output tokens/s over every
+    device (and per device, where the plan gives it), TTFT, TPOT and end-to-end (s)."""
+
+    concurrency: int | float | None
+    batch: float | None
+    output_tokens_per_s: float | None
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float | None
+    output_tokens_per_s_per_device: float | None = None
+
+
+def predicted_point(value: Any) -> PredictedPoint:
+    point = as_mapping(value)
+    concurrency = finite(point.get("concurrency"))
+    return PredictedPoint(
+        concurrency=int(concurrency)
+        if concurrency is not None and concurrency.is_integer()
+        else concurrency,
+        batch=finite(point.get("batch")),
+        output_tokens_per_s=finite(point.get("output_tokens_per_s")),
+        ttft_s=finite(point.get("ttft_s")),
+        tpot_s=finite(point.get("tpot_s")),
+        e2e_s=finite(point.get("e2e_s")),
+        output_tokens_per_s_per_device=finite(point.get("output_tokens_per_s_per_device")),
+    )
+
+
+def _predicted_points(value: Any) -> list[PredictedPoint]:
+    points = [predicted_point(p) for p in as_list(value)]
+    return [p for p in points if p.concurrency is not None]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The plan's prediction for a measured workload: `made` "before" (the one the serve
+    stage kept beside its measurement, made by the plan's fit before it measured:
+    `full_size.predicted_before`) or "plan" (the plan's own workload curve, whose lengths are
+    the workload's), the fit it names, the lengths and the points by concurrency."""
+
+    made: str
+    fit: Fit | None
+    input_tokens: int | None
+    output_tokens: int | None
+    points: list[PredictedPoint]
+
+    def at(self, concurrency: int | None) -> PredictedPoint | None:
+        """The predicted point at `concurrency`, None when the prediction has none there."""
+        return next((p for p in self.points if p.concurrency == concurrency), None)
+
+
+@dataclass(frozen=True)
+class PlanPool:
+    """One pool of a disaggregated deployment as the plan predicts it: requests in flight,
+    tokens/s of its phase (input for prefill, output for decode) and its latency (TTFT for
+    prefill, TPOT for decode; s)."""
+
+    concurrency: int | float | None
+    tokens_per_s: float | None
+    latency_s: float | None
+
+
+@dataclass(frozen=True)
+class PlanWorkload:
+    """The plan's predicted served workload (`predicted.workload`): the lengths, KV dtype and
+    engine it was predicted for, the throughput-optimal load (`max_load`, with what bounds
+    its batch: "kv_cache", "engine_cap" or "concurrency", and the KV cache's sequences), the
+    curve from concurrency 1 to it, the prefill and decode pools, and the fit it names."""
+
+    input_tokens: int | None
+    output_tokens: int | None
+    kv_dtype: str
+    engine: str
+    max_load: PredictedPoint | None
+    bound_by: str
+    kv_capacity_sequences: int | None
+    curve: list[PredictedPoint]
+    prefill_pool: PlanPool | None
+    decode_pool: PlanPool | None
+    fit: Fit | None
+
+
+def plan_workload(plan_result: Mapping[str, Any] | None) -> PlanWorkload | None:
+    """The plan's predicted workload, None when the plan predicted none (an older plan, or
+    one without a prediction: its `predicted.reason` says why)."""
+    predicted = as_mapping(as_mapping(plan_result).get("predicted"))
+    workload = as_mapping(predicted.get("workload"))
+    if not predicted.get("available") or not workload:
+        return None
+    best = as_mapping(workload.get("max_load"))
+    prefill = as_mapping(workload.get("prefill_pool"))
+    decode = as_mapping(workload.get("decode_pool"))
+    return PlanWorkload(
+        input_tokens=whole(workload.get("input_tokens")),
+        output_tokens=whole(workload.get("output_tokens")),
+        kv_dtype=text(workload.get("kv_dtype")),
+        engine=text(workload.get("engine")),
+        max_load=predicted_point(best) if best else None,
+        bound_by=text(best.get("batch_bound_by")),
+        kv_capacity_sequences=whole(best.get("kv_capacity_sequences")),
+        curve=_predicted_points(workload.get("curve")),
+        prefill_pool=PlanPool(
+            concurrency=finite(prefill.get("concurrency")),
+            tokens_per_s=finite(prefill.get("input_tokens_per_s")),
+            latency_s=finite(prefill.get("ttft_s")),
+        )
+        if prefill
+        else None,
+        decode_pool=PlanPool(
+            concurrency=finite(decode.get("concurrency")),
+            tokens_per_s=finite(decode.get("output_tokens_per_s")),
+            latency_s=finite(decode.get("tpot_s")),
+        )
+        if decode
+        else None,
+        fit=fit_of(predicted.get("fit")),
+    )
+
+
+@dataclass(frozen=True)
+class TPLaunch:
+    """A launch at a smaller TP degree for the scaling curve: its TP, load time (s), the
+    command, the primary workload's levels there, why it stopped ("" when it did not), the KV
+    cache's tokens the engine logged and its peak memory (bytes)."""
+
+    tp: int | None
+    load_s: float | None
+    launched_command: str
+    levels: list[Level]
+    stopped: str
+    engine_kv_cache_tokens: int | None
+    peak_memory_bytes: float | None
+
+
+@dataclass(frozen=True)
+class TPLeftOut:
+    """A TP degree the run did not launch, and why (`reason`: "invalid_split" with the
+    engines' `rule`, "too_few_devices" with `devices_needed`, "does_not_fit")."""
+
+    tp: int | None
+    reason: str
+    rule: str = ""
+    devices_needed: int | None = None
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """Multi-card scaling measured at full size: at `tp` and `concurrency`, output tokens/s,
+    the smallest degree measured (`baseline_tp`), the speedup over it at the same level and
+    the efficiency (speedup / the devices' ratio; on a cpu pool every degree runs on the same
+    cores, so it is the speedup)."""
+
+    tp: int | None
+    concurrency: int | None
+    output_tokens_per_s: float | None
+    baseline_tp: int | None
+    speedup: float | None
+    efficiency: float | None
+
+
+@dataclass(frozen=True)
+class EnginePeaks:
+    """The engine's /metrics over the full-size sweeps of the first launch: the largest KV
+    cache usage (a fraction), running and waiting requests, the scrape interval (s) and how
+    many samples were read."""
+
+    kv_cache_usage: float | None
+    running: int | float | None
+    waiting: int | float | None
+    interval_s: float | None
+    samples: int
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """What the full-size run served, read from the release's config: its architecture,
+    layers, hidden size, attention and KV heads, vocabulary, parameters, weight bytes in the
+    dtype served and KV cache bytes per token (bf16)."""
+
+    architecture: str
+    num_hidden_layers: int | None
+    hidden_size: int | None
+    num_attention_heads: int | None
+    num_key_value_heads: int | None
+    vocab_size: int | None
+    parameters: int | None
+    weight_bytes: int | None
+    kv_cache_bytes_per_token: int | None
+
+
+def _model(value: Any) -> ServedModel | None:
+    model = as_mapping(value)
+    if not model:
+        return None
+    counts = (
+        "num_hidden_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "vocab_size",
+        "parameters",
+        "weight_bytes",
+        "kv_cache_bytes_per_token",
+    )
+    return ServedModel(
+        architecture=text(model.get("architecture")),
+        **{key: whole(model.get(key)) for key in counts},
+    )
+
+
+@dataclass(frozen=True)
+class FullSizeRun:
+    """The serve stage's full-size run (`full_size`, docs/stages/serve.md "Full size").
+
+    `status` "measured", "skipped" or "failed"; `reason` its code ("" when measured; the
+    template words it); `load_format` ("dummy"). The first launch: its command and the flags
+    that differ from the plan's, load time (s), TP, the dtype the engine computed in, peak
+    memory (bytes), the engine's max model length and KV cache tokens. `settings`: the
+    primary workload's lengths, the concurrency levels, requests per level, the time budget
+    (s) and the load generator. `workloads`: the primary first, then the others swept on the
+    same engine. `tp_launches`, `tp_left_out`, `scaling`: the smaller TP degrees launched, left
+    out, and the scaling measured across them. `peaks` and `metrics_series` (samples for the
+    chart): the engine's metrics. `predicted_before`: what the plan's fit predicted for the
+    primary workload's levels before the measurement (None where the stage kept none).
+    Skipped or failed, the figures that decided it: `devices_needed`, `devices_held`,
+    `weight_bytes`, `max_weight_bytes`, `disabled_by`, `error`, `culprit`, `engine_lines`."""
+
+    status: str
+    reason: str = ""
+    load_format: str = ""
+    launched_command: str = ""
+    changes: list[CommandChange] = field(default_factory=list)
+    load_s: float | None = None
+    tp: int | None = None
+    dtype: str = ""
+    peak_memory_bytes: float | None = None
+    max_model_len: int | None = None
+    engine_kv_cache_tokens: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    concurrency_levels: list[int] = field(default_factory=list)
+    requests_per_level: int | None = None
+    time_budget_s: float | None = None
+    load_generator: str = ""
+    workloads: list[MeasuredWorkload] = field(default_factory=list)
+    tp_launches: list[TPLaunch] = field(default_factory=list)
+    tp_left_out: list[TPLeftOut] = field(default_factory=list)
+    scaling: list[ScalingPoint] = field(default_factory=list)
+    peaks: EnginePeaks | None = None
+    metrics_series: list[Mapping[str, Any]] = field(default_factory=list)
+    model: ServedModel | None = None
+    predicted_before: Prediction | None = None
+    duration_s: float | None = None
+    devices_needed: int | None = None
+    devices_held: int | None = None
+    weight_bytes: int | None = None
+    max_weight_bytes: int | None = None
+    disabled_by: str = ""
+    failed_checks: list[str] = field(default_factory=list)
+    error: str = ""
+    culprit: str = ""
+    engine_lines: list[str] = field(default_factory=list)
+
+    @property
+    def measured(self) -> bool:
+        return self.status == "measured"
+
+    @property
+    def primary(self) -> MeasuredWorkload | None:
+        return next((w for w in self.workloads if w.primary), None)
+
+    @property
+    def swept(self) -> list[MeasuredWorkload]:
+        """The workloads with at least one level measured."""
+        return [w for w in self.workloads if w.levels]
+
+    @property
+    def best(self) -> Level | None:
+        """The primary workload's level of the highest output tokens/s."""
+        primary = self.primary
+        return primary.best if primary else None
+
+    @property
+    def weight_cap_exceeded(self) -> bool:
+        return self.reason == "over_weight_cap"
+
+
+def _predicted_before(value: Any, primary: MeasuredWorkload | None) -> Prediction | None:
+    before = as_mapping(value)
+    points = _predicted_points(before.get("sweep"))
+    if not points:
+        return None
+    return Prediction(
+        made="before",
+        fit=fit_of(before.get("fit")),
+        # The prediction was made for the primary workload's levels (its lengths unless it
+        # says its own).
+        input_tokens=whole(before.get("input_tokens"))
+        or (primary.input_tokens if primary else None),
+        output_tokens=whole(before.get("output_tokens"))
+        or (primary.output_tokens if primary else None),
+        points=points,
+    )
+
+
+def _workloads(full_size: Mapping[str, Any], tp: int | None) -> list[MeasuredWorkload]:
+    settings = as_mapping(full_size.get("sweep_settings"))
+    primary = MeasuredWorkload(
+        label=PRIMARY,
+        input_tokens=whole(settings.get("input_tokens")),
+        output_tokens=whole(settings.get("output_tokens")),
+        tp=tp,
+        levels=levels_of(full_size.get("sweep")),
+        stopped=text(full_size.get("stopped")),
+    )
+    others = [
+        MeasuredWorkload(
+            label=text(entry.get("label")) or "workload",
+            input_tokens=whole(entry.get("input_tokens")),
+            output_tokens=whole(entry.get("output_tokens")),
+            tp=tp,
+            levels=levels_of(entry.get("sweep")),
+            stopped=text(entry.get("stopped")),
+        )
+        for entry in (as_mapping(e) for e in as_list(full_size.get("workloads")))
+    ]
+    return [primary, *others]
+
+
+def _peaks(metrics: Mapping[str, Any]) -> EnginePeaks | None:
+    if not metrics:
+        return None
+    peak = as_mapping(metrics.get("peak"))
+    return EnginePeaks(
+        kv_cache_usage=finite(peak.get("kv_cache_usage")),
+        running=as_count(peak.get("running")),
+        waiting=as_count(peak.get("waiting")),
+        interval_s=finite(metrics.get("interval_s")),
+        samples=len(as_list(metrics.get("series"))),
+    )
+
+
+def full_size_run(serve_result: Mapping[str, Any] | None) -> FullSizeRun | None:
+    """The full-size run of a serve result, None where it has none (a run stored before the
+    stage measured the full size, or one that stopped before it)."""
+    full_size = as_mapping(as_mapping(serve_result).get("full_size"))
+    status = text(full_size.get("status"))
+    if status not in ("measured", "skipped", "failed"):
+        return None
+    tp = whole(full_size.get("tp"))
+    settings = as_mapping(full_size.get("sweep_settings"))
+    workloads = _workloads(full_size, tp) if status != "skipped" else []
+    metrics = as_mapping(full_size.get("engine_metrics"))
+    primary = next((w for w in workloads if w.primary), None)
+    return FullSizeRun(
+        status=status,
+        reason=text(full_size.get("reason")),
+        load_format=text(full_size.get("load_format")),
+        launched_command=text(full_size.get("launched_command")),
+        changes=command_changes(full_size.get("command_diff")),
+        load_s=finite(full_size.get("load_s")),
+        tp=tp,
+        dtype=text(full_size.get("dtype")),
+        peak_memory_bytes=finite(full_size.get("peak_memory_bytes")),
+        max_model_len=whole(full_size.get("max_model_len")),
+        engine_kv_cache_tokens=whole(full_size.get("engine_kv_cache_tokens")),
+        input_tokens=whole(settings.get("input_tokens")),
+        output_tokens=whole(settings.get("output_tokens")),
+        concurrency_levels=[
+            c for c in (whole(v) for v in as_list(settings.get("concurrency"))) if c is not None
+        ],
+        requests_per_level=whole(settings.get("requests_per_level")),
+        time_budget_s=finite(settings.get("time_budget_s")),
+        load_generator=text(settings.get("load_generator")),
+        workloads=workloads,
+        tp_launches=[
+            TPLaunch(
+                tp=whole(entry.get("tp")),
+                load_s=finite(entry.get("load_s")),
+                launched_command=text(entry.get("launched_command")),
+                levels=levels_of(entry.get("sweep")),
+                stopped=text(entry.get("stopped")),
+                engine_kv_cache_tokens=whole(entry.get("engine_kv_cache_tokens")),
+                peak_memory_bytes=finite(entry.get("peak_memory_bytes")),
+            )
+            for entry in (as_mapping(e) for e in as_list(full_size.get("tp_scaling")))
+        ],
+        tp_left_out=[
+            TPLeftOut(
+                tp=whole(entry.get("tp")),
+                reason=text(entry.get("reason")),
+                rule=text(entry.get("rule")),
+                devices_needed=whole(entry.get("devices_needed")),
+            )
+            for entry in (as_mapping(e) for e in as_list(full_size.get("tp_skipped")))
+        ],
+        scaling=[
+            ScalingPoint(
+                tp=whole(row.get("tp")),
+                concurrency=whole(row.get("concurrency")),
+                output_tokens_per_s=finite(row.get("output_tokens_per_s")),
+                baseline_tp=whole(row.get("baseline_tp")),
+                speedup=finite(row.get("speedup")),
+                efficiency=finite(row.get("efficiency")),
+            )
+            for row in (as_mapping(r) for r in as_list(full_size.get("scaling")))
+        ],
+        peaks=_peaks(metrics),
+        metrics_series=[as_mapping(s) for s in as_list(metrics.get("series"))],
+        model=_model(full_size.get("model")),
+        predicted_before=_predicted_before(full_size.get("predicted_before"), primary),
+        duration_s=finite(full_size.get("duration_s")),
+        devices_needed=whole(full_size.get("devices_needed")),
+        devices_held=whole(full_size.get("devices_held")),
+        weight_bytes=whole(full_size.get("weight_bytes"))
+        or whole(as_mapping(full_size.get("model")).get("weight_bytes")),
+        max_weight_bytes=whole(full_size.get("max_weight_bytes")),
+        disabled_by=text(full_size.get("by")),
+        failed_checks=[str(c) for c in as_list(full_size.get("checks"))],
+        error=text(full_size.get("error")),
+        culprit=text(full_size.get("culprit")),
+        engine_lines=[str(line) for line in as_list(full_size.get("engine_lines"))],
+    )
+
+
+def prediction_for(
+    workload: MeasuredWorkload, *, run: FullSizeRun, plan: PlanWorkload | None
+) -> Prediction | None:
+    """The plan's prediction for `workload`: for the primary one, the prediction the serve
+    stage kept beside it (made before it measured) where there is one; else the plan's own
+    workload curve when it was predicted for the same input and output tokens; else None (a
+    prediction for other lengths is not this workload's)."""
+    if workload.primary and run.predicted_before is not None:
+        return run.predicted_before
+    if (
+        plan is not None
+        and plan.curve
+        and (plan.input_tokens, plan.output_tokens)
+        == (workload.input_tokens, workload.output_tokens)
+    ):
+        return Prediction(
+            made="plan",
+            fit=plan.fit,
+            input_tokens=plan.input_tokens,
+            output_tokens=plan.output_tokens,
+            points=plan.curve,
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class ComparedLevel:
+    """One measured level beside the prediction at the same concurrency (None where the
+    prediction has no point there), and measured / predicted output tokens/s."""
+
+    measured: Level
+    predicted: PredictedPoint | None
+
+    @property
+    def ratio(self) -> float | None:
+        measured = self.measured.output_tokens_per_s
+        predicted = self.predicted.output_tokens_per_s if self.predicted else None
+        if measured is None or not predicted:
+            return None
+        return measured / predicted
+
+
+@dataclass(frozen=True)
+class WorkloadComparison:
+    """A measured workload beside the plan's prediction for it (None: none for its lengths),
+    level by level."""
+
+    workload: MeasuredWorkload
+    prediction: Prediction | None
+
+    @property
+    def rows(self) -> list[ComparedLevel]:
+        at = self.prediction.at if self.prediction else (lambda _c: None)
+        return [ComparedLevel(level, at(level.concurrency)) for level in self.workload.levels]
+
+
+def comparisons(run: FullSizeRun, plan: PlanWorkload | None) -> list[WorkloadComparison]:
+    """Each workload the run measured (the primary first) with the plan's prediction for it."""
+    return [
+        WorkloadComparison(workload, prediction_for(workload, run=run, plan=plan))
+        for workload in run.swept
+    ]
+
+
+def levels_for_chart(levels: Sequence[Level]) -> list[dict[str, Any]]:
+    """Measured levels as the full-size chart reads them."""
+    return [
+        {
+            "concurrency": level.concurrency,
+            "output_tokens_per_s": level.output_tokens_per_s,
+            "ttft_s_p50": level.ttft_s_p50,
+            "ttft_s_p95": level.ttft_s_p95,
+            "tpot_s_p50": level.tpot_s_p50,
+            "tpot_s_p95": level.tpot_s_p95,
+            "errors": level.errors,
+        }
+        for level in levels
+    ]
