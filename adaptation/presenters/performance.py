@@ -7,6 +7,11 @@ handed in), the knee, the stops and the notes from the stage's result. Measured 
 the scaled twin's on the pool's device; predicted ones for the full-size model are the
 planner's roofline on the pool's accelerators; they live in separate panels of every chart,
 and every trace name says which it is.
+
+Beside them, where the job's serve stage measured it, the full-size model on the pool's
+engine with dummy weights (`EngineFullSize`: measured · engine · full size · dummy weights),
+each workload beside the plan's prediction for the same lengths and the fit it names, on
+shared axes: both are the full-size model's.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 
 from django.urls import reverse
 
+from adaptation.charts import full_size as full_size_charts
 from adaptation.charts.performance_metrics import (
     METRICS,
     is_efficiency,
@@ -24,6 +30,16 @@ from adaptation.charts.performance_metrics import (
 )
 from adaptation.models import AdaptationJob, ModelRelease, StageRun, StageStatus
 from adaptation.presenters.chart_slot import ChartSlot
+from adaptation.presenters.full_size import (
+    Fit,
+    FullSizeRun,
+    PlanWorkload,
+    WorkloadComparison,
+    comparisons,
+    full_size_run,
+    levels_for_chart,
+    plan_workload,
+)
 from adaptation.presenters.performance_points import PointTable, point_table
 from adaptation.presenters.performance_predictions import (
     CalibratedFullSize,
@@ -157,6 +173,84 @@ def _sweep(result: Mapping[str, Any]) -> Sweep:
     )
 
 
+SERVE_STAGE = "serve"
+PLAN_STAGE = "plan"
+
+
+@dataclass(frozen=True)
+class EngineFullSize:
+    """The full-size model measured on the job's engine with dummy weights (its newest serve
+    attempt's `full_size`) beside the plan's prediction for the same workloads: the run, each
+    workload it measured with the prediction for its lengths (`comparisons`, the primary
+    first), a chart per workload (`charts`, named by the workload's key) and the plan's own
+    workload (None when the plan predicted none)."""
+
+    run: FullSizeRun
+    comparisons: list[WorkloadComparison]
+    charts: list[ChartSlot]
+    plan: PlanWorkload | None
+
+    @property
+    def best(self) -> WorkloadComparison | None:
+        """The primary workload's comparison (None when it measured no level)."""
+        return next((c for c in self.comparisons if c.workload.primary), None)
+
+
+def _fit_for_chart(fit: Fit | None) -> dict[str, Any] | None:
+    if fit is None:
+        return None
+    return {
+        "accelerator": fit.accelerator,
+        "engine": fit.engine,
+        "points": fit.points,
+        "residual": fit.residual,
+    }
+
+
+def _workload_chart(comparison: WorkloadComparison, stem: str) -> ChartSlot | None:
+    workload, prediction = comparison.workload, comparison.prediction
+    figure = full_size_charts.workload_curves(
+        levels_for_chart(workload.levels),
+        [
+            {
+                "concurrency": p.concurrency,
+                "output_tokens_per_s": p.output_tokens_per_s,
+                "ttft_s": p.ttft_s,
+                "tpot_s": p.tpot_s,
+            }
+            for p in (prediction.points if prediction else [])
+        ],
+        label=workload.label,
+        input_tokens=workload.input_tokens,
+        output_tokens=workload.output_tokens,
+        fit=_fit_for_chart(prediction.fit if prediction else None),
+        made=prediction.made if prediction else "",
+    )
+    if figure is None:
+        return None
+    return ChartSlot(f"{stem}-full-size-{workload.key}", figure, workload.key)
+
+
+def engine_full_size(job: AdaptationJob, *, stem: str) -> EngineFullSize | None:
+    """What the job's newest serve attempt measured at full size on the engine (stage runs
+    prefetched with their results), beside its succeeded plan's prediction; None when the
+    job has no serve attempt with a full-size run. `stem` prefixes the charts' element ids."""
+    runs = latest_runs_by_stage(job)
+    serve = runs.get(SERVE_STAGE)
+    run = full_size_run(as_mapping(serve.result)) if serve is not None else None
+    if run is None:
+        return None
+    plan = runs.get(PLAN_STAGE)
+    workload = (
+        plan_workload(as_mapping(plan.result))
+        if plan is not None and plan.status == StageStatus.SUCCEEDED
+        else None
+    )
+    compared = comparisons(run, workload)
+    charts = [slot for c in compared if (slot := _workload_chart(c, stem)) is not None]
+    return EngineFullSize(run=run, comparisons=compared, charts=charts, plan=workload)
+
+
 @dataclass
 class PerformancePanel:
     """One job's performance: its newest finished `performance` attempt (`run`; None while the
@@ -186,6 +280,9 @@ class PerformancePanel:
     # Other jobs with performance rows: (group, jobs), group "same-release", "same-pool" or
     # "other".
     compare_choices: list[tuple[str, list[AdaptationJob]]] = field(default_factory=list)
+    # The full-size model measured on the job's engine beside the prediction (None: the job's
+    # serve stage measured none).
+    engine_full_size: EngineFullSize | None = None
 
     @property
     def dom_id(self) -> str:
@@ -245,6 +342,7 @@ def performance_panel(
         return None
     run = job_performance_run(job)
     panel = PerformancePanel(job=job, run=run, latest=latest, skipped=skipped_because(job, latest))
+    panel.engine_full_size = engine_full_size(job, stem=panel.dom_id)
     if run is None:
         return panel
     result = as_mapping(run.result)
