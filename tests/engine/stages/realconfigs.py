@@ -32,6 +32,9 @@ PUBLISHED: dict[str, Published] = {
         1_026_408_209_408, 31_687_072_768, 1_029_173_256_720, 70_272
     ),
     "openai__gpt-oss-20b": Published(20_914_757_184, 3_608_307_264, None, 49_152),
+    # Small dense models the cpu pool serves at full size with dummy weights (serve stage).
+    "HuggingFaceTB__SmolLM2-135M": Published(134_515_008, 134_515_008, None, 23_040),
+    "Qwen__Qwen3-0.6B": Published(596_049_920, 596_049_920, None, 114_688),
 }
 
 
