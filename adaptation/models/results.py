@@ -105,10 +105,15 @@ class PerformancePoint(models.Model):
     names the engine ("vllm"; blank for every in-process row above) and `engine_version` its
     version; one row per sweep level and metric, kind "measured", model "twin" (or "release"
     for the real weights), `concurrency` the level's concurrent requests, `prompt_len` the
-    sweep's input tokens, no `batch_size` (the engine batches); metrics "ttft_s_p50",
-    "ttft_s_p95", "tpot_s_p50", "tpot_s_p95", "e2e_s_p99" (s), "output_tokens_per_s"
-    (tokens/s) and "requests_per_s" (requests/s). Readers of the in-process curves keep to
-    the performance stage's runs.
+    sweep's input tokens, `output_len` its output tokens, `tp_size` the TP the engine ran at,
+    no `batch_size` (the engine batches); metrics "ttft_s_p50", "ttft_s_p95", "tpot_s_p50",
+    "tpot_s_p95", "e2e_s_p99" (s), "output_tokens_per_s" (tokens/s), "requests_per_s"
+    (requests/s) and "errors" (requests). The serve stage's full-size run adds the same rows
+    measured on the engine serving the full-size model with random weights: kind "measured",
+    model "full-size", `load_format` "dummy" (blank on every other row), one set per workload
+    (`prompt_len`, `output_len`) and TP degree (`tp_size`): measured · engine · full size ·
+    dummy weights, speed and memory only (random weights say nothing of precision). Readers
+    of the in-process curves keep to the performance stage's runs.
     """
 
     class Kind(models.TextChoices):
@@ -125,7 +130,8 @@ class PerformancePoint(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices)
     model = models.CharField(
         max_length=16,
-        help_text='"twin", "full-size" (predicted) or "release" (its real weights, measured).',
+        help_text='"twin", "full-size" (predicted, or measured on an engine with dummy weights) '
+        'or "release" (its real weights, measured).',
     )
     dtype = models.CharField(max_length=32)
     batch_size = models.PositiveIntegerField(null=True, blank=True)
@@ -139,6 +145,18 @@ class PerformancePoint(models.Model):
         help_text='The serving engine that measured it ("vllm"); blank: in process.',
     )
     engine_version = models.CharField(max_length=64, blank=True)
+    output_len = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Output tokens of each request of a serving sweep."
+    )
+    tp_size = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Tensor-parallel size the serving engine ran at."
+    )
+    load_format = models.CharField(
+        max_length=16,
+        blank=True,
+        help_text='How the engine got its weights: "dummy" (random, from the config alone: '
+        "speed and memory at full size, nothing of precision); blank: the checkpoint's.",
+    )
     metric = models.CharField(max_length=64)
     value = models.FloatField()
     unit = models.CharField(max_length=16)

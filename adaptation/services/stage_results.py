@@ -118,27 +118,11 @@ SERVE_METRICS: dict[str, str] = {
 }
 
 
-def _serve_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows of a serve result's load sweep: per level (`concurrency`) each figure of
-    `SERVE_METRICS` it has (`errors`: the level's failed requests, 0 stored too), kind
-    "measured", model "twin" ("release" for a checkpoint of the real weights), the dtype
-    served (the precision check's, else the checkpoint's), the sweep's input tokens as
-    `prompt_len`, and the engine's name and version."""
-    checkpoint = result.get("checkpoint") if isinstance(result.get("checkpoint"), dict) else {}
-    precision = result.get("precision") if isinstance(result.get("precision"), dict) else {}
-    engine = result.get("engine") if isinstance(result.get("engine"), dict) else {}
-    sweep_settings = result.get("sweep_settings")
-    input_tokens = sweep_settings.get("input_tokens") if isinstance(sweep_settings, dict) else None
-    key = {
-        "kind": "measured",
-        "model": "release" if checkpoint.get("kind") == "real" else "twin",
-        "dtype": precision.get("dtype") or checkpoint.get("dtype") or "",
-        "prompt_len": input_tokens if _is_count(input_tokens) else None,
-        "engine": engine.get("name") or "",
-        "engine_version": str(engine.get("version") or ""),
-    }
+def _level_rows(key: dict[str, Any], sweep: Any) -> list[dict[str, Any]]:
+    """`key` with each figure of `SERVE_METRICS` of each level of `sweep` (a level without a
+    concurrency is left out; `errors` 0 is stored too)."""
     rows = []
-    for level in result.get("sweep") or []:
+    for level in sweep if isinstance(sweep, list) else []:
         if not isinstance(level, dict) or not _is_count(level.get("concurrency")):
             continue
         for metric, unit in SERVE_METRICS.items():
@@ -156,12 +140,85 @@ def _serve_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _serve_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of a serve result's load sweep: per level (`concurrency`) each figure of
+    `SERVE_METRICS` it has (`errors`: the level's failed requests, 0 stored too), kind
+    "measured", model "twin" ("release" for a checkpoint of the real weights), the dtype
+    served (the precision check's, else the checkpoint's), the sweep's input and output tokens
+    as `prompt_len` and `output_len`, the TP it launched at as `tp_size`, and the engine's
+    name and version; then the full-size run's rows (`_full_size_rows`)."""
+    checkpoint = result.get("checkpoint") if isinstance(result.get("checkpoint"), dict) else {}
+    precision = result.get("precision") if isinstance(result.get("precision"), dict) else {}
+    engine = result.get("engine") if isinstance(result.get("engine"), dict) else {}
+    settings = result.get("sweep_settings")
+    settings = settings if isinstance(settings, dict) else {}
+    tp = result.get("tp") if isinstance(result.get("tp"), dict) else {}
+    engine_key = {
+        "engine": engine.get("name") or "",
+        "engine_version": str(engine.get("version") or ""),
+    }
+    key = {
+        "kind": "measured",
+        "model": "release" if checkpoint.get("kind") == "real" else "twin",
+        "dtype": precision.get("dtype") or checkpoint.get("dtype") or "",
+        "prompt_len": _count_or_none(settings.get("input_tokens")),
+        "output_len": _count_or_none(settings.get("output_tokens")),
+        "tp_size": _count_or_none(tp.get("launched")),
+        "load_format": "",
+        **engine_key,
+    }
+    return _level_rows(key, result.get("sweep")) + _full_size_rows(
+        result.get("full_size"), engine_key
+    )
+
+
+def _full_size_rows(full_size: Any, engine_key: dict[str, Any]) -> list[dict[str, Any]]:
+    """The full-size run's levels as rows (docs/stages/serve.md, "Full size"): kind
+    "measured", model "full-size", `load_format` "dummy", the dtype the engine computed in;
+    the primary workload at the run's TP, each other workload at that TP, and the primary
+    workload at each smaller TP degree, each with its input and output tokens."""
+    if not isinstance(full_size, dict) or full_size.get("status") != "measured":
+        return []
+    settings = full_size.get("sweep_settings")
+    settings = settings if isinstance(settings, dict) else {}
+    base = {
+        "kind": "measured",
+        "model": "full-size",
+        "dtype": str(full_size.get("dtype") or ""),
+        "load_format": str(full_size.get("load_format") or ""),
+        **engine_key,
+    }
+    primary = base | {
+        "prompt_len": _count_or_none(settings.get("input_tokens")),
+        "output_len": _count_or_none(settings.get("output_tokens")),
+    }
+    tp = _count_or_none(full_size.get("tp"))
+    rows = _level_rows(primary | {"tp_size": tp}, full_size.get("sweep"))
+    for workload in full_size.get("workloads") or []:
+        if isinstance(workload, dict):
+            key = base | {
+                "prompt_len": _count_or_none(workload.get("input_tokens")),
+                "output_len": _count_or_none(workload.get("output_tokens")),
+                "tp_size": tp,
+            }
+            rows += _level_rows(key, workload.get("sweep"))
+    for entry in full_size.get("tp_scaling") or []:
+        if isinstance(entry, dict):
+            key = primary | {"tp_size": _count_or_none(entry.get("tp"))}
+            rows += _level_rows(key, entry.get("sweep"))
+    return rows
+
+
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+def _count_or_none(value: Any) -> int | None:
+    return value if _is_count(value) else None
+
+
 def _store_serve_points(run: StageRun, result: dict[str, Any]) -> None:
-    """A serve run's load sweep as `PerformancePoint` rows, one metric each (`_serve_rows`),
+    """A serve run's load sweeps as `PerformancePoint` rows, one metric each (`_serve_rows`),
     marked with the engine that measured them: the in-process performance curves, the
     compare page and the pool's calibration keep to the performance stage's rows. A failed
     run stores the levels it measured before failing."""
@@ -170,8 +227,11 @@ def _store_serve_points(run: StageRun, result: dict[str, Any]) -> None:
             run,
             row,
             prompt_len=row["prompt_len"],
+            output_len=row["output_len"],
+            tp_size=row["tp_size"],
             concurrency=row["concurrency"],
             engine=_fitting(row, "engine"),
+            load_format=_fitting(row, "load_format"),
             engine_version=row["engine_version"][
                 : PerformancePoint._meta.get_field("engine_version").max_length
             ],

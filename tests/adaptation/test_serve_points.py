@@ -271,3 +271,75 @@ def test_the_performance_readers_keep_to_the_performance_stage(monkeypatch):
     assert (calibration["available"], calibration["runs"]) == (True, 1)
     assert calibration["per_run"][0]["stage_run"] == performance.pk
     assert calibration["decode_factor"] == 0.5
+
+
+def _full_size_point(concurrency: int, rate: float) -> dict:
+    """A full-size sweep level (docs/stages/serve.md, "Full size"), today's sweep keys."""
+    return copy.deepcopy(SERVED["sweep"][0]) | {
+        "concurrency": concurrency,
+        "output_tokens_per_s": rate,
+    }
+
+
+FULL_SIZE = {
+    "status": "measured",
+    "reason": None,
+    "load_format": "dummy",
+    "tp": 2,
+    "dtype": "bfloat16",
+    "sweep_settings": {"input_tokens": 128, "output_tokens": 64, "concurrency": [1]},
+    "sweep": [_full_size_point(1, 15.6)],
+    "stopped": None,
+    "workloads": [
+        {
+            "label": "prefill-heavy",
+            "input_tokens": 256,
+            "output_tokens": 16,
+            "sweep": [_full_size_point(1, 12.4)],
+            "stopped": None,
+        },
+        {
+            "label": "decode-heavy",
+            "input_tokens": 16,
+            "output_tokens": 256,
+            "sweep": [],
+            "stopped": "time budget",
+        },
+    ],
+    "tp_scaling": [{"tp": 1, "sweep": [_full_size_point(1, 9.1)], "stopped": None}],
+}
+FULL_SIZE_FIELDS = ("model", "load_format", "prompt_len", "output_len", "tp_size", "value")
+
+
+def test_the_full_size_run_is_stored_as_measured_engine_rows_with_dummy_weights(monkeypatch):
+    result = copy.deepcopy(SERVED) | {"full_size": copy.deepcopy(FULL_SIZE)}
+    run = serve_job(monkeypatch, lambda ctx: result).stage_runs.get(stage="serve")
+    assert run.status == StageStatus.SUCCEEDED, run.error
+    rows = PerformancePoint.objects.filter(stage_run=run)
+    full = rows.filter(model="full-size")
+    # measured · engine · full size · dummy weights, one set per workload and TP degree
+    assert set(full.values_list("kind", "engine", "engine_version", "dtype")) == {
+        ("measured", "vllm", "0.32.0", "bfloat16")
+    }
+    rates = full.filter(metric="output_tokens_per_s").order_by("id")
+    assert list(rates.values_list(*FULL_SIZE_FIELDS)) == [
+        ("full-size", "dummy", 128, 64, 2, 15.6),
+        ("full-size", "dummy", 256, 16, 2, 12.4),
+        ("full-size", "dummy", 128, 64, 1, 9.1),
+    ]
+    assert full.count() == 3 * 8  # three levels, eight metrics each
+    # The twin's rows say what they are too: its sweep's lengths and TP, weights as saved.
+    twin = rows.filter(model="twin", metric="output_tokens_per_s").order_by("concurrency")
+    assert list(twin.values_list(*FULL_SIZE_FIELDS)) == [
+        ("twin", "", 128, 32, 2, 80.1),
+        ("twin", "", 128, 32, 2, 210.0),
+    ]
+
+
+@pytest.mark.parametrize("status", ["skipped", "failed"])
+def test_a_full_size_run_that_measured_nothing_stores_no_full_size_rows(monkeypatch, status):
+    full_size = {"status": status, "reason": "over_weight_cap", "load_format": "dummy"}
+    result = copy.deepcopy(SERVED) | {"full_size": full_size}
+    run = serve_job(monkeypatch, lambda ctx: result).stage_runs.get(stage="serve")
+    assert not PerformancePoint.objects.filter(stage_run=run, model="full-size").exists()
+    assert PerformancePoint.objects.filter(stage_run=run, model="twin").count() == 16
