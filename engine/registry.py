@@ -129,6 +129,7 @@ STAGES: tuple[StageDefinition, ...] = (
         run="engine.stages.serve.run:run",
         needs=("fetch", "plan"),
         check_options="engine.stages.serve.options:serve_options",
+        limits_for_options="engine.stages.serve.options:serve_time_limits",
         findings="engine.stages.serve.findings:findings",
         notes="engine.stages.serve.notes:section",
         unjudged_keys="engine.stages.serve.findings:unjudged_keys",
@@ -141,9 +142,12 @@ STAGES: tuple[StageDefinition, ...] = (
             "against transformers in float32, a load sweep of concurrent requests (TTFT, "
             "TPOT, end-to-end latency, tokens/s and requests/s per level, the knee), the "
             "engine's Prometheus metrics during the sweep, and the plan's TP against TP=1. "
-            "Does not run on a pool without an engine."
+            "Then launches the plan's command at full size with dummy weights (the config and "
+            "tokenizer alone) and sweeps its workloads at the plan's TP and the smaller ones "
+            "that fit. Does not run on a pool without an engine."
         ),
-        # Two launches (the plan's TP and TP=1), the precision check and the sweep.
+        # Two launches (the plan's TP and TP=1), the precision check and the sweep, then the
+        # full-size run's budget (`serve_time_limits` follows the job's options).
         soft_time_limit_s=SERVE_SOFT_TIME_LIMIT_S,
         time_limit_s=SERVE_TIME_LIMIT_S,
     ),

@@ -71,6 +71,18 @@ def test_the_test_factorys_cpu_pool_has_no_engine():
         ({"kind": "tgi"}, "engine kind must be one of vllm, sglang, openai, got 'tgi'"),
         ({"kind": "vllm", "memory_fraction": 1.5}, "engine memory_fraction must be in (0, 1]"),
         ({"kind": "vllm", "flags": ["--port=9000"]}, "engine flag --port=9000 is set by day0"),
+        (
+            {"kind": "vllm", "flags": ["--load-format", "dummy"]},
+            "engine flag --load-format is set by day0 itself (the checkpoint, its load format",
+        ),
+        (
+            {"kind": "vllm", "full_size": {"decode_heavy": [16, 0]}},
+            "engine full_size decode_heavy must be [input tokens, output tokens]",
+        ),
+        (
+            {"kind": "vllm", "full_size": {"input_tokens": 128, "tokens": 1}},
+            "unknown engine full_size option tokens",
+        ),
         ({"kind": "vllm", "env": {"LD_PRELOAD": "x.so"}}, "engine env may not set LD_PRELOAD"),
         ({"kind": "openai"}, "an openai engine needs base_url"),
         (["vllm"], "engine must be an object, got list"),
@@ -84,7 +96,13 @@ def test_an_engine_the_stage_cannot_read_is_refused_on_the_field(engine, words):
 
 def test_an_engine_is_stored_normalised():
     pool = engine_pool(
-        {"kind": "vllm", "memory_fraction": 1, "start_timeout_s": 120, "python": " /x/python "}
+        {
+            "kind": "vllm",
+            "memory_fraction": 1,
+            "start_timeout_s": 120,
+            "python": " /x/python ",
+            "full_size": {"input_tokens": 256, "decode_heavy": None, "prefill_heavy": (512, 8)},
+        }
     )
     pool.full_clean()
     pool.save()
@@ -93,6 +111,7 @@ def test_an_engine_is_stored_normalised():
         "python": "/x/python",
         "memory_fraction": 1.0,
         "start_timeout_s": 120,
+        "full_size": {"input_tokens": 256, "decode_heavy": None, "prefill_heavy": [512, 8]},
     }
     none = engine_pool({}, name="plain")
     none.full_clean()

@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.contract import StageContext
 
+from .full_size import skipped
 from .measure import measure
 from .verdict import Measured
 
@@ -109,4 +110,5 @@ def attach(
         api_key=api_key,
     )
     result["tp"] = {"planned": None, "launched": None, "reason": "not_launched_by_day0"}
+    result["full_size"] = skipped("not_launched")
     return measured.conclude("attached")

@@ -7,6 +7,9 @@ The twin is `SERVING_TWIN` (head_dim 64, the release's vocabulary: `engine.twin.
 like every twin, saved in bfloat16 (the engine's and the float32 reference's weights are then
 the same numbers). Folders are content-addressed under `<DAY0_VAR_DIR>/serve/checkpoints/`:
 the same config, seed, sizes and tokenizer give the same folder, saved once.
+
+The full-size run's folder (`full_size_folder`) holds the release's config and tokenizer files
+alone: an engine launched with `--load-format dummy` makes the weights up.
 """
 
 from __future__ import annotations
@@ -189,3 +192,45 @@ def _save_twin(
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def full_size_root() -> Path:
+    return var_dir("serve", "full-size")
+
+
+def full_size_folder(config: Mapping[str, Any], tokenizer_dir: Path) -> Path:
+    """A folder holding the release's `config.json` (as fetched) and its tokenizer files, and
+    nothing else: what an engine launched with `--load-format dummy` reads to serve the model
+    at full size with random weights. Content-addressed under `<DAY0_VAR_DIR>/serve/full-size/`
+    (the same config and tokenizer folder give the same folder, written once)."""
+    text = json.dumps(dict(config), indent=2, sort_keys=True, default=str)
+    key = hashlib.sha256(
+        json.dumps(
+            {"config": text, "tokenizer": str(tokenizer_dir), "format": CHECKPOINT_FORMAT},
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()[:32]
+    folder = full_size_root() / key
+    if (folder / "config.json").is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".saving-", dir=folder.parent))
+    try:
+        for item in tokenizer_dir.iterdir():
+            if item.is_file() and item.name != "config.json":
+                shutil.copy2(item, staging / item.name)
+        (staging / "config.json").write_text(text + "\n")
+        try:
+            staging.rename(folder)
+        except OSError:  # another worker wrote the same folder first
+            if not (folder / "config.json").is_file():
+                raise
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+def fetched_tokenizer(ctx: StageContext) -> Path | None:
+    """The tokenizer folder the fetch stage kept for the release (None without one)."""
+    return _tokenizer(ctx)[0]

@@ -14,7 +14,9 @@ The plan stage writes the engines' own command lines (`plan.artifacts.vllm_comma
   (the stage says so; on a cpu pool a TP rank is one core, `degrees.py`);
 - `--max-model-len` / `--context-length` above what the checkpoint's config allows: the
   config's `max_position_embeddings`;
-- the pool's extra flags, appended.
+- the pool's extra flags, appended;
+- for the full-size run, `--load-format dummy` (random weights from the config alone: the
+  engine's kernels, shapes, memory and scheduling at full size, no weights downloaded).
 
 Every change is one row of the difference: `{"flag", "planned", "launched", "why"}`.
 """
@@ -39,6 +41,8 @@ PARALLEL_FLAGS = {
 MEMORY_FLAG = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}
 CONTEXT_FLAG = {"vllm": "--max-model-len", "sglang": "--context-length"}
 MODEL_FLAG = {"vllm": "--model", "sglang": "--model-path"}
+# vLLM and SGLang spell it alike; "dummy" initialises random weights from the config.
+LOAD_FORMAT_FLAG = "--load-format"
 _SHORT_TP = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size"}
 # SGLang's multi-node flags (the plan's head node): one worker launches one node.
 MULTI_NODE_FLAGS = ("--nnodes", "--node-rank", "--dist-init-addr")
@@ -145,14 +149,16 @@ def launch_command(
     host: str = "127.0.0.1",
     tp: int | None = None,
     device: str = "cpu",
+    load_format: str | None = None,
 ) -> Launch:
     """The argv that launches `planned` (the plan's command line) on this worker.
 
     `devices` is how many devices (cores on a cpu pool) the worker holds for one engine,
     `max_context` the checkpoint config's `max_position_embeddings`, `tp` a forced tensor
     parallel size (the TP=1 comparison launch), `device` the pool's device kind ("cpu": FP8
-    quantization is dropped, TP > 1 runs vLLM's multiprocessing executor). Raises
-    `CommandError` for a command of another program.
+    quantization is dropped, TP > 1 runs vLLM's multiprocessing executor), `load_format` a
+    `--load-format` to launch with ("dummy" for the full-size run: it replaces the plan's own,
+    if any). Raises `CommandError` for a command of another program.
     """
     try:
         words = shlex.split(planned)
@@ -186,9 +192,29 @@ def launch_command(
             "flag": MODEL_FLAG[kind],
             "planned": model,
             "launched": checkpoint_dir,
-            "why": "the checkpoint folder the stage saved (served under the release's name)",
+            "why": (
+                "the release's config and tokenizer alone (served under the release's name)"
+                if load_format == "dummy"
+                else "the checkpoint folder the stage saved (served under the release's name)"
+            ),
         }
     )
+    if load_format is not None:
+        planned_format = next(
+            (g[1] for g in groups if g[0] == LOAD_FORMAT_FLAG and len(g) == 2), ""
+        )
+        groups = [g for g in groups if g[0] != LOAD_FORMAT_FLAG]
+        args += [LOAD_FORMAT_FLAG, load_format]
+        diff.append(
+            {
+                "flag": LOAD_FORMAT_FLAG,
+                "planned": planned_format,
+                "launched": load_format,
+                "why": "the full size from the config alone: random weights, no download"
+                if load_format == "dummy"
+                else "the stage's load format",
+            }
+        )
     args += ["--served-model-name", model]
     parallel = PARALLEL_FLAGS[kind]
     tp_flag = parallel[0]
@@ -305,6 +331,45 @@ def launch_command(
         diff.append({"flag": flag, "planned": "", "launched": flag, "why": "the pool's flags"})
     launch.argv = program + args
     return launch
+
+
+_SERVED_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def serving_dtype(launch: Launch, fallback: str) -> str:
+    """The dtype the engine computes in: "fp8" with `--quantization fp8`, else `--dtype`
+    (the checkpoint's own, `fallback`, for "auto")."""
+    if launch.flag("--quantization") == "fp8":
+        return "fp8"
+    dtype = launch.flag("--dtype")
+    if dtype in _SERVED_DTYPES:
+        return dtype
+    return fallback if fallback in _SERVED_DTYPES else "bfloat16"
+
+
+def parallel_sizes(planned: str, kind: str) -> dict[str, int]:
+    """The parallel sizes the plan's command names, by flag ({"--tensor-parallel-size": 2,
+    ...}; SGLang spelling for SGLang); {} when it does not parse."""
+    try:
+        _model, groups = _engine_args(kind, shlex.split(planned))
+    except (ValueError, CommandError):
+        return {}
+    return {
+        group[0]: int(group[1])
+        for group in groups
+        if group[0] in PARALLEL_FLAGS[kind] and len(group) == 2 and group[1].isdigit()
+    }
+
+
+def devices_needed(planned: str, kind: str) -> int:
+    """Devices one launch of the plan's command uses: TP x PP x DP for vLLM, TP x PP for SGLang
+    (whose --tp-size already counts the DP-attention ranks of one instance)."""
+    sizes = parallel_sizes(planned, kind)
+    flags = PARALLEL_FLAGS[kind]
+    needed = sizes.get(flags[0], 1) * sizes.get(flags[1], 1)
+    if kind == "vllm":
+        needed *= sizes.get(flags[2], 1)
+    return needed
 
 
 def tensor_parallel(planned: str, kind: str) -> int:

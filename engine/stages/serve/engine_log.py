@@ -58,3 +58,16 @@ def refusal_reason(lines: list[str]) -> str:
     # vLLM's log prefix: "(APIServer pid=123) ERROR 12-01 18:00:00 [file.py:12] message"
     match = re.search(r"\[[\w./-]+:\d+\]\s*(.*)$", first)
     return (match.group(1) if match else first).strip()
+
+
+# vLLM's line once the KV cache is allocated: "CPU KV cache size: 46,592 tokens" (the CPU
+# build), "GPU KV cache size: 1,234,560 tokens" (CUDA, ROCm).
+_KV_CACHE_TOKENS = re.compile(r"\bKV cache size: ([\d,]+) tokens")
+
+
+def kv_cache_tokens(log_text: str) -> int | None:
+    """The tokens the engine's KV cache holds, as its log says (the last such line), or None.
+    With the cache's bytes known (a cpu pool's `VLLM_CPU_KVCACHE_SPACE`) this gives the KV
+    bytes of a token the engine allocates: the served model's own layers and KV heads."""
+    found = _KV_CACHE_TOKENS.findall(_ANSI.sub("", log_text))
+    return int(found[-1].replace(",", "")) if found else None

@@ -118,6 +118,10 @@ class Scraper:
         self._thread = threading.Thread(target=self._run, name="day0-metrics-scraper", daemon=True)
         self._thread.start()
 
+    def elapsed_s(self) -> float:
+        """Seconds since `start()`, on the clock of the series' `t_s`."""
+        return round(time.monotonic() - self._started, 3)
+
     def stop(self) -> dict[str, Any]:
         """Stop polling (after one last scrape) and return what was read."""
         self._stopping.set()

@@ -10,7 +10,8 @@ A pool's `engine` is one of:
   `DAY0_ENGINE_PYTHON`), or runs inside the engine's container `image` (compose, Kubernetes:
   then `python` is that image's interpreter). `env` adds environment variables, `flags` extra
   command-line flags, `memory_fraction` the `--gpu-memory-utilization` the pool allows,
-  `start_timeout_s` how long a launch may take to answer `/health`.
+  `start_timeout_s` how long a launch may take to answer `/health`, `full_size` what the
+  full-size run with dummy weights measures on this pool (`full_size_settings`).
 - `{"kind": "openai", "base_url": ..., "api_key_env": ..., "model": ...}`: attach to an
   OpenAI-compatible endpoint a team already runs. The key is read from the worker's environment
   variable `api_key_env`, never stored; `model` is the served model name (default: the first of
@@ -30,6 +31,13 @@ from urllib.parse import urlsplit
 
 from engine.stages.option_checks import check_names, int_option
 
+from .full_size_settings import (
+    JOB_OPTION_NAMES,
+    full_size_budget_s,
+    job_full_size_options,
+    pool_full_size,
+)
+
 ENGINE_KINDS = ("vllm", "sglang", "openai")
 LAUNCHED_KINDS = ("vllm", "sglang")
 
@@ -42,6 +50,7 @@ _ENGINE_KEYS = {
         "flags",
         "memory_fraction",
         "start_timeout_s",
+        "full_size",
     ),
     "openai": (
         "kind",
@@ -79,6 +88,7 @@ RESERVED_FLAGS = frozenset(
         "--pp-size",
         "--dp-size",
         "--ep-size",
+        "--load-format",
         "--api-key",
         "--ssl-keyfile",
         "--ssl-certfile",
@@ -100,6 +110,7 @@ SERVE_OPTION_NAMES = (
     "requests_per_level",
     "precision_tokens",
     "compare_tp",
+    *JOB_OPTION_NAMES,
 )
 
 # Defaults of the load sweep and the precision check (the serving twin on 2 CPU cores answers
@@ -109,10 +120,14 @@ DEFAULT_INPUT_TOKENS = 128
 DEFAULT_OUTPUT_TOKENS = 32
 DEFAULT_PRECISION_TOKENS = 16
 
-# Two launches (the plan's TP and TP=1) of up to DEFAULT_START_TIMEOUT_S each, the precision
-# check and the sweep, with room for a machine busy with other work.
-SERVE_SOFT_TIME_LIMIT_S = 1500
-SERVE_TIME_LIMIT_S = 1560
+# The twin's part: two launches (the plan's TP and TP=1) of up to DEFAULT_START_TIMEOUT_S each,
+# the precision check and the sweep, with room for a machine busy with other work. The
+# full-size run's budget comes on top (`serve_time_limits`).
+TWIN_SOFT_TIME_LIMIT_S = 1500
+TWIN_TIME_LIMIT_S = 1560
+# The stage's limits with the full-size run's default budget.
+SERVE_SOFT_TIME_LIMIT_S = TWIN_SOFT_TIME_LIMIT_S + round(full_size_budget_s({}))
+SERVE_TIME_LIMIT_S = TWIN_TIME_LIMIT_S + round(full_size_budget_s({}))
 
 
 def _text(name: str, value: Any) -> str:
@@ -147,8 +162,8 @@ def _flags(value: Any) -> list[str]:
             raise ValueError(f"engine flag {flag!r} must be a non-empty string")
         if flag.split("=", 1)[0] in RESERVED_FLAGS:
             raise ValueError(
-                f"engine flag {flag} is set by day0 itself (the checkpoint, host, port, "
-                "parallel sizes) or would lock day0's checks out (API key, TLS)"
+                f"engine flag {flag} is set by day0 itself (the checkpoint, its load format, "
+                "host, port, parallel sizes) or would lock day0's checks out (API key, TLS)"
             )
         flags.append(flag)
     return flags
@@ -200,6 +215,8 @@ def engine_settings(value: Mapping[str, Any] | None) -> dict[str, Any]:
     timeout = int_option(value, "start_timeout_s", 10, MAX_START_TIMEOUT_S)
     if timeout is not None:
         checked["start_timeout_s"] = timeout
+    if value.get("full_size") is not None:
+        checked["full_size"] = pool_full_size(value["full_size"])
     if kind == "openai":
         if value.get("base_url") is None:
             raise ValueError("an openai engine needs base_url (the endpoint to attach to)")
@@ -220,7 +237,14 @@ def serve_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     32,768 / 1 to 4,096; defaults 128 / 32), `requests_per_level` (1 to 10,000; default four
     times the level's concurrency), `precision_tokens` (greedy tokens compared per prompt, 1 to
     256; default 16), `compare_tp` (bool: also launch TP=1 and compare greedy tokens when the
-    plan's TP is above 1; default true). Raises `ValueError` naming the option.
+    plan's TP is above 1; default true), and the full-size run's `full_size` (bool; default
+    true), `full_size_input_tokens` / `full_size_output_tokens` (1 to 131,072 / 1 to 32,768),
+    `full_size_workloads` (bool: also the prefill-heavy and decode-heavy pairs; default true),
+    `full_size_max_concurrency` (1 to 1,024), `full_size_requests_per_level` (1 to 10,000),
+    `full_size_time_budget_s` (60 to 14,400 s; default 1,200) and `full_size_tp_sizes`
+    (distinct powers of two, 1 to 64: the TP degrees to measure; default the plan's and the
+    smaller ones that fit): `full_size_settings` says how they combine with the pool's.
+    Raises `ValueError` naming the option.
     """
     if options is None:
         return {}
@@ -241,4 +265,14 @@ def serve_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
         if not isinstance(compare, bool):
             raise ValueError(f"compare_tp must be true or false, got {compare!r}")
         checked["compare_tp"] = compare
+    checked.update(job_full_size_options(options))
     return checked
+
+
+def serve_time_limits(options: Mapping[str, Any] | None) -> tuple[int, int]:
+    """(soft, hard) Celery limits of a serve run with the job's serve `options`: the twin's
+    part (`TWIN_SOFT_TIME_LIMIT_S`, `TWIN_TIME_LIMIT_S`) plus the full-size run's budget
+    (`full_size_time_budget_s`, default 1,200 s; none with `full_size` false). Raises
+    `ValueError` for options `serve_options` refuses."""
+    budget = round(full_size_budget_s(serve_options(options)))
+    return TWIN_SOFT_TIME_LIMIT_S + budget, TWIN_TIME_LIMIT_S + budget

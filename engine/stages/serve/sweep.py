@@ -17,7 +17,11 @@ result's `sweep` points (`point_from_line`, in seconds):
      "ttft_s_p50": ..., "ttft_s_p95": ..., "ttft_s_p99": ...,
      "tpot_s_p50": ..., "tpot_s_p95": ..., "tpot_s_p99": ..., "itl_s_p50": ...,
      "e2e_s_p50": ..., "e2e_s_p95": ..., "e2e_s_p99": ...,
+     "total_input_tokens": ..., "total_output_tokens": ...,
      "output_tokens_per_s": ..., "requests_per_s": ..., "duration_s": ...}
+
+(`total_input_tokens`, `total_output_tokens`: the tokens of the level's completed requests, as
+the engine counted them in its usage figures.)
 
 A child that fails, runs past `timeout_s`, is cancelled, or finds the engine gone (its requests
 refused or cut off) ends the sweep with `SweepError`, which keeps the levels finished before.
@@ -141,6 +145,10 @@ def _rate(value: Any) -> float | None:
     return None if value is None else round(float(value), 3)
 
 
+def _count(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 def point_from_line(line: Mapping[str, Any]) -> dict[str, Any]:
     """One `sweep` point from one bench_child line (vLLM's milliseconds become seconds). A level
     where no request completed has no latencies (vLLM reports zeros for them)."""
@@ -153,6 +161,8 @@ def point_from_line(line: Mapping[str, Any]) -> dict[str, Any]:
     }
     for key, vllm_key in _LATENCY_KEYS.items():
         point[key] = _seconds(line.get(vllm_key)) if completed else None
+    point["total_input_tokens"] = _count(line.get("total_input_tokens"))
+    point["total_output_tokens"] = _count(line.get("total_output_tokens"))
     point["output_tokens_per_s"] = _rate(line.get("output_throughput"))
     point["requests_per_s"] = _rate(line.get("request_throughput"))
     point["duration_s"] = _rate(line.get("duration"))

@@ -132,6 +132,7 @@ class Measured:
             "knee": None,
             "metrics": None,
             "tp": None,
+            "full_size": None,
             "passed": False,
             "failure": None,
         }

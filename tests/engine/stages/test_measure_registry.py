@@ -54,7 +54,9 @@ def test_the_serve_stage_runs_between_distributed_and_performance():
     serve = get_stage("serve")
     assert stage_names().index("serve") == stage_names().index("distributed") + 1
     assert serve.title == "Serving engine" and serve.description
-    assert serve.time_limits_s({}) == (SERVE_SOFT_TIME_LIMIT_S, SERVE_TIME_LIMIT_S) == (1500, 1560)
+    # The twin's 1,500 s and the full-size run's default budget of 1,200 s.
+    assert serve.time_limits_s({}) == (SERVE_SOFT_TIME_LIMIT_S, SERVE_TIME_LIMIT_S) == (2700, 2760)
+    assert serve.time_limits_s({"full_size": False}) == (1500, 1560)
     assert serve.checked_options({"max_concurrency": 4, "compare_tp": False}) == {
         "max_concurrency": 4,
         "compare_tp": False,

@@ -77,6 +77,20 @@ def test_forced_tp1_for_the_comparison():
     assert row["launched"] == "1" and "compare" in row["why"]
 
 
+def test_the_full_size_launch_loads_dummy_weights_in_place_of_the_plans_format():
+    launch = _launch(PLANNED + " --load-format safetensors", load_format="dummy")
+    assert flag_value(launch.argv, "--load-format") == "dummy"
+    assert launch.argv.count("--load-format") == 1
+    rows = {row["flag"]: row for row in launch.diff}
+    assert (rows["--load-format"]["planned"], rows["--load-format"]["launched"]) == (
+        "safetensors",
+        "dummy",
+    )
+    assert "random weights" in rows["--load-format"]["why"]
+    assert "config and tokenizer alone" in rows["--model"]["why"]
+    assert "--load-format" not in _launch().argv  # the twin loads its checkpoint as saved
+
+
 def test_the_plans_own_writers_round_trip():
     split = Split(tp=2, pp=1, ep=2, dp=1)
     planned = vllm_command("Qwen/Qwen3-30B-A3B", split, "bfloat16", context_tokens=4096,

@@ -69,6 +69,8 @@ def test_a_point_is_vllms_line_in_seconds():
         "e2e_s_p50": 0.045549,
         "e2e_s_p95": 0.060579,
         "e2e_s_p99": 0.060581,
+        "total_input_tokens": 128,
+        "total_output_tokens": 32,
         "output_tokens_per_s": 349.876,
         "requests_per_s": 43.735,
         "duration_s": 0.091,
