@@ -67,9 +67,9 @@ def test_the_standard_suite_covers_every_family_shape():
     assert covered == set(SHAPES)
     by_name = {entry.name: entry for entry in suite.entries}
     assert by_name["hybrid-linear-attention"].repo_id == "Qwen/Qwen3-Next-80B-A3B-Instruct"
-    # The demo's six stay where the demo watch reads them; the suite's own outside it.
+    # The demo's seven stay where the demo watch reads them; the suite's own outside it.
     assert by_name["hybrid-linear-attention"].root == "demo/suite"
-    assert sum(entry.root == "demo/hub" for entry in suite.entries) == 6
+    assert sum(entry.root == "demo/hub" for entry in suite.entries) == 7
 
 
 def test_a_suite_run_on_the_cpu_pool_produces_the_matrix(settings):
@@ -245,18 +245,18 @@ def test_the_matrix_page_and_its_csv(client, cast, django_assert_max_num_queries
     assert 'id="suite-run-cpu"' not in html  # managers start nothing
 
     # The same queries whatever the number of jobs: fewer entries, the same count.
-    with django_assert_max_num_queries(15) as seven:
+    with django_assert_max_num_queries(15) as eight:
         client.get(reverse("adaptation:suite_run", args=[second.pk]))
     second.jobs.filter(suite_entry__startswith="dense").delete()
-    with django_assert_max_num_queries(15) as five:
+    with django_assert_max_num_queries(15) as six:
         client.get(reverse("adaptation:suite_run", args=[second.pk]))
-    assert len(five.captured_queries) == len(seven.captured_queries)
+    assert len(six.captured_queries) == len(eight.captured_queries)
 
     response = client.get(reverse("adaptation:suite_run", args=[first.pk]), {"format": "csv"})
     assert response["Content-Type"] == "text/csv; charset=utf-8"
     lines = list(csv.reader(io.StringIO(response.content.decode())))
     assert tuple(lines[0]) == presenters.CSV_COLUMNS
-    assert len(lines) == 1 + 7 * len(FAST)
+    assert len(lines) == 1 + 8 * len(FAST)
     rows = [dict(zip(lines[0], line, strict=True)) for line in lines[1:]]
     kimi_first = first.jobs.get(suite_entry="mla-moe-kimi")
     [plan] = [r for r in rows if r["entry"] == "mla-moe-kimi" and r["stage"] == "plan"]
@@ -292,7 +292,7 @@ def test_a_cancelled_run_counts_every_cell(client, cast):
 
     matrix = matrix_of(run)
     cells = cells_of(matrix)
-    assert len(cells) == 7 * len(FAST)
+    assert len(cells) == 8 * len(FAST)
     assert {cell.state for cell in cells} == {presenters.CANCELLED}
     assert matrix.counts.cancelled == matrix.counts.total == len(cells)
     assert matrix.counts.by_state == ((presenters.CANCELLED, len(cells)),)
@@ -305,13 +305,13 @@ def test_a_cancelled_run_counts_every_cell(client, cast):
         job=job, stage="operators", position=len(FAST), status=StageStatus.SUCCEEDED
     )
     counts = matrix_of(run).counts
-    assert (counts.cancelled, counts.passed, counts.not_run) == (len(cells), 1, 6)
-    assert counts.total == 7 * (len(FAST) + 1)
+    assert (counts.cancelled, counts.passed, counts.not_run) == (len(cells), 1, 7)
+    assert counts.total == 8 * (len(FAST) + 1)
 
     client.force_login(cast.mona)
     page = client.get(reverse("adaptation:suite_run", args=[run.pk])).content.decode()
     summary = re.search(r'<dd class="suite-counts">(.*?)</dd>', page, re.S).group(1)
-    assert " ".join(summary.split()) == "28 cells: 1 passed · 21 cancelled · 6 not run"
+    assert " ".join(summary.split()) == "32 cells: 1 passed · 24 cancelled · 7 not run"
 
 
 def test_a_stage_the_previous_run_did_not_run_compares_with_an_earlier_run(
@@ -343,7 +343,7 @@ def test_a_stage_the_previous_run_did_not_run_compares_with_an_earlier_run(
     )
     assert cells["plan"].previous_state == presenters.FAILED
     assert cells["plan"].change == presenters.STILL_FAILING
-    assert matrix.counts.compared_earlier == 7 * len(FAST)
+    assert matrix.counts.compared_earlier == 8 * len(FAST)
 
     # Against run 2 alone (a fifth run after it would compare with run 4): plan from run 1.
     second_matrix = presenters.suite_matrix(
@@ -373,14 +373,14 @@ def test_a_stage_the_previous_run_did_not_run_compares_with_an_earlier_run(
     assert [c["previous_run"] for c in row["cells"]] == [second.pk, second.pk, first.pk]
     assert row["cells"][2]["previous_state"] == "failed"
 
-    # The look-back costs the same queries for seven entries as for five.
-    with django_assert_max_num_queries(20) as seven:
+    # The look-back costs the same queries for eight entries as for six.
+    with django_assert_max_num_queries(20) as eight:
         client.get(url)
     for run in (first, second, third, fourth):
         run.jobs.filter(suite_entry__startswith="dense").delete()
-    with django_assert_max_num_queries(20) as five:
+    with django_assert_max_num_queries(20) as six:
         client.get(url)
-    assert len(five.captured_queries) == len(seven.captured_queries)
+    assert len(six.captured_queries) == len(eight.captured_queries)
 
 
 def test_the_run_history_gives_each_runs_trigger_stages_and_cells(client, cast):
@@ -410,7 +410,7 @@ def test_the_run_history_gives_each_runs_trigger_stages_and_cells(client, cast):
     )
     # Every stage: no list of stages.
     assert line(third) == (
-        f"run {third.pk}: {third.created_at:%Y-%m-%d %H:%M:%S} UTC, stack upgrade; 70 cancelled"
+        f"run {third.pk}: {third.created_at:%Y-%m-%d %H:%M:%S} UTC, stack upgrade; 80 cancelled"
     )
 
 
