@@ -190,6 +190,11 @@ def test_served_at_tp2_and_tp1_with_bf16_precision_passing(served):
     assert queried >= sum(p["completed"] for p in result["sweep"]) * OPTIONS["input_tokens"]
     assert result["passed"] is True
     assert findings_for_stage("serve", result, pool="cpu") == []
+    # 235B parameters at full size are 470 GB of random weights: over the cpu pool's cap, so
+    # the full-size run is skipped without a launch (test_full_size serves a small one).
+    full = result["full_size"]
+    assert (full["status"], full["reason"]) == ("skipped", "over_weight_cap")
+    assert full["weight_bytes"] == 2 * 235_093_634_560 > full["max_weight_bytes"]
     assert _engine_processes() == []
 
 
