@@ -223,7 +223,8 @@ class PlanPool:
 class PlanWorkload:
     """The plan's predicted served workload (`predicted.workload`): the lengths, KV dtype and
     engine it was predicted for, the throughput-optimal load (`max_load`, with what bounds
-    its batch: "kv_cache", "engine_cap" or "concurrency", and the KV cache's sequences), the
+    its batch: "kv_cache", "engine" (its running cap) or "concurrency", and the KV cache's
+    sequences), the
     curve from concurrency 1 to it, the prefill and decode pools, and the fit it names."""
 
     input_tokens: int | None
@@ -259,14 +260,14 @@ def plan_workload(plan_result: Mapping[str, Any] | None) -> PlanWorkload | None:
         kv_capacity_sequences=whole(best.get("kv_capacity_sequences")),
         curve=_predicted_points(workload.get("curve")),
         prefill_pool=PlanPool(
-            concurrency=finite(prefill.get("concurrency")),
+            concurrency=as_count(prefill.get("concurrency")),
             tokens_per_s=finite(prefill.get("input_tokens_per_s")),
             latency_s=finite(prefill.get("ttft_s")),
         )
         if prefill
         else None,
         decode_pool=PlanPool(
-            concurrency=finite(decode.get("concurrency")),
+            concurrency=as_count(decode.get("concurrency")),
             tokens_per_s=finite(decode.get("output_tokens_per_s")),
             latency_s=finite(decode.get("tpot_s")),
         )

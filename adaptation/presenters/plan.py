@@ -24,6 +24,7 @@ from adaptation.models import (
     StageStatus,
 )
 from adaptation.presenters.chart_slot import ChartSlot
+from adaptation.presenters.full_size import PlanWorkload, plan_workload
 from adaptation.presenters.plan_figures import (
     Calibration,
     Prediction,
@@ -166,6 +167,8 @@ class PlanPanel:
     weights_by_dtype: list[tuple[str, Any]] = field(default_factory=list)
     predicted: Prediction | None = None
     predicted_reason: str = ""  # why there is no prediction ("" when there is one)
+    # The served workload predicted with the fit it names (None: the plan predicted none).
+    workload: PlanWorkload | None = None
     calibration: Calibration | None = None
     speeds_from: str = CATALOG
     # The cpu figures the plan predicted on ({"memory_bandwidth_bytes_per_s", "dense_bf16_flops",
@@ -253,6 +256,7 @@ def _planned(
         for label, size in as_mapping(result.get("memory_weights_by_dtype_bytes")).items()
     ]
     panel.predicted = Prediction.of(predicted)
+    panel.workload = plan_workload(result)
     if panel.predicted is None:
         panel.predicted_reason = str(predicted.get("reason") or "")
     panel.calibration = calibration(as_mapping(predicted.get("calibrated")))
