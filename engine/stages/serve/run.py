@@ -38,6 +38,7 @@ from .command import (
 )
 from .engine_log import excerpt, refusal_reason
 from .full_size import run_full_size, skipped
+from .full_size_prediction import predicted_before
 from .full_size_settings import DEFAULT_TIME_BUDGET_S, full_size_budget_s, full_size_settings
 from .launching import start_engine
 from .measure import measure
@@ -258,6 +259,10 @@ def _launched(
                 processes=processes,
                 deadline=full_size_deadline(),
             )
+            if result["full_size"].get("status") == "measured":
+                result["full_size"]["predicted_before"] = predicted_before(
+                    ctx, result["full_size"]
+                )
             _log_full_size(ctx, result["full_size"])
     finally:
         for process in processes:

@@ -1,0 +1,93 @@
+"""What the plan predicted for a full-size sweep before it was measured (`predicted_before`):
+the plan stage's fit and split, the sweep's own input/output lengths and concurrency levels
+(`engine/stages/plan/closed_loop.py` `predicted_sweep`). The page draws it beside the
+measured curve; the measured sweep then refits the pool (the closed loop)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from engine.catalog import CatalogError
+from engine.contract import StageContext
+from engine.stages.plan.closed_loop import fit_from_dict, predicted_sweep
+from engine.stages.plan.errors import NoFittingPlan, PlanInputError
+from engine.stages.plan.run import layout_from_pool, pool_catalog_for_stage
+
+
+def _measured_figures(plan: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The cpu figures the plan predicted on (its `measured_device`), as the catalog reads
+    a probe's; None for a datasheet kind."""
+    device = plan.get("measured_device")
+    if not isinstance(device, Mapping):
+        return None
+    return {
+        "memory_bandwidth_bytes_per_s": device.get("memory_bandwidth_bytes_per_s"),
+        "flops": {"bfloat16": device.get("dense_bf16_flops")},
+        "source": device.get("source"),
+        "host_busy": device.get("host_busy"),
+    }
+
+
+def predicted_before(ctx: StageContext, full_size: Mapping[str, Any]) -> dict[str, Any]:
+    """{"available": True, "fit" (the plan's, as `Fit.to_dict`), "split", "sweep" (the primary
+    workload's predicted levels), "workloads" ([{"label", "input_tokens", "output_tokens",
+    "sweep"}])}, or {"available": False, "reason"} when the plan made no prediction or the
+    run's split cannot be predicted on the pool's layout (a cpu pool counts its machine as one
+    device, so a TP=2 launch on it has no prediction)."""
+    plan = ctx.previous.get("plan") or {}
+    analysis = ctx.previous.get("analyze")
+    predicted = plan.get("predicted") or {}
+    if not (predicted.get("available") and isinstance(predicted.get("fit"), Mapping)):
+        return {"available": False, "reason": "the plan made no full-size prediction"}
+    if not isinstance(analysis, Mapping):
+        return {"available": False, "reason": "no architecture analysis"}
+    tp = int(full_size.get("tp") or 1)
+    pp, dp, ep = plan.get("pp") or 1, plan.get("dp") or 1, plan.get("ep") or 1
+    split = f"TP{tp} PP{pp} EP{tp * dp if ep > 1 else 1} DP{dp}"
+    settings = full_size.get("sweep_settings") or {}
+    levels = [c for c in settings.get("concurrency") or [] if isinstance(c, int) and c > 0]
+    workloads = [
+        {
+            "label": "primary",
+            "input_tokens": settings.get("input_tokens"),
+            "output_tokens": settings.get("output_tokens"),
+        },
+        *(
+            {k: w.get(k) for k in ("label", "input_tokens", "output_tokens")}
+            for w in full_size.get("workloads") or []
+        ),
+    ]
+    try:
+        catalog = pool_catalog_for_stage(ctx.pool, measured_figures=_measured_figures(plan))
+        layout = layout_from_pool(ctx.pool, catalog)
+        fit = fit_from_dict(predicted["fit"])
+        if tp * pp * dp > layout.devices:
+            return {
+                "available": False,
+                "reason": f"{split} runs on more devices than the pool's layout counts "
+                f"({layout.devices})",
+            }
+        for workload in workloads:
+            workload["sweep"] = predicted_sweep(
+                analysis,
+                layout,
+                split=split,
+                dtype=str(full_size.get("dtype") or "checkpoint"),
+                kv_dtype="bfloat16",
+                engine=str((getattr(ctx.pool, "engine", None) or {}).get("kind") or "vllm"),
+                fit=fit,
+                input_tokens=int(workload["input_tokens"]),
+                output_tokens=int(workload["output_tokens"]),
+                concurrencies=levels,
+                catalog=catalog,
+            )
+    except (PlanInputError, NoFittingPlan, CatalogError, KeyError, TypeError, ValueError) as err:
+        return {"available": False, "reason": str(err)}
+    return {
+        "available": True,
+        "fit": dict(predicted["fit"]),
+        "split": split,
+        "sweep": workloads[0]["sweep"],
+        "workloads": workloads,
+    }
