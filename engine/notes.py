@@ -34,6 +34,9 @@ from engine.markdown import first_line
 # (`templates/release_notes/label.md`: "measured (twin)", "predicted (full-size)", ...).
 MEASURED_TWIN = "measured_twin"
 MEASURED_FULL = "measured_full"
+# The full-size model on the pool's serving engine with dummy weights (random, from the
+# config): speed, memory and scheduling at full size, nothing of precision.
+MEASURED_ENGINE_FULL = "measured_engine_full"
 PREDICTED_FULL = "predicted_full"
 CALIBRATED_FULL = "calibrated_full"
 

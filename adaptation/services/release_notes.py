@@ -64,13 +64,19 @@ def release_notes_markdown(notes: Mapping[str, Any]) -> str:
     "order" without a section template."""
     sections = notes["sections"]
     order = [
-        {"template": section_template(part["stage"]), "section": sections[part["section"]]}
+        {
+            "stage": part["stage"],
+            "template": section_template(part["stage"]),
+            "section": sections[part["section"]],
+        }
         for part in notes["order"]
     ]
+    # The full-size figures follow the serving engine's section (document.md).
+    serve_in_order = any(part["stage"] == "serve" for part in order)
     document = (
         engines["markdown"]
         .get_template(DOCUMENT_TEMPLATE)
-        .render({"order": order, "sections": sections})
+        .render({"order": order, "sections": sections, "serve_in_order": serve_in_order})
     )
     return document.strip() + "\n"
 

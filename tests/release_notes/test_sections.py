@@ -53,6 +53,7 @@ def test_the_sections_keep_their_keys_and_the_document_its_order():
     assert list(notes["sections"]) == [
         "summary",
         *(part["section"] for part in notes["order"]),
+        "full_size",
         "limitations",
         "not_validated",
         "stages",

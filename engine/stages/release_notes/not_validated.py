@@ -16,7 +16,9 @@ The kinds, with their values:
 - "expert_parallelism" {"reason"}: the distributed stage left expert parallelism out;
 - "serving_dtype" {"dtype", "dtype_label", "checked"}: the precision stage did not check
   the plan's serving dtype (`checked`: the dtypes it did check, sorted);
-- "full_size_speed" {"predicted"}: full-size speed is the plan's prediction, or none;
+- "full_size_speed" {"predicted", "measured_on_engine"}: full-size speed is the plan's
+  prediction, or none; or, `measured_on_engine`, it was measured on the pool's engine with
+  dummy weights only (the real checkpoint at full size was never run);
 - "context" {"prompt_tokens", "context_tokens"}: the longest prompt measured is shorter
   than the planned context;
 - "skipped_dtype" {"stage", "dtype", "reason"}: the precision or performance stage skipped
@@ -44,13 +46,16 @@ def not_validated(
     ran_twin: Sequence[str],
     twin: Mapping[str, Any] | None,
     real_weights: bool,
+    *,
+    full_size: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """What the notes leave unproven, one item each (see the module's docstring for the
     kinds): the stages that failed, were skipped or did not run (`states`, in job order);
     the stages that ran a scaled twin (`ran_twin`; `twin` describes it) unless all ran the
     real weights; and from the sections (`sections`, by stage name): serving on several
     devices, expert parallelism, the serving dtype, full-size speed, the planned context,
-    skipped dtypes and a short stability run."""
+    skipped dtypes and a short stability run; `full_size` (`sections["full_size"]`) says
+    whether the engine measured the full size with dummy weights."""
     configuration = sections.get("plan") or {}
     distributed = sections.get("distributed") or {}
     performance = sections.get("performance") or {}
@@ -105,7 +110,10 @@ def not_validated(
                 }
             )
         predicted = bool(performance.get("available")) and performance.get("predicted") is not None
-        items.append({"kind": "full_size_speed", "predicted": predicted})
+        measured = (full_size or {}).get("status") == "measured"
+        items.append(
+            {"kind": "full_size_speed", "predicted": predicted, "measured_on_engine": measured}
+        )
         context = configuration.get("context_tokens")
         prompt_lens = performance.get("prompt_lens") or []
         if context and prompt_lens and max(prompt_lens) < context:

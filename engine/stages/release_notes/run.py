@@ -10,6 +10,9 @@ builds each section from the stage's state, and adds what is its own:
 - **blocked**: the stage that failed and stopped the job ({"stage", "failure_class"
   ("infrastructure", "release" or "" when not known), "reason" (its error's first line),
   "skipped" (the stages skipped after it)}), None when none failed: the notes open with it;
+- **full_size**: the full-size figures, measured on the pool's engine with dummy weights (the
+  serve stage's `full_size`) beside the plan's prediction for the same workloads and the fit
+  it names (`full_size.py`); None when the job has neither;
 - **limitations**: the release's open known limitations for the pool (or every pool), most
   severe first (`StageContext.limitations`, filled by the runner for a definition with
   `reads_limitations`);
@@ -20,8 +23,8 @@ builds each section from the stage's state, and adds what is its own:
   the precision, multi-device and stability verdicts, the open limitations), as values.
 
 The result: {"format": `NOTES_FORMAT`, "sections": {"summary", <each stage's KEY>: its
-section, "limitations", "not_validated", "stages", "blocked"}, "order": [{"stage", "section"}] (the
-stages' sections in the document's order)}. The app writes the document
+section, "full_size", "limitations", "not_validated", "stages", "blocked"}, "order":
+[{"stage", "section"}] (the stages' sections in the document's order)}. The app writes the document
 (`templates/release_notes/document.md`) and the one-line summary
 (`templates/release_notes/summary.txt`) when it stores the result
 (`adaptation.services.release_notes`), and keeps both on the version it writes.
@@ -53,6 +56,7 @@ from engine.notes import (
     StageState,
     stage_states,
 )
+from engine.stages.release_notes.full_size import full_size_section
 from engine.stages.release_notes.not_validated import not_validated
 
 # 3: the summary, what was not validated and the figures' labels are values too (format 2
@@ -171,9 +175,13 @@ def build_release_notes(
     open_limitations = _limitations(limitations)
     sections: dict[str, Any] = {"summary": _summary(built, open_limitations)}
     sections |= {part.key: built[part.stage] for part in document}
+    full_size = full_size_section(by_stage)
     sections |= {
+        "full_size": full_size,
         "limitations": open_limitations,
-        "not_validated": not_validated(by_stage, built, ran_twin, twin, real_weights),
+        "not_validated": not_validated(
+            by_stage, built, ran_twin, twin, real_weights, full_size=full_size
+        ),
         "stages": [
             {"name": s.name, "status": s.status, "reason": s.reason} for s in by_stage.values()
         ],
