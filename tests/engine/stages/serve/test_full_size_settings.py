@@ -17,7 +17,8 @@ from engine.stages.plan.planner import plan_release
 from engine.stages.plan.validity import Split
 from engine.stages.serve.checkpoint import full_size_folder
 from engine.stages.serve.engine_log import kv_cache_tokens
-from engine.stages.serve.full_size import _kv_space_gib, run_full_size, scaling, tp_degrees
+from engine.stages.serve.full_size import _kv_space_gib, run_full_size
+from engine.stages.serve.full_size_degrees import scaling, tp_degrees
 from engine.stages.serve.full_size_settings import FullSizeSettings, Workload, full_size_settings
 from engine.stages.serve.options import serve_options, serve_time_limits
 from tests.engine.stages.realconfigs import load
