@@ -25,8 +25,8 @@ DEFAULTS = {
     "stale_heartbeat_s": 30,
     "reap_every_s": 10,
     "resume_within_s": 60,
-    "visibility_timeout_s": 1860,
-    "longest_time_limit_s": 1560,
+    "visibility_timeout_s": 3060,
+    "longest_time_limit_s": 2760,
 }
 
 
@@ -37,8 +37,9 @@ def test_the_defaults_agree():
 
 def test_the_default_visibility_timeout_outlasts_the_longest_stage():
     longest = max(stage.time_limit_s for stage in STAGES)
-    assert longest_stage_time_limit_s() == longest == 1560  # the serve stage's
-    assert default_visibility_timeout_s() == 1860
+    # the serve stage's: the twin's 1,560 s and the full-size run's default budget of 1,200 s
+    assert longest_stage_time_limit_s() == longest == 2760
+    assert default_visibility_timeout_s() == 3060
 
 
 def test_a_stale_threshold_within_two_heartbeats_is_refused():
@@ -61,10 +62,10 @@ def test_lost_work_waiting_past_the_resume_bound_is_refused_unless_raised():
 
 def test_a_visibility_timeout_below_the_longest_stage_is_refused():
     assert lost_work_problems(**{**DEFAULTS, "visibility_timeout_s": 3599 // 3}) == [
-        "DAY0_VISIBILITY_TIMEOUT_S=1199 is below the longest stage hard time limit (1560 s): "
+        "DAY0_VISIBILITY_TIMEOUT_S=1199 is below the longest stage hard time limit (2760 s): "
         "the broker would hand a live stage's message to a second worker."
     ]
-    assert lost_work_problems(**{**DEFAULTS, "visibility_timeout_s": 1560}) == []
+    assert lost_work_problems(**{**DEFAULTS, "visibility_timeout_s": 2760}) == []
 
 
 def test_the_check_names_every_problem():
@@ -104,7 +105,7 @@ def test_settings_give_redis_the_visibility_timeout_and_beat_the_reaper_period(t
         "settings.DAY0_STAGE_MAX_ATTEMPTS)"
     )
     done = settings_of(tmp_path, code, CELERY_BROKER_URL="redis://127.0.0.1:6379/15")
-    assert done.stdout.strip() == "{'visibility_timeout': 1860} 10.0 5 30 3", done.stderr
+    assert done.stdout.strip() == "{'visibility_timeout': 3060} 10.0 5 30 3", done.stderr
     done = settings_of(
         tmp_path,
         code,
