@@ -31,6 +31,12 @@ Definitions (the page, the CSV and the weekly summary share them):
   partial, cancelled and unfinished jobs are left out. A failed job is put down to the class
   of its newest failed stage attempt (failed by the infrastructure, by the release).
 
+- **output tokens/s at full size**: measured on the pool's engine with dummy weights where a
+  serve run of the release's jobs measured it (the primary workload's best level at the run's
+  TP), else the plan's predicted workload at its throughput-optimal load; the newest job with a
+  figure gives it, and `Throughput.kind` says which (the page labels it, the CSV's
+  `full_size_basis` names it).
+
 Hours are rounded to 2 decimals and percentages to 1, once, here: the page and the CSV
 print the same numbers.
 """
@@ -48,11 +54,14 @@ from typing import Any
 from django.core.paginator import Page
 
 from adaptation.models import FailureClass, JobStatus
+from adaptation.presenters.full_size import Fit, fit_of
 from adaptation.presenters.stages import stage_title
 from adaptation.readiness import readiness_thresholds
 from adaptation.selectors.reports import (
     FailedAttempt,
     JobFacts,
+    MeasuredThroughput,
+    PredictedThroughput,
     ReadinessRows,
     ReleaseFacts,
     ReportQuery,
@@ -141,6 +150,70 @@ class FailedStage:
     failure_class: str = ""
 
 
+@dataclass(frozen=True)
+class Throughput:
+    """A release's output tokens/s at full size, as a report shows it: `kind` "measured" (on
+    its pool's engine serving the full-size model with dummy weights: the best level of the
+    primary workload, at `tp`) where a serve run measured one, else "predicted" (its plan's
+    served workload at the throughput-optimal load, naming its `fit`); the pool and job it is
+    of, the input and output tokens a request, and the concurrency."""
+
+    kind: str
+    output_tokens_per_s: float | None
+    pool: str
+    job_id: int
+    input_tokens: int | None
+    output_tokens: int | None
+    concurrency: int | float | None
+    tp: int | None = None
+    fit: Fit | None = None
+
+
+def throughputs(
+    measured: Iterable[MeasuredThroughput], predicted: Iterable[PredictedThroughput]
+) -> dict[int, Throughput]:
+    """Each release's throughput (both lists newest job first): its newest measured figure,
+    else its newest prediction."""
+    found: dict[int, Throughput] = {}
+    for m in measured:
+        found.setdefault(
+            m.release_id,
+            Throughput(
+                kind="measured",
+                output_tokens_per_s=m.output_tokens_per_s,
+                pool=m.pool,
+                job_id=m.job_id,
+                input_tokens=m.input_tokens,
+                output_tokens=m.output_tokens,
+                concurrency=m.concurrency,
+                tp=m.tp,
+            ),
+        )
+    for p in predicted:
+        if p.output_tokens_per_s is None:
+            continue
+        found.setdefault(
+            p.release_id,
+            Throughput(
+                kind="predicted",
+                output_tokens_per_s=p.output_tokens_per_s,
+                pool=p.pool,
+                job_id=p.job_id,
+                input_tokens=p.input_tokens,
+                output_tokens=p.output_tokens,
+                concurrency=p.concurrency,
+                fit=fit_of(p.fit),
+            ),
+        )
+    return found
+
+
+def with_throughputs(rows: Iterable[ReleaseRow], found: dict[int, Throughput]) -> None:
+    """Set each row's `throughput` from `found` (by release id; None where it has none)."""
+    for row in rows:
+        row.throughput = found.get(row.release_id)
+
+
 @dataclass
 class ReleaseRow:
     """One release in a report."""
@@ -156,6 +229,9 @@ class ReleaseRow:
     ready_at: datetime | None
     open_limitations: int
     failed_stages: list[FailedStage] = field(default_factory=list)
+    # Output tokens/s at full size, measured on the engine where a serve run measured it,
+    # else predicted (`with_throughputs`; None: neither).
+    throughput: Throughput | None = None
 
     @property
     def day0_basis(self) -> str:
@@ -434,7 +510,19 @@ CSV_COLUMNS = (
     "failed_stages",
     "failure_reasons",
     "open_limitations",
+    "full_size_output_tokens_per_s",
+    "full_size_basis",
+    "full_size_pool",
+    "full_size_input_tokens",
+    "full_size_output_tokens",
+    "full_size_concurrency",
+    "full_size_tp",
 )
+# What a throughput rests on, in the CSV's `full_size_basis`.
+CSV_BASIS = {
+    "measured": "measured-engine-full-size-dummy-weights",
+    "predicted": "predicted-full-size",
+}
 
 
 def _iso(moment: datetime | None) -> str:
@@ -469,6 +557,27 @@ def csv_row(row: ReleaseRow) -> list[str]:
             for failed in row.failed_stages
         ),
         str(row.open_limitations),
+        *_throughput_cells(row.throughput),
+    ]
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _throughput_cells(throughput: Throughput | None) -> list[str]:
+    """The CSV's full-size cells: tokens/s (rounded to 0.1), basis, pool, lengths,
+    concurrency and TP ("" where the figure has none)."""
+    if throughput is None or throughput.output_tokens_per_s is None:
+        return [""] * 7
+    return [
+        str(round(throughput.output_tokens_per_s, 1)),
+        CSV_BASIS[throughput.kind],
+        throughput.pool,
+        _cell(throughput.input_tokens),
+        _cell(throughput.output_tokens),
+        _cell(throughput.concurrency),
+        _cell(throughput.tp),
     ]
 
 

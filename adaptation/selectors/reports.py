@@ -1,7 +1,9 @@
 """The reads of the managers' reports, a fixed number of queries whatever the number of
 releases: `report_rows` costs five (the releases, their jobs' stored columns, their first
 Day 0 per release, their open limitations counted per release, their failed stage attempts),
-`readiness_rows` four (the pools, a count, a page of releases, their jobs).
+`readiness_rows` four (the pools, a count, a page of releases, their jobs),
+`full_size_throughputs` three for the releases a page or the CSV shows (the serve runs that
+measured the full size, their stored rows, the plans' predicted workloads).
 
 They read the columns `services.job_refresh_status` keeps on `AdaptationJob` (`status`,
 `readiness`, `blocking_stage`, `ready_at`), one query per kind of row, never one per
@@ -29,6 +31,7 @@ from adaptation.models import (
     KnownLimitation,
     LimitationStatus,
     ModelRelease,
+    PerformancePoint,
     StageRun,
     StageStatus,
 )
@@ -294,3 +297,115 @@ def readiness_rows(query: ReportQuery, *, page_number: Any = 1) -> ReadinessRows
     return ReadinessRows(
         pools=pools, page=page, releases=shown, jobs=[ReadinessJob(*job) for job in jobs]
     )
+
+
+# --- throughput at full size --------------------------------------------------------------------
+
+
+class MeasuredThroughput(NamedTuple):
+    """A release's best level of a full-size sweep measured on its pool's engine with dummy
+    weights (the serve stage's `full_size`, stored as `PerformancePoint` rows: kind
+    "measured", model "full-size", load format "dummy"): its job and pool, the TP, the primary
+    workload's input and output tokens, the concurrency of the highest output tokens/s and
+    that figure (tokens/s)."""
+
+    release_id: int
+    job_id: int
+    pool: str
+    tp: int | None
+    input_tokens: int | None
+    output_tokens: int | None
+    concurrency: int | None
+    output_tokens_per_s: float
+
+
+class PredictedThroughput(NamedTuple):
+    """A release's full-size prediction: its plan's served workload at the throughput-optimal
+    load (`predicted.workload.max_load`), its job and pool, the lengths, the concurrency,
+    output tokens/s, and the fit it names ({"accelerator", "engine", "scope", "points",
+    "residual"})."""
+
+    release_id: int
+    job_id: int
+    pool: str
+    input_tokens: int | None
+    output_tokens: int | None
+    concurrency: int | float | None
+    output_tokens_per_s: float | None
+    fit: dict[str, Any]
+
+
+_FIT_KEYS = ("accelerator", "engine", "scope", "points", "residual")
+
+
+def full_size_throughputs(
+    query: ReportQuery, release_ids: list[int]
+) -> tuple[list[MeasuredThroughput], list[PredictedThroughput]]:
+    """The full-size throughput of `release_ids` on the report's pools, newest job first
+    (three queries whatever the number of releases): each serve run's measured full-size
+    primary workload at its best level (its TP and lengths read from the run's `full_size`,
+    the level from its stored rows), and, for the releases without one, their succeeded
+    plans' predicted workloads. Only the keys read are taken from the stored results."""
+    jobs = _jobs(query).filter(release_id__in=release_ids)
+    newest = ("-job__created_at", "-job_id", "-attempt")
+    runs = list(
+        StageRun.objects.filter(
+            job__in=jobs,
+            stage="serve",
+            status__in=(StageStatus.SUCCEEDED, StageStatus.FAILED),
+            result__full_size__status="measured",
+        )
+        .order_by(*newest)
+        .values_list(
+            "id",
+            "job__release_id",
+            "job_id",
+            "job__pool__name",
+            "result__full_size__tp",
+            "result__full_size__sweep_settings__input_tokens",
+            "result__full_size__sweep_settings__output_tokens",
+        )
+    )
+    best: dict[int, tuple[int | None, float]] = {}
+    points = PerformancePoint.objects.filter(
+        stage_run_id__in=[run[0] for run in runs],
+        kind="measured",
+        model="full-size",
+        load_format="dummy",
+        metric="output_tokens_per_s",
+    ).values_list("stage_run_id", "tp_size", "prompt_len", "output_len", "concurrency", "value")
+    primary = {run[0]: tuple(run[4:7]) for run in runs}
+    for run_id, tp, prompt_len, output_len, concurrency, value in points:
+        if (tp, prompt_len, output_len) == primary[run_id] and value > best.get(run_id, (0, 0))[1]:
+            best[run_id] = (concurrency, value)
+    measured = [
+        MeasuredThroughput(release_id, job_id, pool, tp, tokens_in, tokens_out, *best[run_id])
+        for run_id, release_id, job_id, pool, tp, tokens_in, tokens_out in runs
+        if run_id in best
+    ]
+    workload = "result__predicted__workload__"
+    plans = (
+        StageRun.objects.filter(
+            job__in=jobs,
+            stage="plan",
+            status=StageStatus.SUCCEEDED,
+            result__predicted__workload__max_load__output_tokens_per_s__isnull=False,
+        )
+        .exclude(job__release_id__in={m.release_id for m in measured})
+        .order_by(*newest)
+        .values_list(
+            "job__release_id",
+            "job_id",
+            "job__pool__name",
+            f"{workload}input_tokens",
+            f"{workload}output_tokens",
+            f"{workload}max_load__concurrency",
+            f"{workload}max_load__output_tokens_per_s",
+            *(f"result__predicted__fit__{key}" for key in _FIT_KEYS),
+        )
+    )
+    predicted = [
+        PredictedThroughput(*row[:7], fit=dict(zip(_FIT_KEYS, row[7:], strict=True)))
+        for row in plans
+    ]
+    return measured, predicted
