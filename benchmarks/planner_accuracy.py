@@ -12,7 +12,7 @@
 3. The cpu closed loop (`--cpu`): a full-size release served on this machine's vLLM CPU build
    with dummy weights; one workload's sweep refits the pool, and another workload's
    measured points are compared with the prediction, per concurrency
-   (benchmarks/planner_accuracy_cpu.py does the serving).
+   (benchmarks/planner_accuracy_cpu.py, 3-6 minutes on 2 cores).
 
 Targets (printed PASS/FAIL): on the published rows, geometric-mean error <= 1.3 and at
 least 70% within +-25%; the cpu loop within +-25% at every concurrency (on a quiet host; a

