@@ -193,15 +193,17 @@ def _predicted_points(value: Any) -> list[PredictedPoint]:
 @dataclass(frozen=True)
 class Prediction:
     """The plan's prediction for a measured workload: `made` "before" (the one the serve
-    stage kept beside its measurement, made by the plan's fit before it measured:
-    `full_size.predicted_before`) or "plan" (the plan's own workload curve, whose lengths are
-    the workload's), the fit it names, the lengths and the points by concurrency."""
+    stage kept beside its measurement, made by the plan's fit before it measured, at the
+    launch's split: `full_size.predicted_before`) or "plan" (the plan's own workload curve,
+    whose lengths are the workload's), the fit it names, the lengths, the points by
+    concurrency and the split it was predicted at ("TP2 PP1 EP1 DP1"; "" where not said)."""
 
     made: str
     fit: Fit | None
     input_tokens: int | None
     output_tokens: int | None
     points: list[PredictedPoint]
+    split: str = ""
 
     def at(self, concurrency: int | None) -> PredictedPoint | None:
         """The predicted point at `concurrency`, None when the prediction has none there."""
@@ -380,8 +382,9 @@ class FullSizeRun:
     (s) and the load generator. `workloads`: the primary first, then the others swept on the
     same engine. `tp_launches`, `tp_left_out`, `scaling`: the smaller TP degrees launched, left
     out, and the scaling measured across them. `peaks` and `metrics_series` (samples for the
-    chart): the engine's metrics. `predicted_before`: what the plan's fit predicted for the
-    primary workload's levels before the measurement (None where the stage kept none).
+    chart): the engine's metrics. `predicted_before`: what the plan's fit predicted for each
+    workload's levels before the measurement, by workload label (empty where the stage kept
+    none; `predicted_before_reason` says why when it said).
     Skipped or failed, the figures that decided it: `devices_needed`, `devices_held`,
     `weight_bytes`, `max_weight_bytes`, `disabled_by`, `error`, `culprit`, `engine_lines`."""
 
@@ -409,7 +412,8 @@ class FullSizeRun:
     peaks: EnginePeaks | None = None
     metrics_series: list[Mapping[str, Any]] = field(default_factory=list)
     model: ServedModel | None = None
-    predicted_before: Prediction | None = None
+    predicted_before: dict[str, Prediction] = field(default_factory=dict)
+    predicted_before_reason: str = ""
     duration_s: float | None = None
     devices_needed: int | None = None
     devices_held: int | None = None
@@ -445,22 +449,40 @@ class FullSizeRun:
         return self.reason == "over_weight_cap"
 
 
-def _predicted_before(value: Any, primary: MeasuredWorkload | None) -> Prediction | None:
+def _predicted_before(
+    value: Any, workloads: Sequence[MeasuredWorkload]
+) -> tuple[dict[str, Prediction], str]:
+    """The predictions the serve stage kept before measuring, by workload label ({"available",
+    "fit", "split", "sweep" (the primary's), "workloads": [{"label", "input_tokens",
+    "output_tokens", "sweep"}]}), and why there are none ("" when not said)."""
     before = as_mapping(value)
-    points = _predicted_points(before.get("sweep"))
-    if not points:
-        return None
-    return Prediction(
-        made="before",
-        fit=fit_of(before.get("fit")),
-        # The prediction was made for the primary workload's levels (its lengths unless it
-        # says its own).
-        input_tokens=whole(before.get("input_tokens"))
-        or (primary.input_tokens if primary else None),
-        output_tokens=whole(before.get("output_tokens"))
-        or (primary.output_tokens if primary else None),
-        points=points,
-    )
+    if before.get("available") is False:
+        return {}, text(before.get("reason"))
+    fit, split = fit_of(before.get("fit")), text(before.get("split"))
+    entries = [as_mapping(w) for w in as_list(before.get("workloads"))]
+    if not entries and before.get("sweep"):  # the primary workload's alone
+        primary = next((w for w in workloads if w.primary), None)
+        entries = [
+            {
+                "label": PRIMARY,
+                "input_tokens": primary.input_tokens if primary else None,
+                "output_tokens": primary.output_tokens if primary else None,
+                "sweep": before.get("sweep"),
+            }
+        ]
+    found = {}
+    for entry in entries:
+        points = _predicted_points(entry.get("sweep"))
+        if points:
+            found[text(entry.get("label")) or PRIMARY] = Prediction(
+                made="before",
+                fit=fit,
+                input_tokens=whole(entry.get("input_tokens")),
+                output_tokens=whole(entry.get("output_tokens")),
+                points=points,
+                split=split,
+            )
+    return found, ""
 
 
 def _workloads(full_size: Mapping[str, Any], tp: int | None) -> list[MeasuredWorkload]:
@@ -511,7 +533,7 @@ def full_size_run(serve_result: Mapping[str, Any] | None) -> FullSizeRun | None:
     settings = as_mapping(full_size.get("sweep_settings"))
     workloads = _workloads(full_size, tp) if status != "skipped" else []
     metrics = as_mapping(full_size.get("engine_metrics"))
-    primary = next((w for w in workloads if w.primary), None)
+    before, before_reason = _predicted_before(full_size.get("predicted_before"), workloads)
     return FullSizeRun(
         status=status,
         reason=text(full_size.get("reason")),
@@ -568,7 +590,8 @@ def full_size_run(serve_result: Mapping[str, Any] | None) -> FullSizeRun | None:
         peaks=_peaks(metrics),
         metrics_series=[as_mapping(s) for s in as_list(metrics.get("series"))],
         model=_model(full_size.get("model")),
-        predicted_before=_predicted_before(full_size.get("predicted_before"), primary),
+        predicted_before=before,
+        predicted_before_reason=before_reason,
         duration_s=finite(full_size.get("duration_s")),
         devices_needed=whole(full_size.get("devices_needed")),
         devices_held=whole(full_size.get("devices_held")),
@@ -586,12 +609,14 @@ def full_size_run(serve_result: Mapping[str, Any] | None) -> FullSizeRun | None:
 def prediction_for(
     workload: MeasuredWorkload, *, run: FullSizeRun, plan: PlanWorkload | None
 ) -> Prediction | None:
-    """The plan's prediction for `workload`: for the primary one, the prediction the serve
-    stage kept beside it (made before it measured) where there is one; else the plan's own
-    workload curve when it was predicted for the same input and output tokens; else None (a
-    prediction for other lengths is not this workload's)."""
-    if workload.primary and run.predicted_before is not None:
-        return run.predicted_before
+    """The plan's prediction for `workload`: the one the serve stage kept beside it (made
+    before it measured, at the launch's split) where there is one for its label and lengths;
+    else the plan's own workload curve when it was predicted for the same input and output
+    tokens; else None (a prediction for other lengths is not this workload's)."""
+    lengths = (workload.input_tokens, workload.output_tokens)
+    before = run.predicted_before.get(workload.label)
+    if before is not None and (before.input_tokens, before.output_tokens) == lengths:
+        return before
     if (
         plan is not None
         and plan.curve

@@ -19,7 +19,13 @@ from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
 from engine.stages.release_notes.full_size import full_size_section
 from engine.stages.release_notes.run import build_release_notes
-from tests.web.serve_results import FULL_SIZE_TP2, PREDICTED_BEFORE, full_size, served
+from tests.web.serve_results import (
+    FULL_SIZE_TP2,
+    PREDICTED_BEFORE,
+    PREDICTED_PREFILL_HEAVY,
+    full_size,
+    served,
+)
 
 REPO = "meta-llama/Llama-3.1-8B"
 
@@ -61,8 +67,14 @@ def test_the_section_keeps_each_level_beside_its_prediction_as_json(llama_plan):
     assert primary["predicted"]["label"] == PREDICTED_FULL
     assert primary["predicted"]["made"] == "before"
     assert primary["predicted"]["fit"]["basis"] == "published"
-    # the prefill-heavy pair's lengths were not predicted by the plan
-    assert section["workloads"][1]["predicted"] is None
+    assert primary["predicted"]["split"] == "TP2 PP1 EP1 DP1"
+    # the prefill-heavy pair beside the prediction kept for its own lengths; the decode-heavy
+    # pair had none kept, and the plan predicted other lengths
+    prefill = section["workloads"][1]
+    assert [level["predicted_output_tokens_per_s"] for level in prefill["levels"]] == [
+        tokens for _, tokens, *_ in PREDICTED_PREFILL_HEAVY
+    ]
+    assert section["workloads"][2]["predicted"] is None
     best = llama_plan["predicted"]["workload"]["max_load"]
     assert section["predicted"]["output_tokens_per_s"] == best["output_tokens_per_s"]
     assert section["predicted"]["concurrency"] == best["concurrency"]
@@ -86,10 +98,11 @@ def test_the_notes_give_the_full_size_figures_with_their_labels(llama_plan):
     )
     assert (
         "Predicted: **predicted (full-size)**, fit h200 x vllm, 8 points, x1.26 (published "
-        "serving results), made before the measurement." in text
+        "serving results), made before the measurement at TP2 PP1 EP1 DP1." in text
     )
     assert "### Prefill-heavy workload: 2,048 + 128 tokens a request, TP=2\n" in text
-    assert "The plan made no prediction for these lengths." in text
+    assert "| 2 | 180 | 70 ms | 6.6 ms | 170 | 81 ms | 7 ms |\n" in text
+    assert "The plan made no prediction for these lengths. The sweep stopped early" in text
     assert "The sweep stopped early: time budget." in text
     assert "| 2 | 4 | 590 | x1.46 over TP=1 | 73.1 % |" in text
     assert "The plan's own workload, **predicted (full-size)**: " in text
@@ -112,6 +125,18 @@ def test_a_skipped_run_says_why_and_the_prediction_stays(llama_plan):
     assert "The plan's own workload, **predicted (full-size)**" in text
 
 
+def test_a_prediction_the_serve_stage_could_not_make_says_why(llama_plan):
+    reason = "TP2 PP1 EP1 DP1 runs on more devices than the pool's layout counts (1)"
+    result = full_size(predicted_before={"available": False, "reason": reason})
+    text = markdown(full_size_section(states(served(full_size=result), llama_plan)))
+    # the primary workload keeps the plan's own curve for its lengths; the pairs say why
+    assert "the plan's curve for the same lengths." in text
+    assert (
+        "No prediction was made for it before the measurement: TP2 PP1 EP1 DP1 runs on more "
+        "devices than the pool's layout counts (1)." in text
+    )
+
+
 def test_no_run_and_no_prediction_makes_no_section():
     assert full_size_section(states(served(), None)) is None
 
@@ -130,9 +155,7 @@ def test_the_document_puts_the_figures_after_the_serving_engine_and_retires_neve
     figures = document.index("## Full size: measured on the engine and predicted")
     assert serving < figures < document.index("## What was not validated")
     assert document.count("## Full size: measured on the engine and predicted") == 1
-    assert (
-        "- Full-size speed was measured on the engine with dummy weights only" in document
-    )
+    assert "- Full-size speed was measured on the engine with dummy weights only" in document
     assert "Full-size speed is predicted by the plan's roofline, never measured here." not in (
         document
     )

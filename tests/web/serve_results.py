@@ -232,6 +232,25 @@ FULL_SIZE_TP2 = [(1, 161.2, 0.031, 0.0062), (2, 309.8, 0.034, 0.0064), (4, 590.4
 FULL_SIZE_TP1 = [(1, 112.5, 0.046, 0.0089), (2, 215.0, 0.052, 0.0093), (4, 404.0, 0.066, 0.0099)]
 # What the plan's fit predicted for the same levels before the measurement.
 PREDICTED_BEFORE = [(1, 150.0, 0.028, 0.0066), (2, 290.0, 0.030, 0.0068), (4, 560.0, 0.036, 0.0071)]
+PREDICTED_PREFILL_HEAVY = [(1, 91.0, 0.070, 0.0068), (2, 170.0, 0.081, 0.0070)]
+
+
+def _predicted(rows: list[tuple[int, float, float, float]]) -> list[dict[str, Any]]:
+    """Predicted levels as `predicted_sweep` writes them."""
+    return [
+        {
+            "kind": "predicted",
+            "concurrency": c,
+            "output_tokens_per_s": tokens,
+            "ttft_s": ttft,
+            "tpot_s": tpot,
+            "e2e_s": ttft + 999 * tpot,
+            "batch": float(c),
+        }
+        for c, tokens, ttft, tpot in rows
+    ]
+
+
 FIT = {
     "accelerator": "h200",
     "engine": "vllm",
@@ -342,19 +361,26 @@ FULL_SIZE: dict[str, Any] = {
         "weight_bytes": 16060522496,
     },
     "duration_s": 412.6,
+    # engine/stages/serve/full_size_prediction.py `predicted_before`: the plan's fit at the
+    # launch's split, per workload (the primary's sweep also on its own).
     "predicted_before": {
+        "available": True,
         "fit": FIT,
-        "sweep": [
+        "split": "TP2 PP1 EP1 DP1",
+        "sweep": _predicted(PREDICTED_BEFORE),
+        "workloads": [
             {
-                "kind": "predicted",
-                "concurrency": c,
-                "output_tokens_per_s": tokens,
-                "ttft_s": ttft,
-                "tpot_s": tpot,
-                "e2e_s": ttft + 999 * tpot,
-                "batch": float(c),
-            }
-            for c, tokens, ttft, tpot in PREDICTED_BEFORE
+                "label": "primary",
+                "input_tokens": 1000,
+                "output_tokens": 1000,
+                "sweep": _predicted(PREDICTED_BEFORE),
+            },
+            {
+                "label": "prefill-heavy",
+                "input_tokens": 2048,
+                "output_tokens": 128,
+                "sweep": _predicted(PREDICTED_PREFILL_HEAVY),
+            },
         ],
     },
 }

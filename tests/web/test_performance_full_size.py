@@ -18,7 +18,13 @@ from engine.architecture import analyze_config
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
 from tests.factories import make_job, make_release
-from tests.web.serve_results import FULL_SIZE_TP2, PREDICTED_BEFORE, full_size, served
+from tests.web.serve_results import (
+    FULL_SIZE_TP2,
+    PREDICTED_BEFORE,
+    PREDICTED_PREFILL_HEAVY,
+    full_size,
+    served,
+)
 from tests.web.test_plan_panel import text
 from tests.web.test_serve_panel import REPO, h200_pool, read
 
@@ -103,15 +109,24 @@ def test_each_workload_is_charted_against_concurrency_beside_its_prediction(llam
     tpot = traces(fig, kind="measured", metric="tpot_s_p50")[0]
     assert tpot["y"] == pytest.approx([tpot_s * 1000 for *_, tpot_s in FULL_SIZE_TP2])
     assert tpot["xaxis"] == traces(fig, kind="predicted", metric="tpot_s")[0]["xaxis"]
-    # a chart per workload measured: the prefill-heavy one has no prediction for its lengths
+    # a chart per workload measured, each beside the prediction for its own lengths
     prefill = figure(html, f"performance-job-{job.pk}-full-size-prefill-heavy-figure")
-    assert traces(prefill, kind="predicted") == []
     assert "2,048 + 128 tokens" in prefill["layout"]["title"]["text"]
+    assert traces(prefill, kind="predicted", metric="output_tokens_per_s")[0]["y"] == [
+        tokens for _, tokens, *_ in PREDICTED_PREFILL_HEAVY
+    ]
+    decode = figure(html, f"performance-job-{job.pk}-full-size-decode-heavy-figure")
+    assert traces(decode, kind="predicted") == []
     labels = text(part(html, job).split('id="performance-job')[-1])
     assert (
+        "Decode-heavy workload, 128 + 2,048 tokens a request: measured · engine · full size · "
+        "dummy weights at TP=2 (stopped: time budget); no prediction for these lengths (the "
+        "plan predicted 1,000 + 1,000 tokens)." in labels
+    )
+    assert (
         "Prefill-heavy workload, 2,048 + 128 tokens a request: measured · engine · full size · "
-        "dummy weights at TP=2; no prediction for these lengths (the plan predicted 1,000 + "
-        "1,000 tokens)." in labels
+        "dummy weights at TP=2; predicted · full size · fit h200 x vllm, 8 points, x1.26 "
+        "(published serving results), made before the measurement at TP2 PP1 EP1 DP1." in labels
     )
 
 

@@ -78,8 +78,11 @@ def test_the_primary_workload_sits_beside_the_prediction_made_before_it(llama_pl
     assert "Measured · engine · full size · dummy weights." in labels
     assert (
         "Predicted · full size · fit h200 x vllm, 8 points, x1.26 (published serving results), "
-        "made before the measurement." in labels
+        "made before the measurement at TP2 PP1 EP1 DP1." in labels
     )
+    # the prefill-heavy pair beside what the plan's fit predicted for its own lengths
+    prefill = rows(by_id(html, f"serve-job-{job.pk}-full-size-prefill-heavy", "table"))
+    assert [row[6:9] for row in prefill] == [["98.4", "91", "x1.08"], ["180", "170", "x1.06"]]
 
 
 def test_without_a_prediction_kept_the_plans_curve_for_the_same_lengths_is_used(llama_plan):
@@ -99,6 +102,26 @@ def test_without_a_prediction_kept_the_plans_curve_for_the_same_lengths_is_used(
     assert "Prefill-heavy workload, 2,048 prompt + 128 output tokens a request" in text(prefill)
     assert "The plan made no prediction for these lengths." in text(prefill)
     assert "Predicted output tokens/s" not in prefill
+
+
+def test_a_prediction_the_stage_could_not_make_says_why(llama_plan):
+    result = full_size(
+        predicted_before={
+            "available": False,
+            "reason": "TP2 PP1 EP1 DP1 runs on more devices than the pool's layout counts (1)",
+        }
+    )
+    job = serve_job(served(full_size=result), plan=llama_plan)
+    html = section(job)
+    # The primary workload still has the plan's own curve for its lengths; the pairs say why
+    # they have none.
+    primary = html.split(f'id="serve-job-{job.pk}-full-size-primary"')[1].split("</details>")[0]
+    assert "the plan's curve for the same lengths" in text(primary)
+    decode = html.split(f'id="serve-job-{job.pk}-full-size-decode-heavy"')[1]
+    assert text(decode.split("</details>")[0]).endswith(
+        "No prediction was made for it before the measurement: TP2 PP1 EP1 DP1 runs on more "
+        "devices than the pool's layout counts (1)."
+    )
 
 
 def test_the_other_workloads_and_where_they_stopped(llama_plan):

@@ -18,7 +18,9 @@ no full-size run), "reason" (the skip or failure code, None when measured), "lab
 "parameters"} or None), "workloads" ([{"label", "input_tokens", "output_tokens", "tp",
 "stopped", "levels": [{"concurrency", "output_tokens_per_s", "ttft_s_p50", "tpot_s_p50",
 "predicted_output_tokens_per_s", "predicted_ttft_s", "predicted_tpot_s"}], "predicted":
-{"label", "made": "before" | "plan", "fit"} or None}]), "scaling" ([{"tp", "concurrency",
+{"label", "made": "before" | "plan", "fit", "split"} or None}]), "predicted_before_reason"
+(why the serve stage made no prediction before measuring, None when it made one or did not
+say), "scaling" ([{"tp", "concurrency",
 "output_tokens_per_s", "baseline_tp", "speedup", "efficiency"}]), "predicted" (the plan's
 own workload at its throughput-optimal load: {"label", "input_tokens", "output_tokens",
 "engine", "concurrency", "output_tokens_per_s", "ttft_s", "tpot_s", "fit"} or None), and for
@@ -84,32 +86,54 @@ def _predicted_points(value: Any) -> dict[int, Mapping[str, Any]]:
     return points
 
 
+def _kept_before(before: Mapping[str, Any], label: str) -> Mapping[str, Any]:
+    """The serve stage's prediction for workload `label` made before it measured
+    (`full_size.predicted_before`: {"available", "fit", "split", "sweep" (the primary's),
+    "workloads": [{"label", "input_tokens", "output_tokens", "sweep"}]}), {} without one."""
+    if before.get("available") is False:
+        return {}
+    for entry in (_mapping(w) for w in _items(before.get("workloads"))):
+        if str(entry.get("label") or "") == label:
+            return entry
+    return {}
+
+
 def _prediction(
-    workload: Mapping[str, Any], primary: bool, before: Mapping[str, Any], plan: Mapping[str, Any]
+    workload: Mapping[str, Any], label: str, before: Mapping[str, Any], plan: Mapping[str, Any]
 ) -> tuple[dict[str, Any] | None, dict[int, Mapping[str, Any]]]:
     """(how the prediction for `workload` was made with its fit, its points by concurrency):
-    for the primary workload the one the serve stage kept before measuring, else the plan's
+    the one the serve stage kept before measuring for its label and lengths, else the plan's
     curve where it was predicted for the same lengths; (None, {}) otherwise."""
-    if primary and _predicted_points(before.get("sweep")):
-        made = {"label": PREDICTED_FULL, "made": "before", "fit": fit(before.get("fit"))}
-        return made, _predicted_points(before.get("sweep"))
     lengths = (workload.get("input_tokens"), workload.get("output_tokens"))
+    kept = _kept_before(before, label)
+    if (
+        _predicted_points(kept.get("sweep"))
+        and (kept.get("input_tokens"), kept.get("output_tokens")) == lengths
+    ):
+        made = {
+            "label": PREDICTED_FULL,
+            "made": "before",
+            "fit": fit(before.get("fit")),
+            "split": str(before.get("split") or ""),
+        }
+        return made, _predicted_points(kept.get("sweep"))
     if plan and lengths == (plan.get("input_tokens"), plan.get("output_tokens")):
         points = _predicted_points(plan.get("curve"))
         if points:
-            return {"label": PREDICTED_FULL, "made": "plan", "fit": plan.get("fit")}, points
+            made = {"label": PREDICTED_FULL, "made": "plan", "fit": plan.get("fit"), "split": ""}
+            return made, points
     return None, {}
 
 
 def _workload(
     entry: Mapping[str, Any],
     *,
-    primary: bool,
+    label: str,
     tp: int | None,
     before: Mapping[str, Any],
     plan: Mapping[str, Any],
 ) -> dict[str, Any]:
-    predicted, points = _prediction(entry, primary, before, plan)
+    predicted, points = _prediction(entry, label, before, plan)
     levels = []
     for level in (_mapping(p) for p in _items(entry.get("sweep"))):
         concurrency = _whole(level.get("concurrency"))
@@ -128,7 +152,7 @@ def _workload(
             }
         )
     return {
-        "label": "primary" if primary else str(entry.get("label") or ""),
+        "label": label,
         "input_tokens": _whole(entry.get("input_tokens")),
         "output_tokens": _whole(entry.get("output_tokens")),
         "tp": tp,
@@ -184,11 +208,16 @@ def full_size_section(states: Mapping[str, StageState]) -> dict[str, Any] | None
             "sweep": run.get("sweep"),
             "stopped": run.get("stopped"),
         }
+        entries = [primary, *(_mapping(e) for e in _items(run.get("workloads")))]
         workloads = [
-            _workload(entry, primary=index == 0, tp=tp, before=before, plan=plan)
-            for index, entry in enumerate(
-                [primary, *(_mapping(e) for e in _items(run.get("workloads")))]
+            _workload(
+                entry,
+                label="primary" if index == 0 else str(entry.get("label") or ""),
+                tp=tp,
+                before=before,
+                plan=plan,
             )
+            for index, entry in enumerate(entries)
         ]
         workloads = [w for w in workloads if w["levels"]]
     return {
@@ -236,6 +265,9 @@ def full_size_section(states: Mapping[str, StageState]) -> dict[str, Any] | None
             "fit": plan["fit"],
         }
         if best
+        else None,
+        "predicted_before_reason": str(before.get("reason") or "") or None
+        if before.get("available") is False
         else None,
         "error": str(run.get("error") or "") or None,
         **{key: run.get(key) for key in _SKIP_FIGURES if key in run},
