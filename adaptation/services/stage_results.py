@@ -118,14 +118,25 @@ SERVE_METRICS: dict[str, str] = {
 }
 
 
-def _level_rows(key: dict[str, Any], sweep: Any) -> list[dict[str, Any]]:
-    """`key` with each figure of `SERVE_METRICS` of each level of `sweep` (a level without a
+# The engine's own figures during each full-size level (its /metrics, the peaks of the scrapes
+# during the level: `engine.stages.serve.full_size.LEVEL_PEAKS`), with their units.
+FULL_SIZE_ENGINE_METRICS: dict[str, str] = {
+    "kv_cache_usage_peak": "ratio",
+    "running_peak": "requests",
+    "waiting_peak": "requests",
+}
+
+
+def _level_rows(
+    key: dict[str, Any], sweep: Any, metrics: dict[str, str] = SERVE_METRICS
+) -> list[dict[str, Any]]:
+    """`key` with each figure of `metrics` of each level of `sweep` (a level without a
     concurrency is left out; `errors` 0 is stored too)."""
     rows = []
     for level in sweep if isinstance(sweep, list) else []:
         if not isinstance(level, dict) or not _is_count(level.get("concurrency")):
             continue
-        for metric, unit in SERVE_METRICS.items():
+        for metric, unit in metrics.items():
             value = level.get(metric)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 rows.append(
@@ -176,7 +187,9 @@ def _full_size_rows(full_size: Any, engine_key: dict[str, Any]) -> list[dict[str
     """The full-size run's levels as rows (docs/stages/serve.md, "Full size"): kind
     "measured", model "full-size", `load_format` "dummy", the dtype the engine computed in;
     the primary workload at the run's TP, each other workload at that TP, and the primary
-    workload at each smaller TP degree, each with its input and output tokens."""
+    workload at each smaller TP degree, each with its input and output tokens; with the
+    engine's KV cache usage and running and waiting requests at their peak during each level
+    (`FULL_SIZE_ENGINE_METRICS`) besides the sweep's figures."""
     if not isinstance(full_size, dict) or full_size.get("status") != "measured":
         return []
     settings = full_size.get("sweep_settings")
@@ -193,7 +206,8 @@ def _full_size_rows(full_size: Any, engine_key: dict[str, Any]) -> list[dict[str
         "output_len": _count_or_none(settings.get("output_tokens")),
     }
     tp = _count_or_none(full_size.get("tp"))
-    rows = _level_rows(primary | {"tp_size": tp}, full_size.get("sweep"))
+    metrics = SERVE_METRICS | FULL_SIZE_ENGINE_METRICS
+    rows = _level_rows(primary | {"tp_size": tp}, full_size.get("sweep"), metrics)
     for workload in full_size.get("workloads") or []:
         if isinstance(workload, dict):
             key = base | {
@@ -201,11 +215,11 @@ def _full_size_rows(full_size: Any, engine_key: dict[str, Any]) -> list[dict[str
                 "output_len": _count_or_none(workload.get("output_tokens")),
                 "tp_size": tp,
             }
-            rows += _level_rows(key, workload.get("sweep"))
+            rows += _level_rows(key, workload.get("sweep"), metrics)
     for entry in full_size.get("tp_scaling") or []:
         if isinstance(entry, dict):
             key = primary | {"tp_size": _count_or_none(entry.get("tp"))}
-            rows += _level_rows(key, entry.get("sweep"))
+            rows += _level_rows(key, entry.get("sweep"), metrics)
     return rows
 
 

@@ -288,7 +288,10 @@ FULL_SIZE = {
     "tp": 2,
     "dtype": "bfloat16",
     "sweep_settings": {"input_tokens": 128, "output_tokens": 64, "concurrency": [1]},
-    "sweep": [_full_size_point(1, 15.6)],
+    "sweep": [
+        _full_size_point(1, 15.6)
+        | {"kv_cache_usage_peak": 0.0055, "running_peak": 1, "waiting_peak": 0}
+    ],
     "stopped": None,
     "workloads": [
         {
@@ -327,7 +330,14 @@ def test_the_full_size_run_is_stored_as_measured_engine_rows_with_dummy_weights(
         ("full-size", "dummy", 256, 16, 2, 12.4),
         ("full-size", "dummy", 128, 64, 1, 9.1),
     ]
-    assert full.count() == 3 * 8  # three levels, eight metrics each
+    # three levels, eight metrics each, and the engine's peaks where the scrapes saw the level
+    assert full.count() == 3 * 8 + 3
+    peaks = full.filter(metric__endswith="_peak").order_by("metric")
+    assert list(peaks.values_list("metric", "value", "unit", "prompt_len", "tp_size")) == [
+        ("kv_cache_usage_peak", 0.0055, "ratio", 128, 2),
+        ("running_peak", 1.0, "requests", 128, 2),
+        ("waiting_peak", 0.0, "requests", 128, 2),
+    ]
     # The twin's rows say what they are too: its sweep's lengths and TP, weights as saved.
     twin = rows.filter(model="twin", metric="output_tokens_per_s").order_by("concurrency")
     assert list(twin.values_list(*FULL_SIZE_FIELDS)) == [

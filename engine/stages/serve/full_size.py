@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from engine.contract import StageContext, raise_if_cancelled
@@ -180,6 +180,14 @@ def _served_max_model_len(process: EngineProcess, served: str) -> int | None:
     return None
 
 
+# The engine's figures kept per level, from the scrapes during it: point key -> scrape key.
+LEVEL_PEAKS = {
+    "kv_cache_usage_peak": "kv_cache_usage",
+    "running_peak": "running",
+    "waiting_peak": "waiting",
+}
+
+
 def _peaks(series: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The largest KV cache usage (0 to 1), running and waiting requests of a scrape series."""
     peaks: dict[str, Any] = {}
@@ -187,6 +195,25 @@ def _peaks(series: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         values = [s[key] for s in series if isinstance(s.get(key), int | float)]
         peaks[key] = max(values) if values else None
     return peaks
+
+
+def mark_level_peaks(
+    points: Sequence[dict[str, Any]],
+    ends: Sequence[float],
+    began: float,
+    series: Sequence[Mapping[str, Any]],
+) -> None:
+    """Add to each point the engine's peaks during its level (`LEVEL_PEAKS`: KV cache usage
+    0 to 1, running and waiting requests): the scrapes after the level before it ended (or
+    after `began`) up to its own end, `ends` being when each level's line arrived on the
+    series' clock (s). None where no scrape fell inside (a level shorter than the interval)."""
+    start = began
+    for point, end in zip(points, ends, strict=False):
+        window = [s for s in series if start < float(s.get("t_s") or 0.0) <= end]
+        peaks = _peaks(window)
+        for key, source in LEVEL_PEAKS.items():
+            point[key] = peaks[source]
+        start = end
 
 
 class _Budget:
@@ -418,10 +445,13 @@ class _Runner:
         levels: Sequence[int],
         requests: int | None,
         timeout_s: float,
+        clock: Callable[[], float],
+        ends: list[float],
     ) -> tuple[list[dict[str, Any]], str | None]:
         """(points, stopped) of one workload's sweep: `stopped` None when every level
-        finished, "time budget" when `timeout_s` ran out, "error: ..." otherwise. Raises
-        `StageCancelled` when the job was cancelled."""
+        finished, "time budget" when `timeout_s` ran out, "error: ..." otherwise; `ends` gets
+        `clock()` as each level finishes. Raises `StageCancelled` when the job was
+        cancelled."""
         from .sweep import SweepError, run_sweep
 
         self.ctx.log(
@@ -441,6 +471,7 @@ class _Runner:
                 timeout_s=timeout_s,
                 log=self.ctx.log,
                 cancelled=self.ctx.cancelled,
+                on_point=lambda _point: ends.append(clock()),
             )
         except SweepError as exc:
             if exc.kind == "cancelled":
@@ -477,6 +508,62 @@ def _phase(label: str, began: float, ended: float) -> dict[str, Any]:
     return {"label": label, "t_start_s": began, "t_end_s": ended}
 
 
+class _Scraped:
+    """The /metrics scrapes of one launch and which sweep ran when on their clock, so each
+    level gets the engine's peaks during it (`mark_level_peaks`) once the scraping stops."""
+
+    def __init__(self, process: EngineProcess) -> None:
+        from .metrics import Scraper
+
+        self.scraper = Scraper(process.base_url)
+        self.phases: list[dict[str, Any]] = []
+        self.metrics: dict[str, Any] | None = None
+        self._marks: list[tuple[list[dict[str, Any]], list[float], float]] = []
+
+    def __enter__(self) -> _Scraped:
+        self.scraper.start()
+        return self
+
+    def sweep(
+        self,
+        runner: _Runner,
+        process: EngineProcess,
+        launch: Launch,
+        workload: Workload,
+        levels: Sequence[int],
+        requests: int | None,
+        timeout_s: float,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """`runner.sweep` with the sweep's phase and its levels' ends marked."""
+        ends: list[float] = []
+        began = self.scraper.elapsed_s()
+        points, stopped = runner.sweep(
+            process,
+            launch,
+            workload,
+            levels,
+            requests,
+            timeout_s,
+            clock=self.scraper.elapsed_s,
+            ends=ends,
+        )
+        self.phases.append(_phase(workload.label, began, self.scraper.elapsed_s()))
+        self._marks.append((points, ends, began))
+        return points, stopped
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.metrics = self.scraper.stop()
+        for points, ends, began in self._marks:
+            mark_level_peaks(points, ends, began, self.metrics["series"])
+
+    def summary(self) -> dict[str, Any] | None:
+        """`Scraper.stop()`'s dict with the sweeps' `phases` and the `peak` of the series (None
+        when the scraping never started)."""
+        if self.metrics is None:
+            return None
+        return {**self.metrics, "phases": self.phases, "peak": _peaks(self.metrics["series"])}
+
+
 def _primary(
     runner: _Runner,
     result: dict[str, Any],
@@ -489,8 +576,6 @@ def _primary(
 ) -> None:
     """Launch at the primary TP, sweep the primary workload, then the other workloads on the
     same engine with the time the smaller TP degrees will not need; scrape /metrics meanwhile."""
-    from .metrics import Scraper
-
     ctx = runner.ctx
     if budget.left() < MIN_SWEEP_S:
         result["stopped"] = TIME_BUDGET
@@ -514,50 +599,68 @@ def _primary(
             startup_log=excerpt(process.log_text()),
         )
         ctx.log(f"full size ready in {load_s:.1f} s")
-        scraper = Scraper(process.base_url)
-        scraper.start()
-        phases: list[dict[str, Any]] = []
+        scraped = _Scraped(process)
         try:
-            began = scraper.elapsed_s()
-            result["sweep"], result["stopped"] = runner.sweep(
-                process, launch, settings.primary, levels, requests, budget.left()
-            )
-            phases.append(_phase(settings.primary.label, began, scraper.elapsed_s()))
-            # What each smaller TP degree will take: a launch and the primary sweep again.
-            spent = load_s + (phases[0]["t_end_s"] - began)
-            reserve = spent * smaller if result["stopped"] is None else 0.0
-            pending = list(settings.workloads)
-            while pending and result["stopped"] is None:
-                workload = pending.pop(0)
-                share = (budget.left() - reserve) / (len(pending) + 1)
-                entry: dict[str, Any] = {
-                    "label": workload.label,
-                    "input_tokens": workload.input_tokens,
-                    "output_tokens": workload.output_tokens,
-                    "sweep": [],
-                    "stopped": None,
-                }
-                result["workloads"].append(entry)
-                if share < MIN_SWEEP_S:
-                    entry["stopped"] = TIME_BUDGET
-                    continue
-                began = scraper.elapsed_s()
-                entry["sweep"], entry["stopped"] = runner.sweep(
-                    process, launch, workload, levels, requests, share
+            with scraped:
+                swept_from = time.monotonic()
+                result["sweep"], result["stopped"] = scraped.sweep(
+                    runner, process, launch, settings.primary, levels, requests, budget.left()
                 )
-                phases.append(_phase(workload.label, began, scraper.elapsed_s()))
-                if entry["stopped"] is not None and entry["stopped"] != TIME_BUDGET:
-                    break  # the engine failed: the other workloads would too
+                # What each smaller TP degree will take: a launch and the primary sweep again.
+                spent = load_s + (time.monotonic() - swept_from)
+                reserve = spent * smaller if result["stopped"] is None else 0.0
+                _other_workloads(
+                    runner,
+                    (process, launch),
+                    result,
+                    scraped,
+                    settings,
+                    levels,
+                    requests,
+                    budget,
+                    reserve,
+                )
         finally:
-            metrics = scraper.stop()
-            result["engine_metrics"] = {
-                **metrics,
-                "phases": phases,
-                "peak": _peaks(metrics["series"]),
-            }
+            result["engine_metrics"] = scraped.summary()
         result["peak_memory_bytes"] = process.peak_memory_bytes or None
     finally:
         process.stop()
+
+
+def _other_workloads(
+    runner: _Runner,
+    engine: tuple[EngineProcess, Launch],
+    result: dict[str, Any],
+    scraped: _Scraped,
+    settings: FullSizeSettings,
+    levels: list[int],
+    requests: int | None,
+    budget: _Budget,
+    reserve: float,
+) -> None:
+    """The prefill-heavy and decode-heavy pairs on the primary launch, each given an equal
+    share of the budget left once `reserve` (s) is set aside for the smaller TP degrees."""
+    process, launch = engine
+    pending = list(settings.workloads)
+    while pending and result["stopped"] is None:
+        workload = pending.pop(0)
+        share = (budget.left() - reserve) / (len(pending) + 1)
+        entry: dict[str, Any] = {
+            "label": workload.label,
+            "input_tokens": workload.input_tokens,
+            "output_tokens": workload.output_tokens,
+            "sweep": [],
+            "stopped": None,
+        }
+        result["workloads"].append(entry)
+        if share < MIN_SWEEP_S:
+            entry["stopped"] = TIME_BUDGET
+            continue
+        entry["sweep"], entry["stopped"] = scraped.sweep(
+            runner, process, launch, workload, levels, requests, share
+        )
+        if entry["stopped"] is not None and entry["stopped"] != TIME_BUDGET:
+            break  # the engine failed: the other workloads would too
 
 
 def _scaling_launches(
@@ -569,7 +672,8 @@ def _scaling_launches(
     requests: int | None,
     budget: _Budget,
 ) -> None:
-    """The primary workload at each smaller TP degree, a launch each, while the budget lasts."""
+    """The primary workload at each smaller TP degree, a launch each, while the budget lasts;
+    each launch's /metrics scraped for its levels' peaks (`engine_peak`: the launch's)."""
     for tp in smaller:
         entry: dict[str, Any] = {
             "tp": tp,
@@ -579,6 +683,7 @@ def _scaling_launches(
             "stopped": None,
             "engine_kv_cache_tokens": None,
             "peak_memory_bytes": None,
+            "engine_peak": None,
         }
         result["tp_scaling"].append(entry)
         if budget.left() < MIN_SWEEP_S:
@@ -609,9 +714,14 @@ def _scaling_launches(
             if budget.left() < MIN_SWEEP_S:
                 entry["stopped"] = TIME_BUDGET
                 continue
-            entry["sweep"], entry["stopped"] = runner.sweep(
-                process, launch, settings.primary, levels, requests, budget.left()
-            )
+            scraped = _Scraped(process)
+            try:
+                with scraped:
+                    entry["sweep"], entry["stopped"] = scraped.sweep(
+                        runner, process, launch, settings.primary, levels, requests, budget.left()
+                    )
+            finally:
+                entry["engine_peak"] = (scraped.summary() or {}).get("peak")
             entry["peak_memory_bytes"] = process.peak_memory_bytes or None
         finally:
             process.stop()

@@ -213,6 +213,7 @@ def run_sweep(
     seed: int = DEFAULT_SEED,
     child: str | os.PathLike = BENCH_CHILD,
     api_key: str | None = None,
+    on_point: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run the load sweep against the engine at `base_url`; one point per level, in order.
 
@@ -220,7 +221,9 @@ def run_sweep(
     `requests_per_level` None sends four times each level's concurrency. The child's
     environment is the engine's allow-list with `CHILD_ENV` and `env` added (see the module
     docstring); `api_key`, the endpoint's key, goes to the child in its stdin spec only. `log`
-    gets one line per finished level; `cancelled` is polled while the child runs. Raises
+    gets one line per finished level, `on_point` each point as its level finishes (when it
+    ended, for the engine's metrics of that level); `cancelled` is polled while the child
+    runs. Raises
     `SweepError` (keeping the finished points) when the child fails, exceeds `timeout_s`, is
     cancelled, or the engine stops answering.
     """
@@ -304,6 +307,8 @@ def run_sweep(
             )
         point = point_from_line(line)
         points.append(point)
+        if on_point is not None:
+            on_point(point)
         log(_describe(point))
 
     try:

@@ -196,6 +196,15 @@ def test_each_workload_sends_requests_of_its_lengths_at_each_level(served):
     queried = series[-1]["prefix_cache_queries"] - series[0]["prefix_cache_queries"]
     assert queried >= sum(p["total_input_tokens"] for _i, _o, sweep in sweeps for p in sweep)
     assert set(metrics["peak"]) == {"kv_cache_usage", "running", "waiting"}
+    # Each level has the engine's peaks of the scrapes during it: a level of 2 requests of 16
+    # tokens at 15-40 tokens/s lasts a second or more, so the 0.5 s scrapes saw requests run
+    # and their KV blocks held.
+    for _i, _o, sweep in sweeps:
+        for point in sweep:
+            assert {"kv_cache_usage_peak", "running_peak", "waiting_peak"} <= set(point)
+    primary = full["sweep"]
+    assert max(p["running_peak"] or 0 for p in primary) >= 1
+    assert max(p["kv_cache_usage_peak"] or 0 for p in primary) > 0
     assert _engine_processes() == []
 
 
@@ -258,6 +267,7 @@ def test_the_scaling_launches_measure_tp2_against_tp1_at_full_size(mirror, var_d
     [single] = full["tp_scaling"]
     assert single["tp"] == 1 and "--tensor-parallel-size 1" in single["launched_command"]
     assert "--load-format dummy" in single["launched_command"] and single["stopped"] is None
+    assert set(single["engine_peak"]) == {"kv_cache_usage", "running", "waiting"}
     assert (
         [p["concurrency"] for p in single["sweep"]]
         == [1, 2]

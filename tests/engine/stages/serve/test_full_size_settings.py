@@ -17,7 +17,7 @@ from engine.stages.plan.planner import plan_release
 from engine.stages.plan.validity import Split
 from engine.stages.serve.checkpoint import full_size_folder
 from engine.stages.serve.engine_log import kv_cache_tokens
-from engine.stages.serve.full_size import _kv_space_gib, run_full_size
+from engine.stages.serve.full_size import _kv_space_gib, mark_level_peaks, run_full_size
 from engine.stages.serve.full_size_degrees import scaling, tp_degrees
 from engine.stages.serve.full_size_settings import FullSizeSettings, Workload, full_size_settings
 from engine.stages.serve.options import serve_options, serve_time_limits
@@ -220,6 +220,24 @@ def test_the_scaling_curve_is_per_device_against_the_smallest_degree():
     same_cores = scaling(2, primary, smaller, devices=lambda tp: 2)
     assert same_cores[1]["efficiency"] == same_cores[1]["speedup"] == 1.25
     assert scaling(2, primary, [], devices=lambda tp: tp) == []
+
+
+def test_each_level_gets_the_engines_peaks_of_the_scrapes_during_it():
+    series = [
+        {"t_s": 0.0, "kv_cache_usage": 0.0, "running": 0, "waiting": 0},
+        {"t_s": 0.5, "kv_cache_usage": 0.01, "running": 1, "waiting": 0},
+        {"t_s": 1.0, "kv_cache_usage": 0.02, "running": 1, "waiting": 0},  # level 1 ends here
+        {"t_s": 1.5, "kv_cache_usage": 0.05, "running": 2, "waiting": 3},
+        {"t_s": 2.0, "kv_cache_usage": 0.04, "running": 2, "waiting": 1},
+        {"t_s": 9.0, "kv_cache_usage": 0.9, "running": 9, "waiting": 9},  # after the sweep
+    ]
+    points = [{"concurrency": 1}, {"concurrency": 2}, {"concurrency": 4}]
+    mark_level_peaks(points, [1.0, 2.2, 2.3], 0.0, series)
+    assert [(p["kv_cache_usage_peak"], p["running_peak"], p["waiting_peak"]) for p in points] == [
+        (0.02, 1, 0),
+        (0.05, 2, 3),
+        (None, None, None),
+    ]  # no scrape in the last 0.1 s
 
 
 def test_the_engines_kv_cache_line_is_read():
