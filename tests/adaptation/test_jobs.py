@@ -94,7 +94,7 @@ def test_job_create_stores_checked_plan_options():
     ("options", "words"),
     [
         ({"plan": {"context_tokens": 0}}, "context_tokens must be a positive integer"),
-        ({"plan": {"dtype": "fp4"}}, "unknown serving dtype 'fp4'"),
+        ({"plan": {"dtype": "fp3"}}, "unknown serving dtype 'fp3'"),
         ({"plan": {"contxt": 8192}}, "unknown plan option contxt"),
         ({"plan": [8192]}, "plan options must be an object"),
         ({"fetch": {"x": 1}}, "the fetch stage takes no options"),

@@ -123,7 +123,10 @@ def test_measured_and_predicted_figures_are_labelled_and_come_from_their_stages(
     assert predicted["batch_size"] == KNEE_BATCH
     assert predicted["tpot_s"] == curve_point["tpot_s"]
     assert predicted["decode_tokens_per_s"] == curve_point["decode_tokens_per_s"]
-    assert predicted["accelerator"] == "h200" and predicted["context_tokens"] == 32768
+    # each sequence's KV cache read at the workload's average context: input + half the output
+    workload = results["plan"]["predicted"]["workload"]
+    average = workload["input_tokens"] + workload["output_tokens"] / 2
+    assert predicted["accelerator"] == "h200" and predicted["context_tokens"] == average
     markdown = notes_for(results)["markdown"]
     row = next(
         line for line in markdown.splitlines() if line.startswith("| **predicted (full-size)")
