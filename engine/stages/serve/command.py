@@ -227,7 +227,12 @@ def launch_command(
             new = size
             why = ""
             if name == tp_flag and tp is not None and tp != size:
-                new, why = tp, f"TP={tp} launch to compare greedy tokens with the plan's TP"
+                new = tp
+                why = (
+                    f"TP={tp} launch for the scaling curve at full size"
+                    if load_format == "dummy"
+                    else f"TP={tp} launch to compare greedy tokens with the plan's TP"
+                )
             elif size > room:
                 new = _largest_power_of_two(room)
                 why = f"the worker holds {fmt.counted(devices, 'device')} for one engine"

@@ -89,6 +89,9 @@ def test_the_full_size_launch_loads_dummy_weights_in_place_of_the_plans_format()
     assert "random weights" in rows["--load-format"]["why"]
     assert "config and tokenizer alone" in rows["--model"]["why"]
     assert "--load-format" not in _launch().argv  # the twin loads its checkpoint as saved
+    smaller = _launch(load_format="dummy", tp=1)
+    row = next(r for r in smaller.diff if r["flag"] == "--tensor-parallel-size")
+    assert (row["launched"], row["why"]) == ("1", "TP=1 launch for the scaling curve at full size")
 
 
 def test_the_plans_own_writers_round_trip():
