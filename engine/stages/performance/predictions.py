@@ -11,12 +11,13 @@ from engine.stages.performance.rows import UNITS
 
 def predicted_points(plan: Mapping[str, Any] | None) -> tuple[list[dict[str, Any]], dict]:
     """(points, info) from the plan stage's result: its predictions for the full-size model
-    (the step-time model with the fit the plan names). A point: {"kind": "predicted", "model": "full-size", "dtype" (the plan's serving
-    dtype), "batch_size", "prompt_len", "context_tokens", "ttft_s", "ttft_p95_s", "tpot_s",
-    "tpot_p95_s", "prefill_tokens_per_s", "decode_tokens_per_s", "peak_memory_bytes",
-    "memory_kind"}, None where the model says nothing (p95s, memory). Decode points have
-    `prompt_len` None and `context_tokens` the average context the prediction read each
-    sequence's KV cache at (the workload's input + half its output tokens); prefill points are one prompt each (`batch_size` 1,
+    (the step-time model with the fit the plan names). A point: {"kind": "predicted",
+    "model": "full-size", "dtype" (the plan's serving dtype), "batch_size", "prompt_len",
+    "context_tokens", "ttft_s", "ttft_p95_s", "tpot_s", "tpot_p95_s", "prefill_tokens_per_s",
+    "decode_tokens_per_s", "peak_memory_bytes", "memory_kind"}, None where the model says
+    nothing (p95s, memory). Decode points have `prompt_len` None and `context_tokens` the
+    average context the prediction read each sequence's KV cache at (the workload's input +
+    half its output tokens); prefill points are one prompt each (`batch_size` 1,
     `context_tokens` None). Where the plan carried a calibrated prediction (the pool's running
     calibration, `plan.calibration.calibrated_predictions`), decode points also have
     "calibrated_tpot_s" and "calibrated_decode_tokens_per_s", prefill points

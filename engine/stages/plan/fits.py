@@ -57,8 +57,7 @@ FITS_JSON = PUBLISHED_DIR / "fits.json"
 # sweeps refit it (`pool_fit`).
 CPU_PRIOR = Efficiency(bandwidth=1.0, flops=1.0, step_s=25e-3, layer_s=1e-4, moe=0.5)
 CPU_PRIOR_SOURCE = (
-    "cpu prior: the probe's measured figures, vLLM CPU's fixed costs of one measured pool "
-    "(fits.py)"
+    "cpu prior: the probe's measured figures, vLLM CPU's fixed costs of one measured pool (fits.py)"
 )
 
 

@@ -260,9 +260,7 @@ def _launched(
                 deadline=full_size_deadline(),
             )
             if result["full_size"].get("status") == "measured":
-                result["full_size"]["predicted_before"] = predicted_before(
-                    ctx, result["full_size"]
-                )
+                result["full_size"]["predicted_before"] = predicted_before(ctx, result["full_size"])
             _log_full_size(ctx, result["full_size"])
     finally:
         for process in processes:
