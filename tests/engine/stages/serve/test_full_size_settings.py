@@ -43,7 +43,7 @@ def test_the_cpu_pool_sweeps_short_workloads_that_finish_on_two_cores():
     assert settings.requests_for([1, 2, 4]) == 4  # one wave at the top level, serial at 1
     assert settings.max_weight_bytes == 4 * GIB
     assert settings.time_budget_s == 1200
-    assert settings.tp_sizes is None
+    assert settings.tp_sizes == (1, 2)  # the plan's TP=1 with every workload, then TP=2
 
 
 def test_an_accelerator_pool_sweeps_the_workloads_teams_publish():
@@ -143,6 +143,26 @@ def test_smollm2s_nine_heads_refuse_tp2_with_the_rule():
     assert chosen == [1]
     rule = "TP 2 does not divide the 9 attention heads; TP 2 does not divide the 3 KV heads"
     assert left_out == [{"tp": 2, "reason": "invalid_split", "rule": rule}]
+
+
+@pytest.mark.parametrize(
+    ("name", "chosen", "refused"),
+    [("Qwen__Qwen3-0.6B", [1, 2], []), ("HuggingFaceTB__SmolLM2-135M", [1], [2])],
+)
+def test_a_cpu_pool_measures_tp2_against_tp1_where_the_heads_split(name, chosen, refused):
+    planned = vllm_command("org/m", Split(1, 1, 1, 1), "bfloat16", context_tokens=2048,
+                           max_num_seqs=4)  # fmt: skip
+    got, left_out = tp_degrees(
+        settings=settings_for("cpu"),
+        plan={"tp": 1},
+        planned=planned,
+        kind="vllm",
+        analysis=_analysis(name),
+        devices_held=2,
+        device="cpu",
+    )
+    assert got == chosen
+    assert [(e["tp"], e["reason"]) for e in left_out] == [(tp, "invalid_split") for tp in refused]
 
 
 def _gpu_plan(name):
