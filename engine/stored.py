@@ -27,3 +27,23 @@ def numbers(value: Any, *keys: str) -> dict[str, float | None]:
     a missing key or a value that is not a finite number), by key."""
     mapping = as_mapping(value)
     return {key: finite(mapping.get(key)) for key in keys}
+
+
+def text(value: Any) -> str:
+    """`value` as text, "" for None."""
+    return "" if value is None else str(value)
+
+
+def whole_number(value: Any) -> int | None:
+    """`value` as an int when it is a finite whole number (JSON may hold 2.0), else None."""
+    number = finite(value)
+    return int(number) if number is not None and number.is_integer() else None
+
+
+def as_count(value: Any) -> int | float | None:
+    """A count a result stores as a number: an int when whole (JSON may hold 2.0), else the
+    number, or None when it is not a finite number."""
+    number = finite(value)
+    if number is None:
+        return None
+    return int(number) if number.is_integer() else number

@@ -30,16 +30,6 @@ from adaptation.charts.performance_metrics import (
 )
 from adaptation.models import AdaptationJob, ModelRelease, StageRun, StageStatus
 from adaptation.presenters.chart_slot import ChartSlot
-from adaptation.presenters.full_size import (
-    Fit,
-    FullSizeRun,
-    PlanWorkload,
-    WorkloadComparison,
-    comparisons,
-    full_size_run,
-    levels_for_chart,
-    plan_workload,
-)
 from adaptation.presenters.performance_points import PointTable, point_table
 from adaptation.presenters.performance_predictions import (
     CalibratedFullSize,
@@ -61,6 +51,14 @@ from adaptation.presenters.stages import SkippedBecause, finished_run, skipped_b
 from adaptation.selectors.jobs import latest_runs_by_stage
 from adaptation.selectors.performance import PERFORMANCE_STAGE
 from engine.formatting import finite
+from engine.stages.plan.predicted import PlanWorkload, StoredFit, plan_workload
+from engine.stages.serve.full_size_result import (
+    FullSizeRun,
+    Level,
+    WorkloadComparison,
+    comparisons,
+    full_size_run,
+)
 from engine.stored import as_list, as_mapping
 
 # --- the release page's performance panel ---------------------------------------------------
@@ -196,7 +194,23 @@ class EngineFullSize:
         return next((c for c in self.comparisons if c.workload.primary), None)
 
 
-def _fit_for_chart(fit: Fit | None) -> dict[str, Any] | None:
+def _levels_for_chart(levels: Sequence[Level]) -> list[dict[str, Any]]:
+    """Measured levels as the full-size chart reads them."""
+    return [
+        {
+            "concurrency": level.concurrency,
+            "output_tokens_per_s": level.output_tokens_per_s,
+            "ttft_s_p50": level.ttft_s_p50,
+            "ttft_s_p95": level.ttft_s_p95,
+            "tpot_s_p50": level.tpot_s_p50,
+            "tpot_s_p95": level.tpot_s_p95,
+            "errors": level.errors,
+        }
+        for level in levels
+    ]
+
+
+def _fit_for_chart(fit: StoredFit | None) -> dict[str, Any] | None:
     if fit is None:
         return None
     return {
@@ -210,7 +224,7 @@ def _fit_for_chart(fit: Fit | None) -> dict[str, Any] | None:
 def _workload_chart(comparison: WorkloadComparison, stem: str) -> ChartSlot | None:
     workload, prediction = comparison.workload, comparison.prediction
     figure = full_size_charts.workload_curves(
-        levels_for_chart(workload.levels),
+        _levels_for_chart(workload.levels),
         [
             {
                 "concurrency": p.concurrency,

@@ -24,13 +24,11 @@ from adaptation.models import (
     StageStatus,
 )
 from adaptation.presenters.chart_slot import ChartSlot
-from adaptation.presenters.full_size import PlanWorkload, plan_workload
 from adaptation.presenters.plan_figures import (
     Calibration,
     Prediction,
     Split,
     Suggestion,
-    as_count,
     calibration,
     whole,
     would_fit,
@@ -47,7 +45,8 @@ from adaptation.presenters.plan_tables import (
 from adaptation.selectors.inventory import StartEstimate
 from adaptation.selectors.jobs import latest_runs_by_stage
 from engine.formatting import finite
-from engine.stored import as_list, as_mapping
+from engine.stages.plan.predicted import PlanWorkload, plan_workload
+from engine.stored import as_count, as_list, as_mapping
 
 PLAN_STAGE = "plan"
 DISTRIBUTED_STAGE = "distributed"

@@ -17,15 +17,6 @@ def whole(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def as_count(value: Any) -> int | float | None:
-    """A count a result stores as a number: an int when whole (JSON may hold 2.0), else the
-    number, or None when it is not a finite number."""
-    number = finite(value)
-    if number is None:
-        return None
-    return int(number) if number.is_integer() else number
-
-
 @dataclass(frozen=True)
 class Split:
     """A parallel split as the planner gives it: tensor, pipeline, expert and data parallel

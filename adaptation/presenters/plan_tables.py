@@ -8,8 +8,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adaptation.presenters.plan_figures import Split, as_count
+from adaptation.presenters.plan_figures import Split
 from engine.formatting import finite
+from engine.stored import as_count
 
 
 @dataclass(frozen=True)

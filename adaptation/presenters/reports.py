@@ -54,7 +54,6 @@ from typing import Any
 from django.core.paginator import Page
 
 from adaptation.models import FailureClass, JobStatus
-from adaptation.presenters.full_size import Fit, fit_of
 from adaptation.presenters.stages import stage_title
 from adaptation.readiness import readiness_thresholds
 from adaptation.selectors.reports import (
@@ -67,6 +66,7 @@ from adaptation.selectors.reports import (
     ReportQuery,
     ReportRows,
 )
+from engine.stages.plan.predicted import StoredFit, stored_fit
 
 DAY_S = 24 * 3600
 WITHIN_S = DAY_S  # "adapted within 24 h"
@@ -166,7 +166,7 @@ class Throughput:
     output_tokens: int | None
     concurrency: int | float | None
     tp: int | None = None
-    fit: Fit | None = None
+    fit: StoredFit | None = None
 
 
 def throughputs(
@@ -202,7 +202,7 @@ def throughputs(
                 input_tokens=p.input_tokens,
                 output_tokens=p.output_tokens,
                 concurrency=p.concurrency,
-                fit=fit_of(p.fit),
+                fit=stored_fit(p.fit),
             ),
         )
     return found

@@ -8,8 +8,9 @@ over it and the plan's TP against TP=1; every one of those figures is measured o
 serving that checkpoint, and the plan's predictions (full-size, its split) are drawn beside
 the sweep in their own panels. Then, where the plan fits the pool, it launches the plan's
 command at full size with dummy weights and sweeps workloads (`full_size`, read by
-`presenters.full_size`): measured · engine · full size · dummy weights, beside the plan's
-prediction for the same workload; speed, memory and scheduling only, never precision.
+`engine/stages/serve/full_size_result.py`): measured · engine · full size · dummy weights,
+beside the plan's prediction for the same workload; speed, memory and scheduling only, never
+precision.
 Values only: `panels/serve.html` and `partials/serve_full_size.html` word them.
 """
 
@@ -22,20 +23,19 @@ from typing import Any
 from adaptation.charts import serve as serve_charts
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun, StageStatus
 from adaptation.presenters.chart_slot import ChartSlot
-from adaptation.presenters.engine_command import CommandChange, command_changes
-from adaptation.presenters.full_size import (
-    FullSizeRun,
-    PlanWorkload,
-    WorkloadComparison,
-    comparisons,
-    full_size_run,
-    plan_workload,
-)
 from adaptation.presenters.plan_figures import Split
 from adaptation.presenters.stages import SkippedBecause, settle_unfinished
 from adaptation.selectors.jobs import latest_runs_by_stage
 from engine import formatting
 from engine.formatting import finite
+from engine.stages.plan.predicted import PlanWorkload, plan_workload
+from engine.stages.serve.command import CommandChange, command_changes
+from engine.stages.serve.full_size_result import (
+    FullSizeRun,
+    WorkloadComparison,
+    comparisons,
+    full_size_run,
+)
 from engine.stored import as_list, as_mapping, numbers
 
 SERVE_STAGE = "serve"

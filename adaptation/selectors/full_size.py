@@ -7,13 +7,7 @@ from typing import Any
 
 from adaptation.models import AcceleratorPool, StageRun, StageStatus
 from engine.stages.plan.closed_loop import MAX_SWEEPS
-
-
-def _split(full_size: dict[str, Any], tp: int, plan: dict[str, Any]) -> str:
-    """The split a full-size launch ran at: the plan's, at the launch's TP (the EP group
-    being TP x DP when the plan has one)."""
-    pp, dp, ep = plan.get("pp") or 1, plan.get("dp") or 1, plan.get("ep") or 1
-    return f"TP{tp} PP{pp} EP{tp * dp if ep > 1 else 1} DP{dp}"
+from engine.stages.serve.full_size_result import launch_split
 
 
 def _records(run: StageRun, analysis: dict[str, Any], plan: dict[str, Any]) -> list[dict]:
@@ -36,7 +30,7 @@ def _records(run: StageRun, analysis: dict[str, Any], plan: dict[str, Any]) -> l
     records = [
         {
             **base,
-            "split": _split(full_size, int(full_size.get("tp") or 1), plan),
+            "split": launch_split(int(full_size.get("tp") or 1), plan),
             "workloads": [primary, *(full_size.get("workloads") or [])],
         }
     ]
@@ -46,7 +40,7 @@ def _records(run: StageRun, analysis: dict[str, Any], plan: dict[str, Any]) -> l
             records.append(
                 {
                     **base,
-                    "split": _split(full_size, tp, plan),
+                    "split": launch_split(tp, plan),
                     "workloads": [{**primary, "sweep": entry["sweep"]}],
                 }
             )

@@ -1,7 +1,8 @@
-"""The serve panel's full-size section (`partials/serve_full_size.html`, `presenters.full_size`):
-the engine serving Llama-3.1-8B at full size with dummy weights on two H200s
-(tests/web/serve_results.py `FULL_SIZE`), beside the plan's prediction for the same workload;
-a run the pool's weight cap skipped and one the engine refused."""
+"""The serve panel's full-size section (`partials/serve_full_size.html`, read by
+`engine/stages/serve/full_size_result.py`): the engine serving Llama-3.1-8B at full size with
+dummy weights on two H200s (tests/web/serve_results.py `FULL_SIZE`), beside the plan's
+prediction for the same workload; a run the pool's weight cap skipped and one the engine
+refused."""
 
 from __future__ import annotations
 

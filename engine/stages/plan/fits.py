@@ -65,7 +65,8 @@ CPU_PRIOR_SOURCE = (
 class Fit:
     """Constants and where they come from. `residual` is the geometric-mean error factor
     of the fit on its own points (exp of the mean |log ratio|; 1.0 = exact); `scope` says
-    whose points: "accelerator+engine", "engine", "all published", "pool" or "prior"."""
+    whose points: "accelerator+engine", "engine", "all" (published rows, `refit.py`), "pool"
+    or "prior"."""
 
     accelerator: str
     engine: str

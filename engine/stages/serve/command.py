@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import formatting as fmt
+from engine.stored import as_list, as_mapping, text
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 SGLANG_MODULE = "sglang.launch_server"
@@ -396,3 +397,29 @@ def planned_command(plan: Mapping[str, Any], kind: str) -> str:
     artifacts = plan.get("artifacts") if isinstance(plan, Mapping) else None
     command = artifacts.get(kind) if isinstance(artifacts, Mapping) else None
     return command if isinstance(command, str) else ""
+
+
+@dataclass(frozen=True)
+class CommandChange:
+    """One row of a stored `command_diff` read back: the flag the launch changed from the
+    plan's command, the planned value, the launched one ("" where the command has none) and
+    why (the stage's words)."""
+
+    flag: str
+    planned: str
+    launched: str
+    why: str
+
+
+def command_changes(value: Any) -> list[CommandChange]:
+    """The rows of a stored `command_diff` ([{"flag", "planned", "launched", "why"}], the
+    twin's launch and the full-size run's); a row that is not a mapping reads as empty."""
+    return [
+        CommandChange(
+            flag=text(row.get("flag")),
+            planned=text(row.get("planned")),
+            launched=text(row.get("launched")),
+            why=text(row.get("why")),
+        )
+        for row in (as_mapping(r) for r in as_list(value))
+    ]

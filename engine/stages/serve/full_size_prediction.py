@@ -14,6 +14,8 @@ from engine.stages.plan.closed_loop import fit_from_dict, predicted_sweep
 from engine.stages.plan.errors import NoFittingPlan, PlanInputError
 from engine.stages.plan.run import layout_from_pool, pool_catalog_for_stage
 
+from .full_size_result import launch_split
+
 
 def _measured_figures(plan: Mapping[str, Any]) -> dict[str, Any] | None:
     """The cpu figures the plan predicted on (its `measured_device`), as the catalog reads
@@ -43,8 +45,8 @@ def predicted_before(ctx: StageContext, full_size: Mapping[str, Any]) -> dict[st
     if not isinstance(analysis, Mapping):
         return {"available": False, "reason": "no architecture analysis"}
     tp = int(full_size.get("tp") or 1)
-    pp, dp, ep = plan.get("pp") or 1, plan.get("dp") or 1, plan.get("ep") or 1
-    split = f"TP{tp} PP{pp} EP{tp * dp if ep > 1 else 1} DP{dp}"
+    pp, dp = plan.get("pp") or 1, plan.get("dp") or 1
+    split = launch_split(tp, plan)
     settings = full_size.get("sweep_settings") or {}
     levels = [c for c in settings.get("concurrency") or [] if isinstance(c, int) and c > 0]
     workloads = [

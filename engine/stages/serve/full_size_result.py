@@ -1,17 +1,20 @@
-"""The full-size figures as values, for the serve, performance and plan panels and the reports.
+"""The serve stage's full-size run read back (`full_size` in the serve result; `full_size.py`
+writes it, docs/stages/serve.md "Full size"), and which of the plan's predictions belongs
+beside each workload it measured: one reader for the serve, performance and plan panels and
+the release notes.
 
-Two kinds, never mixed up:
+Two kinds of figure, never mixed up:
 
-- **measured**: the serve stage launched the plan's own command on the pool's engine at full
-  size with dummy weights (`--load-format dummy`: random weights from the config alone) and
-  swept workloads (the serve result's `full_size`, docs/stages/serve.md, "Full size"): speed,
-  memory and scheduling of the full-size model on the engine, nothing of precision;
+- **measured**: the plan's own command launched on the pool's engine at full size with dummy
+  weights (`--load-format dummy`: random weights from the config alone) and workloads swept:
+  speed, memory and scheduling of the full-size model on the engine, nothing of precision;
 - **predicted**: the planner's step-time model for the same workload, with the fit it names
-  (the plan result's `predicted.workload` and `predicted.fit`, or the prediction the serve
-  stage kept beside its measurement, `full_size.predicted_before`, made before it measured).
+  (the prediction the serve stage kept before it measured, `full_size.predicted_before`,
+  else the plan's own workload curve for the same lengths, `plan.predicted.PlanWorkload`).
 
-Values only: the templates word them ("measured · engine · full size · dummy weights",
-`partials/fit.html`). Times are seconds, throughput tokens/s, memory bytes.
+A stored result is read tolerantly (`engine.stored`): a field of the wrong shape reads as
+empty. Times are seconds, throughput tokens/s, memory bytes. Plain Python: neither Django
+nor torch.
 """
 
 from __future__ import annotations
@@ -20,54 +23,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from adaptation.presenters.engine_command import CommandChange, command_changes, text
-from adaptation.presenters.plan_figures import as_count, whole
 from engine.formatting import finite
-from engine.stored import as_list, as_mapping
+from engine.stages.plan.predicted import (
+    PlanWorkload,
+    PredictedPoint,
+    StoredFit,
+    predicted_points,
+    stored_fit,
+)
+from engine.stored import as_count, as_list, as_mapping, text, whole_number
 
-PRIMARY = "primary"
-# The fit scopes of `engine/stages/plan/fits.py` by what they rest on: the pool's own
-# full-size sweeps, published serving results (one accelerator and engine, the engine over
-# every accelerator, or every row), or the literature's prior alone.
-PUBLISHED_SCOPES = ("accelerator+engine", "engine", "all", "all published")
+from .command import CommandChange, command_changes
+from .full_size_settings import PRIMARY
 
-
-@dataclass(frozen=True)
-class Fit:
-    """The fit a full-size prediction used (`engine/stages/plan/fits.py` `Fit.to_dict`):
-    the accelerator and engine it was fitted for ("*": every one), its `scope` as stored,
-    the points it was fitted on, its residual (the geometric-mean error factor on them, 1.0
-    exact; None for a prior) and its source."""
-
-    accelerator: str
-    engine: str
-    scope: str
-    points: int | None
-    residual: float | None
-    source: str
-
-    @property
-    def basis(self) -> str:
-        """What the fit rests on: "pool" (the pool's own full-size sweeps), "published"
-        (published serving results) or "prior" (no data: the literature's prior)."""
-        if self.scope == "pool":
-            return "pool"
-        return "published" if self.scope in PUBLISHED_SCOPES else "prior"
+STATUSES = ("measured", "skipped", "failed")
 
 
-def fit_of(value: Any) -> Fit | None:
-    """A stored fit (`predicted.fit`), None without one."""
-    fit = as_mapping(value)
-    if not fit:
-        return None
-    return Fit(
-        accelerator=text(fit.get("accelerator")),
-        engine=text(fit.get("engine")),
-        scope=text(fit.get("scope")),
-        points=whole(fit.get("points")),
-        residual=finite(fit.get("residual")),
-        source=text(fit.get("source")),
-    )
+def launch_split(tp: int, plan: Mapping[str, Any]) -> str:
+    """The split a full-size launch at `tp` ran at: the plan's PP and DP, its EP group being
+    TP x DP where the plan has expert parallelism ("TP2 PP1 EP1 DP1")."""
+    pp, dp, ep = plan.get("pp") or 1, plan.get("dp") or 1, plan.get("ep") or 1
+    return f"TP{tp} PP{pp} EP{tp * dp if ep > 1 else 1} DP{dp}"
 
 
 @dataclass(frozen=True)
@@ -109,15 +85,15 @@ def levels_of(value: Any) -> list[Level]:
     """The levels of a stored sweep, by concurrency (a level without one is left out)."""
     levels = []
     for point in (as_mapping(p) for p in as_list(value)):
-        concurrency = whole(point.get("concurrency"))
+        concurrency = whole_number(point.get("concurrency"))
         if concurrency is None:
             continue
         levels.append(
             Level(
                 concurrency=concurrency,
-                requests=whole(point.get("requests")),
-                completed=whole(point.get("completed")),
-                errors=whole(point.get("errors")),
+                requests=whole_number(point.get("requests")),
+                completed=whole_number(point.get("completed")),
+                errors=whole_number(point.get("errors")),
                 **{key: finite(point.get(key)) for key in _LEVEL_FIGURES},
             )
         )
@@ -155,42 +131,6 @@ class MeasuredWorkload:
 
 
 @dataclass(frozen=True)
-class PredictedPoint:
-    """One predicted load of a served workload (`engine/stages/plan/predictor.py`
-    `workload`): requests in flight, sequences decoded at once, output tokens/s over every
-    device (and per device, where the plan gives it), TTFT, TPOT and end-to-end (s)."""
-
-    concurrency: int | float | None
-    batch: float | None
-    output_tokens_per_s: float | None
-    ttft_s: float | None
-    tpot_s: float | None
-    e2e_s: float | None
-    output_tokens_per_s_per_device: float | None = None
-
-
-def predicted_point(value: Any) -> PredictedPoint:
-    point = as_mapping(value)
-    concurrency = finite(point.get("concurrency"))
-    return PredictedPoint(
-        concurrency=int(concurrency)
-        if concurrency is not None and concurrency.is_integer()
-        else concurrency,
-        batch=finite(point.get("batch")),
-        output_tokens_per_s=finite(point.get("output_tokens_per_s")),
-        ttft_s=finite(point.get("ttft_s")),
-        tpot_s=finite(point.get("tpot_s")),
-        e2e_s=finite(point.get("e2e_s")),
-        output_tokens_per_s_per_device=finite(point.get("output_tokens_per_s_per_device")),
-    )
-
-
-def _predicted_points(value: Any) -> list[PredictedPoint]:
-    points = [predicted_point(p) for p in as_list(value)]
-    return [p for p in points if p.concurrency is not None]
-
-
-@dataclass(frozen=True)
 class Prediction:
     """The plan's prediction for a measured workload: `made` "before" (the one the serve
     stage kept beside its measurement, made by the plan's fit before it measured, at the
@@ -199,7 +139,7 @@ class Prediction:
     concurrency and the split it was predicted at ("TP2 PP1 EP1 DP1"; "" where not said)."""
 
     made: str
-    fit: Fit | None
+    fit: StoredFit | None
     input_tokens: int | None
     output_tokens: int | None
     points: list[PredictedPoint]
@@ -208,75 +148,6 @@ class Prediction:
     def at(self, concurrency: int | None) -> PredictedPoint | None:
         """The predicted point at `concurrency`, None when the prediction has none there."""
         return next((p for p in self.points if p.concurrency == concurrency), None)
-
-
-@dataclass(frozen=True)
-class PlanPool:
-    """One pool of a disaggregated deployment as the plan predicts it: requests in flight,
-    tokens/s of its phase (input for prefill, output for decode) and its latency (TTFT for
-    prefill, TPOT for decode; s)."""
-
-    concurrency: int | float | None
-    tokens_per_s: float | None
-    latency_s: float | None
-
-
-@dataclass(frozen=True)
-class PlanWorkload:
-    """The plan's predicted served workload (`predicted.workload`): the lengths, KV dtype and
-    engine it was predicted for, the throughput-optimal load (`max_load`, with what bounds
-    its batch: "kv_cache", "engine" (its running cap) or "concurrency", and the KV cache's
-    sequences), the
-    curve from concurrency 1 to it, the prefill and decode pools, and the fit it names."""
-
-    input_tokens: int | None
-    output_tokens: int | None
-    kv_dtype: str
-    engine: str
-    max_load: PredictedPoint | None
-    bound_by: str
-    kv_capacity_sequences: int | None
-    curve: list[PredictedPoint]
-    prefill_pool: PlanPool | None
-    decode_pool: PlanPool | None
-    fit: Fit | None
-
-
-def plan_workload(plan_result: Mapping[str, Any] | None) -> PlanWorkload | None:
-    """The plan's predicted workload, None when the plan predicted none (an older plan, or
-    one without a prediction: its `predicted.reason` says why)."""
-    predicted = as_mapping(as_mapping(plan_result).get("predicted"))
-    workload = as_mapping(predicted.get("workload"))
-    if not predicted.get("available") or not workload:
-        return None
-    best = as_mapping(workload.get("max_load"))
-    prefill = as_mapping(workload.get("prefill_pool"))
-    decode = as_mapping(workload.get("decode_pool"))
-    return PlanWorkload(
-        input_tokens=whole(workload.get("input_tokens")),
-        output_tokens=whole(workload.get("output_tokens")),
-        kv_dtype=text(workload.get("kv_dtype")),
-        engine=text(workload.get("engine")),
-        max_load=predicted_point(best) if best else None,
-        bound_by=text(best.get("batch_bound_by")),
-        kv_capacity_sequences=whole(best.get("kv_capacity_sequences")),
-        curve=_predicted_points(workload.get("curve")),
-        prefill_pool=PlanPool(
-            concurrency=as_count(prefill.get("concurrency")),
-            tokens_per_s=finite(prefill.get("input_tokens_per_s")),
-            latency_s=finite(prefill.get("ttft_s")),
-        )
-        if prefill
-        else None,
-        decode_pool=PlanPool(
-            concurrency=as_count(decode.get("concurrency")),
-            tokens_per_s=finite(decode.get("output_tokens_per_s")),
-            latency_s=finite(decode.get("tpot_s")),
-        )
-        if decode
-        else None,
-        fit=fit_of(predicted.get("fit")),
-    )
 
 
 @dataclass(frozen=True)
@@ -319,6 +190,16 @@ class ScalingPoint:
     speedup: float | None
     efficiency: float | None
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tp": self.tp,
+            "concurrency": self.concurrency,
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "baseline_tp": self.baseline_tp,
+            "speedup": self.speedup,
+            "efficiency": self.efficiency,
+        }
+
 
 @dataclass(frozen=True)
 class EnginePeaks:
@@ -350,23 +231,25 @@ class ServedModel:
     kv_cache_bytes_per_token: int | None
 
 
+_MODEL_COUNTS = (
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+    "parameters",
+    "weight_bytes",
+    "kv_cache_bytes_per_token",
+)
+
+
 def _model(value: Any) -> ServedModel | None:
     model = as_mapping(value)
     if not model:
         return None
-    counts = (
-        "num_hidden_layers",
-        "hidden_size",
-        "num_attention_heads",
-        "num_key_value_heads",
-        "vocab_size",
-        "parameters",
-        "weight_bytes",
-        "kv_cache_bytes_per_token",
-    )
     return ServedModel(
         architecture=text(model.get("architecture")),
-        **{key: whole(model.get(key)) for key in counts},
+        **{key: whole_number(model.get(key)) for key in _MODEL_COUNTS},
     )
 
 
@@ -374,7 +257,7 @@ def _model(value: Any) -> ServedModel | None:
 class FullSizeRun:
     """The serve stage's full-size run (`full_size`, docs/stages/serve.md "Full size").
 
-    `status` "measured", "skipped" or "failed"; `reason` its code ("" when measured; the
+    `status` "measured", "skipped" or "failed"; `reason` its code ("" when measured; a
     template words it); `load_format` ("dummy"). The first launch: its command and the flags
     that differ from the plan's, load time (s), TP, the dtype the engine computed in, peak
     memory (bytes), the engine's max model length and KV cache tokens. `settings`: the
@@ -448,6 +331,28 @@ class FullSizeRun:
     def weight_cap_exceeded(self) -> bool:
         return self.reason == "over_weight_cap"
 
+    def prediction_for(
+        self, workload: MeasuredWorkload, plan: PlanWorkload | None
+    ) -> Prediction | None:
+        """The plan's prediction for `workload`: the one the serve stage kept beside it (made
+        before it measured, at the launch's split) where there is one for its label and
+        lengths; else the plan's own workload curve when it was predicted for the same input
+        and output tokens; else None (a prediction for other lengths is not this
+        workload's)."""
+        lengths = (workload.input_tokens, workload.output_tokens)
+        before = self.predicted_before.get(workload.label)
+        if before is not None and (before.input_tokens, before.output_tokens) == lengths:
+            return before
+        if plan is not None and plan.curve and (plan.input_tokens, plan.output_tokens) == lengths:
+            return Prediction(
+                made="plan",
+                fit=plan.fit,
+                input_tokens=plan.input_tokens,
+                output_tokens=plan.output_tokens,
+                points=plan.curve,
+            )
+        return None
+
 
 def _predicted_before(
     value: Any, workloads: Sequence[MeasuredWorkload]
@@ -458,7 +363,7 @@ def _predicted_before(
     before = as_mapping(value)
     if before.get("available") is False:
         return {}, text(before.get("reason"))
-    fit, split = fit_of(before.get("fit")), text(before.get("split"))
+    fit, split = stored_fit(before.get("fit")), text(before.get("split"))
     entries = [as_mapping(w) for w in as_list(before.get("workloads"))]
     if not entries and before.get("sweep"):  # the primary workload's alone
         primary = next((w for w in workloads if w.primary), None)
@@ -472,13 +377,13 @@ def _predicted_before(
         ]
     found = {}
     for entry in entries:
-        points = _predicted_points(entry.get("sweep"))
+        points = predicted_points(entry.get("sweep"))
         if points:
             found[text(entry.get("label")) or PRIMARY] = Prediction(
                 made="before",
                 fit=fit,
-                input_tokens=whole(entry.get("input_tokens")),
-                output_tokens=whole(entry.get("output_tokens")),
+                input_tokens=whole_number(entry.get("input_tokens")),
+                output_tokens=whole_number(entry.get("output_tokens")),
                 points=points,
                 split=split,
             )
@@ -489,8 +394,8 @@ def _workloads(full_size: Mapping[str, Any], tp: int | None) -> list[MeasuredWor
     settings = as_mapping(full_size.get("sweep_settings"))
     primary = MeasuredWorkload(
         label=PRIMARY,
-        input_tokens=whole(settings.get("input_tokens")),
-        output_tokens=whole(settings.get("output_tokens")),
+        input_tokens=whole_number(settings.get("input_tokens")),
+        output_tokens=whole_number(settings.get("output_tokens")),
         tp=tp,
         levels=levels_of(full_size.get("sweep")),
         stopped=text(full_size.get("stopped")),
@@ -498,8 +403,8 @@ def _workloads(full_size: Mapping[str, Any], tp: int | None) -> list[MeasuredWor
     others = [
         MeasuredWorkload(
             label=text(entry.get("label")) or "workload",
-            input_tokens=whole(entry.get("input_tokens")),
-            output_tokens=whole(entry.get("output_tokens")),
+            input_tokens=whole_number(entry.get("input_tokens")),
+            output_tokens=whole_number(entry.get("output_tokens")),
             tp=tp,
             levels=levels_of(entry.get("sweep")),
             stopped=text(entry.get("stopped")),
@@ -522,17 +427,50 @@ def _peaks(metrics: Mapping[str, Any]) -> EnginePeaks | None:
     )
 
 
+def _tp_launch(entry: Mapping[str, Any]) -> TPLaunch:
+    return TPLaunch(
+        tp=whole_number(entry.get("tp")),
+        load_s=finite(entry.get("load_s")),
+        launched_command=text(entry.get("launched_command")),
+        levels=levels_of(entry.get("sweep")),
+        stopped=text(entry.get("stopped")),
+        engine_kv_cache_tokens=whole_number(entry.get("engine_kv_cache_tokens")),
+        peak_memory_bytes=finite(entry.get("peak_memory_bytes")),
+    )
+
+
+def _tp_left_out(entry: Mapping[str, Any]) -> TPLeftOut:
+    return TPLeftOut(
+        tp=whole_number(entry.get("tp")),
+        reason=text(entry.get("reason")),
+        rule=text(entry.get("rule")),
+        devices_needed=whole_number(entry.get("devices_needed")),
+    )
+
+
+def _scaling_point(row: Mapping[str, Any]) -> ScalingPoint:
+    return ScalingPoint(
+        tp=whole_number(row.get("tp")),
+        concurrency=whole_number(row.get("concurrency")),
+        output_tokens_per_s=finite(row.get("output_tokens_per_s")),
+        baseline_tp=whole_number(row.get("baseline_tp")),
+        speedup=finite(row.get("speedup")),
+        efficiency=finite(row.get("efficiency")),
+    )
+
+
 def full_size_run(serve_result: Mapping[str, Any] | None) -> FullSizeRun | None:
     """The full-size run of a serve result, None where it has none (a run stored before the
     stage measured the full size, or one that stopped before it)."""
     full_size = as_mapping(as_mapping(serve_result).get("full_size"))
     status = text(full_size.get("status"))
-    if status not in ("measured", "skipped", "failed"):
+    if status not in STATUSES:
         return None
-    tp = whole(full_size.get("tp"))
+    tp = whole_number(full_size.get("tp"))
     settings = as_mapping(full_size.get("sweep_settings"))
     workloads = _workloads(full_size, tp) if status != "skipped" else []
     metrics = as_mapping(full_size.get("engine_metrics"))
+    model = _model(full_size.get("model"))
     before, before_reason = _predicted_before(full_size.get("predicted_before"), workloads)
     return FullSizeRun(
         status=status,
@@ -544,93 +482,39 @@ def full_size_run(serve_result: Mapping[str, Any] | None) -> FullSizeRun | None:
         tp=tp,
         dtype=text(full_size.get("dtype")),
         peak_memory_bytes=finite(full_size.get("peak_memory_bytes")),
-        max_model_len=whole(full_size.get("max_model_len")),
-        engine_kv_cache_tokens=whole(full_size.get("engine_kv_cache_tokens")),
-        input_tokens=whole(settings.get("input_tokens")),
-        output_tokens=whole(settings.get("output_tokens")),
+        max_model_len=whole_number(full_size.get("max_model_len")),
+        engine_kv_cache_tokens=whole_number(full_size.get("engine_kv_cache_tokens")),
+        input_tokens=whole_number(settings.get("input_tokens")),
+        output_tokens=whole_number(settings.get("output_tokens")),
         concurrency_levels=[
-            c for c in (whole(v) for v in as_list(settings.get("concurrency"))) if c is not None
+            c
+            for c in (whole_number(v) for v in as_list(settings.get("concurrency")))
+            if c is not None
         ],
-        requests_per_level=whole(settings.get("requests_per_level")),
+        requests_per_level=whole_number(settings.get("requests_per_level")),
         time_budget_s=finite(settings.get("time_budget_s")),
         load_generator=text(settings.get("load_generator")),
         workloads=workloads,
-        tp_launches=[
-            TPLaunch(
-                tp=whole(entry.get("tp")),
-                load_s=finite(entry.get("load_s")),
-                launched_command=text(entry.get("launched_command")),
-                levels=levels_of(entry.get("sweep")),
-                stopped=text(entry.get("stopped")),
-                engine_kv_cache_tokens=whole(entry.get("engine_kv_cache_tokens")),
-                peak_memory_bytes=finite(entry.get("peak_memory_bytes")),
-            )
-            for entry in (as_mapping(e) for e in as_list(full_size.get("tp_scaling")))
-        ],
-        tp_left_out=[
-            TPLeftOut(
-                tp=whole(entry.get("tp")),
-                reason=text(entry.get("reason")),
-                rule=text(entry.get("rule")),
-                devices_needed=whole(entry.get("devices_needed")),
-            )
-            for entry in (as_mapping(e) for e in as_list(full_size.get("tp_skipped")))
-        ],
-        scaling=[
-            ScalingPoint(
-                tp=whole(row.get("tp")),
-                concurrency=whole(row.get("concurrency")),
-                output_tokens_per_s=finite(row.get("output_tokens_per_s")),
-                baseline_tp=whole(row.get("baseline_tp")),
-                speedup=finite(row.get("speedup")),
-                efficiency=finite(row.get("efficiency")),
-            )
-            for row in (as_mapping(r) for r in as_list(full_size.get("scaling")))
-        ],
+        tp_launches=[_tp_launch(as_mapping(e)) for e in as_list(full_size.get("tp_scaling"))],
+        tp_left_out=[_tp_left_out(as_mapping(e)) for e in as_list(full_size.get("tp_skipped"))],
+        scaling=[_scaling_point(as_mapping(r)) for r in as_list(full_size.get("scaling"))],
         peaks=_peaks(metrics),
         metrics_series=[as_mapping(s) for s in as_list(metrics.get("series"))],
-        model=_model(full_size.get("model")),
+        model=model,
         predicted_before=before,
         predicted_before_reason=before_reason,
         duration_s=finite(full_size.get("duration_s")),
-        devices_needed=whole(full_size.get("devices_needed")),
-        devices_held=whole(full_size.get("devices_held")),
-        weight_bytes=whole(full_size.get("weight_bytes"))
-        or whole(as_mapping(full_size.get("model")).get("weight_bytes")),
-        max_weight_bytes=whole(full_size.get("max_weight_bytes")),
+        devices_needed=whole_number(full_size.get("devices_needed")),
+        devices_held=whole_number(full_size.get("devices_held")),
+        weight_bytes=whole_number(full_size.get("weight_bytes"))
+        or (model.weight_bytes if model else None),
+        max_weight_bytes=whole_number(full_size.get("max_weight_bytes")),
         disabled_by=text(full_size.get("by")),
         failed_checks=[str(c) for c in as_list(full_size.get("checks"))],
         error=text(full_size.get("error")),
         culprit=text(full_size.get("culprit")),
         engine_lines=[str(line) for line in as_list(full_size.get("engine_lines"))],
     )
-
-
-def prediction_for(
-    workload: MeasuredWorkload, *, run: FullSizeRun, plan: PlanWorkload | None
-) -> Prediction | None:
-    """The plan's prediction for `workload`: the one the serve stage kept beside it (made
-    before it measured, at the launch's split) where there is one for its label and lengths;
-    else the plan's own workload curve when it was predicted for the same input and output
-    tokens; else None (a prediction for other lengths is not this workload's)."""
-    lengths = (workload.input_tokens, workload.output_tokens)
-    before = run.predicted_before.get(workload.label)
-    if before is not None and (before.input_tokens, before.output_tokens) == lengths:
-        return before
-    if (
-        plan is not None
-        and plan.curve
-        and (plan.input_tokens, plan.output_tokens)
-        == (workload.input_tokens, workload.output_tokens)
-    ):
-        return Prediction(
-            made="plan",
-            fit=plan.fit,
-            input_tokens=plan.input_tokens,
-            output_tokens=plan.output_tokens,
-            points=plan.curve,
-        )
-    return None
 
 
 @dataclass(frozen=True)
@@ -667,22 +551,5 @@ class WorkloadComparison:
 def comparisons(run: FullSizeRun, plan: PlanWorkload | None) -> list[WorkloadComparison]:
     """Each workload the run measured (the primary first) with the plan's prediction for it."""
     return [
-        WorkloadComparison(workload, prediction_for(workload, run=run, plan=plan))
-        for workload in run.swept
-    ]
-
-
-def levels_for_chart(levels: Sequence[Level]) -> list[dict[str, Any]]:
-    """Measured levels as the full-size chart reads them."""
-    return [
-        {
-            "concurrency": level.concurrency,
-            "output_tokens_per_s": level.output_tokens_per_s,
-            "ttft_s_p50": level.ttft_s_p50,
-            "ttft_s_p95": level.ttft_s_p95,
-            "tpot_s_p50": level.tpot_s_p50,
-            "tpot_s_p95": level.tpot_s_p95,
-            "errors": level.errors,
-        }
-        for level in levels
+        WorkloadComparison(workload, run.prediction_for(workload, plan)) for workload in run.swept
     ]
