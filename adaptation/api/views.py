@@ -29,7 +29,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 
-from adaptation.api import filters, serializers
+from adaptation.api import filters, plan_serializers, serializers
 from adaptation.api.exceptions import Conflict, DuplicateJob
 from adaptation.api.permissions import READ_API, ActionPermission
 from adaptation.catalog import pool_layout
@@ -481,11 +481,11 @@ class PlanViewSet(ThrottleRefusalsMixin, viewsets.GenericViewSet):
     permission_classes = [ActionPermission]
     # A plan reads and computes, it starts nothing: whoever reads the API may ask for one.
     action_permissions = {"create": READ_API}
-    serializer_class = serializers.PlanCreateInput
+    serializer_class = plan_serializers.PlanCreateInput
 
     @extend_schema(
-        request=serializers.PlanCreateInput,
-        responses={200: serializers.PlanOutput},
+        request=plan_serializers.PlanCreateInput,
+        responses={200: plan_serializers.PlanOutput},
         summary="Plan a release or a config on a pool, and predict a workload on the plan",
     )
     def create(self, request: Request) -> Response:
@@ -495,7 +495,7 @@ class PlanViewSet(ThrottleRefusalsMixin, viewsets.GenericViewSet):
         `output_len`, the workload's prediction on that split (`workload`). 200 also when
         nothing fits: the plan is then `{"fits": false, "reason", "suggestions", ...}` and
         `workload` null. 400 under the field for a bad value. Needs a role."""
-        serializer = serializers.PlanCreateInput(data=request.data)
+        serializer = plan_serializers.PlanCreateInput(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         inputs = data["inputs"]
@@ -530,4 +530,4 @@ class PlanViewSet(ThrottleRefusalsMixin, viewsets.GenericViewSet):
             raise ValidationError({"non_field_errors": [str(exc)]}) from exc
         plan["note"] = data["note"]
         plan["analysis_note"] = data["analysis_note"]
-        return Response(serializers.PlanOutput({"plan": plan, "workload": workload}).data)
+        return Response(plan_serializers.PlanOutput({"plan": plan, "workload": workload}).data)
