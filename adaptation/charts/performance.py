@@ -371,7 +371,7 @@ def curves(
 _SHORT_PANELS = {
     "twin": "scaled twin",
     "release": "release, full size",
-    "full-size": "full size, roofline",
+    "full-size": "full size, predicted",
 }
 
 

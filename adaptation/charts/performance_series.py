@@ -1,7 +1,7 @@
 """What the performance charts (`adaptation.charts.performance`) know of a stored point: its
 curve's name and colour, the dtype order, the swept fields off the x axis, points merged into
 one trace, and the legend's room. Measured figures are the scaled twin's; predicted ones the
-planner's roofline; never mixed on one axis."""
+planner's step-time model; never mixed on one axis."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross", "star-diamond"
 _MODEL_PANELS = (
     ("twin", "scaled twin, this pool's device"),
     ("release", "the release at full size, this pool's device"),
-    ("full-size", "full-size model, the planner's roofline"),
+    ("full-size", "full-size model, the planner's step-time model"),
 )
 LOG_Y_SPAN = 30.0
 X_TITLES = {

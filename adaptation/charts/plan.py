@@ -216,7 +216,7 @@ def scaling_curve(
     best fitting split at each count); counts past the pool's size are drawn hollow.
 
     `scaling` is a plan result's `scaling`; None when no point has a predicted speed (a
-    pool without a roofline prediction: the panel says why instead).
+    pool without a full-size prediction: the panel says why instead).
 
     `measured` ("devices" (processes), "efficiency", "tp", "ep", "passed") is the scaling
     efficiency the `distributed` stage measured on the scaled twin, drawn as its own marker on

@@ -2,8 +2,8 @@
 beside the plan's prediction, and the engine's own metrics over the sweep.
 
 Every measured figure is the engine's serving the scaled twin (or, for a small release, its
-real weights: `checkpoint_kind` "real"); the predicted ones are the planner's roofline for the
-full-size model on the plan's split. The two never share a curve or an axis: the sweep chart
+real weights: `checkpoint_kind` "real"); the predicted ones are the planner's step-time model
+for the full-size model on the plan's split. The two never share a curve or an axis: the sweep chart
 draws them in separate rows of panels, and every trace name says which it is.
 """
 

@@ -86,7 +86,7 @@ class LayerDrift(models.Model):
 
 class PerformancePoint(models.Model):
     """One figure of a performance curve: measured on the release's scaled twin on the pool's
-    device, or predicted for the full-size model by the planner's roofline. The two are never
+    device, or predicted for the full-size model by the planner's step-time model. The two are never
     one curve: `kind` and `model` ("twin" | "full-size") say which.
 
     `metric` is a name from the performance stage ("ttft_s", "tpot_s", "tpot_p95_s",

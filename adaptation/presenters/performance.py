@@ -5,7 +5,7 @@ problems, calibration and a table of the same numbers.
 Curves are drawn from the job's `PerformancePoint` rows (read by `selectors.performance` and
 handed in), the knee, the stops and the notes from the stage's result. Measured figures are
 the scaled twin's on the pool's device; predicted ones for the full-size model are the
-planner's roofline on the pool's accelerators; they live in separate panels of every chart,
+planner's step-time model on the pool's accelerators; they live in separate panels of every chart,
 and every trace name says which it is.
 
 Beside them, where the job's serve stage measured it, the full-size model on the pool's

@@ -10,14 +10,15 @@ from typing import Any
 
 from adaptation.presenters.plan_figures import Split
 from engine.formatting import finite
+from engine.stages.plan.predicted import StoredFit, stored_fit
 from engine.stored import as_mapping
 
 
 @dataclass(frozen=True)
 class FullSizePrediction:
     """What the planner predicted for the full-size model beside the twin's measurements: on
-    which accelerator, split and dtype, decode at what context (tokens), or why it made none
-    (`available` False)."""
+    which accelerator, split and dtype, decode at what context (tokens), with the fit its
+    step-time model used, or why it made none (`available` False)."""
 
     available: bool
     reason: str = ""
@@ -26,6 +27,7 @@ class FullSizePrediction:
     devices: Any = None
     dtype: str = ""
     context_tokens: float | None = None
+    fit: StoredFit | None = None
 
 
 def full_size_prediction(result: Mapping[str, Any]) -> FullSizePrediction | None:
@@ -42,6 +44,7 @@ def full_size_prediction(result: Mapping[str, Any]) -> FullSizePrediction | None
         devices=split.get("devices"),
         dtype=str(info.get("dtype_label") or info.get("dtype") or ""),
         context_tokens=finite(info.get("context_tokens")),
+        fit=stored_fit(info.get("fit")),
     )
 
 

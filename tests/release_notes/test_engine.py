@@ -113,7 +113,7 @@ def test_measured_and_predicted_figures_are_labelled_and_come_from_their_stages(
     results = full_results()
     perf = notes_for(results)["sections"]["performance"]
     predicted = perf["predicted"]
-    # The plan's roofline for the full model at the knee's batch (4 sequences).
+    # The plan's step-time model for the full model at the knee's batch (4 sequences).
     [curve_point] = [
         p
         for p in results["plan"]["predicted"]["decode_curve"]
@@ -131,7 +131,7 @@ def test_measured_and_predicted_figures_are_labelled_and_come_from_their_stages(
     row = next(
         line for line in markdown.splitlines() if line.startswith("| **predicted (full-size)")
     )
-    assert f"{curve_point['tpot_s'] * 1000:.3g} ms" in row and "roofline on h200" in row
+    assert f"{curve_point['tpot_s'] * 1000:.3g} ms" in row and "step-time model on h200" in row
     largest = results["plan"]["predicted"]["largest_batch"]
     assert perf["largest_batch"]["concurrent_sequences"] == largest["concurrent_sequences"] == 148
     assert "Largest batch that fits, predicted (full-size): 148 sequences" in markdown

@@ -156,6 +156,16 @@ def test_the_document_puts_the_figures_after_the_serving_engine_and_retires_neve
     assert serving < figures < document.index("## What was not validated")
     assert document.count("## Full size: measured on the engine and predicted") == 1
     assert "- Full-size speed was measured on the engine with dummy weights only" in document
-    assert "Full-size speed is predicted by the plan's roofline, never measured here." not in (
-        document
+    assert (
+        "Full-size speed is predicted by the plan's step-time model, never measured here."
+        not in (document)
+    )
+
+
+def test_without_a_measurement_full_size_speed_is_said_to_be_the_plans_prediction():
+    template = engines["markdown"].get_template("release_notes/not_validated.md")
+    item = {"kind": "full_size_speed", "predicted": True, "measured_on_engine": False}
+    lines = template.render({"section": [item]}).splitlines()
+    assert lines[-1] == (
+        "- Full-size speed is predicted by the plan's step-time model, never measured here."
     )

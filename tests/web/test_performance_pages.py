@@ -95,7 +95,15 @@ def stored(job, **filters) -> list[PerformancePoint]:
 
 def test_throughput_traces_are_the_stored_rows_per_dtype_in_batch_order(logged_in_client):
     job = measured_job(DENSE)
-    fig = figure(page(logged_in_client, job), f"performance-job-{job.pk}-throughput-figure")
+    html = page(logged_in_client, job)
+    fig = figure(html, f"performance-job-{job.pk}-throughput-figure")
+    # the panel's note says what predicted the full-size figures, naming the fit
+    fit = engine_results()[DENSE]["plan"]["predicted"]["fit"]
+    assert (fit["accelerator"], fit["engine"], fit["points"]) == ("*", "vllm", 8)
+    assert (
+        "Predicted for the full-size model by the planner's step-time model (fit every "
+        f"accelerator x vllm, 8 points, x{fit['residual']:.2f} (published serving results)) on "
+    ) in text(html)
 
     for dtype in ("float32", "bfloat16"):
         for prompt_len in (16, 32):
@@ -139,7 +147,7 @@ def test_throughput_traces_are_the_stored_rows_per_dtype_in_batch_order(logged_i
     # the full-size prefill predictions (batch 1, one per prompt length) are not stacked at
     # batch 1: they are left for the prompt-length view, and the panel says so
     assert not curves(fig, kind="predicted", model="full-size", metric="prefill_tokens_per_s")
-    assert "prefill tokens/s: full size, roofline (see the prompt-length view)" in [
+    assert "prefill tokens/s: full size, predicted (see the prompt-length view)" in [
         a["text"] for a in fig["layout"]["annotations"]
     ]
     # the full-size panel's batches are its own: no twin batch ticks, and the reverse
@@ -150,7 +158,7 @@ def test_throughput_traces_are_the_stored_rows_per_dtype_in_batch_order(logged_i
     )
     assert decode["yaxis"] != measured.get("yaxis", "y")
     titles = [a["text"] for a in fig["layout"]["annotations"]]
-    assert "decode tokens/s: full size, roofline" in titles
+    assert "decode tokens/s: full size, predicted" in titles
     assert "decode tokens/s: scaled twin" in titles
     # one colour per dtype, on every trace of it
     colours = {t["meta"]["dtype"]: t["line"]["color"] for t in curves(fig, kind="measured")}

@@ -1,9 +1,9 @@
 """Calibration of the roofline against the scaled twin's measured speed, per pool.
 
-The plan predicts the full-size model with the roofline of `roofline.py` on the pool's
-accelerator figures. The same formulas, on the figures of the device the performance stage
-measured on, predict the scaled twin's own points; the measured figure over the predicted one
-is the roofline's efficiency on that device:
+The datasheet roofline of `roofline.py` (the planner's model before the step-time model of
+`step_time.py`), on the figures of the device the performance stage measured on, predicts the
+scaled twin's own points; the measured figure over the predicted one is the roofline's
+efficiency on that device:
 
     decode_efficiency  = measured decode tokens/s  / predicted decode tokens/s
     prefill_efficiency = measured prefill tokens/s / predicted prefill tokens/s
@@ -31,12 +31,14 @@ measured point of a
 The pool's running calibration (`running_calibration`, fed by the selector
 `adaptation.selectors.pool_calibration`) is the median, over the pool's last successful
 performance runs, of each run's median efficiency. The plan stage multiplies its raw
-full-size predictions by it (`calibrated_predictions`: tokens/s x decode factor, TPOT and TTFT
-/ factor) and labels the result "calibrated prediction" beside the raw roofline, which stays
-as it was. The factor is a twin's on one device: a twin's steps are short, so fixed per-step
-costs (Python, kernel launches, framework overhead) weigh more than on the full model, and
-the calibrated figure is likely pessimistic; each carries its basis (pool, runs, device,
-twins).
+full-size predictions (the step-time model with its fit) by it (`calibrated_predictions`:
+tokens/s x decode factor, TPOT and TTFT / factor) and labels the result "calibrated
+prediction" beside the raw prediction, which stays as it was. The factor is the twin's
+efficiency against the datasheet roofline, while the step-time model already predicts at
+fitted achievable figures, so the calibrated figure counts the efficiency twice. The factor
+is a twin's on one device: a twin's steps are short, so fixed per-step costs (Python, kernel
+launches, framework overhead) weigh more than on the full model, and the calibrated figure
+is likely pessimistic; each carries its basis (pool, runs, device, twins).
 
 Plain Python (no torch): the plan stage imports it in the web process too.
 """
@@ -456,7 +458,8 @@ def _scaled(entry: Mapping[str, Any] | None, decode: float) -> dict[str, Any] | 
 def calibrated_predictions(
     predicted: Mapping[str, Any], calibration: Mapping[str, Any] | None
 ) -> dict[str, Any]:
-    """The plan's raw roofline `predicted` corrected by the pool's running `calibration`:
+    """The plan's raw `predicted` (the step-time model) corrected by the pool's running
+    `calibration`:
     {"available", "label": "calibrated prediction", "kind": "calibrated", and either "reason"
     ("no calibration yet: ..." without calibration; "no raw prediction to calibrate: ..."),
     or "decode_factor", "prefill_factor", "runs", "basis", "caveat", "warning" (where the
