@@ -1,4 +1,7 @@
-"""Roofline predictions of decode and prefill for one split. Predictions, labelled so.
+"""Roofline predictions of decode and prefill for one split, at datasheet peaks: the planner's
+model before the step-time model (`step_time.py`, `predictor.py`), kept as the bound the
+scaled twin's calibration measures its efficiency against (`calibration.py`) and as the
+"before" figure of `benchmarks/planner_accuracy.py`. Predictions, labelled so.
 
 Decode (one new token for each of B sequences of a replica) is memory-bandwidth bound at
 small batch: every step streams the device's weights and the sequences' KV cache from
@@ -40,8 +43,7 @@ from .model import ModelShape
 from .validity import Split, Validity, check_split
 
 MFU_PREFILL = 0.5
-MAX_NUM_SEQS = 256  # sequences per replica; passed as --max-num-seqs in the launch commands
-PROMPT_LENGTHS = (128, 1024, 4096, 8192, 32768, 131072)  # tokens
+MAX_NUM_SEQS = 256  # sequences per replica, the cap the launch commands had before
 
 
 @dataclass(frozen=True)
@@ -71,20 +73,6 @@ class Roofline:
     @property
     def available(self) -> bool:
         return bool(self.bandwidth and self.flops) and self.comm.step_time_s(1) is not None
-
-    def unavailable_reason(self) -> str:
-        acc = self.accelerator
-        missing = [
-            name
-            for name, value in (
-                ("memory bandwidth", acc.memory_bandwidth_bytes_per_s),
-                ("BF16 FLOP/s", acc.dense_bf16_flops),
-            )
-            if not value
-        ]
-        if self.comm.step_time_s(1) is None:
-            missing.append("interconnect bandwidth")
-        return f"no prediction: {acc.kind} has no published " + ", ".join(missing)
 
     def max_batch(self) -> int:
         """Most sequences one DP replica holds at the target context: KV room / KV per sequence,
@@ -128,7 +116,7 @@ class Roofline:
     def prefill_ttft_s(self, prompt_tokens: int, sequences: int = 1) -> float:
         """TTFT in seconds of `sequences` prompts of `prompt_tokens` each, prefilled in one
         forward (module docstring formula; its FLOPs x `sequences`, the weights read once).
-        The plan predicts one prompt; the calibration predicts the twin's measured batches."""
+        The accuracy benchmark predicts one prompt; the calibration the twin's measured batches."""
         shape, split = self.shape, self.split
         attn = (
             2
@@ -144,46 +132,6 @@ class Roofline:
         t_weights = split.pp * self.memory.weights / self.bandwidth
         comm = self.comm.step_time_s(prompt_tokens * sequences) or 0.0
         return max(t_compute, t_weights) + comm
-
-    def predictions(self, context_tokens: int) -> dict:
-        """Decode at batch 1, powers of two and the largest batch that fits; prefill TTFT
-        for prompt lengths up to the context. Every entry is labelled "predicted"."""
-        if not self.available:
-            return {"kind": "predicted", "available": False, "reason": self.unavailable_reason()}
-        largest = self.max_batch() * self.split.dp
-        batches = [1]
-        b = 2
-        while b < largest:
-            batches.append(b)
-            b *= 2
-        if largest > 1:
-            batches.append(largest)
-        curve = [self.decode_point(b) for b in batches] if largest >= 1 else []
-        prompts = [p for p in PROMPT_LENGTHS if p <= context_tokens] or [context_tokens]
-        return {
-            "kind": "predicted",
-            "available": True,
-            "batch_1": self.decode_point(1),
-            "largest_batch": self.decode_point(largest) if largest >= 1 else None,
-            "largest_batch_sequences": largest,
-            "decode_curve": curve,
-            "prefill": [
-                {"kind": "predicted", "prompt_tokens": p, "ttft_s": self.prefill_ttft_s(p)}
-                for p in prompts
-            ],
-            "compute_dtype_flops": self.flops,
-            "memory_bandwidth_bytes_per_s": self.bandwidth,
-            "mfu_prefill": MFU_PREFILL,
-        }
-
-    def best_decode_tokens_per_s(self) -> float | None:
-        """Decode tokens/s at the largest batch that fits (None without a prediction)."""
-        if not self.available:
-            return None
-        largest = self.max_batch() * self.split.dp
-        if largest < 1:
-            return 0.0
-        return self.decode_point(largest)["decode_tokens_per_s"]
 
 
 def single_device_roofline(
@@ -216,15 +164,3 @@ def single_device_roofline(
         Links(devices_per_node=1, intra_node_bytes_per_s=None, inter_node_bytes_per_s=None),
     )
     return Roofline(shape, split, validity, dtype, accelerator, memory, comm)
-
-
-ROOFLINE_ASSUMPTIONS = (
-    "decode: memory-bandwidth roofline (Pope et al. 2022): weights + KV at the full target "
-    "context streamed per step, bounded below by 2 x active params x batch FLOPs at dense "
-    "peak; MoE experts touched 1-(1-k/E)^B under uniform routing; PP stages not overlapped",
-    f"prefill: 2 x active params x tokens + causal attention FLOPs at {MFU_PREFILL:.0%} MFU "
-    "(assumed) on the TP group",
-    f"at most {MAX_NUM_SEQS} sequences per replica (--max-num-seqs in the launch commands)",
-    "communication: ring all-reduce 2(TP-1)/TP, all-to-all (EP-1)/EP, per-direction link "
-    "bandwidth from the catalog, 10 us per collective (assumed)",
-)
