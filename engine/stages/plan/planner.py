@@ -487,6 +487,19 @@ def _no_fit_message(
     return NoFittingPlan("; ".join(parts), suggestions=suggestions)
 
 
+def _planner_on(
+    shape: ModelShape, layout: PoolLayout, catalog: Catalog | None, serving: Served
+) -> _Planner:
+    """The planner of `shape` on `layout`'s accelerators (from `catalog`, default the
+    repository's) and links. Raises `PlanInputError` for a layout that is not one or fails
+    its checks, `CatalogError` for an accelerator kind the catalog lacks."""
+    if not isinstance(layout, PoolLayout):
+        raise PlanInputError(f"layout must be a PoolLayout, got {type(layout).__name__}")
+    layout.check()
+    accelerator = (catalog or load_catalog()).accelerator(layout.accelerator)
+    return _Planner(shape, accelerator, layout, layout.links(accelerator), serving)
+
+
 def plan_release(
     analysis: Mapping[str, Any],
     layout: PoolLayout,
@@ -517,25 +530,10 @@ def plan_release(
     one is refused by the engines' rules or does not fit, saying what it needs).
     """
     shape = ModelShape.from_analysis(analysis)
-    if not isinstance(layout, PoolLayout):
-        raise PlanInputError(f"layout must be a PoolLayout, got {type(layout).__name__}")
-    layout.check()
-    accelerator = (catalog or load_catalog()).accelerator(layout.accelerator)
-    context = _positive_option("context_tokens", context_tokens, MAX_CONTEXT_TOKENS)
-    context = context or default_context_tokens(shape)
-    conc = _positive_option("concurrency", concurrency, MAX_CONCURRENCY) or DEFAULT_CONCURRENCY
-    serving, notes = resolve_serving_dtype(shape, accelerator, normalize_dtype(dtype))
-    if shape.max_position_embeddings and context > shape.max_position_embeddings:
-        notes.append(
-            f"context {context:,} exceeds the release's max_position_embeddings "
-            f"{shape.max_position_embeddings:,}"
-        )
-    links = layout.links(accelerator)
-    planner = _Planner(
+    planner = _planner_on(
         shape,
-        accelerator,
         layout,
-        links,
+        catalog,
         served(
             engine=engine,
             fit=fit,
@@ -544,6 +542,16 @@ def plan_release(
             output_tokens=output_tokens,
         ),
     )
+    context = _positive_option("context_tokens", context_tokens, MAX_CONTEXT_TOKENS)
+    context = context or default_context_tokens(shape)
+    conc = _positive_option("concurrency", concurrency, MAX_CONCURRENCY) or DEFAULT_CONCURRENCY
+    accelerator = planner.accelerator
+    serving, notes = resolve_serving_dtype(shape, accelerator, normalize_dtype(dtype))
+    if shape.max_position_embeddings and context > shape.max_position_embeddings:
+        notes.append(
+            f"context {context:,} exceeds the release's max_position_embeddings "
+            f"{shape.max_position_embeddings:,}"
+        )
     name = release or str(analysis.get("family") or analysis.get("architecture") or "the model")
     if split is not None:
         return _given_split_plan(
@@ -709,14 +717,10 @@ def evaluate_split(
     e.g. a benchmark run at TP 8; the options as `plan_release` reads them). Raises
     `PlanInputError` for unusable input."""
     shape = ModelShape.from_analysis(analysis)
-    layout.check()
-    accelerator = (catalog or load_catalog()).accelerator(layout.accelerator)
-    links = layout.links(accelerator)
-    planner = _Planner(
+    planner = _planner_on(
         shape,
-        accelerator,
         layout,
-        links,
+        catalog,
         served(
             engine=engine,
             fit=fit,
@@ -727,7 +731,7 @@ def evaluate_split(
     )
     context = _positive_option("context_tokens", context_tokens, MAX_CONTEXT_TOKENS)
     conc = _positive_option("concurrency", concurrency, MAX_CONCURRENCY) or DEFAULT_CONCURRENCY
-    serving, _notes = resolve_serving_dtype(shape, accelerator, normalize_dtype(dtype))
+    serving, _notes = resolve_serving_dtype(shape, planner.accelerator, normalize_dtype(dtype))
     return planner.evaluate(
         split,
         dtype=serving,
