@@ -40,7 +40,6 @@ from engine.stages.plan.model import (
 from engine.stages.plan.planner import (
     MAX_CONCURRENCY,
     MAX_CONTEXT_TOKENS,
-    Plan,
     plan_release,
 )
 from engine.stages.plan.split_notation import check_split_for, parse_split
@@ -365,10 +364,11 @@ def plan_and_workload(
     without a workload).
 
     The plan is `plan_release`'s choice, or the given split checked, sized and predicted
-    (`split_plan`). The prediction is `predict_workload` on the plan's split, so both speak
-    of one split. Raises `PlanRequestError` under "split" for a split larger than the pool
-    or with EP on a dense model, `PlanInputError` and `CatalogError` for other unusable
-    input, `NoFittingPlan` when nothing fits (or the given split does not)."""
+    as each candidate is (`plan_release(split=...)`, no runners-up or scaling). The
+    prediction is `predict_workload` on the plan's split, so both speak of one split. Raises
+    `PlanRequestError` under "split" for a split larger than the pool or with EP on a dense
+    model, `PlanInputError` and `CatalogError` for other unusable input, `NoFittingPlan` when
+    nothing fits (or the given split does not)."""
     if inputs.split is not None:
         try:
             check_split_for(
@@ -378,18 +378,17 @@ def plan_and_workload(
             )
         except PlanInputError as exc:
             raise PlanRequestError("split", f"{spell('split')}: {exc}") from exc
-        plan = split_plan(analysis, layout, inputs.split, inputs, release=release, catalog=catalog)
-    else:
-        plan = plan_release(
-            analysis,
-            layout,
-            context_tokens=inputs.context_tokens,
-            concurrency=inputs.concurrency,
-            dtype=inputs.dtype,
-            release=release,
-            catalog=catalog,
-            **served_options(inputs),
-        )
+    plan = plan_release(
+        analysis,
+        layout,
+        context_tokens=inputs.context_tokens,
+        concurrency=inputs.concurrency,
+        dtype=inputs.dtype,
+        release=release,
+        catalog=catalog,
+        split=inputs.split,
+        **served_options(inputs),
+    )
     result = plan.to_dict()
     result["catalog_version"] = catalog.version
     if inputs.workload is None:
@@ -418,32 +417,6 @@ def served_options(inputs: PlanInputs) -> dict[str, Any]:
         "input_tokens": workload.input_tokens if workload else None,
         "output_tokens": workload.output_tokens if workload else None,
     }
-
-
-def split_plan(
-    analysis: Mapping[str, Any],
-    layout: PoolLayout,
-    split: Split,
-    inputs: PlanInputs,
-    *,
-    release: str,
-    catalog: Catalog,
-) -> Plan:
-    """The plan of one given split on `layout` at `inputs`' context, concurrency and dtypes
-    (`plan_release(split=...)`: checked, sized and predicted as each candidate is, with no
-    runners-up or scaling). Raises `NoFittingPlan` for a split the engines refuse or that
-    does not fit, `PlanInputError` for unusable input."""
-    return plan_release(
-        analysis,
-        layout,
-        context_tokens=inputs.context_tokens,
-        concurrency=inputs.concurrency,
-        dtype=inputs.dtype,
-        release=release,
-        catalog=catalog,
-        split=split,
-        **served_options(inputs),
-    )
 
 
 def _bounded(field: str, value: int, limit: int, spell: Spell) -> int:
