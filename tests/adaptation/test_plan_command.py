@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from adaptation.models import AcceleratorKind, AcceleratorPool, AdaptationJob, Worker
 from engine.catalog import load_catalog
+from tests.adaptation.plan_calls import plan_json, plan_refused
 from tests.conftest import REALCONFIGS_DIR, load_realconfig
 from tests.factories import cpu_pool
 
@@ -24,20 +25,6 @@ GIB = 2**30
 DEEPSEEK_V3 = str(REALCONFIGS_DIR / "deepseek-ai__DeepSeek-V3.json")
 LLAMA_8B = str(REALCONFIGS_DIR / "meta-llama__Llama-3.1-8B.json")
 GPT_OSS_20B = str(REALCONFIGS_DIR / "openai__gpt-oss-20b.json")
-
-
-def plan_json(*args: str) -> dict:
-    out = io.StringIO()
-    call_command("plan", *args, "--format", "json", stdout=out)
-    return json.loads(out.getvalue())
-
-
-def plan_refused(*args: str) -> tuple[CommandError, str]:
-    out = io.StringIO()
-    with pytest.raises(CommandError) as err:
-        call_command("plan", *args, stdout=out)
-    assert "\n" not in str(err.value)
-    return err.value, out.getvalue()
 
 
 def test_deepseek_v3_fp8_fits_8_h200():

@@ -19,6 +19,7 @@ from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import evaluate_split, plan_release
 from engine.stages.plan.validity import Split
 from engine.stages.plan.workload import Workload, predict_workload
+from tests.adaptation.plan_calls import plan_json, plan_refused
 from tests.conftest import REALCONFIGS_DIR, load_realconfig
 
 pytestmark = pytest.mark.django_db
@@ -28,20 +29,6 @@ LLAMA_8B = str(REALCONFIGS_DIR / "meta-llama__Llama-3.1-8B.json")
 ON_8_H200 = ("--accelerator", "h200", "--devices", "8")
 ON_8_H100 = ("--accelerator", "h100", "--devices", "8")
 WORKLOAD = ("--input-len", "1000", "--output-len", "1000")
-
-
-def plan_json(*args: str) -> dict:
-    out = io.StringIO()
-    call_command("plan", *args, "--format", "json", stdout=out)
-    return json.loads(out.getvalue())
-
-
-def plan_refused(*args: str) -> tuple[CommandError, str]:
-    out = io.StringIO()
-    with pytest.raises(CommandError) as err:
-        call_command("plan", *args, stdout=out)
-    assert "\n" not in str(err.value)
-    return err.value, out.getvalue()
 
 
 def analysis_of(name: str) -> dict:
