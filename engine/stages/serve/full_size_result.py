@@ -547,6 +547,15 @@ class WorkloadComparison:
         at = self.prediction.at if self.prediction else (lambda _c: None)
         return [ComparedLevel(level, at(level.concurrency)) for level in self.workload.levels]
 
+    @property
+    def at_best(self) -> ComparedLevel | None:
+        """The workload's level of the highest output tokens/s beside the prediction there
+        (None when no level has a figure)."""
+        best = self.workload.best
+        if best is None:
+            return None
+        return next(row for row in self.rows if row.measured is best)
+
 
 def comparisons(run: FullSizeRun, plan: PlanWorkload | None) -> list[WorkloadComparison]:
     """Each workload the run measured (the primary first) with the plan's prediction for it."""

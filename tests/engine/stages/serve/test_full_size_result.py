@@ -48,6 +48,9 @@ def test_each_workload_gets_the_prediction_kept_for_its_label_and_lengths():
         tokens for _, tokens, *_ in PREDICTED_BEFORE
     ]
     assert primary.rows[0].ratio == FULL_SIZE_TP2[0][1] / PREDICTED_BEFORE[0][1]
+    # the best measured level (590.4 tokens/s at 4) beside the prediction there (560)
+    assert primary.at_best.measured.concurrency == 4
+    assert primary.at_best.predicted.output_tokens_per_s == PREDICTED_BEFORE[2][1]
     assert [p.output_tokens_per_s for p in compared["prefill-heavy"].prediction.points] == [
         tokens for _, tokens, *_ in PREDICTED_PREFILL_HEAVY
     ]
