@@ -42,9 +42,10 @@ from engine.stages.plan.planner import (
     MAX_CONTEXT_TOKENS,
     plan_release,
 )
+from engine.stages.plan.run import pool_engine
 from engine.stages.plan.split_notation import check_split_for, parse_split
+from engine.stages.plan.steady_state import ENGINES, MAX_TOKENS, PHASES, normalize_kv_dtype
 from engine.stages.plan.steady_state import MAX_CONCURRENCY as MAX_WORKLOAD_CONCURRENCY
-from engine.stages.plan.steady_state import MAX_TOKENS, PHASES, normalize_kv_dtype
 from engine.stages.plan.validity import Split
 from engine.stages.plan.workload import Workload, predict_workload
 
@@ -76,15 +77,11 @@ class PlanRequestError(ValueError):
 # --- where: a pool, or devices of a catalog kind -------------------------------------------
 
 
-# The engines whose constants the planner fits (engine/stages/plan/published/).
-ENGINES = ("vllm", "sglang", "tensorrt-llm")
-
-
 def pool_engine_kind(name: str) -> str | None:
-    """The serving engine the pool named `name` launches ("vllm", "sglang"), else None."""
+    """The serving engine whose fit a plan on the pool named `name` predicts with, as the
+    plan stage picks it (`plan.run.pool_engine`); None for an unknown pool."""
     row = AcceleratorPool.objects.filter(name=name).only("engine").first()
-    kind = ((row.engine or {}).get("kind") if row else None) or None
-    return kind if kind in ENGINES else None
+    return pool_engine(row) if row is not None else None
 
 
 def place_of_pool(name: str) -> tuple[Catalog, PoolLayout, str]:

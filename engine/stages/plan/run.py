@@ -30,6 +30,7 @@ from .options import plan_options
 from .planner import (
     plan_release,
 )
+from .steady_state import ENGINES
 
 
 def _pool_int(pool: Any, name: str, default: int | None) -> int:
@@ -101,9 +102,10 @@ def layout_from_pool(pool: Any, catalog: Catalog | None = None) -> PoolLayout:
 
 def pool_engine(pool: Any) -> str:
     """The serving engine whose fit the plan predicts with: the pool's launched engine
-    ("vllm", "sglang"), else vLLM's (an attached endpoint's engine is not known)."""
+    ("vllm", "sglang"; one of `steady_state.ENGINES`), else vLLM's (an attached endpoint's
+    engine is not known)."""
     kind = (getattr(pool, "engine", None) or {}).get("kind")
-    return kind if kind in ("vllm", "sglang") else "vllm"
+    return kind if kind in ENGINES else "vllm"
 
 
 def no_fit_result(

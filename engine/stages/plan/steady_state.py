@@ -68,18 +68,20 @@ ENGINE_LIMITS = {
         "vLLM EngineArgs defaults for >= 70 GiB GPUs, OpenAI server: max_num_seqs 1024, "
         "max_num_batched_tokens 8192 (vllm/engine/arg_utils.py)",
     ),
-    "tensorrt-llm": EngineLimits(
-        2048,
-        8192,
-        "TensorRT-LLM LLM API defaults: max_batch_size 2048, max_num_tokens 8192",
-    ),
     "sglang": EngineLimits(
         4096,
         8192,
         "SGLang: running requests bounded by the KV pool (cap taken at 4096), "
         "chunked_prefill_size 8192 on H100-class GPUs",
     ),
+    "tensorrt-llm": EngineLimits(
+        2048,
+        8192,
+        "TensorRT-LLM LLM API defaults: max_batch_size 2048, max_num_tokens 8192",
+    ),
 }
+# The engines a plan predicts for (their limits here, their fits in published/fits.json).
+ENGINES = tuple(ENGINE_LIMITS)
 # vLLM on a CPU (vllm/engine/arg_utils.py, the OpenAI server): 128 sequences and 2,048
 # batched tokens per rank; on GPUs under 70 GiB: 256 and 2,048.
 CPU_LIMITS = EngineLimits(128, 2048, "vLLM CPU defaults: max_num_seqs 128, 2048 tokens per rank")

@@ -12,7 +12,7 @@ from engine.catalog import CatalogError
 from engine.contract import StageContext
 from engine.stages.plan.closed_loop import fit_from_dict, predicted_sweep
 from engine.stages.plan.errors import NoFittingPlan, PlanInputError
-from engine.stages.plan.run import layout_from_pool, pool_catalog_for_stage
+from engine.stages.plan.run import layout_from_pool, pool_catalog_for_stage, pool_engine
 
 from .full_size_result import launch_split
 
@@ -77,7 +77,7 @@ def predicted_before(ctx: StageContext, full_size: Mapping[str, Any]) -> dict[st
                 split=split,
                 dtype=str(full_size.get("dtype") or "checkpoint"),
                 kv_dtype="bfloat16",
-                engine=str((getattr(ctx.pool, "engine", None) or {}).get("kind") or "vllm"),
+                engine=pool_engine(ctx.pool),
                 fit=fit,
                 input_tokens=int(workload["input_tokens"]),
                 output_tokens=int(workload["output_tokens"]),
