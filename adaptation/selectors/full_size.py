@@ -7,13 +7,14 @@ from typing import Any
 
 from adaptation.models import AcceleratorPool, StageRun, StageStatus
 from engine.stages.plan.closed_loop import MAX_SWEEPS
+from engine.stages.plan.run import pool_engine
 from engine.stages.serve.full_size_result import launch_split
 
 
 def _records(run: StageRun, analysis: dict[str, Any], plan: dict[str, Any]) -> list[dict]:
     full_size = (run.result or {}).get("full_size") or {}
     settings = full_size.get("sweep_settings") or {}
-    engine = ((run.job.pool.engine or {}).get("kind")) or "vllm"
+    engine = pool_engine(run.job.pool)
     base = {
         "stage_run": run.pk,
         "job": run.job_id,
