@@ -123,7 +123,7 @@ def curves(
             + (
                 ""
                 if (model, m["name"]) in filled
-                else " (see the prompt-length view)"
+                else " (in the prompt-length view)"
                 if (model, m["name"]) in moved
                 else f" (none with a {along})"
             )

@@ -147,7 +147,7 @@ def test_throughput_traces_are_the_stored_rows_per_dtype_in_batch_order(logged_i
     # the full-size prefill predictions (batch 1, one per prompt length) are not stacked at
     # batch 1: they are left for the prompt-length view, and the panel says so
     assert not curves(fig, kind="predicted", model="full-size", metric="prefill_tokens_per_s")
-    assert "prefill tokens/s: full size, predicted (see the prompt-length view)" in [
+    assert "prefill tokens/s: full size, predicted (in the prompt-length view)" in [
         a["text"] for a in fig["layout"]["annotations"]
     ]
     # the full-size panel's batches are its own: no twin batch ticks, and the reverse

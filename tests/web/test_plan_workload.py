@@ -63,8 +63,10 @@ def test_the_plan_shows_its_predicted_workload_and_names_its_fit(
         f"Output at the throughput-optimal load, {best['concurrency']:,} requests in flight"
     )
     assert tokens_per_s(best["output_tokens_per_s"]) in row(table, "max_load")
-    assert row(table, "ttft").endswith(ms(best["ttft_s"]))
-    assert row(table, "tpot").endswith(ms(best["tpot_s"]))
+    assert row(table, "latency") == (
+        "Medians there: TTFT (with the wait for a free slot), TPOT, end to end "
+        f"{ms(best['ttft_s'])} TPOT {ms(best['tpot_s'])}, end to end {ms(best['e2e_s'])}"
+    )
     decode = workload["decode_pool"]
     assert row(table, "decode_pool") == (
         f"As a decode pool, {decode['concurrency']:,} requests in flight "
