@@ -11,9 +11,11 @@ or the attention-DP ranks of an EP group). Per replica:
   Little's law the replica finishes B / life requests per second: output tokens/s = B x OSL /
   life, input tokens/s = B x ISL / life. A step therefore holds B x (OSL - 1) x t / life
   decoding sequences and B x ISL x t / life prompt tokens (prefill mixed into decode);
-- TTFT_active = ceil(ISL / (chunk - decoding)) steps: the prompt's chunks share steps with
-  the decoding sequences up to the engine's batched-token budget; requests beyond B wait
-  (C - B) x life / B first;
+- TTFT_active = the ceil(ISL / (chunk - decoding)) steps that carry the prompt's chunks,
+  each with the decoding sequences and the others' prefill: the prompt's chunks share steps
+  with them up to the engine's batched-token budget; requests beyond B wait (C - B) x life /
+  B first; the steps a sequence then decodes in carry the other B - 1 requests' prompts at
+  their arrival rate, so TPOT at batch 1 is a pure decode step;
 - t_step is `step_time.Device.step` of those tokens; with PP, B is spread over min(PP, B)
   micro-batches and a token passes every stage: TPOT = PP x t_stage.
 
@@ -231,13 +233,23 @@ def solve(
     tokens = StepTokens(decode=batch, decode_context=context)
     for _ in range(FIXED_POINT_ROUNDS):
         t_guess = t or _stage_tokens(device, tokens)[0]
-        prompt_per_step = (batch * isl * t_guess / life) if life else decoding * isl / osl
+        # The other requests' prompts, prefilled at their arrival rate into the steps a
+        # sequence decodes in; its own prompt's chunks are the steps of its TTFT.
+        others = max(0.0, batch - 1)
+        others_per_step = others * isl * t_guess / life if life else others * isl / osl
         tokens = StepTokens(
-            decode=decoding, decode_context=context, prefill=prompt_per_step, prefill_span=isl / 2
+            decode=decoding, decode_context=context, prefill=others_per_step, prefill_span=isl / 2
         )
         t, _ = _stage_tokens(device, tokens)
         room = max(chunk - decoding, chunk / 8)
-        ttft_active = math.ceil(isl / room) * t
+        chunks = math.ceil(isl / room)
+        own = StepTokens(
+            decode=decoding,
+            decode_context=context,
+            prefill=isl / chunks + others_per_step,
+            prefill_span=isl / 2,
+        )
+        ttft_active = chunks * _stage_tokens(device, own)[0]
         life = ttft_active + (osl - 1) * t
         decoding = batch * (osl - 1) * t / life if life else batch
     wait = (per_replica - batch) * life / batch if per_replica > batch else 0.0

@@ -18,7 +18,7 @@ from engine.stages.plan.fits import Fit
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.model import ModelShape
 from engine.stages.plan.steady_state import EngineLimits, Workload, engine_limits, solve
-from engine.stages.plan.step_time import INTRA_NODE_LATENCY_S, Device, Efficiency
+from engine.stages.plan.step_time import INTRA_NODE_LATENCY_S, Device, Efficiency, StepTokens
 from engine.stages.plan.validity import Split, check_split
 from engine.stages.plan.workload import predict_workload
 from tests.engine.stages.realconfigs import load
@@ -203,3 +203,20 @@ def test_unknown_kv_dtype_is_refused():
         predict_workload(
             llama_analysis(), PoolLayout("h100", 8), Workload(10, 10, 1), kv_dtype="int3"
         )
+
+
+def test_a_lone_request_decodes_without_prefill_and_its_ttft_is_its_prompts_step():
+    """At batch 1 no other prompt shares the decode steps: TPOT is a decode step, and TTFT
+    the step that prefills the whole 8,000-token prompt (Llama-3.1-8B on an H100's figures)."""
+    shape = ModelShape.from_analysis(llama_analysis())
+    h100 = load_catalog().accelerator("h100")
+    device = Device(
+        shape, TP1, check_split(shape, TP1), "bfloat16", "bfloat16", h100,
+        Links(8, 450e9, 50e9), Efficiency(0.8, 0.6, 0.002, 2e-5),
+    )  # fmt: skip
+    state = solve(device, Workload(8000, 100, 1), kv_room_bytes=40 * 2**30, limits=LIMITS)
+    decoding = 99 * state["tpot_s"] / state["e2e_s"]  # the share of its life spent decoding
+    decode_step = device.step(StepTokens(decode=decoding, decode_context=8050))
+    assert state["tpot_s"] == pytest.approx(decode_step.total)
+    prompt = device.step(StepTokens(decode=0, decode_context=0, prefill=8000, prefill_span=4000))
+    assert state["ttft_s"] >= prompt.total > 5 * state["tpot_s"]
