@@ -50,9 +50,11 @@ def vllm_command(
     context_tokens: int,
     max_num_seqs: int,
     redundant_experts: int = 0,
+    kv_dtype: str = "bfloat16",
 ) -> str:
     """The `vllm serve` command line for `split` (`redundant_experts`: the EPLB replicas
-    an EP size that does not divide the routed experts needs)."""
+    an EP size that does not divide the routed experts needs; `kv_dtype` "fp8" adds
+    `--kv-cache-dtype fp8`, vLLM's FP8 KV cache)."""
     args = ["vllm", "serve", repo_id]
     args += ["--tensor-parallel-size", str(split.tp)]
     args += ["--pipeline-parallel-size", str(split.pp)]
@@ -64,6 +66,8 @@ def vllm_command(
         eplb = json.dumps({"num_redundant_experts": redundant_experts})
         args += ["--enable-eplb", "--eplb-config", shlex.quote(eplb)]
     args += _vllm_dtype_flags(dtype)
+    if kv_dtype == "fp8":
+        args += ["--kv-cache-dtype", "fp8"]
     args += ["--max-model-len", str(context_tokens)]
     args += ["--max-num-seqs", str(max(1, max_num_seqs))]
     args += ["--max-num-batched-tokens", str(PREFILL_CHUNK_TOKENS)]
@@ -80,8 +84,10 @@ def sglang_command(
     max_num_seqs: int,
     nodes: int,
     redundant_experts: int = 0,
+    kv_dtype: str = "bfloat16",
 ) -> str:
-    """The `python -m sglang.launch_server` command line for `split` (node rank 0).
+    """The `python -m sglang.launch_server` command line for `split` (node rank 0); an FP8
+    KV cache is SGLang's `--kv-cache-dtype fp8_e4m3`.
 
     SGLang's --tp-size counts every device of one instance; with expert parallelism the
     DP ranks run attention data-parallel inside it (--enable-dp-attention)."""
@@ -104,6 +110,8 @@ def sglang_command(
         args += ["--dtype", "auto"]
     else:
         args += ["--dtype", dtype]
+    if kv_dtype == "fp8":
+        args += ["--kv-cache-dtype", "fp8_e4m3"]
     args += ["--context-length", str(context_tokens)]
     args += ["--max-running-requests", str(max(1, max_num_seqs) * split.dp)]
     args += ["--chunked-prefill-size", str(PREFILL_CHUNK_TOKENS)]
@@ -193,8 +201,10 @@ def build_artifacts(
     max_num_seqs: int,
     checkpoint_bytes: float,
     redundant_experts: int = 0,
+    kv_dtype: str = "bfloat16",
 ) -> dict:
-    """vLLM and SGLang commands and the Kubernetes Deployment for a plan."""
+    """vLLM and SGLang commands and the Kubernetes Deployment for a plan (`kv_dtype` the KV
+    cache's: "fp8" adds each engine's FP8 KV-cache flag)."""
     nodes = -(-split.devices // devices_per_node)
     vllm = vllm_command(
         repo_id,
@@ -203,6 +213,7 @@ def build_artifacts(
         context_tokens=context_tokens,
         max_num_seqs=max_num_seqs,
         redundant_experts=redundant_experts,
+        kv_dtype=kv_dtype,
     )
     notes = [
         "host memory limit: the node's share of the checkpoint x 1.2 (staging the weights), "
@@ -240,6 +251,7 @@ def build_artifacts(
             max_num_seqs=max_num_seqs,
             nodes=nodes,
             redundant_experts=redundant_experts,
+            kv_dtype=kv_dtype,
         ),
         "kubernetes_deployment": kubernetes_deployment(
             repo_id,

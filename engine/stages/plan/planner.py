@@ -58,6 +58,7 @@ class Plan:
     assumptions: list[str]
     shape: ModelShape
     notes: list[str] = field(default_factory=list)
+    kv_dtype: str = "bfloat16"  # the KV cache's dtype the predictions and commands use
 
     @property
     def split(self) -> Split:
@@ -117,12 +118,14 @@ class Plan:
                 max_num_seqs=max(1, max_seqs),
                 checkpoint_bytes=self.shape.weight_parts(self.dtype).total,
                 redundant_experts=self.chosen.validity.redundant_experts,
+                kv_dtype=self.kv_dtype,
             ),
             "assumptions": list(self.assumptions),
             "inputs": {
                 "context_tokens": self.context_tokens,
                 "concurrency": self.concurrency,
                 "dtype": self.dtype,
+                "kv_dtype": self.kv_dtype,
             },
             "notes": list(self.notes),
             **measured_device(self.accelerator),
@@ -586,6 +589,7 @@ def plan_release(
         defaults=context_tokens is None and concurrency is None,
     )
     return Plan(
+        kv_dtype=planner.served.kv_dtype,
         release=name,
         accelerator=accelerator,
         layout=layout,
@@ -682,6 +686,7 @@ def _given_split_plan(
     )
     assumptions.insert(2, f"split {label} given, not chosen by the planner")
     return Plan(
+        kv_dtype=planner.served.kv_dtype,
         release=release,
         accelerator=accelerator,
         layout=planner.layout,

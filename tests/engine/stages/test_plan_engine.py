@@ -64,7 +64,12 @@ def test_to_dict_shape_and_json():
     for part in ("weights", "kv_cache", "activations_workspace", "runtime_overhead", "free"):
         assert mem[part] >= 0
     assert mem["budget"] == round(mem["capacity"] * GPU_MEMORY_UTILIZATION)
-    assert plan["inputs"] == {"context_tokens": 32768, "concurrency": 4, "dtype": "checkpoint"}
+    assert plan["inputs"] == {
+        "context_tokens": 32768,
+        "concurrency": 4,
+        "dtype": "checkpoint",
+        "kv_dtype": "bfloat16",
+    }
     json.dumps(plan, allow_nan=False)  # storable: no NaN/Infinity
 
 
@@ -340,3 +345,14 @@ def test_a_partial_node_grows_into_whole_nodes_and_context_suggestions_stay_in_t
         NoFittingPlan, match=r"more devices would fit: \d+ x h100 \(\d+ nodes of 8\)"
     ):
         plan_release(deepseek, PoolLayout("h100", 1))
+
+
+def test_an_fp8_kv_cache_is_in_the_launch_commands_and_the_inputs():
+    plan = plan_release(analysis("meta-llama__Llama-3.1-8B"), H100, kv_dtype="fp8").to_dict()
+    assert "--kv-cache-dtype fp8 " in plan["artifacts"]["vllm"]
+    assert "--kv-cache-dtype fp8_e4m3 " in plan["artifacts"]["sglang"]
+    assert "--kv-cache-dtype fp8" in plan["artifacts"]["kubernetes_deployment"]
+    assert plan["inputs"]["kv_dtype"] == "fp8"
+    default = plan_release(analysis("meta-llama__Llama-3.1-8B"), H100).to_dict()
+    assert "--kv-cache-dtype" not in default["artifacts"]["vllm"]
+    assert default["inputs"]["kv_dtype"] == "bfloat16"

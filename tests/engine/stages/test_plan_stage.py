@@ -84,8 +84,17 @@ def test_the_jobs_options_are_honoured():
     options = {"context_tokens": 4096, "concurrency": 1, "dtype": "bf16"}
     result = run(context(l4, "meta-llama__Llama-3.1-8B", options))
     assert result["fits"] and result["devices"] == 1
-    assert result["inputs"] == {"context_tokens": 4096, "concurrency": 1, "dtype": "bfloat16"}
+    assert result["inputs"] == {
+        "context_tokens": 4096,
+        "concurrency": 1,
+        "dtype": "bfloat16",
+        "kv_dtype": "bfloat16",
+    }
     assert result["memory_per_device_bytes"]["kv_cache"] == 131_072 * 4096
+    # ... and an FP8 KV cache halves it, in the commands too.
+    fp8 = run(context(l4, "meta-llama__Llama-3.1-8B", {**options, "kv_dtype": "fp8"}))
+    assert fp8["memory_per_device_bytes"]["kv_cache"] == 65_536 * 4096
+    assert "--kv-cache-dtype fp8" in fp8["artifacts"]["vllm"]
 
 
 def test_bad_options_fail_the_stage_naming_the_option():
