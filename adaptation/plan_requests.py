@@ -27,11 +27,14 @@ from typing import Any
 from adaptation.catalog import pool_catalog
 from adaptation.models import AcceleratorKind, AcceleratorPool, ModelRelease
 from adaptation.presenters.analysis import latest_analysis_run
+from adaptation.selectors.full_size import pool_full_size_sweeps
 from engine import formatting as fmt
 from engine.architecture import AnalysisError, analyze_config
 from engine.catalog import Catalog, CatalogError, cpu_accelerator
 from engine.hubs.base import is_valid_repo_id
+from engine.stages.plan.closed_loop import pool_fit_from
 from engine.stages.plan.errors import PlanInputError
+from engine.stages.plan.fits import Fit
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.model import (
     ModelShape,
@@ -82,6 +85,23 @@ def pool_engine_kind(name: str) -> str | None:
     plan stage picks it (`plan.run.pool_engine`); None for an unknown pool."""
     row = AcceleratorPool.objects.filter(name=name).only("engine").first()
     return pool_engine(row) if row is not None else None
+
+
+def pool_fit_of(name: str, layout: PoolLayout, catalog: Catalog, engine: str | None) -> Fit | None:
+    """The pool's own fit from its measured full-size sweeps (the plan stage's closed loop:
+    `adaptation.selectors.full_size`, `closed_loop.pool_fit_from`), for `engine` (None: the
+    pool's); None for an unknown pool or one whose sweeps made none."""
+    row = AcceleratorPool.objects.filter(name=name).first()
+    if row is None:
+        return None
+    fit, _left_out = pool_fit_from(
+        pool_full_size_sweeps(pool=row),
+        pool=name,
+        layout=layout,
+        catalog=catalog,
+        engine=engine or pool_engine(row),
+    )
+    return fit
 
 
 def place_of_pool(name: str) -> tuple[Catalog, PoolLayout, str]:
@@ -356,9 +376,11 @@ def plan_and_workload(
     *,
     release: str,
     spell: Spell = api_name,
+    pool: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(the plan's dict with its `catalog_version`, the workload prediction's dict or None
-    without a workload).
+    without a workload). On a `pool` (its name) both predict with the pool's own fit where
+    its full-size sweeps made one (`pool_fit_of`), as the plan stage does.
 
     The plan is `plan_release`'s choice, or the given split checked, sized and predicted
     as each candidate is (`plan_release(split=...)`, no runners-up or scaling). The
@@ -375,6 +397,7 @@ def plan_and_workload(
             )
         except PlanInputError as exc:
             raise PlanRequestError("split", f"{spell('split')}: {exc}") from exc
+    fit = pool_fit_of(pool, layout, catalog, inputs.engine) if pool else None
     plan = plan_release(
         analysis,
         layout,
@@ -384,6 +407,7 @@ def plan_and_workload(
         release=release,
         catalog=catalog,
         split=inputs.split,
+        fit=fit,
         **served_options(inputs),
     )
     result = plan.to_dict()
@@ -398,6 +422,7 @@ def plan_and_workload(
         dtype=inputs.dtype,
         kv_dtype=inputs.kv_dtype,
         engine=inputs.engine,
+        fit=fit,
         catalog=catalog,
     )
     return result, prediction.to_dict()

@@ -506,6 +506,7 @@ class PlanViewSet(ThrottleRefusalsMixin, viewsets.GenericViewSet):
                 data["catalog"],
                 inputs,
                 release=data["release_name"],
+                pool=data.get("pool"),
             )
         except NoFittingPlan as exc:
             options = {

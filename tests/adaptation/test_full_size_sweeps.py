@@ -76,3 +76,34 @@ def test_a_pool_without_measured_sweeps_has_none():
         pool, full_size={"status": "failed", "reason": "engine_refused"}, serve_status="failed"
     )
     assert pool_full_size_sweeps(pool=pool) == []
+
+
+def test_manage_py_plan_on_the_pool_predicts_with_its_own_fit():
+    """The command predicts as the plan stage would on the pool: with the fit its measured
+    full-size sweeps made, not the cpu prior."""
+    import io
+    import json
+
+    from django.core.management import call_command
+
+    from tests.adaptation.test_pool_measured_figures import probed_run
+    from tests.engine.stages.realconfigs import REALCONFIGS_DIR
+
+    pool = cpu_pool()
+    pool.engine = {"kind": "vllm"}
+    pool.save(update_fields=["engine"])
+    probed_run(pool, 20.0, 0.4, busy=False, minutes_ago=5)
+    config = str(REALCONFIGS_DIR / "HuggingFaceTB__SmolLM2-135M.json")
+    args = (config, "--pool", "cpu", "--input-len", "128", "--output-len", "64", "--format", "json")
+
+    def plan() -> dict:
+        out = io.StringIO()
+        call_command("plan", *args, stdout=out)
+        return json.loads(out.getvalue())
+
+    assert plan()["workload"]["fit"]["scope"] == "prior"
+    served_job(pool, full_size=measured())
+    fitted = plan()
+    assert fitted["workload"]["fit"]["scope"] == "pool"
+    assert fitted["predicted"]["fit"] == fitted["workload"]["fit"]
+    assert fitted["workload"]["fit"]["points"] == 3  # two primary levels and one decode-heavy

@@ -304,7 +304,7 @@ class Command(BaseCommand):
             raise CommandError(_one_line(message)) from exc
         try:
             result, workload = plan_and_workload(
-                analysis, layout, catalog, inputs, release=name, spell=flag_name
+                analysis, layout, catalog, inputs, release=name, spell=flag_name, pool=pool
             )
         except NoFittingPlan as exc:
             if format == "json":
