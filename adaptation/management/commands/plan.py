@@ -118,6 +118,16 @@ PHASE_WORDS = {
 }
 
 
+# What a fit's points are, by its scope (`fits.Fit.scope`).
+FIT_POINT_WORDS = {
+    "pool": "measured point",
+    "prior": "point",
+    "accelerator+engine": "published point",
+    "engine": "published point",
+    "all": "published point",
+}
+
+
 def workload_lines(workload: dict) -> list[str]:
     """A workload prediction for a terminal (`WorkloadPrediction.to_dict()`): what is
     served on which split, the throughput of all devices and per device, the median
@@ -140,7 +150,7 @@ def workload_lines(workload: dict) -> list[str]:
         f"sequences per replica (bound by {workload['batch_bound_by'].replace('_', ' ')}), "
         f"its KV cache holds {fmt.count(workload['kv_capacity_sequences'])}",
         f"  {'fit':<14}{accelerator} x {fit['engine']} ({fit['scope']}, "
-        f"{fmt.counted(fit['points'], 'published point')}{residual})",
+        f"{fmt.counted(fit['points'], FIT_POINT_WORDS.get(fit['scope'], 'point'))}{residual})",
     ]
 
 
@@ -187,8 +197,9 @@ def summary_text(plan: dict, note: str, workload: dict | None = None) -> str:
         lines += workload_lines(workload)
     lines.append(
         "Predicted figures are a model of one engine step at the accelerator's figures (where "
-        "they come from: the first note) and efficiencies fitted on published serving results "
-        "(the fit: the assumptions), not measurements of this model "
+        "they come from: the first note) and efficiencies fitted on published serving results, "
+        "on the pool's own full-size sweeps, or assumed (which: the fit, in the assumptions), "
+        "not measurements of this model "
         f"(catalog {plan.get('catalog_version', '?')})."
     )
     return "\n".join(lines)

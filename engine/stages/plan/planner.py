@@ -370,7 +370,7 @@ def _why_lost(cand: Candidate, chosen: Candidate) -> str:
     ours, theirs = chosen.decode_tokens_per_s, cand.decode_tokens_per_s
     if ours is not None and theirs is not None:
         return (
-            f"lower predicted decode throughput at its largest batch ({theirs:,.0f} vs "
+            f"lower predicted output tokens/s at its throughput-optimal load ({theirs:,.0f} vs "
             f"{ours:,.0f} tokens/s)"
         )
     return f"more memory per device ({fmt.gib(cand.memory.used)} vs {fmt.gib(chosen.memory.used)})"
