@@ -15,7 +15,7 @@ with 20 jobs, `/reports/` and `/pools/`: `--warmup` untimed requests, then `--ru
 ones. It prints a table: median and p95 (ms), SQL queries per request
 (`CaptureQueriesContext`) and HTML size. The query count must not grow with the data: the
 board's is also counted after deleting all but 10 releases, the release page's also for the
-release with one job. PASS/FAIL against the targets of issue 17:
+release with one job. PASS/FAIL against the pages' speed targets:
 
 - p95 under `--limit-ms` (150) on every page;
 - the same query count for the board at 10 and at 1,000 releases, and for a release page with

@@ -21,7 +21,7 @@ SUITES_DIR = Path(__file__).resolve().parent
 CHECKOUT_DIR = SUITES_DIR.parent.parent
 
 # The family shapes a suite entry may stand for, and those the standard suite must cover
-# (issue 20: one reference release at least per shape).
+# (one reference release at least per shape).
 SHAPES = (
     "dense-gqa",
     "moe",

@@ -1,4 +1,4 @@
-"""Release day in real Chromium at 1400 and 1024 px (issue 17): the board keeps a running full
+"""Release day in real Chromium at 1400 and 1024 px: the board keeps a running full
 job in sight beside a newer partial one without lowering readiness; a release page with five
 jobs stays under 6,000 px, writes no "ms" figure above 100,000, draws no empty chart, and its
 chart titles fit their charts."""

@@ -1,4 +1,4 @@
-"""Fault injection on real Celery workers: a lost worker loses no work (issue 16's proof).
+"""Fault injection on real Celery workers: a lost worker loses no work.
 
 Everything runs on a PostgreSQL and a Redis of the test's own (`tests.e2e.faults.FaultLab`,
 started once for this module on free ports in a temporary folder), so restarting or emptying

@@ -1,4 +1,4 @@
-"""The proof of issue 20's metrics: after a real job (fetch and analyze run in this process on a
+"""The metrics, proven: after a real job (fetch and analyze run in this process on a
 mirror release) and rows of every other kind, /metrics scraped through the test client and
 read by prometheus_client's parser holds what the database holds: jobs and stage runs per
 status, stage duration histograms bucket by bucket, queues, live workers, webhook deliveries,

@@ -1,4 +1,4 @@
-"""The proof of issue 20's regression alerts on real stages: jobs of fetch and analyze run in
+"""The regression alerts, proven on real stages: jobs of fetch and analyze run in
 this process on a mirror release several times for a baseline; a re-run whose analyze is
 slowed by an injected delay (the duration floor plus one second) raises exactly one
 regression, that stage's duration; a normal run after it raises none."""

@@ -1,4 +1,4 @@
-"""Config reading for release-day architectures (issue 19): per-layer lists, per-layer-type RoPE,
+"""Config reading for release-day architectures: per-layer lists, per-layer-type RoPE,
 sliding-window KV freed and kept, model types only transformers knows (counted from its own
 meta-device build), and unknown model types (estimated, with what was assumed)."""
 
@@ -98,7 +98,7 @@ def test_hunyuan_uniform_per_layer_lists_read_as_one_value():
 def test_hunyuan_a13b_shape_is_analysed_not_refused():
     """Hunyuan-A13B-Instruct's published shape (config.json: 32 layers, hidden 4096, 64
     experts, moe_topk [8] x 32, one shared MLP, tied embeddings; model card: 80B total, 13B
-    active). Before issue 19: `moe_topk must be an integer, got [8, 8, ...]`."""
+    active). Before per-layer lists were read: `moe_topk must be an integer, got [8, 8, ...]`."""
     config = _hunyuan_small(
         hidden_size=4096,
         intermediate_size=3072,
@@ -221,7 +221,7 @@ def test_v4_gemma3_config_reports_the_sliding_layers_rope_too():
 
 def test_gpt_oss_120b_kv_at_131072_tokens_freed_and_kept():
     """gpt-oss-120b: gpt-oss-20b's family with 36 layers (18 sliding(128) / 18 full, 8 KV
-    heads of 64). Issue 19's figures: 4,836,556,800 B freed, 9,663,676,416 B kept."""
+    heads of 64): 4,836,556,800 B freed, 9,663,676,416 B kept."""
     config = load("openai__gpt-oss-20b")
     config.update(
         num_hidden_layers=36,
