@@ -1,4 +1,4 @@
-"""API tokens and known-limitation notes by role (issue 18, parts 4 and 5).
+"""API tokens and known-limitation notes by role.
 
 Tokens (django-rest-knox): who lists them in the admin, what the list and a token's page
 show (never a key, nor its stored first characters), who may make one for a superuser (only a

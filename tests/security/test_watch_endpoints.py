@@ -1,5 +1,5 @@
 """Hub watch endpoints: the worker's `HF_TOKEN` goes only to configured hubs, and mirror
-watches read only inside the mirror roots (issue 18, part 2).
+watches read only inside the mirror roots.
 
 A canary HTTP server on loopback (IPv4 and IPv6) records every request it gets. For each
 internal address spelling (loopback, unspecified, link-local, private ranges, decimal and

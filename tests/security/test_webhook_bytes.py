@@ -1,4 +1,4 @@
-"""Hostile bytes on both webhook endpoints (issue 18, part 3): NUL characters and lone
+"""Hostile bytes on both webhook endpoints: NUL characters and lone
 surrogates in every string of a valid body (JSON escapes `\\u0000`, `\\ud800`), raw NUL
 bytes, invalid UTF-8 and bodies at and over the size limit.
 

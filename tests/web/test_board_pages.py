@@ -1,4 +1,4 @@
-"""The board a page at a time (issue 17): 50 releases a page, page links and the live refresh
+"""The board a page at a time: 50 releases a page, page links and the live refresh
 keep the search, and the same number of queries for 3 releases or 60."""
 
 from __future__ import annotations

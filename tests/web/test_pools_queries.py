@@ -1,4 +1,4 @@
-"""The pools page on a busy day (issue 17): the same number of queries for one active job or
+"""The pools page on a busy day: the same number of queries for one active job or
 twenty, each job's plan devices still counted, and what each worker runs still named."""
 
 from __future__ import annotations

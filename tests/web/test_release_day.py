@@ -1,4 +1,4 @@
-"""Release day on a busy board (issue 17): a partial job never hides a full one nor lowers
+"""Release day on a busy board: a partial job never hides a full one nor lowers
 readiness; the release page draws the newest job in full and folds the others into a history;
 a failed stage says whose fault it is; Re-run only where one can run; times in human units."""
 

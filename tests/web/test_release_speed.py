@@ -1,4 +1,4 @@
-"""What keeps the release page fast with many jobs (issue 17): its query count does not grow
+"""What keeps the release page fast with many jobs: its query count does not grow
 with the jobs (the results of jobs it does not draw in full are not read: reading one would
 cost a query each), and a view after the first embeds stored figures instead of building them
 with plotly."""
