@@ -4,9 +4,10 @@ them, for page and browser tests.
 The results come from real twins of published configs (Llama-3.1-8B dense, DeepSeek-V3 MoE)
 measured on this machine's CPU with small sweeps; each is made once per test session. The
 full-size predictions come from the planner on one node of eight H200s, as the plan stage of
-a job on such a pool would give them; the dense plan also carries the calibrated prediction
-that the pool's running calibration (from the MoE run's measured efficiencies) makes. Rows are
-stored by the `performance` stage's own result handler (`adaptation.services.stage_results`).
+a job on such a pool would give them; the dense plan also carries what the pool's running
+calibration (from the MoE run's measured efficiencies) says beside it (reported, not
+applied). Rows are stored by the `performance` stage's own result handler
+(`adaptation.services.stage_results`).
 """
 
 from __future__ import annotations

