@@ -68,8 +68,9 @@ def tp_degrees(
     devices_held: int,
     device: str,
 ) -> tuple[list[int], list[dict[str, Any]]]:
-    """(degrees to launch, largest first; those left out, with why): the job's
-    `full_size_tp_sizes`, else the plan's TP and the smaller powers of two. A degree is left
+    """(degrees to launch, the plan's first; those left out, with why): the job's
+    `full_size_tp_sizes`, else the plan's TP and the smaller powers of two (and TP=2 after a
+    cpu pool's TP=1, the scaling curve on its cores). A degree is left
     out when the engines refuse its split for this model ("invalid_split", with the rule), the
     worker holds too few devices for it ("too_few_devices") or the weights do not fit a device
     at it ("does_not_fit")."""
@@ -84,6 +85,9 @@ def tp_degrees(
             wanted.append(smaller)
             smaller *= 2
         wanted = [wanted[0], *sorted(wanted[1:], reverse=True)]
+        if device == "cpu" and plan_tp == 1:
+            # A cpu pool's plan is TP=1: TP=2 on the same cores gives its scaling curve.
+            wanted.append(2)
     chosen: list[int] = []
     left_out: list[dict[str, Any]] = []
     for tp in wanted:

@@ -91,9 +91,9 @@ class FullSizeSettings:
 
     `disabled_by`: "" (enabled), "pool" or "job". `requests_per_level`: None sends four
     requests per concurrent slot; `top_level_requests`: each level sends as many requests as
-    the top level (the cpu default). `tp_sizes`: the TP degrees to launch, the first with every
-    workload: the job's, else the cpu default (1 then 2), else None (the plan's TP and the
-    smaller degrees that fit)."""
+    the top level (the cpu default). `tp_sizes`: the TP degrees the job asked for, the first
+    with every workload (None: the plan's TP and the smaller degrees that fit, and TP=2 after
+    a cpu pool's TP=1: `full_size_degrees.tp_degrees`)."""
 
     disabled_by: str
     primary: Workload
@@ -126,9 +126,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "max_concurrency": 4,
         "top_level_requests": True,
         "max_weight_bytes": 4 * 2**30,
-        # The plan's TP=1 first, with every workload, then TP=2 on the worker's cores: the
-        # multi-card scaling curve measured at full size (where the model's heads split).
-        "tp_sizes": (1, 2),
     },
     "accelerator": {
         "primary": (1000, 1000),
@@ -137,7 +134,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "max_concurrency": 64,
         "top_level_requests": False,
         "max_weight_bytes": None,
-        "tp_sizes": None,  # the plan's TP, then each smaller degree that fits
     },
 }
 
@@ -294,5 +290,5 @@ def full_size_settings(
         top_level_requests=bool(base["top_level_requests"]),
         time_budget_s=full_size_budget_s(options) or float(DEFAULT_TIME_BUDGET_S),
         max_weight_bytes=int(cap) if cap is not None else None,
-        tp_sizes=tuple(sizes) if sizes else base["tp_sizes"],
+        tp_sizes=tuple(sizes) if sizes else None,
     )

@@ -43,7 +43,7 @@ def test_the_cpu_pool_sweeps_short_workloads_that_finish_on_two_cores():
     assert settings.requests_for([1, 2, 4]) == 4  # one wave at the top level, serial at 1
     assert settings.max_weight_bytes == 4 * GIB
     assert settings.time_budget_s == 1200
-    assert settings.tp_sizes == (1, 2)  # the plan's TP=1 with every workload, then TP=2
+    assert settings.tp_sizes is None  # the plan's TP, then the scaling degrees (tp_degrees)
 
 
 def test_an_accelerator_pool_sweeps_the_workloads_teams_publish():
