@@ -445,9 +445,8 @@ def running_calibration(
 # roofline on a twin whose short steps cannot tell fixed cost from efficiency, would count the
 # efficiency twice. It is reported, not applied.
 SUPERSEDED = (
-    "not applied to the full-size prediction, which is already at fitted achievable figures "
-    "(its fit is named) and is refitted by the pool's full-size sweeps on its engine: the "
-    "twin's factor, measured against the datasheet roofline, would count the efficiency twice"
+    "not applied: the prediction already uses fitted achievable figures, so the twin's "
+    "roofline factor would count the efficiency twice"
 )
 
 
