@@ -2,7 +2,7 @@
 
 Seeds a fresh database with `benchmarks/reports.py`'s sample (1,000 releases, 1,250 jobs of
 every stage, 500 open known limitations; see its docstring: 11,250 stage runs when it was
-written for nine stages, 12,500 with today's ten, a little more than the issue's load), plus
+written for nine stages, 12,500 with today's ten, a little more than a busy site's load), plus
 one release with 20 jobs holding the engine's own results (see `release_with_jobs`;
 `--copied-jobs` for copies of a seeded job instead) and one with a single such job. SQLite
 in a temporary DAY0_VAR_DIR by default; `--database-url

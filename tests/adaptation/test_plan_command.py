@@ -1,4 +1,4 @@
-"""`manage.py plan`: the issue's examples on real configs, `--pool` with pool rows and live
+"""`manage.py plan`: worked examples on real configs, `--pool` with pool rows and live
 workers, the admin's catalog rows, exit codes and one-line reasons for bad input; `adapt`'s
 plan options."""
 

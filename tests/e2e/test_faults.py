@@ -50,7 +50,7 @@ pytestmark = [
 ]
 
 DB = "faults"
-# The bound on lost work waiting to run again.
+# How long lost work may wait before it runs again.
 RESUME_WITHIN_S = 60
 KILLED = "killed by signal 9 (SIGKILL)"
 

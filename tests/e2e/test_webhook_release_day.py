@@ -1,4 +1,4 @@
-"""End to end, the issue's proof: Hub-format webhooks for a repo served by the local fake Hub
+"""End to end, a release day: Hub-format webhooks for a repo served by the local fake Hub
 (signed with the endpoint's secret, two commits of one upload) make exactly one job, a real
 Celery worker settles the upload and runs every stage of that job to success, and the team's
 subscriber endpoint on loopback receives the `job.succeeded` notification signed with Standard

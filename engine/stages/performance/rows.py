@@ -39,7 +39,7 @@ def performance_rows(points: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]
 
     Metrics: ttft_s, ttft_p95_s, tpot_s, tpot_p95_s (s), prefill_tokens_per_s,
     decode_tokens_per_s (tokens/s), the peak memory named by its kind:
-    peak_device_allocated_bytes or peak_process_rss_bytes (bytes, the issue's peak), and what
+    peak_device_allocated_bytes or peak_process_rss_bytes (bytes, the point's peak), and what
     the point itself added: peak_device_allocated_increase_bytes or
     peak_process_rss_increase_bytes (bytes, the peak minus the memory in use as the point
     began; on the CPU the resident set carries earlier points' memory, so points compare by

@@ -18,7 +18,7 @@ one point is measured:
 - peak memory (bytes) over the point: on an accelerator the bytes torch's allocator handed out
   (`max_memory_allocated`, weights included), on the CPU the process's resident set (VmHWM
   reset per point): `memory_kind` "device_allocated" or "process_rss" says which
-  (`twin.measure.MemoryProbe`). The peak is the issue's figure, but on the CPU the resident
+  (`twin.measure.MemoryProbe`). The peak is the figure reported, but on the CPU the resident
   set carries what earlier points (other dtypes, larger batches) left behind, so a small
   point can read higher than a large one measured before it; `peak_memory_increase_bytes`
   (row metric `peak_process_rss_increase_bytes` / `peak_device_allocated_increase_bytes`) is

@@ -448,7 +448,7 @@ def test_qwen3_next_mtp_block_equals_transformers_decoder_layer():
 
 
 def test_qwen3_next_80b_mtp_params_equal_transformers_layer():
-    """Qwen/Qwen3-Next-80B-A3B-Instruct's config (the review's copy, written from memory): the
+    """Qwen/Qwen3-Next-80B-A3B-Instruct's config (a copy written from memory): the
     MTP block adds one 512-expert decoder layer, fc and norms to the checkpoint; the expected
     value is transformers' own decoder layer at that size."""
     from transformers.models.qwen3_next import modeling_qwen3_next

@@ -49,7 +49,7 @@ def table_seconds(flops_by_n: dict[int, float]):
 
 
 def test_the_matmul_probe_grows_until_two_sizes_agree(monkeypatch):
-    """The issue's float16: 1.17 GFLOP/s at n = 256 (a product long enough to stop the old
+    """A float16 probe: 1.17 GFLOP/s at n = 256 (a product long enough to stop the old
     probe there), then 40, 68, 71.5 GFLOP/s: the probe goes on to 2,048, where two sizes
     agree within 10%, and reports 71.5 GFLOP/s, stable."""
     table = {256: 1.17e9, 512: 40e9, 1024: 68e9, 2048: 71.5e9, 4096: 72e9}
@@ -182,7 +182,7 @@ def run(stage_run: int, decode: list[float], prefill: list[float], **extra) -> d
 
 
 def test_efficiencies_above_1_never_reach_the_plans_factors():
-    """The issue's pool: prefill efficiencies of 2.61, 3.53 and 6.73 in stored runs carried
+    """A pool's stored runs with prefill efficiencies of 2.61, 3.53 and 6.73 carried
     a prefill_factor of 1.598 into the next plan, a TTFT faster than the roofline. Left out,
     the factor is the runs' efficiencies at or under 1, and none where there are none."""
     runs = [

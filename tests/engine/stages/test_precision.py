@@ -21,7 +21,7 @@ from tests.engine.stages.realconfigs import load
 pytestmark = pytest.mark.slow
 
 CPU = PoolSpec(name="cpu", backend="cpu", queue="cpu")
-# The release-day architectures the issue names: dense GQA, Qwen3 MoE, MLA+MoE, gpt-oss.
+# The release-day architectures: dense GQA, Qwen3 MoE, MLA+MoE, gpt-oss.
 CONFIGS = (
     "meta-llama__Llama-3.1-8B",
     "Qwen__Qwen3-235B-A22B-Instruct-2507",

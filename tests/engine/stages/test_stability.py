@@ -338,7 +338,7 @@ def run_loop(twin, options: dict, clock: StepClock, *, budget_end: float | None 
 
 
 def test_duration_s_is_honoured_and_a_longer_run_says_why(seeded_twin):
-    """The issue's run: duration_s 5 with 2.5 s steps (one prefill and one decode forward of
+    """A short run: duration_s 5 with 2.5 s steps (one prefill and one decode forward of
     1.25 s each, on a clock the forwards move). Without min_steps the run stops at the
     verdict's 10 steps (not 20), and says why it ran 25 s; with min_steps 20 asked, it runs
     them and names min_steps; steps that fit say nothing."""
