@@ -1,7 +1,7 @@
 """The `distributed` stage: the plan's split run for real on torch.distributed.
 
-The seeds' release-day order validates one card first, then "gradually scaling to multiple
-cards and validating parallel strategies". This stage takes the plan's TP degree (see
+A release day validates one card first, then scales to several cards and validates the
+parallel strategies. This stage takes the plan's TP degree (see
 `degree.validated_tp`), builds the scaled twin with the release's head and expert
 divisibility by that degree, saves it, and runs it across that many processes with
 `torchrun` (`launch.py`): gloo on a cpu pool, NCCL on CUDA. Each rank loads the twin through

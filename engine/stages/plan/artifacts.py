@@ -11,7 +11,7 @@ SGLang `python -m sglang.launch_server` server arguments (--tp-size, --pp-size, 
 parallelism gets redundant experts: vLLM's --enable-eplb with --eplb-config
 '{"num_redundant_experts": N}' (docs "Expert Parallel Deployment").
 
-The Deployment follows the seed article's example (001): device resource limit,
+The Deployment is the usual shape of a vLLM pod: a device resource limit,
 TENSOR_PARALLEL_SIZE / PIPELINE_PARALLEL_SIZE, a model cache path and a memory-backed /dev/shm
 volume (NCCL and the engines' IPC use shared memory).
 """
@@ -28,7 +28,7 @@ from engine.catalog import Accelerator
 from .memory import GPU_MEMORY_UTILIZATION, PREFILL_CHUNK_TOKENS
 from .validity import Split
 
-SHM_SIZE = "64Gi"  # the seed's sizeLimit for the /dev/shm volume
+SHM_SIZE = "64Gi"  # sizeLimit of the memory-backed /dev/shm volume (NCCL, engine IPC)
 
 
 def _vllm_dtype_flags(dtype: str) -> list[str]:
@@ -135,7 +135,7 @@ def kubernetes_deployment(
     vllm: str,
     host_memory_bytes: float,
 ) -> str:
-    """A Deployment like the seed's for one node's pod (device limit, parallel sizes as
+    """A Deployment for one node's pod (device limit, parallel sizes as
     environment variables, the launch command, a memory-backed /dev/shm)."""
     devices_per_pod = min(split.devices, devices_per_node)
     memory_gi = max(64, math.ceil(host_memory_bytes / 2**30))
@@ -217,7 +217,7 @@ def build_artifacts(
     )
     notes = [
         "host memory limit: the node's share of the checkpoint x 1.2 (staging the weights), "
-        "at least 64 GiB; /dev/shm 64 GiB as in the seed example",
+        "at least 64 GiB; /dev/shm 64 GiB for NCCL and engine IPC",
     ]
     if accelerator.kind == "cpu":
         notes.append(

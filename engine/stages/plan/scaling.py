@@ -1,5 +1,5 @@
 """Multi-device scaling: predicted decode throughput and per-device efficiency as the
-device count grows (the seeds' "efficiency curves for multi-card scaling").
+device count grows: the efficiency curve of multi-card scaling.
 
 At each count the best fitting split (by predicted decode tokens/s at its largest batch) is
 taken; extra devices become DP replicas or a wider TP/EP group, whichever the roofline
