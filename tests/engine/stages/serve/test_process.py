@@ -78,6 +78,7 @@ def test_a_silent_engine_times_out(tmp_path):
     assert engine.pids() == []
 
 
+@pytest.mark.engine  # runs the engine environment's Python (its setproctitle)
 def test_a_renamed_engine_process_keeps_its_tags(tmp_path):
     # vLLM renames its engine core and workers ("VLLM::EngineCore") with setproctitle, which
     # overwrites what /proc/<pid>/environ shows unless SPT_NOENV is set: untagged, a stop, the
