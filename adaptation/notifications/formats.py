@@ -11,6 +11,10 @@ format.
   to the job in day0 (for the weekly summary, its figures and a link to the report). Slack (and
   Mattermost, Rocket.Chat, Teams' Slack-compatible connectors) take it as is; nothing is
   signed, the URL itself is the secret.
+
+Durations are written by the formatters the pages' filters use (`engine.formatting`:
+`duration`, `hours_duration`, `ms`), so a time reads the same in a chat message as on the
+page it links to.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from standardwebhooks import Webhook
 
 from adaptation.models import NotificationEvent, NotificationFormat
 from adaptation.presenters.stages import stage_title
-from engine.formatting import duration
+from engine.formatting import duration, hours_duration, ms
 
 # Characters of a failure's error quoted in a Slack message (the payload has more).
 SLACK_ERROR_MAX_CHARS = 500
@@ -88,10 +92,6 @@ def _first_lines(error: str) -> str:
     return head
 
 
-def _hours_words(value: Any) -> str:
-    return "n/a" if value is None else f"{value:g} h"
-
-
 def weekly_summary_text(data: dict[str, Any]) -> str:
     """The weekly summary in one mrkdwn line: releases, adapted within 24 h, median and p90
     time to Day-0, the stage that failed most, the regressions detected (when any)."""
@@ -104,8 +104,8 @@ def weekly_summary_text(data: dict[str, Any]) -> str:
         f"*{data.get('releases_seen', 0)}* releases, "
         f"*{data.get('adapted_within_24h', 0)}* adapted within 24 h"
         f"{f' ({within:g}%)' if within is not None else ''}; time to Day-0 median "
-        f"*{_hours_words(data.get('median_time_to_day0_h'))}*, "
-        f"p90 *{_hours_words(data.get('p90_time_to_day0_h'))}*"
+        f"*{hours_duration(data.get('median_time_to_day0_h'))}*, "
+        f"p90 *{hours_duration(data.get('p90_time_to_day0_h'))}*"
     )
     failures = data.get("failures_by_stage") or {}
     if failures:
@@ -141,16 +141,27 @@ MEASURED_ON_WORDS = {
 
 
 def _amount(value: Any, unit: str) -> str:
-    """A figure with 4 significant digits and its unit ("5.213 s", "0.00312")."""
+    """A figure as the regressions panel writes it when it is a time (`unit` "s": "5.21 s",
+    "16.4 ms", as `engine.formatting.ms`), else with 4 significant digits and its unit
+    ("80 tokens/s", "0.00312"); "?" when it is not a number."""
     if not isinstance(value, int | float):
         return "?"
+    if unit == "s":
+        return ms(value)
     return f"{value:.4g} {unit}".strip()
+
+
+def _spread(low: Any, high: Any, unit: str) -> str:
+    """The last good runs' spread, "98 to 104 tokens/s"; times each with their unit, as
+    `ms` may write the two ends in different units ("850 ms to 1.3 s")."""
+    return f"{_amount(low, unit if unit == 's' else '')} to {_amount(high, unit)}"
 
 
 def regression_line(item: dict[str, Any]) -> str:
     """One regression of a `regression.detected` payload in one plain line: "Fetch & parse
-    duration on the worker's clock: 5.213 s, 372.7% worse than the median 1.103 s of 3 runs of
-    the same release (1.002 to 1.3 s)" (a stage by its title, as the pages name it)."""
+    duration on the worker's clock: 5.21 s, 372.7% worse than the median 1.1 s of 3 runs of
+    the same release (1 s to 1.3 s)" (a stage by its title and a time as the pages write
+    them)."""
     figure = str(item.get("figure") or "?")
     words = REGRESSION_FIGURE_WORDS.get(figure, figure)
     if figure == "duration_s":
@@ -170,7 +181,7 @@ def regression_line(item: dict[str, Any]) -> str:
         f"{words} on {on}{where}: "
         f"{_amount(item.get('value'), unit)}, {worse} than the median "
         f"{_amount(base.get('median'), unit)} of {runs} run{'' if runs == 1 else 's'} of the "
-        f"same {scope} ({_amount(base.get('low'), '')} to {_amount(base.get('high'), unit)})"
+        f"same {scope} ({_spread(base.get('low'), base.get('high'), unit)})"
     )
 
 

@@ -122,6 +122,6 @@ def test_a_duration_line_names_the_stage_by_its_title_and_the_clock():
         "baseline": {"scope": "release", "runs": 3, "median": 1.103, "low": 1.002, "high": 1.3},
     }
     assert regression_line(item) == (
-        "Fetch & parse duration on the worker's clock: 5.213 s, 372.7% worse than the median "
-        "1.103 s of 3 runs of the same release (1.002 to 1.3 s)"
+        "Fetch & parse duration on the worker's clock: 5.21 s, 372.7% worse than the median "
+        "1.1 s of 3 runs of the same release (1 s to 1.3 s)"
     )

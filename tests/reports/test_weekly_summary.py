@@ -165,6 +165,19 @@ def test_payload_has_the_week_figures_and_a_link(subscriptions, week_of_releases
     assert chat["releases_seen"] == 1 and chat["ready"] == 0
     assert chat["adapted_within_24h_percent"] == 0.0
     assert chat["url"].endswith("date_to=2025-07-13&pools=h200")
+    # Its median and p90 of 5.0 h, in a chat message, read as the reports page
+    # writes them (its `hours_duration` filter), not as a decimal of hours.
+    every_pool = NotificationDelivery.objects.get(subscription=generic, event="report.weekly")
+    summary = json.loads(
+        render_message(
+            format="slack",
+            payload=every_pool.payload,
+            message_id=every_pool.message_id,
+            secret="",
+            timestamp=MONDAY,
+        ).body
+    )["text"]
+    assert "time to Day-0 median *5 h 00 m*, p90 *5 h 00 m*" in summary
 
 
 def test_slack_message_is_one_short_line_with_the_link(subscriptions, week_of_releases):
@@ -181,7 +194,7 @@ def test_slack_message_is_one_short_line_with_the_link(subscriptions, week_of_re
     body = json.loads(message.body)
     assert body["text"].startswith(
         ":bar_chart: *Weekly Day-0 summary* 2025-07-07 to 2025-07-13 (h200): *1* releases, "
-        "*0* adapted within 24 h (0%); time to Day-0 median *n/a*, p90 *n/a*; most failures "
+        "*0* adapted within 24 h (0%); time to Day-0 median *—*, p90 *—*; most failures "
         "at *fetch* (1)"
     )
     assert "\n" not in body["text"]
