@@ -1,7 +1,7 @@
 """The pools page: each pool's inventory (`selectors.inventory`) with where its live workers
 and its layout disagree, each worker's devices grouped as the page lists them, and the
 pool's software stack with its workers that serve with another and its latest changes.
-`partials/pools_live.html` words them (`partials/device_warning.html`, also the API's pool
+`partials/pools_live.html` words them (`partials/device_warning.txt`, also the API's pool
 `warnings`; `partials/pool_stack.html` the stacks)."""
 
 from __future__ import annotations
@@ -9,16 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from html import unescape
 from typing import Any
-
-from django.template.loader import render_to_string
 
 from adaptation.models import StackChange
 from adaptation.selectors.inventory import PoolInventory, WorkerState
 from adaptation.selectors.pools import worker_pool_stack
+from adaptation.template_text import template_text
 
-DEVICE_WARNING_TEMPLATE = "adaptation/partials/device_warning.html"
+DEVICE_WARNING_TEMPLATE = "adaptation/partials/device_warning.txt"
 
 
 @dataclass(frozen=True)
@@ -68,9 +66,9 @@ def device_warnings(inventory: PoolInventory) -> list[DeviceWarning]:
 
 
 def device_warning_text(warning: DeviceWarning) -> str:
-    """The warning in the pools page's words, as plain text: the API's pool `warnings`."""
-    html = render_to_string(DEVICE_WARNING_TEMPLATE, {"warning": warning})
-    return unescape(" ".join(html.split()))
+    """The warning in the pools page's words, as plain text: the API's pool `warnings` (the
+    page's template from the same `warning`, nothing HTML-escaped)."""
+    return template_text(DEVICE_WARNING_TEMPLATE, {"warning": warning})
 
 
 @dataclass(frozen=True)

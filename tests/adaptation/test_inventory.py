@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from adaptation.catalog import pool_layout
 from adaptation.models import AcceleratorPool, AdaptationJob, StageRun, Worker
-from adaptation.presenters.pools import device_warning_text, device_warnings
+from adaptation.presenters.pools import DeviceWarning, device_warning_text, device_warnings
 from adaptation.selectors import inventory
 from adaptation.selectors.workers import live_workers, pools_without_live_worker
 from adaptation.services.errors import ServiceError
@@ -420,6 +420,19 @@ def test_a_backend_pool_counts_only_workers_of_its_backend_and_says_so(settings)
     assert reason(answer) == (
         "needs 2 devices, live workers report 1: the pool is too small as it is now"
     )
+
+
+def test_a_warning_is_the_pages_words_and_the_api_reads_them_unescaped():
+    """The API's text is the page's template rendered from the same warning as plain text:
+    a worker's name the page must escape reaches the API as it is, not as HTML entities."""
+    warning = DeviceWarning(
+        kind="other-backend", pool_backend="cuda", worker="h200@r&d<1>", backend="", devices=2
+    )
+    assert device_warning_text(warning) == (
+        "worker h200@r&d<1> runs on an unreported backend, not cuda: its 2 devices are not counted"
+    )
+    page = render_to_string("adaptation/partials/device_warning.txt", {"warning": warning})
+    assert "worker h200@r&amp;d&lt;1&gt; runs on an unreported backend" in page
 
 
 def test_a_pool_whose_workers_report_its_layout_has_no_warning(settings):

@@ -25,7 +25,6 @@ import sys
 from contextlib import nullcontext
 
 from django.core.management.base import BaseCommand, CommandError
-from django.template.loader import render_to_string
 from django.urls import reverse
 
 from adaptation.management.quiet_logs import loggers_quiet_below
@@ -35,6 +34,7 @@ from adaptation.services.errors import ServiceError
 from adaptation.services.pools import pool_get
 from adaptation.services.queueing import unsent_stage_runs
 from adaptation.services.suites import suite_definition, suite_start
+from adaptation.template_text import template_text
 from engine.suites import STANDARD_SUITE, suite_names
 
 # Saved and queued, not yet sent: the broker is down (sysexits.h EX_TEMPFAIL), as `adapt`.
@@ -160,5 +160,6 @@ class Command(BaseCommand):
 
 
 def _shape_words(shape: str) -> str:
-    """A family shape as the pages name it ("dense-gqa": "dense GQA"), from their template."""
-    return render_to_string("adaptation/suite_shape.html", {"shape": shape}).strip()
+    """A family shape as the pages name it ("dense-gqa": "dense GQA"), from their template
+    as plain text."""
+    return template_text("adaptation/suite_shape.html", {"shape": shape})
