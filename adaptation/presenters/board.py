@@ -6,7 +6,7 @@ with one lookup: the board renders a few thousand of them per request."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,8 +25,8 @@ from adaptation.models.limitations import SEVERITY_RANK
 from adaptation.presenters.day0_clock import Day0Clock, day0_clock, newest_job_per_stage
 from adaptation.presenters.regressions import RegressionBadge, regression_badge
 from adaptation.presenters.stages import StageColumn, failure_class, stage_columns
-from adaptation.selectors.board import CELL_FIGURE_KEYS
 from adaptation.selectors.jobs import latest_runs_by_stage
+from adaptation.stages import app_stage
 from engine.formatting import finite
 
 STATUS_LABELS = dict(StageStatus.choices)
@@ -44,24 +44,20 @@ def _count(value: Any) -> int:
     return int(number) if number is not None and number > 0 else 0
 
 
-# A stage's figure on its board cells, from the value its run stored at
-# `selectors.board.CELL_FIGURE_KEYS[stage]` (read in the database; the result is not loaded):
-# a count the cell shows when it is not zero, worded by
-# `templates/adaptation/board_cells/<stage>.html`.
-CELL_FIGURES: dict[str, Callable[[Any], int]] = {stage: _count for stage in CELL_FIGURE_KEYS}
-
-
 def cell_figure_template(stage: str) -> str:
-    """The template that words `stage`'s board-cell figure."""
-    return f"adaptation/board_cells/{stage}.html"
+    """The template that words `stage`'s board-cell figure (its
+    `AppStage.cell_figure_template`, `adaptation/stages/<stage>.py`); "" for a stage whose
+    cells show none."""
+    app = app_stage(stage)
+    return (app.cell_figure_template or "") if app is not None else ""
 
 
 @dataclass(frozen=True)
 class StageEntry:
     """The latest attempt of one stage of the newest job on a pool that ran it: its status
     (`label` the model's word for it), duration (None before it starts), attempt number, job,
-    pool name, the first line of its error (the tooltip), for a stage in `CELL_FIGURES` its
-    figure (`figure_template` words it), the failed run's class ("infrastructure", "release",
+    pool name, the first line of its error (the tooltip), for a stage with a board-cell figure
+    its count (`figure_template` words it), the failed run's class ("infrastructure", "release",
     or ""), the pool no live worker serves when the run is queued there (`waiting_for`, None
     otherwise), whether the run is of an older job than the newest on its pool (`older`: the
     entry names its job), and whether it says nothing but its status and duration (`plain`:
@@ -90,8 +86,10 @@ def stage_entry(
     when no live worker serves it; `older`: the run is of a job older than the newest on its
     pool."""
     error = (getattr(run, "error_head", None) or "").strip()
-    count = CELL_FIGURES.get(run.stage)
-    figure = count(getattr(run, "cell_figure", None)) if count is not None else 0
+    # The stage's board-cell figure (`AppStage.cell_figure_keys`), read in the database as
+    # `cell_figure`: a count the cell shows when it is not zero.
+    figure_template = cell_figure_template(run.stage)
+    figure = _count(getattr(run, "cell_figure", None)) if figure_template else 0
     fault = failure_class(run)
     waiting_for = idle_pool if run.status == StageStatus.QUEUED else None
     return StageEntry(
@@ -103,7 +101,7 @@ def stage_entry(
         pool_name=run.job.pool.name,
         error_summary=error.splitlines()[0] if error else "",
         figure=figure,
-        figure_template=cell_figure_template(run.stage) if count is not None else "",
+        figure_template=figure_template,
         failure_class=fault,
         waiting_for=waiting_for,
         older=older,

@@ -1,14 +1,15 @@
-"""The release page's stage panels: one per registered stage that has a panel template, in
-registry order (`engine.registry`).
+"""The release page's stage panels: one per registered stage whose app module names a panel
+template, in registry order (`engine.registry`).
 
-A stage's panel is `templates/adaptation/panels/<stage>.html`. The release page includes each
-(`{% for panel in panels %}{% include panel.template %}`), and its live partial includes them
-again with `oob`, so that a poll swaps each panel by its id. The template finds `panel` in its
-context: the stage's `name` and `title`, and `values`, what the stage's presenter in
-`PRESENTERS` returns. A stage with a template and no presenter gets a `StagePanel` (each job's
-latest attempt of the stage with its stored result), so a new stage's panel needs its template
-only; one that shows more (charts, figures shaped from its result, rows of its own) adds its
-presenter here, one line.
+A stage's panel is drawn by the template its `AppStage.panel_template` names
+(`adaptation/stages/<stage>.py`; "adaptation/panels/<stage>.html"). The release page includes
+each (`{% for panel in panels %}{% include panel.template %}`), and its live partial includes
+them again with `oob`, so that a poll swaps each panel by its id. The template finds `panel`
+in its context: the stage's `name` and `title`, and `values`, what the stage's
+`AppStage.presenter` returns (`adaptation.presenters.stage_panels`). A stage with a template
+and no presenter gets a `StagePanel` (each job's latest attempt of the stage with its stored
+result), so a new stage's panel needs its template only; one that shows more (charts, figures
+shaped from its result, rows of its own) names its presenter in its app module.
 
 The page draws the newest job's panels in full, not every job's: per pool and stage the newest
 job that ran the stage (`shown_jobs`), or the one job `?job=` names; a presenter sees only
@@ -17,38 +18,23 @@ job history (`presenters.job_timeline.job_history`).
 
 A presenter is handed the `ReleasePage`: the release with its jobs and their stage attempts
 prefetched, and what the view read for every panel. Those that need more reads (the plan's
-start on its pool, the performance points) make them here, through `adaptation.selectors`,
-and hand the results to their presenter.
+start on its pool, the performance points) make them through `adaptation.selectors`.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from django.template import TemplateDoesNotExist
-from django.template.loader import get_template
-
-from adaptation.catalog import pool_layout
 from adaptation.models import AcceleratorPool, AdaptationJob, JobStatus, ModelRelease, StageRun
-from adaptation.presenters import (
-    analysis,
-    distributed,
-    performance,
-    plan,
-    serve,
-    stability,
-    validation,
-)
 from adaptation.presenters.day0_clock import newest_job_per_stage
 from adaptation.presenters.stages import StageColumn
-from adaptation.selectors import inventory as inventory_selectors
-from adaptation.selectors import performance as performance_selectors
 from adaptation.selectors.jobs import latest_runs_by_stage
 from adaptation.selectors.release_notes import NotesSummary
-from engine.registry import STAGES
+from adaptation.stages import AppStage, app_stage, app_stages
+from engine.registry import get_stage
 from engine.stored import as_mapping
 
 
@@ -172,71 +158,18 @@ def stage_panel(page: ReleasePage, stage: str) -> StagePanel:
     return StagePanel(runs=runs)
 
 
-def _plans(page: ReleasePage) -> list[plan.PlanPanel]:
-    starts = {
-        job.pk: inventory_selectors.plan_start_estimate(
-            pool=job.pool, devices=devices, job=job, layout_of=pool_layout
-        )
-        for job in page.release.jobs.all()
-        if (devices := plan.start_devices(job)) is not None
-    }
-    return plan.plan_panels(
-        page.release, pools_without_worker=page.pools_without_worker, starts=starts
-    )
-
-
-def _performance(page: ReleasePage) -> performance.PerformanceSection:
-    runs = performance.release_performance_runs(page.release)
-    return performance.performance_section(
-        page.release,
-        params=page.params,
-        rows_by_run=performance_selectors.point_rows_by_run(runs),
-        candidates=performance_selectors.jobs_with_performance() if runs else [],
-    )
-
-
-# Each stage's presenter: what its template reads as `panel.values`. The `precision` stage
-# has no panel of its own: the operators panel ("Operators and precision") shows it.
-PRESENTERS: dict[str, Callable[[ReleasePage], Any]] = {
-    "analyze": lambda page: analysis.analysis(page.release),
-    "operators": lambda page: validation.validation(page.release),
-    "plan": _plans,
-    "distributed": lambda page: distributed.distributed_panels(
-        page.release, pools_without_worker=page.pools_without_worker
-    ),
-    "serve": lambda page: serve.serve_panels(
-        page.release, pools_without_worker=page.pools_without_worker
-    ),
-    "performance": _performance,
-    "stability": lambda page: stability.stability_panels(page.release),
-    "release_notes": lambda page: page.release_notes,
-}
-
-
 def panel_template(stage: str) -> str:
-    """The name of `stage`'s panel template (it may not exist)."""
-    return f"adaptation/panels/{stage}.html"
-
-
-def has_panel(stage: str) -> bool:
-    """Whether `stage` has a panel template."""
-    try:
-        get_template(panel_template(stage))
-    except TemplateDoesNotExist:
-        return False
-    return True
+    """The name of `stage`'s panel template (its `AppStage.panel_template`). Raises
+    `LookupError` for a stage without a panel."""
+    app = app_stage(stage)
+    if app is None or app.panel_template is None:
+        raise LookupError(f"the {stage!r} stage has no panel")
+    return app.panel_template
 
 
 def panel_stages() -> list[str]:
     """The registered stages that have a panel, in registry order."""
-    return [stage.name for stage in STAGES if has_panel(stage.name)]
-
-
-# The stages a panel shows besides its own (the operators panel shows precision too).
-PANEL_STAGES: dict[str, tuple[str, ...]] = {"operators": ("operators", "precision")}
-# Panels drawn even when no job holds their stage: the analysis, and the plan's (its
-# "not planned yet" links to Compare pools).
-ALWAYS_DRAWN = ("analyze", "plan")
+    return [app.name for app in app_stages() if app.panel_template is not None]
 
 
 def held_stages(page: ReleasePage) -> set[str]:
@@ -244,12 +177,10 @@ def held_stages(page: ReleasePage) -> set[str]:
     return {name for job in page.release.jobs.all() for name in job.stages or []}
 
 
-def drawn(stage: str, held: set[str]) -> bool:
-    """Whether `stage`'s panel is drawn: always before the first job; after, when a job holds
-    a stage it shows or it is in `ALWAYS_DRAWN`."""
-    return (
-        not held or stage in ALWAYS_DRAWN or not held.isdisjoint(PANEL_STAGES.get(stage, (stage,)))
-    )
+def drawn(app: AppStage, held: set[str]) -> bool:
+    """Whether `app`'s panel is drawn: always before the first job; after, when a job holds
+    a stage it shows (`AppStage.panel_stages`) or it is `always_drawn`."""
+    return not held or app.always_drawn or not held.isdisjoint(app.panel_stages)
 
 
 def panel_gaps(page: ReleasePage) -> list[StageColumn]:
@@ -257,45 +188,41 @@ def panel_gaps(page: ReleasePage) -> list[StageColumn]:
     page names them in one line instead of a "not run yet" panel each."""
     held = held_stages(page)
     return [
-        StageColumn(name=stage.name, title=stage.title)
-        for stage in STAGES
-        if has_panel(stage.name) and not drawn(stage.name, held)
+        StageColumn(name=app.name, title=get_stage(app.name).title)
+        for app in app_stages()
+        if app.panel_template is not None and not drawn(app, held)
     ]
 
 
-def panel_jobs(shown: ShownJobs, stage: str) -> list[AdaptationJob]:
-    """The jobs `stage`'s panel draws: those shown for each stage it shows (`PANEL_STAGES`),
-    each once, newest first."""
-    jobs = {
-        job.pk: job for name in PANEL_STAGES.get(stage, (stage,)) for job in shown.jobs_for(name)
-    }
+def panel_jobs(shown: ShownJobs, app: AppStage) -> list[AdaptationJob]:
+    """The jobs `app`'s panel draws: those shown for each stage it shows
+    (`AppStage.panel_stages`), each once, newest first."""
+    jobs = {job.pk: job for name in app.panel_stages for job in shown.jobs_for(name)}
     return sorted(jobs.values(), key=lambda job: (job.created_at, job.pk), reverse=True)
 
 
 def release_panels(page: ReleasePage) -> list[Panel]:
     """The release page's stage panels, in registry order: each stage with a panel template,
-    with the values of its presenter (`PRESENTERS`), else of `stage_panel`. A stage that
-    none of the release's jobs holds has no panel (`drawn`; `panel_gaps` names them)."""
+    with the values of its presenter (`AppStage.presenter`), else of `stage_panel`. A stage
+    that none of the release's jobs holds has no panel (`drawn`; `panel_gaps` names them)."""
     held = held_stages(page)
     panels = []
-    for stage in STAGES:
-        if not has_panel(stage.name) or not drawn(stage.name, held):
+    for app in app_stages():
+        if app.panel_template is None or not drawn(app, held):
             continue
-        present = PRESENTERS.get(stage.name)
+        present = app.resolved("presenter")
         # Each stage's panel reads only the jobs the page shows for it (`ShownJobs`).
         seen = (
             page
             if page.shown is None
-            else replace(
-                page, release=release_showing(page.release, panel_jobs(page.shown, stage.name))
-            )
+            else replace(page, release=release_showing(page.release, panel_jobs(page.shown, app)))
         )
-        values = present(seen) if present is not None else stage_panel(seen, stage.name)
+        values = present(seen) if present is not None else stage_panel(seen, app.name)
         panels.append(
             Panel(
-                name=stage.name,
-                title=stage.title,
-                template=panel_template(stage.name),
+                name=app.name,
+                title=get_stage(app.name).title,
+                template=app.panel_template,
                 values=values,
             )
         )

@@ -23,6 +23,7 @@ from adaptation.models import (
     StageRun,
 )
 from adaptation.selectors.limitations import severity_rank
+from adaptation.stages import app_stages
 
 # Releases per board page.
 BOARD_PAGE_SIZE = 50
@@ -31,11 +32,6 @@ BOARD_QUERY_MAX_CHARS = 200
 # How much of a stage run's error the board reads (characters): its first line is the cell's
 # tooltip, and a tooltip longer than this is cut here rather than shipped with every poll.
 ERROR_HEAD_CHARS = 200
-# A figure a stage's board cell shows, read from its stored result in the database: the path
-# of keys to it (`presenters.board.CELL_FIGURES` words it). The result itself is not loaded.
-CELL_FIGURE_KEYS: dict[str, tuple[str, ...]] = {
-    "operators": ("counts", "missing"),
-}
 
 RELEASE_COLUMNS = (
     "id",
@@ -83,13 +79,15 @@ REGRESSION_COLUMNS = ("id", "job_id", "metric")
 
 
 def _cell_figure() -> Case:
-    """The value stored at the stage's `CELL_FIGURE_KEYS` path, as the database writes it
-    (text on PostgreSQL, a number on SQLite; the presenter reads it as a count), None for
-    other stages: only those runs' results are read."""
+    """The value stored at the path of the stage's `AppStage.cell_figure_keys`
+    (`adaptation/stages/<stage>.py`), as the database writes it (text on PostgreSQL, a
+    number on SQLite; the presenter reads it as a count), None for other stages: only those
+    runs' results are read, and only that value of them."""
     return Case(
         *(
-            When(stage=stage, then=KT("__".join(("result", *keys))))
-            for stage, keys in CELL_FIGURE_KEYS.items()
+            When(stage=stage.name, then=KT("__".join(("result", *stage.cell_figure_keys))))
+            for stage in app_stages()
+            if stage.cell_figure_keys
         ),
         default=Value(None),
         output_field=TextField(),
@@ -150,7 +148,6 @@ def board_page(*, query: str = "", number: str | int | None = 1) -> Page:
 
 __all__ = [
     "BOARD_PAGE_SIZE",
-    "CELL_FIGURE_KEYS",
     "board_page",
     "board_releases",
     "board_runs",

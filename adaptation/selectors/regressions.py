@@ -44,7 +44,7 @@ its family (`ModelRelease.family`, its own included).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -53,12 +53,10 @@ from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
 from adaptation.models import AdaptationJob, BaselineScope, Regression, StageRun, StageStatus
 from adaptation.selectors.jobs import job_current_stage_runs
+from adaptation.stages import app_stage
 
 # Fewer good runs than this judge nothing: one run has no spread to be outside of.
 MIN_BASELINE_RUNS = 2
-# The stages whose stored results hold figures (the others give their duration only, and
-# their results, which can be large, are not read).
-RESULT_FIGURE_STAGES = ("precision", "performance", "serve")
 # How many good runs of a stage a baseline read looks through, at most, per figure wanted:
 # runs whose metric differs (another dtype, another prompt length) are passed over.
 SCAN_FACTOR = 4
@@ -229,17 +227,18 @@ def serve_figures(result: Mapping[str, Any]) -> list[Figure]:
     return [figure for figure in figures if figure is not None]
 
 
-RESULT_FIGURES = {
-    "performance": performance_figures,
-    "precision": precision_figures,
-    "serve": serve_figures,
-}
+def result_figures_reader(stage: str) -> Callable[[Mapping[str, Any]], list[Figure]] | None:
+    """The function reading the figures of `stage`'s stored result (its
+    `AppStage.regression_figures`, `adaptation/stages/<stage>.py`); None for a stage whose
+    runs give their duration only (their results, which can be large, are then not read)."""
+    app = app_stage(stage)
+    return app.resolved("regression_figures") if app is not None else None
 
 
 def run_figures(run: StageRun) -> list[Figure]:
     """The figures of one stage run: none unless it succeeded; its duration (when it has
-    both times) and what its stored result holds (`RESULT_FIGURES`; a run read without its
-    result gives its duration only)."""
+    both times) and what its stored result holds (`result_figures_reader`; a run read without
+    its result gives its duration only)."""
     if run.status != StageStatus.SUCCEEDED:
         return []
     figures: list[Figure] = []
@@ -248,7 +247,7 @@ def run_figures(run: StageRun) -> list[Figure]:
         figure = _figure(f"duration_s:worker:{run.stage}", run.stage, round(seconds, 3))
         if figure is not None:
             figures.append(figure)
-    read = RESULT_FIGURES.get(run.stage)
+    read = result_figures_reader(run.stage)
     if read is not None and "result" in run.__dict__ and isinstance(run.result, Mapping):
         figures.extend(read(run.result))
     return figures
@@ -289,7 +288,7 @@ def _good_runs(job: AdaptationJob, stage: str, scope: str) -> QuerySet[StageRun]
     else:
         runs = runs.filter(job__release__family=job.release.family)
     runs = runs.filter(~Exists(later_attempt)).order_by("-job__created_at", "-job_id")
-    if stage not in RESULT_FIGURE_STAGES:
+    if result_figures_reader(stage) is None:
         runs = runs.defer("result")
     return runs.defer("log", "error", "attempts")
 

@@ -1,14 +1,13 @@
 """What a stage's result changes in the domain rows besides its own `StageRun`.
 
-Each stage that feeds the domain registers a handler here; a stage without one only keeps
-its result on the run. Handlers run inside the transaction that stores the result, for a
-succeeded run and for a failed one that still produced a result (a precision failure keeps
-its measurements).
+Each stage that feeds the domain has its handler here, named by its `AppStage.store_result`
+(`adaptation/stages/<stage>.py`); a stage without one only keeps its result on the run.
+Handlers run inside the transaction that stores the result, for a succeeded run and for a
+failed one that still produced a result (a precision failure keeps its measurements).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from adaptation.models import (
@@ -19,12 +18,11 @@ from adaptation.models import (
     StageRun,
 )
 from adaptation.services.release_notes import release_notes_store
+from adaptation.stages import app_stage
 from engine.stages.performance.rows import calibration_rows, performance_rows
 
-Handler = Callable[[StageRun, dict[str, Any]], None]
 
-
-def _store_fetched_files(run: StageRun, result: dict[str, Any]) -> None:
+def store_fetched_files(run: StageRun, result: dict[str, Any]) -> None:
     release = run.job.release
     release.config = result.get("config")
     release.metadata = {
@@ -36,14 +34,14 @@ def _store_fetched_files(run: StageRun, result: dict[str, Any]) -> None:
     release.save(update_fields=["config", "metadata"])
 
 
-def _store_architecture(run: StageRun, result: dict[str, Any]) -> None:
+def store_architecture(run: StageRun, result: dict[str, Any]) -> None:
     release = run.job.release
     release.architecture = str(result.get("architecture") or "")[:128]
     release.family = str(result.get("family") or result.get("model_type") or "")[:64]
     release.save(update_fields=["architecture", "family"])
 
 
-def _store_operator_checks(run: StageRun, result: dict[str, Any]) -> None:
+def store_operator_checks(run: StageRun, result: dict[str, Any]) -> None:
     OperatorCheck.objects.bulk_create(
         OperatorCheck(
             stage_run=run,
@@ -58,7 +56,7 @@ def _store_operator_checks(run: StageRun, result: dict[str, Any]) -> None:
     )
 
 
-def _store_precision(run: StageRun, result: dict[str, Any]) -> None:
+def store_precision(run: StageRun, result: dict[str, Any]) -> None:
     for dtype, metrics in (result.get("dtypes") or {}).items():
         row = PrecisionResult.objects.create(
             stage_run=run,
@@ -92,7 +90,7 @@ def _store_precision(run: StageRun, result: dict[str, Any]) -> None:
         )
 
 
-def _store_performance_points(run: StageRun, result: dict[str, Any]) -> None:
+def store_performance_points(run: StageRun, result: dict[str, Any]) -> None:
     """Every point of a performance run as rows, one metric each: the twin's measured points
     and the plan's full-size predictions (`result["points"]`, with their calibrated figures
     where the plan had them), and the calibration's predicted twin points and efficiencies
@@ -231,7 +229,7 @@ def _count_or_none(value: Any) -> int | None:
     return value if _is_count(value) else None
 
 
-def _store_serve_points(run: StageRun, result: dict[str, Any]) -> None:
+def store_serve_points(run: StageRun, result: dict[str, Any]) -> None:
     """A serve run's load sweeps as `PerformancePoint` rows, one metric each (`_serve_rows`),
     marked with the engine that measured them: the in-process performance curves, the
     compare page and the pool's calibration keep to the performance stage's rows. A failed
@@ -285,7 +283,7 @@ def _fitting(row: dict[str, Any], name: str) -> str:
     return text
 
 
-def _store_release_notes(run: StageRun, result: dict[str, Any]) -> None:
+def store_release_notes(run: StageRun, result: dict[str, Any]) -> None:
     """The notes the `release_notes` stage gathered, written as Markdown and stored as the
     next version of the release's notes on the job's pool
     (`adaptation.services.release_notes.release_notes_store`). The run's stored result gets
@@ -297,19 +295,9 @@ def _store_release_notes(run: StageRun, result: dict[str, Any]) -> None:
         StageRun.objects.filter(pk=run.pk).update(result=run.result)
 
 
-HANDLERS: dict[str, Handler] = {
-    "fetch": _store_fetched_files,
-    "analyze": _store_architecture,
-    "operators": _store_operator_checks,
-    "precision": _store_precision,
-    "serve": _store_serve_points,
-    "performance": _store_performance_points,
-    "release_notes": _store_release_notes,
-}
-
-
 def apply(*, run: StageRun, result: dict[str, Any]) -> None:
-    """Run the handler registered for the run's stage, if any."""
-    handler = HANDLERS.get(run.stage)
-    if handler is not None:
-        handler(run, result)
+    """Run the run's stage's `store_result` (`adaptation/stages/<stage>.py`), if it has one."""
+    stage = app_stage(run.stage)
+    store = stage.resolved("store_result") if stage is not None else None
+    if store is not None:
+        store(run, result)

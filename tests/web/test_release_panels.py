@@ -5,6 +5,7 @@ template and no presenter renders from the generic context."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from pathlib import Path
 
@@ -12,7 +13,9 @@ import pytest
 from django.conf import settings as django_settings
 from django.urls import reverse
 
-from adaptation.presenters.panels import PRESENTERS, panel_stages, panel_template
+from adaptation.presenters.panels import panel_stages, panel_template
+from adaptation.stages import app_stages
+from adaptation.stages import fetch as fetch_stage
 from engine.registry import stage_names
 from tests.factories import make_job, make_release
 
@@ -35,7 +38,8 @@ def test_every_panel_template_is_a_registered_stage_and_every_presenter_has_a_te
     templates = sorted(path.stem for path in PANELS_DIR.glob("*.html"))
     assert templates, "no panel templates found"
     assert set(templates) <= set(stage_names())
-    assert set(PRESENTERS) <= set(templates)
+    presenters = {app.name for app in app_stages() if app.presenter is not None}
+    assert presenters <= set(templates)
     assert panel_stages() == [name for name in stage_names() if name in templates]
 
 
@@ -77,22 +81,28 @@ FETCH_PANEL = """\
 
 
 @pytest.fixture
-def fetch_panel_template(settings, tmp_path):
+def fetch_panel_template(settings, tmp_path, monkeypatch):
     """A panel template for `fetch`, a registered stage without a presenter, found before
-    the project's templates."""
+    the project's templates and named by its app module (`adaptation/stages/fetch.py`), as a
+    new stage's module names its template."""
     folder = tmp_path / "adaptation" / "panels"
     folder.mkdir(parents=True)
     (folder / "fetch.html").write_text(FETCH_PANEL)
     templates = copy.deepcopy(settings.TEMPLATES)
     templates[0]["DIRS"] = [tmp_path, *templates[0]["DIRS"]]
     settings.TEMPLATES = templates
+    monkeypatch.setattr(
+        fetch_stage,
+        "STAGE",
+        dataclasses.replace(fetch_stage.STAGE, panel_template="adaptation/panels/fetch.html"),
+    )
     return folder / "fetch.html"
 
 
 def test_a_stage_with_only_a_template_renders_from_the_generic_context(
     logged_in_client, fetch_panel_template
 ):
-    assert "fetch" not in PRESENTERS
+    assert fetch_stage.STAGE.presenter is None
     release = make_release()
     older = make_job(release=release, statuses={"fetch": "failed"})
     newer = make_job(

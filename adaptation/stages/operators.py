@@ -1,0 +1,15 @@
+"""The `operators` stage's app-side pieces (`engine/stages/operators/`): its result is stored as
+one `OperatorCheck` row per operator; its panel ("Operators and precision") shows the
+`precision` stage's runs too; its board cells count the operators missing."""
+
+from adaptation.stages import AppStage
+
+STAGE = AppStage(
+    name="operators",
+    store_result="adaptation.services.stage_results:store_operator_checks",
+    panel_template="adaptation/panels/operators.html",
+    presenter="adaptation.presenters.stage_panels:operators_panel",
+    panel_also_shows=("precision",),
+    cell_figure_keys=("counts", "missing"),
+    cell_figure_template="adaptation/board_cells/operators.html",
+)
