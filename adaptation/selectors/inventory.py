@@ -19,13 +19,12 @@ A pool's devices (`PoolInventory.devices_reported`) depend on its backend:
 A job holds devices while a stage of it runs: the devices its latest succeeded `plan` stage
 chose (`result["devices"]`), else one device. A job with a queued stage and no running one
 is waiting. Jobs are served first come, first served (by creation time), which is what
-`plan_start_estimate` assumes.
+`plan_start_estimate` assumes: it reads the pool and hands it to `adaptation.domain.
+pool_queue`, which simulates the queue.
 """
 
 from __future__ import annotations
 
-import heapq
-import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -35,6 +34,8 @@ from django.db.models import Count, Min
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
+from adaptation.domain import pool_queue
+from adaptation.domain.pool_queue import StartEstimate
 from adaptation.models import (
     AcceleratorKind,
     AcceleratorPool,
@@ -532,82 +533,10 @@ def _ahead(other: AdaptationJob, job: AdaptationJob | None) -> bool:
     return (other.created_at, other.pk) < (job.created_at, job.pk)
 
 
-def _simulate_start_s(
-    *,
-    devices: int,
-    reported: int,
-    free: int,
-    holdings: list[JobHolding],
-    ahead: list[WaitingJob],
-    median_s: float,
-    now: datetime,
-) -> float | None:
-    """Seconds from `now` until `devices` are free, serving the jobs `ahead` first, in
-    order. A running job frees its devices after its running stage's median duration less
-    its time so far (not below zero) plus the median for each stage after it; a waiting job
-    holds its devices for the median times its remaining stages. None when never."""
-    releases: list[tuple[float, int]] = []
-    for holding in holdings:
-        started = holding.running.started_at
-        elapsed = (now - started).total_seconds() if started else 0.0
-        left = max(median_s - elapsed, 0.0) + median_s * (holding.remaining_stages - 1)
-        heapq.heappush(releases, (left, holding.devices))
-    clock = 0.0
-
-    def wait_until_free(need: int) -> bool:
-        nonlocal clock, free
-        while free < need and releases:
-            at, count = heapq.heappop(releases)
-            clock = max(clock, at)
-            free = min(free + count, reported)
-        return free >= need
-
-    for waiting in ahead:
-        if waiting.devices > reported or not wait_until_free(waiting.devices):
-            continue  # it can never start on the pool as it is: it does not block others
-        free -= waiting.devices
-        heapq.heappush(releases, (clock + median_s * waiting.remaining_stages, waiting.devices))
-    return clock if wait_until_free(devices) else None
-
-
-@dataclass(frozen=True)
-class StartEstimate:
-    """When a plan needing `devices_needed` devices can start on pool `pool` (queue `queue`),
-    against the pool as it was at `as_of`. The start time is an estimate, never a promise:
-    `basis` says how it was made.
-
-    `blocked_by` says why it cannot start now: "no-live-worker", "pool-too-small" (the
-    pool's devices, `devices_reported`, are fewer than it needs), "waits" (for the
-    `queue_position` jobs ahead of it, and for devices while `devices_free` <
-    `devices_needed`), or "" when it can. `basis` is "now" (enough devices are free),
-    "median-stage" (the estimate: each of the `running_jobs` and `queue_position` jobs ahead
-    frees its devices after its remaining stages x the median stage duration on the pool,
-    `median_stage_s` over its last `history_stages` succeeded stages, a running stage less
-    its time so far), or why there is no estimate: "no-live-worker", "pool-too-small",
-    "no-history", "never-frees" (the running jobs would never free enough).
-    `devices_declared`: the pool's devices are its declared layout (a manifest pool), not
-    what its workers report."""
-
-    pool: str
-    queue: str
-    as_of: datetime
-    devices_needed: int
-    devices_reported: int
-    devices_declared: bool
-    devices_held: int
-    devices_free: int
-    queue_position: int
-    running_jobs: int
-    blocked_by: str
-    basis: str
-    estimated_start_at: datetime | None = None
-    estimated_wait_s: float | None = None
-    median_stage_s: float | None = None
-    history_stages: int = 0
-
-    @property
-    def can_start_now(self) -> bool:
-        return self.blocked_by == ""
+def _running_s(holding: JobHolding, now: datetime) -> float:
+    """Seconds the holding job's running stage has run at `now` (0 before it has started)."""
+    started = holding.running.started_at
+    return (now - started).total_seconds() if started else 0.0
 
 
 def plan_start_estimate(
@@ -621,60 +550,33 @@ def plan_start_estimate(
     """When a plan needing `devices` devices can start on `pool`, against the pool as it is
     at `now` (default: now); `job` is the plan's own job (its own holding and place are not
     counted against it; None: the plan would join the end of the queue); `layout_of` as for
-    `pool_inventory`. Raises
+    `pool_inventory`. The pool's queue is simulated by `adaptation.domain.pool_queue`
+    (`start_estimate`); the stage durations are read only when it needs them. Raises
     `ValueError` when `devices` < 1."""
-    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
-        raise ValueError(f"devices must be a positive integer, got {devices!r}")
+    pool_queue.require_devices(devices)
     now = _now(now)
     inventory = pool_inventory(pool=pool, layout_of=layout_of, now=now)
     holdings = [h for h in inventory.holdings if job is None or h.job.pk != job.pk]
     ahead = [w for w in inventory.waiting if _ahead(w.job, job)]
-    reported = inventory.devices_reported
-    held = sum(h.devices for h in holdings)
-    free = max(reported - held, 0)
-    facts = {
-        "pool": pool.name,
-        "queue": pool.queue,
-        "as_of": now,
-        "devices_needed": devices,
-        "devices_reported": reported,
-        "devices_declared": inventory.declares_devices,
-        "devices_held": held,
-        "devices_free": free,
-        "queue_position": len(ahead),
-        "running_jobs": len(holdings),
-    }
-    if not inventory.has_live_worker:
-        return StartEstimate(**facts, blocked_by="no-live-worker", basis="no-live-worker")
-    if reported < devices:
-        return StartEstimate(**facts, blocked_by="pool-too-small", basis="pool-too-small")
-    if free >= devices and not ahead:
-        return StartEstimate(
-            **facts, blocked_by="", basis="now", estimated_start_at=now, estimated_wait_s=0.0
-        )
-    durations = stage_durations_s(pool)
-    if not durations:
-        return StartEstimate(**facts, blocked_by="waits", basis="no-history")
-    median_s = statistics.median(durations)
-    history = {"median_stage_s": round(median_s, 3), "history_stages": len(durations)}
-    wait_s = _simulate_start_s(
-        devices=devices,
-        reported=reported,
-        free=free,
-        holdings=holdings,
-        ahead=ahead,
-        median_s=median_s,
+    return pool_queue.start_estimate(
+        pool=pool.name,
+        queue=pool.queue,
         now=now,
-    )
-    if wait_s is None:
-        return StartEstimate(**facts, **history, blocked_by="waits", basis="never-frees")
-    return StartEstimate(
-        **facts,
-        **history,
-        blocked_by="waits",
-        basis="median-stage",
-        estimated_wait_s=round(wait_s, 3),
-        estimated_start_at=now + timedelta(seconds=wait_s),
+        devices=devices,
+        has_live_worker=inventory.has_live_worker,
+        devices_reported=inventory.devices_reported,
+        devices_declared=inventory.declares_devices,
+        holdings=[
+            pool_queue.Holding(
+                devices=h.devices, running_s=_running_s(h, now), remaining_stages=h.remaining_stages
+            )
+            for h in holdings
+        ],
+        ahead=[
+            pool_queue.Waiting(devices=w.devices, remaining_stages=w.remaining_stages)
+            for w in ahead
+        ],
+        stage_durations_s=lambda: stage_durations_s(pool),
     )
 
 
