@@ -57,10 +57,3 @@ def engine_env(pool: Any, settings: Mapping[str, Any], tp: int) -> dict[str, str
             env.setdefault("VLLM_CPU_OMP_THREADS_BIND", thread_binding(tp, worker_cores()))
     return env
 
-
-def cpu_tp_flags(pool: Any, tp: int) -> list[str]:
-    """Flags a TP > 1 launch needs on a cpu pool: vLLM's multiprocessing executor (its
-    default there is Ray, which the CPU build does not install)."""
-    if getattr(pool, "device", "cpu") == "cpu" and tp > 1:
-        return ["--distributed-executor-backend", "mp"]
-    return []
