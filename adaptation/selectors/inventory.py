@@ -19,8 +19,8 @@ A pool's devices (`PoolInventory.devices_reported`) depend on its backend:
 A job holds devices while a stage of it runs: the devices its latest succeeded `plan` stage
 chose (`result["devices"]`), else one device. A job with a queued stage and no running one
 is waiting. Jobs are served first come, first served (by creation time), which is what
-`plan_start_estimate` assumes: it reads the pool and hands it to `adaptation.domain.
-pool_queue`, which simulates the queue.
+`plan_start_estimate` assumes: it reads the pool and hands it to `engine.pool_queue`, which
+simulates the queue.
 """
 
 from __future__ import annotations
@@ -34,8 +34,6 @@ from django.db.models import Count, Min
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
-from adaptation.domain import pool_queue
-from adaptation.domain.pool_queue import StartEstimate
 from adaptation.models import (
     AcceleratorKind,
     AcceleratorPool,
@@ -45,7 +43,9 @@ from adaptation.models import (
     Worker,
 )
 from adaptation.selectors.workers import serves, worker_state
+from engine import pool_queue
 from engine.catalog import Catalog, CatalogError
+from engine.pool_queue import StartEstimate
 from engine.stages.plan.layout import PoolLayout
 
 # How a pool's layout is found: `adaptation.catalog.pool_layout` (the pool, and the catalog
@@ -550,8 +550,8 @@ def plan_start_estimate(
     """When a plan needing `devices` devices can start on `pool`, against the pool as it is
     at `now` (default: now); `job` is the plan's own job (its own holding and place are not
     counted against it; None: the plan would join the end of the queue); `layout_of` as for
-    `pool_inventory`. The pool's queue is simulated by `adaptation.domain.pool_queue`
-    (`start_estimate`); the stage durations are read only when it needs them. Raises
+    `pool_inventory`. The pool's queue is simulated by `engine.pool_queue.start_estimate`;
+    the stage durations are read only when it needs them. Raises
     `ValueError` when `devices` < 1."""
     pool_queue.require_devices(devices)
     now = _now(now)

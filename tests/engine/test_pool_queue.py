@@ -1,4 +1,4 @@
-"""When a plan can start on its pool, from plain values (adaptation/domain/pool_queue.py): the
+"""When a plan can start on its pool, from plain values (engine/pool_queue.py): the
 queue simulated first come, first served, without a database."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from adaptation.domain.pool_queue import (
+from engine.pool_queue import (
     Holding,
     Waiting,
     require_devices,

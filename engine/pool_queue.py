@@ -1,9 +1,10 @@
 """When a plan can start on its pool: the pool's queue simulated first come, first served.
 
-Plain values in, a `StartEstimate` out; no database. `adaptation.selectors.inventory.
-plan_start_estimate` reads the pool (its live workers' devices, the jobs holding devices and
-those waiting ahead, its latest stage durations) and hands them here; the plan panel words
-the answer (`partials/start_reason.html`, `start_basis.html`).
+Plain values in, a `StartEstimate` out: no Django, no database. The app's
+`plan_start_estimate` (`adaptation/selectors/inventory.py`) reads the pool (its live workers'
+devices, the jobs holding devices and those waiting ahead, its latest stage durations) and
+hands them here; the plan panel words the answer (`partials/start_reason.html`,
+`start_basis.html`).
 
 The estimate assumes every stage on the pool takes the median duration of its latest
 succeeded stages: a running job frees its devices after its running stage's median less its
