@@ -63,10 +63,6 @@ class AttentionLayout:
         """Layers without a per-token KV cache (linear attention, SSM)."""
         return sum(1 for t in self.layer_types if t not in KV_LAYER_TYPES)
 
-    def layers_of(self, *kinds: str) -> tuple[int, ...]:
-        """Indices of the layers whose type is one of `kinds`."""
-        return tuple(i for i, t in enumerate(self.layer_types) if t in kinds)
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-able summary: kind, MLA ranks, window, the pattern and per-kind layer counts."""
         counts = {t: self.layer_types.count(t) for t in (FULL, SLIDING, CHUNKED, LINEAR, MAMBA)}

@@ -78,11 +78,6 @@ class Accelerator:
     # quiet probe of the pool yet): predictions on them are labelled so.
     measured_on_busy_host: bool = False
 
-    @property
-    def supports_low_precision(self) -> bool:
-        """Whether the device serves 8-bit weights (FP8 or INT8) with its own unit."""
-        return self.dense_fp8_flops is not None or self.low_precision_kind is not None
-
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict of every field."""
         return {

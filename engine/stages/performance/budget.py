@@ -85,10 +85,6 @@ class SweepBudget:
         """When the sweep must be over (clock time): `end` less the probe's reserve."""
         return self.end - self.probe_reserve_s
 
-    def left_s(self) -> float:
-        """Seconds left to the sweep's deadline (inf without a budget; may be negative)."""
-        return self.deadline - self.clock()
-
     def spent(self) -> bool:
         return self.clock() >= self.deadline
 
