@@ -29,7 +29,7 @@ class NotificationEvent(models.TextChoices):
     JOB_FAILED = "job.failed", "Job failed"
     # A measured figure worse than the last good runs' spread (adaptation/models/regressions.py).
     REGRESSION_DETECTED = "regression.detected", "Regression detected"
-    # The managers' weekly summary (adaptation/presenters/reports.py), sent to subscriptions
+    # The managers' weekly summary (adaptation/domain/reports.py), sent to subscriptions
     # that opt in.
     REPORT_WEEKLY = "report.weekly", "Weekly summary"
 

@@ -27,8 +27,8 @@ from typing import Any
 
 from standardwebhooks import Webhook
 
+from adaptation.domain.stages import stage_title
 from adaptation.models import NotificationEvent, NotificationFormat
-from adaptation.presenters.stages import stage_title
 from engine.formatting import duration, hours_duration, ms
 
 # Characters of a failure's error quoted in a Slack message (the payload has more).

@@ -263,7 +263,7 @@ def report_weekly_send(*, now: datetime | None = None) -> list[NotificationDeliv
     subscription, sent after commit. At most once per subscription and ISO week of `now`
     (dedupe key "report.weekly:2025-W29"), however often it runs. Returns the deliveries
     created."""
-    from adaptation.presenters.reports import release_report
+    from adaptation.domain.reports import release_report
     from adaptation.selectors.reports import ReportQuery, report_rows
 
     now = now or timezone.now()

@@ -8,9 +8,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from adaptation.domain.stages import stage_title
 from adaptation.models import ACTIVE_STAGE_STATUSES, AdaptationJob, StageRun, StageStatus
 from adaptation.selectors.jobs import latest_runs_by_stage
-from engine.registry import get_stage, stage_names
+from engine.registry import stage_names
 from engine.stored import as_mapping
 
 
@@ -20,14 +21,6 @@ class StageColumn:
 
     name: str
     title: str
-
-
-def stage_title(name: str) -> str:
-    """The registry title of a stage, or its name for a stage no longer registered."""
-    try:
-        return get_stage(name).title
-    except LookupError:
-        return name
 
 
 def stage_columns(stage_lists: Iterable[Iterable[str]]) -> list[StageColumn]:

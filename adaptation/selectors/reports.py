@@ -7,7 +7,7 @@ measured the full size, their stored rows, the plans' predicted workloads).
 
 They read the columns `services.job_refresh_status` keeps on `AdaptationJob` (`status`,
 `readiness`, `blocking_stage`, `ready_at`), one query per kind of row, never one per
-release; `adaptation.presenters.reports` reduces them to the figures the pages, the CSV and
+release; `adaptation.domain.reports` reduces them to the figures the pages, the CSV and
 the weekly summary show, and says what each figure means.
 
 A report covers the releases **discovered** in the period (dates inclusive, UTC) and, when
@@ -108,7 +108,7 @@ def _releases(query: ReportQuery) -> QuerySet[ModelRelease]:
 class JobFacts(NamedTuple):
     """The stored columns of one job a report counts (no times: reading a time costs more
     than the rest of the row on SQLite, and a report reads thousands), with the stages it
-    runs (a full job or a partial one: `presenters.reports.is_full_job`)."""
+    runs (a full job or a partial one: `domain.reports.is_full_job`)."""
 
     release_id: int
     pool: str

@@ -4,7 +4,8 @@
 Read-only, for every role that reads jobs (`adaptation.view_adaptationjob`: managers,
 engineers, admins); anonymous visitors go to the login page, a signed-in user without the
 permission gets 403. Rows are read by `adaptation.selectors.reports`, in a fixed number of
-queries, and reduced to figures by `adaptation.presenters.reports`.
+queries, reduced to figures by `adaptation.domain.reports` (as the weekly summary is) and
+shaped for the page, the CSV and the board by `adaptation.presenters.reports`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from django.views.decorators.http import require_GET
 
 from adaptation.charts import reports as report_charts
 from adaptation.charts.cache import cached_figure
+from adaptation.domain import reports as report_figures
 from adaptation.models import AcceleratorPool
 from adaptation.presenters import reports
 from adaptation.selectors import reports as report_selectors
@@ -100,14 +102,14 @@ def _form(request: HttpRequest) -> tuple[ReportForm, ReportQuery | None]:
     return form, query
 
 
-def _with_throughputs(query: ReportQuery, rows: Iterable[reports.ReleaseRow]) -> None:
+def _with_throughputs(query: ReportQuery, rows: Iterable[report_figures.ReleaseRow]) -> None:
     """Each row's full-size throughput (measured on the engine where it was, else predicted),
     read for these rows only: three queries."""
     rows = list(rows)
     measured, predicted = report_selectors.full_size_throughputs(
         query, [row.release_id for row in rows]
     )
-    reports.with_throughputs(rows, reports.throughputs(measured, predicted))
+    report_figures.with_throughputs(rows, report_figures.throughputs(measured, predicted))
 
 
 def _url(name: str, query: ReportQuery, **extra: str) -> str:
@@ -123,7 +125,7 @@ def report(request: HttpRequest) -> HttpResponse:
     form, query = _form(request)
     if query is None:
         return render(request, "adaptation/reports.html", {"form": form}, status=400)
-    result = reports.release_report(report_selectors.report_rows(query))
+    result = report_figures.release_report(report_selectors.report_rows(query))
     page = Paginator(result.rows, REPORT_ROWS_PER_PAGE).get_page(request.GET.get("page"))
     _with_throughputs(query, page.object_list)
     context = {
@@ -134,7 +136,7 @@ def report(request: HttpRequest) -> HttpResponse:
         "csv_url": _url("adaptation:report_csv", query),
         "readiness_url": _url("adaptation:report_readiness", query),
         "page_params": urlencode(query.params()),
-        "within_h": reports.WITHIN_S // 3600,
+        "within_h": report_figures.WITHIN_S // 3600,
     }
     return render(request, "adaptation/reports.html", context)
 
@@ -148,7 +150,7 @@ def report_csv(request: HttpRequest) -> HttpResponse:
     if query is None:
         errors = "; ".join(str(error) for errors in form.errors.values() for error in errors)
         return HttpResponse(errors, status=400, content_type="text/plain; charset=utf-8")
-    result = reports.release_report(report_selectors.report_rows(query))
+    result = report_figures.release_report(report_selectors.report_rows(query))
     _with_throughputs(query, result.rows)
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = (

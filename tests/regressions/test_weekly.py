@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from adaptation.domain.reports import release_report
 from adaptation.models import AcceleratorPool, Regression
 from adaptation.notifications.events import weekly_summary_payload
 from adaptation.notifications.formats import weekly_summary_text
-from adaptation.presenters.reports import release_report
 from adaptation.selectors.reports import ReportQuery, report_rows
 from tests.factories import make_job, make_release
 

@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.urls import reverse
 
+from adaptation.domain.reports import error_excerpt, is_full_job
 from adaptation.models import StageRun
-from adaptation.presenters.reports import error_excerpt, is_full_job
 from tests.factories import cpu_pool, make_release
 from tests.reports.conftest import job_with_runs
 
@@ -128,7 +128,7 @@ def test_infra_and_release_failures_are_counted_apart(client, cast, jobs):
 
 
 def test_the_weekly_figures_carry_the_classes_and_partial_jobs(jobs):
-    from adaptation.presenters.reports import release_report
+    from adaptation.domain.reports import release_report
     from adaptation.selectors.reports import ReportQuery, report_rows
 
     summary = release_report(report_rows(ReportQuery.last_days(3))).summary.as_dict()
