@@ -1,15 +1,15 @@
 """Read rendered pages the way a browser sees them: parsed into elements, found by CSS selector.
 
 Tests ask for what a reader sees: the text of the page or of one element, the texts of every
-element a selector matches, an attribute's value, a table's rows as lists of cell texts, a
-definition list as a mapping. The parser is the standard library's `html.parser`, so tests need
-no extra package; it builds a tree with the end tags HTML lets a page leave out (`<li>`, `<p>`,
-`<td>`, ...) closed as a browser closes them.
+element a selector matches, an attribute's value, a table's rows as lists of cell texts (or the
+row a header names), definition lists as a mapping. The parser is the standard library's
+`html.parser`, so tests need no extra package; it builds a tree with the end tags HTML lets a
+page leave out (`<li>`, `<p>`, `<td>`, ...) closed as a browser closes them.
 
 Selectors: a tag or `*`, `#id`, `.class`, `[attr]`, `[attr=value]`, `[attr^=value]`,
-`[attr$=value]`, `[attr*=value]`, `[attr~=value]`; joined by descendant (space), child (`>`),
-adjacent (`+`) and sibling (`~`) combinators; groups with `,`. Every function takes a page as
-text, bytes, a Django response or an `Element` found before.
+`[attr$=value]`, `[attr*=value]`, `[attr~=value]`, `[attr|=value]`; joined by descendant
+(space), child (`>`), adjacent (`+`) and sibling (`~`) combinators; groups with `,`. Every
+function takes a page as text, bytes, a Django response or an `Element` found before.
 
 Errors: a selector that matches nothing where one element is wanted fails the test with an
 `AssertionError` naming the selector; a selector this module cannot read raises `ValueError`.
@@ -108,21 +108,35 @@ class Element:
     def text(self) -> str:
         """The text a reader sees, whitespace collapsed to single spaces: hidden elements
         (`script`, `style`, ...) left out, block elements and cells kept apart by a space."""
+        return self.text_without(None)
+
+    def text_without(self, selector: str | None) -> str:
+        """The text a reader sees (as `text`), leaving out the elements inside that `selector`
+        matches (a figure without the note under it)."""
         parts: list[str] = []
-        self._visible(parts)
+        self._visible(parts, set(self.select(selector)) if selector else set())
         return " ".join("".join(parts).split())
 
-    def _visible(self, parts: list[str]) -> None:
+    def _visible(self, parts: list[str], left_out: set[Element]) -> None:
         for child in self.children:
             if isinstance(child, str):
                 parts.append(child)
-            elif child.tag not in HIDDEN:
+            elif child.tag not in HIDDEN and child not in left_out:
                 block = child.tag in BLOCK
                 if block:
                     parts.append(" ")
-                child._visible(parts)
+                child._visible(parts, left_out)
                 if block:
                     parts.append(" ")
+
+    @property
+    def next_element(self) -> Element | None:
+        """The element right after this one among its parent's children, or None."""
+        if self.parent is None:
+            return None
+        siblings = self.parent.elements
+        index = siblings.index(self) + 1
+        return siblings[index] if index < len(siblings) else None
 
     @property
     def classes(self) -> list[str]:
@@ -309,17 +323,26 @@ def rows(page: Page, selector: str = "table") -> list[list[str]]:
     ]
 
 
-def facts(page: Page, selector: str = "dl") -> dict[str, str]:
-    """The terms of the first definition list `selector` matches, each `dt`'s text mapped to
-    the text of the `dd` after it (the last one wins where a term repeats)."""
+def row(page: Page, header: str) -> list[str]:
+    """The texts of the cells after the first one in the first row (`tr`) of `page` whose
+    first cell (`th` or `td`) reads `header`; `AssertionError` when no row does."""
+    for found in parse(page).select("tr"):
+        cells = [cell for cell in found.elements if cell.tag in ("td", "th")]
+        if cells and cells[0].text == header:
+            return [cell.text for cell in cells[1:]]
+    raise AssertionError(f"no row headed {header!r}")
+
+
+def facts(page: Page, selector: str | None = None) -> dict[str, str]:
+    """Each term (`dt`) of the definition lists in `page` (or in the first element `selector`
+    matches) mapped to the text of the `dd` right after it; a term that repeats keeps its
+    first."""
+    root = parse(page) if selector is None else find(page, selector)
     found: dict[str, str] = {}
-    term: str | None = None
-    for element in find(page, selector).select("dt, dd"):
-        if element.tag == "dt":
-            term = element.text
-        elif term is not None:
-            found[term] = element.text
-            term = None
+    for term in root.select("dt"):
+        definition = term.next_element
+        if definition is not None and definition.tag == "dd":
+            found.setdefault(term.text, definition.text)
     return found
 
 

@@ -34,6 +34,10 @@ def test_end_tags_left_out_close_as_in_a_browser() -> None:
     assert dom.texts(PAGE, "section > ul > li") == ["one", "two inner", "three"]
     assert dom.texts(PAGE, "p") == ["first", "second line", "Passed"]
     assert dom.facts(PAGE, "dl.facts") == {"Size": "3 GB", "Kind": "dense"}
+    assert dom.row(PAGE, "serve") == ["4m"]
+    assert dom.find(PAGE, "tbody td + td").text_without("strong") == "h"
+    with pytest.raises(AssertionError, match="no row headed 'deploy'"):
+        dom.row(PAGE, "deploy")
 
 
 def test_selectors() -> None:

@@ -6,15 +6,12 @@ mid-run, an architecture without a tensor-parallel plan)."""
 from __future__ import annotations
 
 import copy
-import html as html_lib
 import json
-import re
 from pathlib import Path
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.utils.html import escape
 
 from adaptation.charts import plan as plan_charts
 from adaptation.models import AcceleratorPool
@@ -22,8 +19,9 @@ from adaptation.presenters.plan import measured_scaling, plan_panel
 from engine.architecture import analyze_config
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
+from tests import dom
 from tests.factories import make_job, make_release
-from tests.web.test_plan_panel import figure, page, section, table_row, text
+from tests.web.test_plan_panel import figure, page, section, table_row
 
 pytestmark = pytest.mark.django_db
 
@@ -89,64 +87,54 @@ def failed(name: str) -> tuple[dict, str]:
 
 
 def rank_rows(html: str) -> list[list[str]]:
-    table = re.search(r'<table class="data-table distributed-ranks".*?</table>', html, re.S)
-    assert table, "no rank table"
-    rows = re.findall(r"<tbody>(.*)</tbody>", table[0], re.S)[0]
-    return [
-        [text(cell) for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, re.S)]
-        for row in re.findall(r"<tr[^>]*>(.*?)</tr>", rows, re.S)
-    ]
+    """The body rows of the rank table, each as its cells' texts."""
+    return dom.rows(html, "table.data-table.distributed-ranks tbody")
 
 
 def distributed_article(html: str, job) -> str:
-    match = re.search(
-        rf'<article class="plan distributed-panel[^"]*" id="distributed-job-{job.pk}".*?</article>',
-        html,
-        re.S,
-    )
-    assert match, "no distributed panel"
-    return match[0]
+    """The markup of `job`'s distributed panel."""
+    return dom.find(html, f"article.plan.distributed-panel#distributed-job-{job.pk}").html
 
 
 def verdict(panel: str) -> str:
-    """The panel's verdict line as read (tags dropped without a space: "Passed: ...")."""
-    match = re.search(r'id="distributed-job-\d+-verdict"[^>]*>(.*?)</p>', panel, re.S)
-    assert match, "no verdict"
-    return " ".join(html_lib.unescape(re.sub(r"<[^>]+>", "", match[1])).split())
-
-
-def fact(html: str, label: str) -> str:
-    # The label as the template writes it, or escaped as a variable renders it.
-    written = "|".join(re.escape(form) for form in {label, escape(label)})
-    match = re.search(rf"<dt>(?:{written})</dt><dd>(.*?)</dd>", html, re.S)
-    assert match, f"no fact {label!r}"
-    return text(match[1])
+    """The panel's verdict line as read ("Passed: ..."): the verdict paragraph, or the first
+    line of a failure's block."""
+    verdict_id = '[id^="distributed-job-"][id$="-verdict"]'
+    return dom.text(panel, f"p{verdict_id}, div{verdict_id} > p.verdict")
 
 
 # --- each run's panel, as the page renders it ---------------------------------------------------
 
 
+def fact(html: str, label: str) -> str:
+    """The text of the fact labelled `label`."""
+    facts = dom.facts(html)
+    assert label in facts, f"no fact {label!r}"
+    return facts[label]
+
+
 def headline(panel: str, label: str) -> str:
     """The figure of the headline fact `label`, without its note."""
-    row = rf"<dt>{re.escape(label)}</dt><dd>"
-    match = re.search(rf'{row}(.*?)(?:<div class="note">|</dd>)', panel, re.S)
-    assert match, f"no headline row {label!r}"
-    return text(match[1])
+    for term in dom.find_all(panel, "dt"):
+        if term.text == label and term.next_element and term.next_element.tag == "dd":
+            return term.next_element.text_without("div.note")
+    raise AssertionError(f"no headline row {label!r}")
 
 
 def labels(facts: str) -> list[str]:
     """The labels of a list of facts, in order."""
-    return [html_lib.unescape(label) for label in re.findall(r"<dt>(.*?)</dt>", facts)]
+    return dom.texts(facts, "dt")
 
 
 def logged_ranks(panel: str) -> list[tuple[str, str]]:
-    """(rank, how it ended) of each rank's log in the folded "every rank's log"."""
-    logs = re.search(r'<details class="distributed-logs".*?</details>', panel, re.S)
-    assert logs, "no rank logs"
-    return [
-        (rank, ended)
-        for rank, ended in re.findall(r'<p class="meta">Rank (\S+?)(?: \((.*?)\))?</p>', logs[0])
-    ]
+    """(rank, how it ended) of each rank's log in the folded "every rank's log": each log's
+    heading reads "Rank 1 (killed by SIGKILL)", or "Rank 1" alone."""
+    logs = dom.find(panel, "details.distributed-logs")
+    ranks = []
+    for heading in dom.texts(logs, 'p[class="meta"]'):
+        rank, _, ended = heading.removeprefix("Rank ").partition(" (")
+        ranks.append((rank, ended.removesuffix(")")))
+    return ranks
 
 
 def test_panel_of_a_passed_run(logged_in_client, deepseek_analysis, h200_plan):
@@ -157,10 +145,10 @@ def test_panel_of_a_passed_run(logged_in_client, deepseek_analysis, h200_plan):
     assert verdict(panel).startswith(
         "Passed: TP=2 EP=2 on 2 gloo processes matches the float32 reference"
     )
-    assert text(re.search(r"<h4>Validated split.*?</h4>", panel, re.S)[0]) == (
+    assert [h for h in dom.texts(panel, "h4") if h.startswith("Validated split")] == [
         "Validated split TP=2 EP=2"
-    )
-    split = re.search(r'<dl class="facts distributed-split".*?</dl>', panel, re.S)[0]
+    ]
+    split = dom.find(panel, "dl.facts.distributed-split").html
     assert [(label, fact(split, label)) for label in labels(split)] == [
         ("Tensor parallel (TP)", "2"),
         ("Expert parallel (EP)", "2"),
@@ -168,13 +156,13 @@ def test_panel_of_a_passed_run(logged_in_client, deepseek_analysis, h200_plan):
         ("Backend", "gloo on cpu"),
         ("Threads per rank", "1"),
     ]
-    planned = re.search(r'<dl class="facts distributed-plan-split".*?</dl>', panel, re.S)[0]
+    planned = dom.find(panel, "dl.facts.distributed-plan-split").html
     assert [(label, fact(planned, label)) for label in labels(planned)] == [
         ("The plan's split", "TP8 PP1 EP8 DP1"),
         ("Devices on the worker", "2"),
     ]
-    degree = re.search(r'<p class="note degree-reason">(.*?)</p>', panel, re.S)
-    assert text(degree[1]).startswith("the plan's TP=8 needs more than the worker's 2 devices")
+    degree = dom.text(panel, "p.note.degree-reason")
+    assert degree.startswith("the plan's TP=8 needs more than the worker's 2 devices")
     assert {
         label: headline(panel, label)
         for label in (
@@ -211,10 +199,10 @@ def test_panel_of_a_wrong_shard_names_the_rank_and_module(
     panel = distributed_article(page(logged_in_client, job.release), job)
 
     assert "distributed-failed" in panel
-    assert html_lib.unescape(re.search(r'<p class="reason">(.*?)</p>', panel, re.S)[1]) == reason
+    assert dom.text(panel, 'p[class="reason"]') == reason
     assert verdict(panel).startswith("Failed on rank 0 (TP=2)")  # the first rank off
-    log = re.search(r'id="distributed-job-\d+-failed-log">(.*?)</pre>', panel, re.S)
-    assert log[1].startswith("[rank 0] joined gloo group of 2")
+    log = dom.find(panel, 'pre[id^="distributed-job-"][id$="-failed-log"]').raw_text
+    assert log.startswith("[rank 0] joined gloo group of 2")
     first = rank_rows(panel)[0]
     assert first[1:5] == [
         "9.03e-01",
@@ -225,13 +213,12 @@ def test_panel_of_a_wrong_shard_names_the_rank_and_module(
     assert '<tr class="crossed">' in panel  # rank 0 did not pass
     # The timings are still measured: a wrong shard is as fast as a right one.
     assert headline(panel, "Scaling efficiency (measured, twin)") == "6.8 % (0.07 x linear)"
-    injected = re.search(r'<p class="note injected"[^>]*>(.*?)</p>', panel, re.S)
-    assert text(injected[1]) == (
+    assert dom.text(panel, "p.note.injected") == (
         "Broken on purpose by the job's inject option "
         "(wrong_shard model.layers.1.self_attn.o_proj.weight)."
     )
-    notes = re.findall(r'<ul class="notes">(.*?)</ul>', panel, re.S)
-    assert [text(n) for n in re.findall(r"<li>(.*?)</li>", notes[-1])] == [
+    notes = dom.find_all(panel, 'ul[class="notes"]')
+    assert dom.texts(notes[-1], "li") == [
         "model.layers.1.self_attn.o_proj.weight: shard split on dim 0 instead of dim 1",
     ]
 
@@ -243,9 +230,9 @@ def test_panel_of_a_killed_rank_shows_its_log(logged_in_client, deepseek_analysi
 
     assert "distributed-failed" in panel
     assert verdict(panel).startswith("Failed on rank 1")
-    assert "Rank 1's log (killed by SIGKILL):" in text(panel)
-    log = re.search(r'id="distributed-job-\d+-failed-log">(.*?)</pre>', panel, re.S)
-    assert html_lib.unescape(log[1]) == (
+    assert "Rank 1's log (killed by SIGKILL):" in dom.text(panel)
+    log = dom.find(panel, 'pre[id^="distributed-job-"][id$="-failed-log"]')
+    assert log.raw_text == (
         "[rank 1] joined gloo group of 2 (pid 7168)\n"
         "[rank 1] loaded LlamaForCausalLM with tp=2 ep=1\n"
         "[rank 1] injected: killing this rank with SIGKILL"
@@ -267,7 +254,7 @@ def test_panel_of_a_split_that_could_not_be_validated(
     )
     assert "distributed-split" not in panel and "distributed-ranks" not in panel
     assert "distributed-headline" not in panel
-    planned = re.search(r'<dl class="facts distributed-plan-split".*?</dl>', panel, re.S)[0]
+    planned = dom.find(panel, "dl.facts.distributed-plan-split").html
     assert [(label, fact(planned, label)) for label in labels(planned)] == [
         ("The plan's split", "TP1 PP1 EP1 DP1"),
         ("Devices on the worker", "2"),
@@ -283,7 +270,7 @@ def test_panel_of_a_run_that_failed_before_launching(
     panel = distributed_article(page(logged_in_client, job.release), job)
 
     assert "distributed-failed" in panel
-    assert text(re.search(r'<p class="reason">(.*?)</p>', panel, re.S)[1]) == error
+    assert dom.text(panel, 'p[class="reason"]') == error
     assert "distributed-split" not in panel and "distributed-plan-split" not in panel
     assert "failed-log" not in panel
 
@@ -323,8 +310,8 @@ def test_page_shows_a_passed_validation_beside_the_plans_split(
     panel = distributed_article(html, job)
 
     assert '<h2 id="distributed-title">Run the split (measured)</h2>' in html
-    assert "Measured on the scaled twin, not the full-size model" in text(html)
-    assert f"Job {job.pk} on pool h200x8 Succeeded" in text(panel)
+    assert "Measured on the scaled twin, not the full-size model" in dom.text(html)
+    assert f"Job {job.pk} on pool h200x8 Succeeded" in dom.text(panel)
     assert verdict(panel) == "Passed: " + stored("pass")["reason"]
     assert fact(panel, "Tensor parallel (TP)") == "2"
     assert fact(panel, "Expert parallel (EP)") == "2"
@@ -344,7 +331,7 @@ def test_page_shows_a_passed_validation_beside_the_plans_split(
         ["1", "7.45e-07", "1.28e-04", "100.0 %", "none", "16.3 ms", "9.7 %"],
     ]
     assert table_row(panel, "query heads / TP") == "64 (divisible) 32 (divisible) 2 yes"
-    assert "Qwen3MoeForCausalLM, 6.1 M parameters" in text(panel)
+    assert "Qwen3MoeForCausalLM, 6.1 M parameters" in dom.text(panel)
     assert 'class="plan-failure"' not in panel
 
 
@@ -355,8 +342,8 @@ def test_page_shows_the_wrong_shard_and_the_failing_ranks_log(
     job = validated_job(deepseek_analysis, h200_plan, result, status="failed", error=reason)
     panel = distributed_article(page(logged_in_client, job.release), job)
 
-    failure = re.search(r'<div class="plan-failure".*?</div>', panel, re.S)[0]
-    assert text(failure).startswith("Failed on rank 0 (TP=2) " + reason)
+    failure = dom.find(panel, "div.plan-failure").html
+    assert dom.text(failure).startswith("Failed on rank 0 (TP=2) " + reason)
     assert "[rank 0] injected: model.layers.1.self_attn.o_proj.weight" in failure
     rows = rank_rows(panel)
     assert rows[0][:5] == [
@@ -376,12 +363,10 @@ def test_page_shows_a_killed_ranks_log_escaped(logged_in_client, deepseek_analys
     job = validated_job(deepseek_analysis, h200_plan, result, status="failed", error=reason)
     panel = distributed_article(page(logged_in_client, job.release), job)
 
-    log = re.search(
-        r'<pre class="log rank-log" id="distributed-job-\d+-failed-log">(.*?)</pre>', panel, re.S
-    )
-    assert log, "no failing rank's log"
-    assert log[1].startswith("[rank 1] joined gloo group of 2 (pid 7168)\n")
-    assert log[1].endswith("&lt;script&gt;alert(1)&lt;/script&gt;")
+    # The log as the page wrote it: the script escaped.
+    log = dom.find(panel, 'pre.log.rank-log[id^="distributed-job-"][id$="-failed-log"]').inner_html
+    assert log.startswith("[rank 1] joined gloo group of 2 (pid 7168)\n")
+    assert log.endswith("&lt;script&gt;alert(1)&lt;/script&gt;")
     assert "<script>alert(1)" not in panel
     assert "Rank 1's log (killed by SIGKILL):" in panel
     assert "distributed-ranks" not in panel  # no rank compared
@@ -392,12 +377,8 @@ def test_page_shows_a_killed_ranks_log_escaped(logged_in_client, deepseek_analys
         "SIGKILL</p>" in panel
     )
     assert panel.count("[rank 1] injected: killing this rank with SIGKILL") == 2
-    injected = re.search(
-        r'<p class="note injected" id="distributed-job-\d+-injected">(.*?)</p>', panel
-    )
-    assert injected and html_lib.unescape(injected[1]) == (
-        "Broken on purpose by the job's inject option (kill_rank 1)."
-    )
+    injected = dom.find(panel, 'p.note.injected[id^="distributed-job-"][id$="-injected"]')
+    assert injected.text == ("Broken on purpose by the job's inject option (kill_rank 1).")
     assert panel.index("-injected") < panel.index("distributed-split")  # under the verdict
 
 
@@ -428,7 +409,7 @@ def test_page_shows_a_waiting_run(logged_in_client, deepseek_analysis, h200_plan
     panel = distributed_article(page(logged_in_client, job.release), job)
     assert "distributed-waiting" in panel
     if status == "running":
-        assert "The distributed stage is running." in text(panel)
+        assert "The distributed stage is running." in dom.text(panel)
 
 
 def test_page_shows_the_ep_note(logged_in_client, deepseek_analysis, h200_plan):
@@ -443,8 +424,7 @@ def test_release_without_distributed_run_says_so(logged_in_client, deepseek_anal
     html = page(logged_in_client, job.release)
     # No job holds the stage: no panel, its title in the page's one line of the rest.
     assert '<section id="distributed"' not in html
-    gaps = re.search(r'<p class="rest-summary" id="panel-gaps">(.*?)</p>', html, re.S)[1]
-    assert "Run the split (measured)" in gaps
+    assert "Run the split (measured)" in dom.text(html, "p.rest-summary#panel-gaps")
 
 
 def test_live_refresh_swaps_the_distributed_panel_too(
@@ -457,8 +437,7 @@ def test_live_refresh_swaps_the_distributed_panel_too(
         reverse("adaptation:release_detail", args=[job.release.pk]), HTTP_HX_REQUEST="true"
     )
     html = response.content.decode()
-    section_tag = re.search(r'<section id="distributed"[^>]*>', html)
-    assert section_tag and 'hx-swap-oob="true"' in section_tag[0]
+    assert dom.attr(html, "section#distributed", "hx-swap-oob") == "true"
     assert f'id="distributed-job-{job.pk}"' in html
 
 
@@ -508,7 +487,7 @@ def test_scaling_chart_draws_the_measured_efficiency_on_its_own_axis(
     assert 2 in chart["layout"]["xaxis"]["tickvals"]  # the measured count has its tick
 
     plan = section(html, f"plan-job-{job.pk}")
-    line = text(re.search(r'<p class="note measured-scaling".*?</p>', plan, re.S)[0])
+    line = dom.text(plan, "p.note.measured-scaling")
     assert line.startswith(
         "Measured on the scaled twin (Run the split): TP=2 EP=2 on 2 gloo processes, "
         "scaling efficiency 0.17 x linear (16.7 %"
@@ -529,8 +508,8 @@ def test_a_failed_comparison_still_draws_its_measured_timing(
     assert trace["name"] == "scaling efficiency measured on the twin (TP=2 vs TP=1)"
     assert "did not match the reference" in trace["hovertemplate"]
     plan = section(page(logged_in_client, job.release), f"plan-job-{job.pk}")
-    measured = re.search(r'<p class="note measured-scaling".*?</p>', plan, re.S)[0]
-    assert "its outputs did not match the float32 reference" in text(measured)
+    measured = dom.text(plan, "p.note.measured-scaling")
+    assert "its outputs did not match the float32 reference" in measured
 
 
 @pytest.mark.parametrize("name", ["crash", "not_validated"])

@@ -6,9 +6,6 @@ is and on what."""
 
 from __future__ import annotations
 
-import json
-import re
-
 import pytest
 from django.template.loader import render_to_string
 
@@ -17,6 +14,7 @@ from adaptation.presenters.performance import performance_section
 from engine.architecture import analyze_config
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
+from tests import dom
 from tests.factories import make_job, make_release
 from tests.web.serve_results import (
     FULL_SIZE_TP2,
@@ -25,8 +23,8 @@ from tests.web.serve_results import (
     full_size,
     served,
 )
-from tests.web.test_plan_panel import text
-from tests.web.test_serve_panel import REPO, h200_pool, read
+from tests.web.test_plan_panel import figure
+from tests.web.test_serve_panel import REPO, h200_pool
 
 pytestmark = pytest.mark.django_db
 
@@ -61,15 +59,8 @@ def rendered(job) -> str:
 
 
 def part(html: str, job) -> str:
-    marker = f'id="performance-job-{job.pk}-full-size"'
-    assert marker in html, "no full-size part"
-    return html.split(marker, 1)[1].split("</article>")[0]
-
-
-def figure(html: str, figure_id: str) -> dict:
-    match = re.search(rf'<script id="{figure_id}" type="application/json">(.*?)</script>', html)
-    assert match, f"no figure {figure_id}"
-    return json.loads(match[1])
+    """The markup of the performance panel's full-size part for `job`."""
+    return dom.find(html, f"div#performance-job-{job.pk}-full-size").html
 
 
 def traces(fig: dict, **meta) -> list[dict]:
@@ -79,7 +70,7 @@ def traces(fig: dict, **meta) -> list[dict]:
 def test_the_lead_gives_the_measured_best_beside_the_prediction_and_its_fit(llama_plan):
     job = job_with(served(full_size=full_size()), llama_plan)
     html = part(rendered(job), job)
-    lead = read(re.search(r'id="[^"]*-full-size-lead">(.*?)</p>', html, re.S)[1])
+    lead = dom.text(html, 'p[id$="-full-size-lead"]')
     assert lead.startswith("Measured · engine · full size · dummy weights:")
     assert (
         "up to 590 tokens/s at concurrency 4 on the primary workload (1,000 + 1,000 tokens a "
@@ -87,7 +78,7 @@ def test_the_lead_gives_the_measured_best_beside_the_prediction_and_its_fit(llam
         "(measured / predicted x1.05), fit h200 x vllm, 8 points, x1.26 (published serving "
         "results)." in lead
     )
-    precision = read(re.search(r'id="[^"]*-full-size-precision">(.*?)</p>', html, re.S)[1])
+    precision = dom.text(html, 'p[id$="-full-size-precision"]')
     assert precision.startswith("Dummy weights say nothing about precision")
 
 
@@ -117,7 +108,7 @@ def test_each_workload_is_charted_against_concurrency_beside_its_prediction(llam
     ]
     decode = figure(html, f"performance-job-{job.pk}-full-size-decode-heavy-figure")
     assert traces(decode, kind="predicted") == []
-    labels = text(part(html, job).split('id="performance-job')[-1])
+    labels = dom.text(part(html, job), f"ul#performance-job-{job.pk}-full-size-labels")
     assert (
         "Decode-heavy workload, 128 + 2,048 tokens a request: measured · engine · full size · "
         "dummy weights at TP=2 (stopped: time budget); no prediction for these lengths (the "
@@ -151,7 +142,7 @@ def test_a_skipped_run_says_why_beside_the_twin(llama_plan):
     skipped = {"status": "skipped", "reason": "no_tokenizer", "load_format": "dummy"}
     job = job_with(served(full_size=skipped), llama_plan)
     html = part(rendered(job), job)
-    lead = read(re.search(r'id="[^"]*-full-size-lead"[^>]*>(.*?)</p>', html, re.S)[1])
+    lead = dom.text(html, 'p[id$="-full-size-lead"]')
     assert lead.startswith(
         "Not measured at full size on the engine: the release has no tokenizer files the fetch "
         "stage kept."

@@ -6,7 +6,6 @@ from __future__ import annotations
 import html as html_lib
 import itertools
 import json
-import re
 
 import pytest
 from django.db import connection
@@ -21,6 +20,7 @@ from engine.stages.plan.errors import NoFittingPlan
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
 from engine.stages.plan.run import no_fit_result
+from tests import dom
 from tests.conftest import load_realconfig
 from tests.factories import make_job, make_release
 
@@ -59,22 +59,14 @@ def planned_release(analysis: dict, pool: AcceleratorPool, plan: dict, *, status
     return release, job
 
 
-def text(fragment: str) -> str:
-    return " ".join(html_lib.unescape(re.sub(r"<[^>]+>", " ", fragment)).split())
-
-
 def section(html: str, element_id: str) -> str:
-    match = re.search(rf'<article class="plan[^"]*" id="{element_id}".*?</article>', html, re.S)
-    assert match, f"no article {element_id}"
-    return match[0]
+    """The markup of the panel (an `<article class="plan ...">`) whose id is `element_id`."""
+    return dom.find(html, f'article[class^="plan"]#{element_id}').html
 
 
 def figure(html: str, figure_id: str) -> dict:
-    match = re.search(
-        rf'<script id="{re.escape(figure_id)}" type="application/json">(.*?)</script>', html, re.S
-    )
-    assert match, f"no figure {figure_id}"
-    return json.loads(match[1])
+    """The plotly figure embedded as JSON in the `<script>` whose id is `figure_id`."""
+    return json.loads(dom.find(html, f'script#{figure_id}[type="application/json"]').raw_text)
 
 
 @pytest.fixture
@@ -98,16 +90,15 @@ def page(client, release) -> str:
 
 
 def fact(html: str, label: str) -> str:
-    match = re.search(rf"<dt>{re.escape(label)}</dt><dd>(.*?)</dd>", html, re.S)
-    assert match, f"no fact {label!r}"
-    return text(match[1])
+    """The text of the fact (`<dd>`) labelled `label` (its `<dt>`)."""
+    facts = dom.facts(html)
+    assert label in facts, f"no fact {label!r}"
+    return facts[label]
 
 
 def table_row(html: str, label: str) -> str:
     """The cells (text) of the table row headed `label`."""
-    match = re.search(rf'<th scope="row">{re.escape(label)}</th>(.*?)</tr>', html, re.S)
-    assert match, f"no row {label!r}"
-    return text(match[1])
+    return " ".join(dom.row(html, label))
 
 
 # --- the panel of a succeeded plan -----------------------------------------------------------
@@ -227,15 +218,15 @@ def test_scaling_communication_and_runners_up(logged_in_client, deepseek_analysi
         f"{comm['ep_alltoall_bytes_per_token']:,} bytes/token no"
     )
     assert table_row(panel, "TP all-reduce") == "0 bytes/token not used by this split"
-    assert "Crosses nodes: no" in text(panel)
+    assert "Crosses nodes: no" in dom.text(panel)
     for point in h200_plan["scaling"]:
-        assert f"{tokens_per_s(point['decode_tokens_per_s'])}" in text(panel)
-    runners = re.search(r'aria-label="Splits not chosen">.*?</table>', panel, re.S)[0]
-    assert runners.count("<tr>") == len(h200_plan["runners_up"]) + 1  # + the header
+        assert f"{tokens_per_s(point['decode_tokens_per_s'])}" in dom.text(panel)
+    runners = dom.find(panel, 'table[aria-label="Splits not chosen"]')
+    assert len(runners.select("tr")) == len(h200_plan["runners_up"]) + 1  # + the header
     for runner in h200_plan["runners_up"]:
         split = f"TP{runner['tp']} PP{runner['pp']} EP{runner['ep']} DP{runner['dp']}"
-        assert html_lib.escape(runner["why_lost"]) in runners
-        assert f'<th scope="row">{split}</th>' in runners
+        assert runner["why_lost"] in runners.text
+        assert split in dom.texts(runners, 'th[scope="row"]')
 
 
 def test_artifacts_are_in_pre_blocks_with_copy_buttons(
@@ -248,8 +239,7 @@ def test_artifacts_are_in_pre_blocks_with_copy_buttons(
     assert "copy.js" in html
     for key in ("vllm", "sglang", "kubernetes_deployment"):
         element = f"plan-job-{job.pk}-artifact-{key.replace('_', '-')}"
-        pre = re.search(rf'<pre class="artifact-text" id="{element}">(.*?)</pre>', html, re.S)
-        assert pre and html_lib.unescape(pre[1]) == artifacts[key]
+        assert dom.find(html, f"pre.artifact-text#{element}").raw_text == artifacts[key]
         assert f'data-copy-target="{element}"' in html
 
 
@@ -275,7 +265,7 @@ def test_a_finished_job_says_nothing_about_when_it_can_run(
     job.save(update_fields=["status"])
     panel = section(page(logged_in_client, release), f"plan-job-{job.pk}")
     assert "When can it run" not in panel and "Can start now" not in panel
-    assert "Figures: speeds predicted on the accelerator catalog's (datasheet) figures" in text(
+    assert "Figures: speeds predicted on the accelerator catalog's (datasheet) figures" in dom.text(
         panel
     )
 
@@ -300,8 +290,7 @@ def test_the_twins_calibration_is_said_not_applied_beside_the_prediction(
     predicted["calibrated"] = calibrated_predictions(predicted, CALIBRATION)
     release, job = planned_release(deepseek_analysis, make_pool("h200x8", "h200"), h200_plan)
     panel = section(page(logged_in_client, release), f"plan-job-{job.pk}")
-    reason = re.search(r'class="muted plan-calibrated-reason">(.*?)</p>', panel, re.S)
-    assert reason and text(reason[1]) == SUPERSEDED
+    assert dom.text(panel, "p.muted.plan-calibrated-reason") == SUPERSEDED
     assert "(calibrated prediction)" not in panel
     # the prediction is there, unchanged
     assert table_row(panel, "Decode at batch 1 (predicted)").startswith(
@@ -318,8 +307,7 @@ def test_without_calibration_the_panel_says_why(logged_in_client, deepseek_analy
     release, job = planned_release(deepseek_analysis, make_pool("h200x8", "h200"), h200_plan)
     panel = section(page(logged_in_client, release), f"plan-job-{job.pk}")
     assert "(calibrated prediction)" not in panel
-    reason = re.search(r'class="muted plan-calibrated-reason">(.*?)</p>', panel, re.S)
-    assert reason and text(reason[1]) == "no calibration yet: pool h200x8"
+    assert dom.text(panel, "p.muted.plan-calibrated-reason") == "no calibration yet: pool h200x8"
 
 
 def test_efficiency_above_one_is_explained_where_it_occurs(logged_in_client):
@@ -331,11 +319,11 @@ def test_efficiency_above_one_is_explained_where_it_occurs(logged_in_client):
     panel = section(page(logged_in_client, release), f"plan-job-{job.pk}")
     above = [p for p in plan["scaling"] if round(p["efficiency_per_device"], 2) > 1]
     assert above  # the fact the note explains
-    table = re.search(r'aria-label="Multi-device scaling \(predicted\)">.*?</table>', panel, re.S)
-    assert table[0].count("<sup") == len(above)
+    table = dom.find(panel, 'table[aria-label="Multi-device scaling (predicted)"]')
+    assert len(table.select("sup")) == len(above)
     assert (
         "* Efficiency per device above 1: more devices leave more memory for the KV cache, so "
-        "a larger batch fits per device." in text(panel)
+        "a larger batch fits per device." in dom.text(panel)
     )
 
 
@@ -370,7 +358,7 @@ def test_a_plan_without_prediction_draws_no_empty_scaling_chart(logged_in_client
 
     assert f"plan-job-{job.pk}-scaling-chart" not in html
     assert "plan-scaling" not in panel  # no table of dashes
-    assert f"No scaling curve: {reason}." in text(panel)
+    assert f"No scaling curve: {reason}." in dom.text(panel)
     assert reason.startswith("no prediction: cpu has no published memory bandwidth")
     assert f'id="plan-job-{job.pk}-memory-chart"' in html  # memory is still predicted
 
@@ -399,7 +387,7 @@ def test_a_cpu_plan_says_when_its_figures_were_measured_on_a_busy_host(logged_in
         statuses=dict.fromkeys(STAGES, "succeeded"),
         results={"analyze": analysis, "plan": plan},
     )
-    figures = text(section(page(logged_in_client, release), f"plan-job-{job.pk}"))
+    figures = dom.text(section(page(logged_in_client, release), f"plan-job-{job.pk}"))
     assert "cpu memory bandwidth 2.8 GB/s and BF16 FLOP/s 0.01 TFLOP/s are measured" in figures
     assert ("not a datasheet's; measured on a busy host" in figures) is busy
     busy_words = "no probe on the pool was taken on a quiet host yet, so these speeds read low"
@@ -419,7 +407,7 @@ def test_a_waiting_plan_says_no_live_worker_serves_its_pool(
     waiting = "waiting: no live worker for pool h200x8 (queue pool.h200x8)"
 
     panel = section(page(logged_in_client, release), f"plan-job-{job.pk}")
-    assert waiting in text(panel)
+    assert waiting in dom.text(panel)
     assert f'<span class="badge status-{status}">{waiting}</span>' in panel
 
     make_worker(queues=("pool.h200x8",), devices=cuda_devices(8))
@@ -482,7 +470,7 @@ def test_failed_plan_shows_the_reason_and_what_would_fit(
 
     assert devices == 16  # the engine's answer: two nodes of eight H100s
     assert 'role="alert"' in panel
-    assert f"Does not fit this pool ; would fit: {devices} x h100 (2 nodes of 8)." in text(panel)
+    assert f"Does not fit this pool; would fit: {devices} x h100 (2 nodes of 8)." in dom.text(panel)
     assert html_lib.escape(h100_no_fit["reason"]) in panel
     compare = reverse("adaptation:release_compare_pools", args=[release.pk])
     assert f'href="{compare}?context=32768&amp;concurrency=4&amp;dtype=checkpoint"' in panel
@@ -552,25 +540,19 @@ def compare_rows(html: str) -> list[dict]:
     """The compare table's rows: each cell's text by its class ("verdict", "devices",
     "decode-batch-1", "no-prediction", ...), the row header's text as "header", and its
     classes as flags."""
-    rows = re.findall(
-        r'<tr class="([^"]*)" data-name="([^"]*)" data-source="([^"]*)">(.*?)</tr>', html, re.S
-    )
     out = []
-    for classes, name, source, body in rows:
-        cells = {
-            cls.split()[-1]: text(cell)
-            for cls, cell in re.findall(r'<td class="([^"]*)"[^>]*>(.*?)</td>', body, re.S)
-        }
-        marks = classes.split()
+    for row in dom.find_all(html, "tr[class][data-name][data-source]"):
+        cells = {cell.classes[-1]: cell.text for cell in row.select("td[class]")}
+        marks = row.classes
         out.append(
             {
-                "name": name,
-                "source": source,
+                "name": row["data-name"],
+                "source": row["data-source"],
                 "fits": "no-fit" not in marks,
                 "fewest_devices": "fewest-devices" in marks,
                 "most_per_device": "most-per-device" in marks,
-                "header": text(re.search(r'<th scope="row">(.*?)</th>', body, re.S)[1]),
-                "body": body,
+                "header": dom.text(row, 'th[scope="row"]'),
+                "body": row.inner_html,
                 "batch_1": cells.get("decode-batch-1"),
                 "largest": cells.get("decode-largest"),
                 "per_device": cells.get("per-device"),
@@ -674,7 +656,7 @@ def test_compare_pools_predicts_the_cpu_pool_on_its_measured_figures(logged_in_c
     cpu = next(r for r in rows if r["name"] == "cpu" and r["source"] == "pool")
     assert cpu["fits"] and cpu["batch_1"] and "no-prediction" not in cpu
     assert "(1 device)" in cpu["header"] and "1 devices" not in cpu["body"]
-    notes = text(cpu["body"])
+    notes = dom.text(cpu["body"])
     assert "memory bandwidth 20.0 GB/s and BF16 0.50 TFLOP/s measured" in notes
     assert f"median of 3 performance runs (stage runs {runs[-1].pk}, " in notes
 
@@ -704,8 +686,8 @@ def test_compare_pools_cells_stay_short(logged_in_client, deepseek_analysis):
     assert 'title="checkpoint (fp8 e4m3 (128x128 blocks))"' in h200["body"]
     cpu = next(r for r in rows if r["name"] == "cpu")
     assert cpu["verdict"].startswith("does not fit the pool")
-    reason = re.search(r"<details>\s*<summary>why</summary>(.*?)</details>", cpu["body"], re.S)
-    assert reason and "does not fit 1 x cpu" in text(reason[1])
+    [reason] = [d for d in dom.find_all(cpu["body"], "details") if dom.text(d, "summary") == "why"]
+    assert "does not fit 1 x cpu" in reason.text
     assert cpu["verdict"].count("does not fit 1 x cpu") == 0
 
 
@@ -718,7 +700,7 @@ def test_compare_pools_options_live_in_the_url(logged_in_client, deepseek_analys
     assert '<option value="fp8" selected>' in html
     assert (
         "Planned for 4,096 tokens of context x 16 concurrent sequences, serving dtype fp8."
-        in text(html)
+        in dom.text(html)
     )
     h200 = plan_release(
         deepseek_analysis,

@@ -6,7 +6,6 @@ names (accelerator x engine, points, residual, what it rests on)."""
 from __future__ import annotations
 
 import copy
-import re
 
 import pytest
 
@@ -14,8 +13,9 @@ from engine.architecture import analyze_config
 from engine.formatting import ms, tokens_per_s
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
+from tests import dom
 from tests.conftest import load_realconfig
-from tests.web.test_plan_panel import REPO, make_pool, page, planned_release, section, text
+from tests.web.test_plan_panel import REPO, make_pool, page, planned_release, section
 
 pytestmark = pytest.mark.django_db
 
@@ -32,19 +32,17 @@ def h200_plan(deepseek_analysis) -> dict:
 
 
 def workload_table(html: str, job) -> str:
-    match = re.search(rf'<table[^>]*id="plan-job-{job.pk}-workload".*?</table>', html, re.S)
-    assert match, "no workload table"
-    return match[0]
+    """The markup of the job's predicted workload table."""
+    return dom.find(html, f"table#plan-job-{job.pk}-workload").html
 
 
 def row(table: str, figure: str) -> str:
-    match = re.search(rf'<tr data-figure="{figure}">(.*?)</tr>', table, re.S)
-    assert match, f"no row {figure}"
-    return text(match[1])
+    """The text of the table's row for `figure` (its `data-figure`)."""
+    return dom.text(table, f'tr[data-figure="{figure}"]')
 
 
 def fit_note(html: str, job) -> str:
-    return text(re.search(rf'<p[^>]*id="plan-job-{job.pk}-fit"[^>]*>(.*?)</p>', html, re.S)[1])
+    return dom.text(html, f"p#plan-job-{job.pk}-fit")
 
 
 def test_the_plan_shows_its_predicted_workload_and_names_its_fit(
@@ -55,7 +53,7 @@ def test_the_plan_shows_its_predicted_workload_and_names_its_fit(
     workload = h200_plan["predicted"]["workload"]
     best = workload["max_load"]
     table = workload_table(html, job)
-    assert text(table).startswith(
+    assert dom.text(table).startswith(
         f"Served workload, {workload['input_tokens']:,} + {workload['output_tokens']:,} tokens "
         "a request on vllm, KV cache in bfloat16 (predicted · full size)"
     )

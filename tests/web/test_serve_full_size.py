@@ -12,9 +12,9 @@ from engine import formatting
 from engine.architecture import analyze_config
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
+from tests import dom
 from tests.web.serve_results import FULL_SIZE_COMMAND, full_size, served
-from tests.web.test_plan_panel import text
-from tests.web.test_serve_panel import REPO, article, by_id, read, rendered, rows, serve_job
+from tests.web.test_serve_panel import REPO, article, by_id, rendered, rows, serve_job
 
 pytestmark = pytest.mark.django_db
 
@@ -29,36 +29,40 @@ def llama_plan() -> dict:
 
 
 def section(job) -> str:
-    """The full-size section of `job`'s serve panel: from its element to the panel's end."""
-    marker = f'id="serve-job-{job.pk}-full-size"'
-    panel = article(rendered(job), job)
-    assert marker in panel, "no full-size section"
-    return panel.split(marker, 1)[1]
+    """The markup of the full-size section of `job`'s serve panel."""
+    return dom.find(article(rendered(job), job), f"div#serve-job-{job.pk}-full-size").html
+
+
+def labels(html: str, job, workload: str) -> str:
+    """The labels under the full-size table of `workload` ("primary", "decode-heavy", ...):
+    what was measured, and what the prediction beside it is."""
+    fold = f"details#serve-job-{job.pk}-full-size-{workload}-fold"
+    return dom.text(html, f"{fold} p.serve-full-size-labels")
 
 
 def test_a_measured_run_shows_the_command_the_launch_and_the_label(llama_plan):
     job = serve_job(served(full_size=full_size()), plan=llama_plan)
     html = section(job)
     stem = f"serve-job-{job.pk}"
-    verdict = read(by_id(html, f"{stem}-full-size-verdict", "p"))
+    verdict = by_id(html, f"{stem}-full-size-verdict", "p").text
     assert verdict.startswith("Measured at full size: the engine served the full-size model")
     assert "(LlamaForCausalLM, 32 layers, hidden size 4,096, 8.03 B parameters)" in verdict
     assert "--load-format dummy" in verdict and "at TP=2 in bfloat16" in verdict
     assert "measured · engine · full size · dummy weights" in verdict
-    command = by_id(html, f"{stem}-full-size-command", "pre")
+    command = by_id(html, f"{stem}-full-size-command", "pre").raw_text
     assert command == FULL_SIZE_COMMAND and "--load-format dummy" in command
     diff = rows(by_id(html, f"{stem}-full-size-command-diff", "table"))
     assert diff[0][:3] == ["--load-format", "not set", "dummy"]
-    facts = read(by_id(html, f"{stem}-full-size-facts", "dl"))
-    assert "Load time at full size41.7 s" in facts
-    assert "Tensor parallelTP=2" in facts
-    assert "Peak memory at full size91.3 GiB" in facts
-    assert "KV cache1,104,896 tokens" in facts
+    facts = dom.facts(by_id(html, f"{stem}-full-size-facts", "dl"))
+    assert facts["Load time at full size"].startswith("41.7 s")
+    assert facts["Tensor parallel"].startswith("TP=2")
+    assert facts["Peak memory at full size"].startswith("91.3 GiB")
+    assert facts["KV cache"].startswith("1,104,896 tokens")
 
 
 def test_dummy_weights_say_nothing_about_precision_and_the_page_says_so(llama_plan):
     job = serve_job(served(full_size=full_size()), plan=llama_plan)
-    note = read(by_id(section(job), f"serve-job-{job.pk}-full-size-precision", "p"))
+    note = by_id(section(job), f"serve-job-{job.pk}-full-size-precision", "p").text
     assert note.startswith("Dummy weights say nothing about precision")
     assert "Precision stays the twin's" in note
 
@@ -67,19 +71,18 @@ def test_the_primary_workload_sits_beside_the_prediction_made_before_it(llama_pl
     job = serve_job(served(full_size=full_size()), plan=llama_plan)
     html = section(job)
     table = by_id(html, f"serve-job-{job.pk}-full-size-primary", "table")
-    assert "Predicted output tokens/s" in table
+    assert "Predicted output tokens/s" in table.text
     body = rows(table)
     # concurrency, TTFT p50/p95, TPOT p50/p95, e2e p99, measured, predicted, ratio, errors
     assert [row[0] for row in body] == ["1", "2", "4"]
     assert body[0][6:9] == ["161", "150", "x1.07"]
     assert body[2][6:9] == ["590", "560", "x1.05"]
     assert body[0][1] == "31 ms" and body[0][3] == "6.2 ms"
-    fold = html.split(f'id="serve-job-{job.pk}-full-size-primary"')[1]
-    labels = text(fold.split("</details>")[0])
-    assert "Measured · engine · full size · dummy weights." in labels
+    primary = labels(html, job, "primary")
+    assert "Measured · engine · full size · dummy weights." in primary
     assert (
         "Predicted · full size · fit h200 x vllm, 8 points, x1.26 (published serving results), "
-        "made before the measurement at TP2 PP1 EP1 DP1." in labels
+        "made before the measurement at TP2 PP1 EP1 DP1." in primary
     )
     # the prefill-heavy pair beside what the plan's fit predicted for its own lengths
     prefill = rows(by_id(html, f"serve-job-{job.pk}-full-size-prefill-heavy", "table"))
@@ -95,13 +98,11 @@ def test_without_a_prediction_kept_the_plans_curve_for_the_same_lengths_is_used(
     body = rows(by_id(html, f"serve-job-{job.pk}-full-size-primary", "table"))
     assert body[1][7] == formatting.rate(curve[2]["output_tokens_per_s"])
     assert body[1][8] == f"x{309.8 / curve[2]['output_tokens_per_s']:.2f}"
-    fold = html.split(f'id="serve-job-{job.pk}-full-size-primary"')[1].split("</details>")[0]
-    assert "the plan's curve for the same lengths" in text(fold)
+    assert "the plan's curve for the same lengths" in labels(html, job, "primary")
     # The prefill-heavy pair was measured at lengths the plan did not predict.
-    prefill = html.split(f'id="serve-job-{job.pk}-full-size-prefill-heavy-fold"')[1]
-    prefill = prefill.split("</details>")[0]
-    assert "Prefill-heavy workload, 2,048 prompt + 128 output tokens a request" in text(prefill)
-    assert "The plan made no prediction for these lengths." in text(prefill)
+    prefill = dom.text(html, f"details#serve-job-{job.pk}-full-size-prefill-heavy-fold")
+    assert "Prefill-heavy workload, 2,048 prompt + 128 output tokens a request" in prefill
+    assert "The plan made no prediction for these lengths." in prefill
     assert "Predicted output tokens/s" not in prefill
 
 
@@ -116,10 +117,8 @@ def test_a_prediction_the_stage_could_not_make_says_why(llama_plan):
     html = section(job)
     # The primary workload still has the plan's own curve for its lengths; the pairs say why
     # they have none.
-    primary = html.split(f'id="serve-job-{job.pk}-full-size-primary"')[1].split("</details>")[0]
-    assert "the plan's curve for the same lengths" in text(primary)
-    decode = html.split(f'id="serve-job-{job.pk}-full-size-decode-heavy"')[1]
-    assert text(decode.split("</details>")[0]).endswith(
+    assert "the plan's curve for the same lengths" in labels(html, job, "primary")
+    assert labels(html, job, "decode-heavy").endswith(
         "No prediction was made for it before the measurement: TP2 PP1 EP1 DP1 runs on more "
         "devices than the pool's layout counts (1)."
     )
@@ -128,8 +127,7 @@ def test_a_prediction_the_stage_could_not_make_says_why(llama_plan):
 def test_the_other_workloads_and_where_they_stopped(llama_plan):
     job = serve_job(served(full_size=full_size()), plan=llama_plan)
     html = section(job)
-    decode = html.split(f'id="serve-job-{job.pk}-full-size-decode-heavy-fold"')[1]
-    summary = read(decode.split("</summary>")[0])
+    summary = dom.text(html, f"details#serve-job-{job.pk}-full-size-decode-heavy-fold > summary")
     assert summary.endswith(
         "Decode-heavy workload, 128 prompt + 2,048 output tokens a request, at TP=2: up to "
         "163 tokens/s at concurrency 1 (stopped: time budget)"
@@ -143,13 +141,13 @@ def test_the_scaling_efficiency_measured_across_tp_degrees(llama_plan):
     tp2 = [row for row in body if row[0] == "TP=2"]
     # 590.4 / 404.0 = 1.461 on twice the devices: 73.1 %
     assert tp2[-1] == ["TP=2", "4", "590", "x1.46 over TP=1", "73.1 %"]
-    assert "TP=1: ready in 37.9 s, 3 levels of the primary workload" in text(html)
+    assert "TP=1: ready in 37.9 s, 3 levels of the primary workload" in dom.text(html)
 
 
 def test_the_engines_metrics_over_the_full_size_sweeps(llama_plan):
     job = serve_job(served(full_size=full_size()), plan=llama_plan)
     html = section(job)
-    metrics = read(by_id(html, f"serve-job-{job.pk}-full-size-metrics", "p"))
+    metrics = by_id(html, f"serve-job-{job.pk}-full-size-metrics", "p").text
     assert "KV cache usage up to 7.6 %, up to 4 requests running and 0 waiting" in metrics
     assert "20 samples every 0.5 s" in metrics
     assert f'id="serve-job-{job.pk}-full-size-metrics-chart"' in html
@@ -165,7 +163,7 @@ def test_a_run_over_the_pools_weight_cap_says_why_it_was_skipped(llama_plan):
     }
     job = serve_job(served(full_size=skipped), plan=llama_plan)
     html = section(job)
-    verdict = read(by_id(html, f"serve-job-{job.pk}-full-size-verdict", "p"))
+    verdict = by_id(html, f"serve-job-{job.pk}-full-size-verdict", "p").text
     assert verdict == (
         "Not measured at full size: its weights, 15.0 GiB in the dtype served, are over the "
         "pool's cap of 4.0 GiB for a full-size run."
@@ -188,12 +186,12 @@ def test_a_run_the_engine_refused_shows_its_reason_and_lines(llama_plan):
     job = serve_job(served(full_size=refused), plan=llama_plan)
     html = section(job)
     verdict = by_id(html, f"serve-job-{job.pk}-full-size-verdict", "div")
-    assert read(verdict).startswith(
+    assert verdict.text.startswith(
         "The full-size run failed: the engine refused to start at full size: CUDA out of memory "
         "while allocating the KV cache."
     )
-    assert 'data-culprit="infrastructure"' in verdict
-    lines = by_id(html, f"serve-job-{job.pk}-full-size-engine-lines", "pre")
+    assert 'data-culprit="infrastructure"' in verdict.inner_html
+    lines = by_id(html, f"serve-job-{job.pk}-full-size-engine-lines", "pre").raw_text
     assert "torch.OutOfMemoryError" in lines
 
 

@@ -6,8 +6,6 @@ own error lines, a pool that names no engine."""
 from __future__ import annotations
 
 import copy
-import html as html_lib
-import re
 
 import pytest
 from django.template.loader import render_to_string
@@ -19,6 +17,7 @@ from adaptation.presenters.serve import serve_panels
 from engine.architecture import analyze_config
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
+from tests import dom
 from tests.factories import make_job, make_release
 from tests.web.serve_results import (
     ENGINE_LINES,
@@ -29,7 +28,7 @@ from tests.web.serve_results import (
     SERVED,
     served,
 )
-from tests.web.test_plan_panel import figure, text
+from tests.web.test_plan_panel import figure
 
 pytestmark = pytest.mark.django_db
 
@@ -74,40 +73,30 @@ def rendered(job) -> str:
 
 
 def article(html: str, job) -> str:
-    match = re.search(
-        rf'<article class="plan serve-panel[^"]*" id="serve-job-{job.pk}".*?</article>', html, re.S
-    )
-    assert match, "no serve panel"
-    return match[0]
+    """The markup of `job`'s serve panel."""
+    return dom.find(html, f"article.plan.serve-panel#serve-job-{job.pk}").html
 
 
-def by_id(panel: str, element_id: str, tag: str) -> str:
-    match = re.search(rf'<{tag}[^>]*id="{re.escape(element_id)}"[^>]*>(.*?)</{tag}>', panel, re.S)
-    assert match, f"no <{tag} id={element_id}>"
-    return match[1]
+def by_id(panel: str, element_id: str, tag: str) -> dom.Element:
+    """The `<tag>` of `panel` whose id is `element_id`."""
+    return dom.find(panel, f"{tag}#{element_id}")
 
 
-def rows(table: str) -> list[list[str]]:
-    body = re.search(r"<tbody>(.*)</tbody>", table, re.S)[1]
-    return [
-        [text(cell) for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, re.S)]
-        for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)
-    ]
+def rows(table: dom.Element) -> list[list[str]]:
+    """The body rows of `table`, each as its cells' texts."""
+    return dom.rows(table, "tbody")
 
 
-def fact(panel: str, label: str) -> str:
-    match = re.search(rf"<dt>{re.escape(label)}</dt><dd[^>]*>(.*?)</dd>", panel, re.S)
-    assert match, f"no fact {label!r}"
-    return text(match[1])
-
-
-def read(fragment: str) -> str:
-    """`fragment` as read: tags dropped without a space, whitespace folded."""
-    return " ".join(html_lib.unescape(re.sub(r"<[^>]+>", "", fragment)).split())
+def fact(panel: str | dom.Element, label: str) -> str:
+    """The text of the fact labelled `label`."""
+    facts = dom.facts(panel)
+    assert label in facts, f"no fact {label!r}"
+    return facts[label]
 
 
 def pre(panel: str, element_id: str) -> str:
-    return html_lib.unescape(by_id(panel, element_id, "pre"))
+    """The text of the `<pre>` whose id is `element_id`, as written, entities decoded."""
+    return by_id(panel, element_id, "pre").raw_text
 
 
 # --- served ----------------------------------------------------------------------------------
@@ -119,7 +108,7 @@ def test_a_served_run_shows_the_engine_the_commands_and_their_difference(llama_p
     stem = f"serve-job-{job.pk}"
 
     assert "serve-served" in panel
-    assert read(by_id(panel, f"{stem}-verdict", "p")) == (
+    assert by_id(panel, f"{stem}-verdict", "p").text == (
         "Served: vllm 0.32.0 loaded the scaled twin from the plan's command and answered the "
         "checks: passed."
     )
@@ -150,7 +139,7 @@ def test_every_figure_of_a_served_run_is_labelled_measured_on_the_engine_serving
         "84.2 s from launch to the first answer of /health"
     )
     assert fact(panel, "Peak memory (measured, engine, twin)") == "2.7 GiB"
-    headings = [text(h) for h in re.findall(r"<h4>(.*?)</h4>", panel, re.S)]
+    headings = dom.texts(panel, "h4")
     assert headings == [
         "The commands",
         "What the launch changed from the plan's command",
@@ -159,10 +148,7 @@ def test_every_figure_of_a_served_run_is_labelled_measured_on_the_engine_serving
         "Load sweep (measured, engine, twin)",
     ]
     # The tensor-parallel check is one line, its figures folded under it.
-    tp = re.search(
-        rf'<details[^>]*id="serve-job-{job.pk}-tp-fold">\s*<summary>(.*?)</summary>', panel, re.S
-    )
-    assert text(tp[1]) == (
+    assert dom.text(panel, f"details#serve-job-{job.pk}-tp-fold > summary") == (
         "Tensor parallel through the engine: TP=2 launched as planned; greedy tokens match "
         "TP=1 over 160 tokens (measured, engine, twin)"
     )
@@ -186,17 +172,10 @@ def test_the_startup_log_is_folded_and_the_precision_is_judged_against_its_limit
     panel = article(rendered(job), job)
     stem = f"serve-job-{job.pk}"
 
-    log = re.search(
-        rf'<details class="serve-startup-log" id="{stem}-startup-log">(.*?)</details>', panel, re.S
-    )
-    assert log, "no folded startup log"
-    assert text(re.search(r"<summary>(.*?)</summary>", log[1], re.S)[1]) == (
-        "The engine's startup log (excerpt, 3 lines)"
-    )
-    assert html_lib.unescape(re.search(r"<pre[^>]*>(.*?)</pre>", log[1], re.S)[1]) == "\n".join(
-        SERVED["startup_log"]
-    )
-    assert read(by_id(panel, f"{stem}-precision-verdict", "p")) == (
+    log = dom.find(panel, f"details.serve-startup-log#{stem}-startup-log")
+    assert dom.text(log, "summary") == "The engine's startup log (excerpt, 3 lines)"
+    assert dom.find(log, "pre").raw_text == "\n".join(SERVED["startup_log"])
+    assert by_id(panel, f"{stem}-precision-verdict", "p").text == (
         "Passed: the engine's bfloat16 tokens and log-probabilities against transformers in "
         "float32 on the same checkpoint, 10 prompts, 160 tokens compared."
     )
@@ -206,7 +185,7 @@ def test_the_startup_log_is_folded_and_the_precision_is_judged_against_its_limit
         ["Max |Δ logprob|", "1.20e-02", "2.50e-01", "yes"],
         ["KL over the top-k", "4.00e-04", "2.00e-02", "yes"],
     ]
-    assert text(re.search(r'<p class="note serve-limits-source">(.*?)</p>', panel, re.S)[1]) == (
+    assert dom.text(panel, "p.note.serve-limits-source") == (
         "Limits: bfloat16 unit roundoff, measured margins (engine/stages/serve/precision.py)."
     )
     tp = by_id(panel, f"{stem}-tp", "dl")
@@ -234,13 +213,12 @@ def test_the_sweep_table_and_its_knee():
         ["8", "160 ms", "240 ms", "34 ms", "41 ms", "1.38 s", "226", "7.1", "0 of 32"],
     ]
     assert '<tr data-concurrency="4" class="knee">' in panel
-    assert read(by_id(panel, f"{stem}-knee", "p")) == (
+    assert by_id(panel, f"{stem}-knee", "p").text == (
         "Knee: concurrency 4, 210 tokens/s at a TPOT p50 of 18 ms (measured, engine, twin): "
         "from there, output tokens/s grew less than 10.0 % per doubling of the requests in "
         "flight, to every larger concurrency measured (+7.8% at the next doubling)."
     )
-    settings = re.search(r'<p class="meta serve-sweep-settings">(.*?)</p>', panel, re.S)
-    assert read(settings[1]) == (
+    assert dom.text(panel, "p.meta.serve-sweep-settings") == (
         "Each request 128 prompt tokens and 32 output tokens, concurrency up to 8, driven by "
         "vllm.benchmarks.serve (vLLM 0.32.0)."
     )
@@ -279,7 +257,7 @@ def test_the_knee_is_worded_by_its_rule_never_shown_as_a_code(knee, words):
     job = serve_job(result)
     panel = article(rendered(job), job)
 
-    assert read(by_id(panel, f"serve-job-{job.pk}-knee", "p")) == (
+    assert by_id(panel, f"serve-job-{job.pk}-knee", "p").text == (
         "Knee: concurrency 4, 210 tokens/s at a TPOT p50 of 18 ms (measured, engine, twin)" + words
     )
     assert knee["reason"] not in panel
@@ -303,7 +281,7 @@ def test_each_failure_phase_is_worded_never_shown_as_a_code(phase, words):
     job = serve_job(result, status="failed", error=f"serve: {phase} failed")
     panel = article(rendered(job), job)
 
-    assert read(re.search(r'<p class="verdict">(.*?)</p>', panel, re.S)[1]) == words
+    assert dom.text(panel, 'p[class="verdict"]') == words
     assert 'data-phase="a_phase' not in panel
 
 
@@ -323,9 +301,7 @@ def test_a_launch_failure_of_an_attached_endpoint_says_it_was_reaching_it():
     job = serve_job(result, status="failed")
     panel = article(rendered(job), job)
 
-    assert read(re.search(r'<p class="verdict">(.*?)</p>', panel, re.S)[1]) == (
-        "Failed at launch (reaching the endpoint)"
-    )
+    assert dom.text(panel, 'p[class="verdict"]') == ("Failed at launch (reaching the endpoint)")
 
 
 def test_a_precision_failure_names_the_first_divergence():
@@ -354,9 +330,7 @@ def test_a_precision_failure_names_the_first_divergence():
     panel = article(rendered(job), job)
     stem = f"serve-job-{job.pk}"
 
-    assert read(re.search(r'<p class="verdict">(.*?)</p>', panel, re.S)[1]) == (
-        "Failed at the precision check"
-    )
+    assert dom.text(panel, 'p[class="verdict"]') == ("Failed at the precision check")
     assert rows(by_id(panel, f"{stem}-precision", "table"))[:3] == [
         ["Token agreement", "93.8 %", "—", "—"],
         [
@@ -368,7 +342,7 @@ def test_a_precision_failure_names_the_first_divergence():
         ["Max |Δ logprob|", "6.10e-01", "2.50e-01", "NO"],
     ]
     assert '<tr data-figure="max_abs_logprob_diff" class="crossed">' in panel
-    assert read(by_id(panel, f"{stem}-precision-verdict", "p")).startswith("Failed: ")
+    assert by_id(panel, f"{stem}-precision-verdict", "p").text.startswith("Failed: ")
     assert "The figures below were measured before the failure." in panel
 
 
@@ -383,13 +357,13 @@ def test_a_launch_that_failed_shows_the_engines_lines_and_who_is_at_fault():
     stem = f"serve-job-{job.pk}"
 
     assert "serve-failed" in panel
-    assert read(re.search(r'<p class="verdict">(.*?)</p>', panel, re.S)[1]) == "Failed at launch"
-    assert text(re.search(r'<p class="reason">(.*?)</p>', panel, re.S)[1]) == (
+    assert dom.text(panel, 'p[class="verdict"]') == "Failed at launch"
+    assert dom.text(panel, 'p[class="reason"]') == (
         "vllm exited with code 1 before answering /health"
     )
-    culprit = re.search(r'<p class="serve-culprit" data-culprit="(\w+)">(.*?)</p>', panel, re.S)
-    assert culprit[1] == "release"
-    assert read(culprit[2]).startswith("The release is at fault:")
+    culprit = dom.find(panel, 'p[class="serve-culprit"][data-culprit]')
+    assert culprit["data-culprit"] == "release"
+    assert culprit.text.startswith("The release is at fault:")
     assert pre(panel, f"{stem}-engine-lines") == "\n".join(
         [*ENGINE_LINES, "<b id='injected'>not markup</b>"]
     )
@@ -402,7 +376,7 @@ def test_a_launch_that_failed_shows_the_engines_lines_and_who_is_at_fault():
             "the scaled twin's checkpoint folder",
         ]
     ]
-    assert "The command that was launched" in text(panel)
+    assert "The command that was launched" in dom.text(panel)
     assert fact(panel, "Load time (measured, engine, twin)").startswith("— ")
     # Nothing was measured: no sweep, no charts, no "measured before the failure".
     assert "serve-sweep" not in panel and "-chart" not in panel
@@ -415,9 +389,9 @@ def test_an_infrastructure_failure_says_the_release_was_not_judged():
     job = serve_job(result, status="failed")
     panel = article(rendered(job), job)
 
-    culprit = re.search(r'<p class="serve-culprit" data-culprit="(\w+)">(.*?)</p>', panel, re.S)
-    assert culprit[1] == "infrastructure"
-    assert read(culprit[2]).startswith("The infrastructure is at fault, not the release:")
+    culprit = dom.find(panel, 'p[class="serve-culprit"][data-culprit]')
+    assert culprit["data-culprit"] == "infrastructure"
+    assert culprit.text.startswith("The infrastructure is at fault, not the release:")
 
 
 def test_a_failed_run_without_a_result_shows_its_error():
@@ -425,9 +399,7 @@ def test_a_failed_run_without_a_result_shows_its_error():
     panel = article(rendered(job), job)
 
     assert "serve-failed" in panel
-    assert text(re.search(r'<p class="reason">(.*?)</p>', panel, re.S)[1]) == (
-        "serve: the worker lost its engine environment"
-    )
+    assert dom.text(panel, 'p[class="reason"]') == ("serve: the worker lost its engine environment")
     assert "serve-culprit" not in panel and "serve-command" not in panel
 
 
@@ -436,7 +408,7 @@ def test_a_pool_without_an_engine_says_it_is_not_configured():
     panel = article(rendered(job), job)
 
     assert "serve-not-configured" in panel
-    assert read(by_id(panel, f"serve-job-{job.pk}-verdict", "p")) == (
+    assert by_id(panel, f"serve-job-{job.pk}-verdict", "p").text == (
         "Not configured: pool h200x2 names no serving engine, so nothing was launched or "
         "measured. Set the pool's engine (kind vllm, sglang, or openai to attach to a "
         "running endpoint) in the admin."
@@ -448,7 +420,7 @@ def test_a_release_without_a_serve_run_says_not_run_yet():
     job = make_job(release=make_release(repo_id=REPO))
     html = rendered(job)
     assert "serve-panel" not in html
-    assert "Not run yet: the serve stage launches" in text(html)
+    assert "Not run yet: the serve stage launches" in dom.text(html)
 
 
 # --- charts ----------------------------------------------------------------------------------
@@ -535,7 +507,7 @@ def test_a_run_the_worker_refused_shows_only_its_failure():
     job = serve_job(result, status="failed", error="the endpoint 10.0.0.5 is a private address")
     panel = article(rendered(job), job)
 
-    assert read(re.search(r'<p class="verdict">(.*?)</p>', panel, re.S)[1]) == "Failed at launch"
+    assert dom.text(panel, 'p[class="verdict"]') == "Failed at launch"
     assert 'data-culprit="infrastructure"' in panel
     assert "serve-command" not in panel and "serve-facts" not in panel and "<h4>" not in panel
     assert "serve-engine-lines" not in panel
