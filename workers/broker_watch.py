@@ -19,7 +19,6 @@ from celery import current_app
 logger = logging.getLogger(__name__)
 
 EPOCH_KEY = "day0:broker-epoch"
-REDIS_TRANSPORTS = ("redis", "rediss", "sentinel")
 
 
 def messages_lost() -> bool:

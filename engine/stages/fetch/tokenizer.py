@@ -65,8 +65,6 @@ WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".bin", ".pt", ".pth", ".ggu
 MAX_FILE_BYTES = 64 * 2**20
 MAX_TOTAL_BYTES = 128 * 2**20
 
-KINDS: tuple[str, ...] = ("fast", "sentencepiece", "tiktoken", "none")
-
 # A tiktoken rank file: lines of "<base64 token> <rank>".
 _TIKTOKEN_LINE = re.compile(rb"^[A-Za-z0-9+/]+=* \d+\r?$")
 

@@ -50,8 +50,6 @@ from engine.stages.serve.full_size_result import (
 )
 from engine.stored import as_mapping
 
-SECTION = "full_size"
-
 
 def _predicted(prediction: Prediction | None) -> dict[str, Any] | None:
     if prediction is None:
