@@ -5,9 +5,7 @@ filters, a constant number of queries whatever the number of releases, and who m
 from __future__ import annotations
 
 import csv
-import html as html_lib
 import io
-import re
 from datetime import UTC, datetime, timedelta
 
 import numpy
@@ -17,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from adaptation.models import KnownLimitation, StageRun
+from tests import dom
 from tests.factories import cpu_pool, make_release
 from tests.reports.conftest import job_with_runs
 
@@ -141,22 +140,19 @@ def sample(base, h200, fetch_analyze_readiness) -> dict:
 
 
 def figure(html: str, name: str) -> str:
-    match = re.search(rf'id="summary-{name}" data-value="([^"]*)"', html)
-    assert match, f"no summary figure {name}"
-    return match[1]
+    """The data-value of the summary figure `name`."""
+    return dom.attr(html, f"#summary-{name}", "data-value")
 
 
 def page_rows(html: str) -> dict[int, dict[str, str]]:
     """The report table's rows by release id: each `data-col` cell's data-value (or text)."""
-    rows = {}
-    for pk, body in re.findall(r'<tr id="report-row-(\d+)"[^>]*>(.*?)</tr>', html, re.S):
-        cells = {}
-        for col, rest in re.findall(r'data-col="(\w+)"([^>]*>.*?)</td>', body, re.S):
-            value = re.search(r'data-value="([^"]*)"', rest.split(">", 1)[0])
-            text = " ".join(re.sub(r"<[^>]+>", "", rest.split(">", 1)[1]).split())
-            cells[col] = value[1] if value else html_lib.unescape(text)
-        rows[int(pk)] = cells
-    return rows
+    return {
+        int(row["id"].removeprefix("report-row-")): {
+            cell["data-col"]: cell.get("data-value", cell.text)
+            for cell in row.select("td[data-col]")
+        }
+        for row in dom.find_all(html, 'tr[id^="report-row-"]')
+    }
 
 
 def test_summary_figures_match_the_rows_written(client, cast, sample, base):
@@ -177,14 +173,16 @@ def test_summary_figures_match_the_rows_written(client, cast, sample, base):
     assert float(figure(html, "p90")) == round(numpy.percentile(list(day0_h.values()), 90), 2)
     assert float(figure(html, "p90")) == 17.0
     # Failures by stage: every failed attempt (analyze twice for r4, fetch once for r5).
-    failures = dict(
-        re.findall(
-            r'<tr data-stage="(\w+)"><th scope="row">\w+</th><td class="num">(\d+)</td>', html
-        )
-    )
+    failures = {
+        count.parent["data-stage"]: count.text
+        for count in dom.find_all(html, 'tr[data-stage] > th[scope="row"] + td.num')
+    }
     assert failures == {"analyze": "2", "fetch": "1"}
     # Success rate per pool: cpu 3 succeeded, 1 failed (1 running left out); h200 1 and 1.
-    rates = dict(re.findall(r'<tr data-pool="([\w-]+)">.*?data-value="([^"]*)"', html, re.S))
+    rates = {
+        row["data-pool"]: dom.attr(row, "[data-value]", "data-value")
+        for row in dom.find_all(html, "tr[data-pool]")
+    }
     assert rates == {"cpu": str(round(100 * 3 / 4, 1)), "h200": "50.0"}
     # The old release is outside the default 30 days.
     assert "org/too-old" not in html
@@ -295,18 +293,21 @@ def test_readiness_board_cells_link_to_the_job(client, cast, sample):
     assert response.status_code == 200
     html = response.content.decode()
     r2, r4, r5 = sample["r2"], sample["r4"], sample["r5"]
-    row = re.search(rf'<tr id="readiness-row-{r2.pk}">(.*?)</tr>', html, re.S)[1]
-    cells = dict(re.findall(r'data-pool="([\w-]+)" data-level="(\w+)"', row))
+    row = dom.find(html, f"tr#readiness-row-{r2.pk}")
+    cells = {
+        cell["data-pool"]: cell["data-level"] for cell in row.select("[data-pool][data-level]")
+    }
     assert cells == {"cpu": "complete", "h200": "complete"}
     h200_job = r2.jobs.get(pool__name="h200")
-    assert f'href="/releases/{r2.pk}/#job-{h200_job.pk}"' in row
-    assert re.search(r'data-value="20.0">Day 0 after 20.0 h', row)
-    assert re.search(r'data-value="30.0">Day 0 after 30.0 h', row)
-    failed = re.search(rf'<tr id="readiness-row-{r4.pk}">(.*?)</tr>', html, re.S)[1]
+    assert f"/releases/{r2.pk}/#job-{h200_job.pk}" in [a["href"] for a in row.select("a[href]")]
+    for hours in ("20.0", "30.0"):
+        said = [cell.text for cell in row.select(f'[data-value="{hours}"]')]
+        assert any(words.startswith(f"Day 0 after {hours} h") for words in said), said
+    failed = dom.find(html, f"tr#readiness-row-{r4.pk}").inner_html
     assert 'data-pool="cpu" data-level="none"' in failed
     assert "needs Architecture analysis" in failed and "not ready" in failed
     assert 'data-pool="h200"><span class="muted">no job</span>' in failed
-    r5_row = re.search(rf'<tr id="readiness-row-{r5.pk}">(.*?)</tr>', html, re.S)[1]
+    r5_row = dom.find(html, f"tr#readiness-row-{r5.pk}").inner_html
     assert 'data-pool="h200" data-level="none"' in r5_row and "needs Fetch &amp; parse" in r5_row
     assert "org/too-old" not in html
 
