@@ -5,8 +5,6 @@ timeline of every timestamp."""
 
 from __future__ import annotations
 
-import html as html_lib
-import re
 from datetime import timedelta
 
 import pytest
@@ -15,6 +13,7 @@ from django.utils import timezone
 
 from adaptation.models import KnownLimitation
 from engine.registry import stage_names
+from tests import dom
 from tests.factories import cpu_pool, make_release
 from tests.reports.conftest import job_with_runs
 
@@ -24,13 +23,9 @@ BOARD = reverse("adaptation:board")
 ALL = stage_names()
 
 
-def text(fragment: str) -> str:
-    return html_lib.unescape(" ".join(re.sub(r"<[^>]+>", " ", fragment).split()))
-
-
 def board_clock(html: str, release_pk: int) -> str:
-    row = re.search(rf'<tr id="release-row-{release_pk}".*?</tr>', html, re.S)[0]
-    return text(re.search(r'<td class="clock">(.*?)</td>', row, re.S)[1])
+    """The text of the clock cell of the release's row on the board."""
+    return dom.text(html, f"tr#release-row-{release_pk} td.clock")
 
 
 @pytest.fixture
@@ -116,18 +111,20 @@ def test_release_page_shows_readiness_per_pool_and_the_timeline(client, cast, re
     client.force_login(cast.mona)
     release, cpu_job, h200_job = (release_on_two_pools[k] for k in ("release", "cpu", "h200"))
     html = client.get(reverse("adaptation:release_detail", args=[release.pk])).content.decode()
-    section = re.search(r'<section id="day0-clock".*?</section>', html, re.S)[0]
-    assert "Time to Day-0 5 h 00 m (ready \u2212 published)" in text(section)
-    rows = dict(re.findall(r'<tr data-pool="([\w-]+)">(.*?)</tr>', section, re.S))
-    assert text(rows["cpu"]).startswith("cpu Complete — Minor MTP speculative decoding")
-    assert f'href="#job-{h200_job.pk}-stage-operators">Operator coverage</a>' in rows["h200"]
-    assert text(rows["h200"]).startswith(
+    section = dom.find(html, "section#day0-clock")
+    assert "Time to Day-0 5 h 00 m (ready \u2212 published)" in section.text
+    rows = {row["data-pool"]: row for row in section.select("tr[data-pool]")}
+    assert rows["cpu"].text.startswith("cpu Complete — Minor MTP speculative decoding")
+    links = {a.text: a["href"] for a in rows["h200"].select("a[href]")}
+    assert links["Operator coverage"] == f"#job-{h200_job.pk}-stage-operators"
+    assert rows["h200"].text.startswith(
         "h200 Experimental Operator coverage Blocker Missing operator aten::_grouped_mm not yet"
     )
-    assert f'href="#job-{cpu_job.pk}"' in rows["cpu"]
-    timeline = re.search(r'<table class="day0-timeline".*?</table>', section, re.S)[0]
-    events = [text(row) for row in re.findall(r'<tr class="event[^"]*">(.*?)</tr>', timeline, re.S)]
-    labels = [re.sub(r"^\S+ \S+ ", "", event) for event in events]  # without the date and time
+    assert f"#job-{cpu_job.pk}" in [a["href"] for a in rows["cpu"].select("a[href]")]
+    timeline = dom.find(section, "table.day0-timeline")
+    events = [row.text for row in timeline.select('tr[class^="event"]')]
+    # Without the date and time (the first two words).
+    labels = [event.split(" ", 2)[2] for event in events]
     assert labels[0] == "Published on the hub — 0.0 s"
     assert labels[1] == "Discovered — 20 m 00 s"
     assert labels[-1] == "Ready on the pool (Day 0) cpu 5 h 00 m"
