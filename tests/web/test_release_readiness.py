@@ -3,14 +3,13 @@ did not (cancelled, still running) is shown as, and the words below the first le
 
 from __future__ import annotations
 
-import html as html_lib
-import re
 from datetime import timedelta
 
 import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from tests import dom
 from tests.factories import make_job, make_release
 
 pytestmark = pytest.mark.django_db
@@ -18,19 +17,13 @@ pytestmark = pytest.mark.django_db
 
 def readiness_row(html: str, pool: str) -> str:
     """The raw HTML of the readiness table's row for `pool` on the release page."""
-    table = re.search(
-        r'<table class="readiness-table" id="readiness-per-pool">.*?</table>',
-        html,
-        re.S,
-    )
-    assert table, "no readiness table"
-    row = re.search(rf'<tr data-pool="{pool}">(.*?)</tr>', table[0], re.S)
-    assert row, f"no readiness row for pool {pool}"
-    return row[1]
+    table = dom.find(html, "table.readiness-table#readiness-per-pool")
+    return dom.find(table, f'tr[data-pool="{pool}"]').inner_html
 
 
-def text(fragment: str) -> str:
-    return html_lib.unescape(" ".join(re.sub(r"<[^>]+>", " ", fragment).split()))
+def earned_by(row: str) -> dom.Element:
+    """The row's cell naming the job that earned the level."""
+    return dom.find(row, 'td[class="earned-by"]')
 
 
 def release_page(client, release) -> str:
@@ -62,12 +55,13 @@ def test_a_newer_job_that_did_not_end_by_itself_leaves_the_level_to_the_job_that
 
     row = readiness_row(release_page(logged_in_client, release), "cpu")
 
-    assert text(row).startswith("cpu Complete")
+    assert dom.text(row).startswith("cpu Complete")
     # The job column names the job that earned Complete, and the newer one only as what it is.
-    earned_by = re.search(r'<td class="earned-by">(.*?)</td>', row, re.S)[1]
-    assert text(earned_by) == f"Job {earned.pk} Succeeded · job #{newer.pk} {newer_words}"
-    assert f'href="#job-{earned.pk}"' in earned_by
-    assert f'href="#history-job-{newer.pk}"' in earned_by
+    job = earned_by(row)
+    assert job.text == f"Job {earned.pk} Succeeded · job #{newer.pk} {newer_words}"
+    links = [a["href"] for a in job.select("a[href]")]
+    assert f"#job-{earned.pk}" in links
+    assert f"#history-job-{newer.pk}" in links
     assert f'id="history-job-{newer.pk}"' in release_page(logged_in_client, release)
 
 
@@ -84,9 +78,8 @@ def test_a_newer_job_that_ran_and_failed_is_the_level_s_job(logged_in_client):
 
     row = readiness_row(release_page(logged_in_client, release), "cpu")
 
-    earned_by = re.search(r'<td class="earned-by">(.*?)</td>', row, re.S)[1]
-    assert text(earned_by) == f"Job {newer.pk} Failed"
-    assert text(row).startswith("cpu Not yet rated Architecture analysis")
+    assert earned_by(row).text == f"Job {newer.pk} Failed"
+    assert dom.text(row).startswith("cpu Not yet rated Architecture analysis")
 
 
 @pytest.mark.usefixtures("fetch_analyze_readiness")
@@ -96,8 +89,7 @@ def test_a_cancelled_first_job_is_the_only_one_to_name(logged_in_client):
 
     row = readiness_row(release_page(logged_in_client, release), "cpu")
 
-    earned_by = re.search(r'<td class="earned-by">(.*?)</td>', row, re.S)[1]
-    assert text(earned_by) == f"Job {only.pk} Cancelled"
+    assert earned_by(row).text == f"Job {only.pk} Cancelled"
 
 
 def test_below_the_first_level_the_level_says_not_yet_rated(logged_in_client):
@@ -108,8 +100,7 @@ def test_below_the_first_level_the_level_says_not_yet_rated(logged_in_client):
     board = logged_in_client.get(reverse("adaptation:board")).content.decode()
 
     for html in (readiness_row(page, "cpu"), board):
-        level = re.search(r'<span class="level level-none"( title="[^"]+")?>([^<]*)</span>', html)
-        assert level, "no level badge"
-        assert level[2] == "Not yet rated"
-        assert "experimental" in level[1]
+        level = dom.find(html, 'span[class="level level-none"]')
+        assert level.text == "Not yet rated"
+        assert "experimental" in level.get("title", "")
     assert "None yet" not in page and "None yet" not in board
