@@ -38,8 +38,14 @@ import plotly
 from django.core.cache import cache
 from django.core.serializers.json import DjangoJSONEncoder
 
-# Engine modules whose code shapes a figure's words or numbers (the charts import them).
-_ENGINE_MODULES = ("engine.formatting", "engine.units")
+# Engine modules whose code shapes a figure's words or numbers (the charts import them; a
+# stage's typed result judges what a chart draws, a stop's cause say).
+_ENGINE_MODULES = (
+    "engine.formatting",
+    "engine.units",
+    "engine.stages.performance.result",
+    "engine.stages.stability.result",
+)
 # How long (s) an unused figure is kept: its key never goes stale, so this only bounds the
 # room figures take in a shared cache.
 FIGURE_TIMEOUT_S = 7 * 24 * 3600

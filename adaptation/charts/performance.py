@@ -33,6 +33,7 @@ from adaptation.charts.performance_series import (
     x_key,
     x_word,
 )
+from engine.stages.performance.result import Knee, SweepStop
 
 # The title of each chart of the default view (`presenters.performance_view.DEFAULT_CHARTS`).
 GROUP_TITLES = {
@@ -58,9 +59,9 @@ def curves(
     `sources` are the curves' owners (one job, or two compared): {"release" and "pool" (the
     job's repo id and pool name, prefixed to trace names when jobs are compared), "rows"
     (PerformancePoint rows as dicts: kind, model, dtype, batch_size, prompt_len, metric,
-    value, unit), "dtype_labels" ({dtype: label}, optional), "knees" ([{"dtype",
-    "prompt_len", "batch_size", "decode_tokens_per_s", "tpot_s", "found"}], optional),
-    "stops" ([{"dtype", "prompt_len", "batch_size"}], optional)}. `metrics`: {"name",
+    value, unit), "dtype_labels" ({dtype: label}, optional), "knees" (each dtype's
+    `performance.result.Knee`, optional), "stops" (the sweep's `performance.result.SweepStop`s,
+    optional)}. `metrics`: {"name",
     "label", "unit", "scale" (value x scale is drawn), "p95" (the metric drawn as the upper
     error bar, optional)}. `x`: "batch_size" (log-2 axis), "prompt_len" (log axis) or "dtype"
     (categories). `what` is the chart's title before "vs <x>" (`GROUP_TITLES`, or a metric's
@@ -140,7 +141,7 @@ def curves(
     column_x: dict[tuple[int, int], set[Any]] = {}  # the x values drawn on each panel
     y_top: dict[tuple[int, int], float] = {}
     y_low: dict[tuple[int, int], float] = {}  # the smallest positive y of a panel
-    stops: list[tuple[int, str, Mapping[str, Any]]] = []
+    stops: list[tuple[int, str, SweepStop]] = []
     for s_index, source in enumerate(sources):
         prefix = f"{source['release']} on {source['pool']} · " if source.get("release") else ""
         dtype_labels = source.get("dtype_labels") or {}
@@ -389,19 +390,20 @@ def _knee_markers(fig, source, prefix, panels, shown, spare, legend_seen, s_inde
         return
     row = [m for m, _ in panels].index(measured_models[0]) + 1
     by_metric = {m["name"]: (i + 1, m) for i, m in enumerate(shown)}
-    for knee in source.get("knees") or ():
+    knees: Sequence[Knee] = source.get("knees") or ()
+    for knee in knees:
         for metric, value in (
-            ("decode_tokens_per_s", knee.get("decode_tokens_per_s")),
-            ("tpot_s", knee.get("tpot_s")),
+            ("decode_tokens_per_s", knee.decode_tokens_per_s),
+            ("tpot_s", knee.tpot_s),
         ):
             if metric not in by_metric or value is None:
                 continue
             col, info = by_metric[metric]
-            found = "" if knee.get("found") else " (no knee found: the largest batch measured)"
-            name = f"{prefix}recommended batch, {knee['dtype']}{found}"
+            found = "" if knee.found else " (no knee found: the largest batch measured)"
+            name = f"{prefix}recommended batch, {knee.dtype}{found}"
             fig.add_trace(
                 go.Scatter(
-                    x=[knee["batch_size"]],
+                    x=[knee.batch_size],
                     y=[value * float(info.get("scale") or 1.0)],
                     mode="markers",
                     name=name,
@@ -410,18 +412,18 @@ def _knee_markers(fig, source, prefix, panels, shown, spare, legend_seen, s_inde
                     marker={
                         "symbol": "star",
                         "size": 16,
-                        "color": dtype_colour(str(knee["dtype"]), spare),
+                        "color": dtype_colour(knee.dtype, spare),
                         "line": {"color": "#1d232b", "width": 1},
                     },
                     meta={
                         "source": s_index,
                         "role": "knee",
                         "metric": metric,
-                        "dtype": knee["dtype"],
-                        "prompt_len": knee.get("prompt_len"),
-                        "batch_size": knee["batch_size"],
+                        "dtype": knee.dtype,
+                        "prompt_len": knee.prompt_len,
+                        "batch_size": knee.batch_size,
                     },
-                    hovertemplate=f"recommended batch %{{x}} (prompt {knee.get('prompt_len')})"
+                    hovertemplate=f"recommended batch %{{x}} (prompt {knee.prompt_len})"
                     f"<br>%{{y:,.4g}} {info['unit']}<extra>%{{fullData.name}}</extra>",
                 ),
                 row=row,
@@ -438,15 +440,11 @@ def _stop_lines(fig, stops, panels, shown, y_top, y_low, log_y, legend_seen, col
         return
     row = [m for m, _ in panels].index(measured_models[0]) + 1
     for s_index, prefix, stop in stops:
-        batch = stop.get("batch_size")
-        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        batch = stop.batch_size
+        if batch is None or batch < 1:
             continue
         # A sweep stops where memory ran out or where its time budget did (budget.py).
-        cause = "time budget" if "time budget" in str(stop.get("reason") or "") else "out of memory"
-        name = (
-            f"{prefix}{cause} at batch {batch} ({stop.get('dtype')}, prompt "
-            f"{stop.get('prompt_len')})"
-        )
+        name = f"{prefix}{stop.cause} at batch {batch} ({stop.dtype}, prompt {stop.prompt_len})"
         for col in range(1, len(shown) + 1):
             top = y_top.get((row, col)) or 1.0
             bottom = y_low.get((row, col), top) if (row, col) in log_y else 0.0
@@ -463,8 +461,8 @@ def _stop_lines(fig, stops, panels, shown, y_top, y_low, log_y, legend_seen, col
                     meta={
                         "source": s_index,
                         "role": "stop",
-                        "dtype": stop.get("dtype"),
-                        "prompt_len": stop.get("prompt_len"),
+                        "dtype": stop.dtype,
+                        "prompt_len": stop.prompt_len,
                         "batch_size": batch,
                     },
                     hovertemplate=f"{name}<extra></extra>",

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
 
 from adaptation.charts.cache import cached_figure
 from adaptation.charts.layout import ONE_AXIS_MARGIN, figure_json
-from engine.formatting import finite as _number
+from engine.stages.stability.result import StabilitySample
 from engine.units import MIB
 
 # What a run's `memory_kind` sampled, as the memory chart's trace says it.
@@ -22,7 +22,7 @@ MEMORY_KINDS = {
 
 @cached_figure
 def memory(
-    samples: Sequence[Mapping[str, Any]],
+    samples: Sequence[StabilitySample],
     *,
     warmup_steps: int | None,
     slope_bytes_per_step: float | None,
@@ -34,14 +34,14 @@ def memory(
     leak fit shaded and the fitted slope (per step) drawn through the samples after it.
     `memory_kind` is what the run sampled ("process_rss", "device_allocated"). None when no
     sample has a memory figure."""
-    points = [s for s in samples if s.get("memory_bytes") is not None and s.get("step") is not None]
+    points = [s for s in samples if s.memory_bytes is not None and s.step is not None]
     if not points:
         return None
-    steps = [s["step"] for s in points]
-    timed = all(_number(s.get("elapsed_s")) is not None for s in points)
+    steps = [s.step for s in points]
+    timed = all(s.elapsed_s is not None for s in points)
     # x of each sample: seconds since the start, or the step number
-    at = {s["step"]: (s["elapsed_s"] if timed else s["step"]) for s in points}
-    mib = [s["memory_bytes"] / MIB for s in points]
+    at = {s.step: (s.elapsed_s if timed else s.step) for s in points}
+    mib = [s.memory_bytes / MIB for s in points]
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(
@@ -104,7 +104,7 @@ def memory(
 
 @cached_figure
 def step_time(
-    samples: Sequence[Mapping[str, Any]],
+    samples: Sequence[StabilitySample],
     *,
     warmup_steps: int | None,
     first_quarter_s: float | None,
@@ -114,15 +114,15 @@ def step_time(
     """Each step's wall time and process CPU time (ms) against the step number, measured on
     the twin, with the medians of the first and last quarters the drift verdict compares
     (`basis` says which time they are of). None without samples."""
-    points = [s for s in samples if s.get("step") is not None and s.get("step_time_s") is not None]
+    points = [s for s in samples if s.step is not None and s.step_time_s is not None]
     if not points:
         return None
-    steps = [s["step"] for s in points]
+    steps = [s.step for s in points]
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(
             x=steps,
-            y=[s["step_time_s"] * 1000 for s in points],
+            y=[s.step_time_s * 1000 for s in points],
             mode="lines+markers",
             marker={"size": 4},
             name="step wall time (measured, twin)",
@@ -130,11 +130,11 @@ def step_time(
             hovertemplate="step %{x}<br>%{y:,.2f} ms<extra>%{fullData.name}</extra>",
         )
     )
-    if any(s.get("cpu_time_s") is not None for s in points):
+    if any(s.cpu_time_s is not None for s in points):
         fig.add_trace(
             go.Scatter(
                 x=steps,
-                y=[None if s.get("cpu_time_s") is None else s["cpu_time_s"] * 1000 for s in points],
+                y=[None if s.cpu_time_s is None else s.cpu_time_s * 1000 for s in points],
                 mode="lines",
                 line={"width": 1.2},
                 name="step process CPU time (measured, twin)",

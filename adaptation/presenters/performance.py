@@ -50,50 +50,18 @@ from adaptation.presenters.performance_view import (
 from adaptation.presenters.stages import SkippedBecause, finished_run, skipped_because
 from adaptation.selectors.jobs import latest_runs_by_stage
 from adaptation.selectors.performance import PERFORMANCE_STAGE
-from engine.formatting import finite
-from engine.stages.plan.predicted import PlanWorkload, plan_workload
+from engine.stages.performance.result import Knee, PerformanceResult, SweepOptions
+from engine.stages.plan.predicted import PlanWorkload, StoredFit, plan_workload
 from engine.stages.serve.full_size_result import (
     FullSizeRun,
+    Level,
     WorkloadComparison,
     comparisons,
     full_size_run,
 )
-from engine.stored import as_list, as_mapping
+from engine.stored import as_mapping
 
 # --- the release page's performance panel ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KneeRow:
-    """A dtype's recommended batch (the knee of its measured decode curve): TPOT median and
-    p95 (s) and decode tokens/s there, whether a knee was found (else the largest batch
-    measured), and why."""
-
-    dtype: str
-    prompt_len: Any
-    batch_size: Any
-    tpot_s: float | None
-    tpot_p95_s: float | None
-    tokens_per_s: float | None
-    found: bool
-    reason: str
-
-
-def knee_rows(result: Mapping[str, Any]) -> list[KneeRow]:
-    """The knee per dtype of a performance result."""
-    return [
-        KneeRow(
-            dtype=str(knee.get("dtype") or ""),
-            prompt_len=knee.get("prompt_len"),
-            batch_size=knee.get("batch_size"),
-            tpot_s=finite(knee.get("tpot_s")),
-            tpot_p95_s=finite(knee.get("tpot_p95_s")),
-            tokens_per_s=finite(knee.get("decode_tokens_per_s")),
-            found=bool(knee.get("found")),
-            reason=str(knee.get("reason") or ""),
-        )
-        for knee in (as_mapping(k) for k in as_mapping(result.get("knee_by_dtype")).values())
-    ]
 
 
 @dataclass(frozen=True)
@@ -102,26 +70,20 @@ class Problems:
     batch, error), dtypes not measured (dtype, why) and prompt lengths not measured (length,
     why)."""
 
-    errors: list[tuple[Any, Any, Any, Any]]
-    skipped_dtypes: list[tuple[str, Any]]
-    skipped_prompts: list[tuple[Any, Any]]
+    errors: list[tuple[str | None, int | None, int | None, str]]
+    skipped_dtypes: list[tuple[str, str]]
+    skipped_prompts: list[tuple[int | None, str]]
 
     @property
     def any(self) -> bool:
         return bool(self.errors or self.skipped_dtypes or self.skipped_prompts)
 
 
-def _problems(result: Mapping[str, Any]) -> Problems:
+def _problems(result: PerformanceResult) -> Problems:
     return Problems(
-        errors=[
-            (e.get("dtype"), e.get("prompt_len"), e.get("batch_size"), e.get("error"))
-            for e in (as_mapping(e) for e in as_list(result.get("errors")))
-        ],
-        skipped_dtypes=list(as_mapping(result.get("skipped_dtypes")).items()),
-        skipped_prompts=[
-            (s.get("prompt_len"), s.get("reason"))
-            for s in (as_mapping(s) for s in as_list(result.get("skipped_prompt_lens")))
-        ],
+        errors=[(e.dtype, e.prompt_len, e.batch_size, e.error) for e in result.errors],
+        skipped_dtypes=list(result.skipped_dtypes.items()),
+        skipped_prompts=list(result.skipped_prompt_lens),
     )
 
 
@@ -132,41 +94,41 @@ class Sweep:
     `max_batch_size`, the prompt lengths, the timed steps and warm-ups of decode and
     prefill), the CPU threads and how long it took (s)."""
 
-    device: Any
-    backend: Any
+    device: str | None
+    backend: str | None
     twin_parameters: float | None
     timer: str
     memory_kind: str
     memory_method: str
     swept: bool
-    max_batch_size: Any
-    prompt_lens: list[Any]
-    repeats: Any
-    warmup: Any
-    prefill_repeats: Any
-    prefill_warmup: Any
-    threads: Any
+    max_batch_size: int | None
+    prompt_lens: list[int]
+    repeats: int | None
+    warmup: int | None
+    prefill_repeats: int | None
+    prefill_warmup: int | None
+    threads: int | None
     duration_s: float | None
 
 
-# The sweep's options the panel says, as the stage's result names them.
-_SWEEP_OPTIONS = ("max_batch_size", "repeats", "warmup", "prefill_repeats", "prefill_warmup")
-
-
-def _sweep(result: Mapping[str, Any]) -> Sweep:
-    options = as_mapping(result.get("options"))
+def _sweep(result: PerformanceResult) -> Sweep:
+    options = result.options or SweepOptions()
     return Sweep(
-        device=result.get("device"),
-        backend=result.get("backend"),
-        twin_parameters=finite(as_mapping(result.get("twin")).get("parameters")),
-        timer=str(result.get("timer") or ""),
-        memory_kind=str(result.get("memory_kind") or ""),
-        memory_method=str(result.get("memory_method") or ""),
-        swept=bool(options),
-        prompt_lens=as_list(options.get("prompt_lens")),
-        **{key: options.get(key) for key in _SWEEP_OPTIONS},
-        threads=result.get("threads"),
-        duration_s=finite(result.get("duration_s")),
+        device=result.device,
+        backend=result.backend,
+        twin_parameters=result.twin_parameters,
+        timer=result.timer or "",
+        memory_kind=result.memory_kind or "",
+        memory_method=result.memory_method or "",
+        swept=result.options is not None,
+        max_batch_size=options.max_batch_size,
+        prompt_lens=list(options.prompt_lens),
+        repeats=options.repeats,
+        warmup=options.warmup,
+        prefill_repeats=options.prefill_repeats,
+        prefill_warmup=options.prefill_warmup,
+        threads=result.threads,
+        duration_s=result.duration_s,
     )
 
 
@@ -193,15 +155,50 @@ class EngineFullSize:
         return next((c for c in self.comparisons if c.workload.primary), None)
 
 
+def _levels_for_chart(levels: Sequence[Level]) -> list[dict[str, Any]]:
+    """Measured levels as the full-size chart reads them."""
+    return [
+        {
+            "concurrency": level.concurrency,
+            "output_tokens_per_s": level.output_tokens_per_s,
+            "ttft_s_p50": level.ttft_s_p50,
+            "ttft_s_p95": level.ttft_s_p95,
+            "tpot_s_p50": level.tpot_s_p50,
+            "tpot_s_p95": level.tpot_s_p95,
+            "errors": level.errors,
+        }
+        for level in levels
+    ]
+
+
+def _fit_for_chart(fit: StoredFit | None) -> dict[str, Any] | None:
+    if fit is None:
+        return None
+    return {
+        "accelerator": fit.accelerator,
+        "engine": fit.engine,
+        "points": fit.points,
+        "residual": fit.residual,
+    }
+
+
 def _workload_chart(comparison: WorkloadComparison, stem: str) -> ChartSlot | None:
     workload, prediction = comparison.workload, comparison.prediction
     figure = full_size_charts.workload_curves(
-        workload.levels,
-        prediction.points if prediction else [],
+        _levels_for_chart(workload.levels),
+        [
+            {
+                "concurrency": p.concurrency,
+                "output_tokens_per_s": p.output_tokens_per_s,
+                "ttft_s": p.ttft_s,
+                "tpot_s": p.tpot_s,
+            }
+            for p in (prediction.points if prediction else [])
+        ],
         label=workload.label,
         input_tokens=workload.input_tokens,
         output_tokens=workload.output_tokens,
-        fit=prediction.fit if prediction else None,
+        fit=_fit_for_chart(prediction.fit if prediction else None),
         made=prediction.made if prediction else "",
     )
     if figure is None:
@@ -243,9 +240,10 @@ class PerformancePanel:
     charts: list[ChartSlot] = field(default_factory=list)
     off_axis: list[tuple[str, str]] = field(default_factory=list)  # curves the charts leave out
     sweep: Sweep | None = None
-    knees: list[KneeRow] = field(default_factory=list)
+    knees: list[Knee] = field(default_factory=list)  # each dtype's, in the order measured
     knee_rule: str = ""
-    stops: list[tuple[Any, Any, Any]] = field(default_factory=list)  # (dtype, prompt, reason)
+    # (dtype, prompt length, reason) of each sweep that stopped early
+    stops: list[tuple[str | None, int | None, str]] = field(default_factory=list)
     problems: Problems | None = None
     twin_calibration: TwinCalibration | None = None
     calibrated: CalibratedFullSize | None = None
@@ -323,11 +321,11 @@ def performance_panel(
     panel.engine_full_size = engine_full_size(job, stem=panel.dom_id)
     if run is None:
         return panel
-    result = as_mapping(run.result)
+    result = PerformanceResult.from_stored(run.result)
     panel.rows = list(rows_by_run.get(run.pk, ()))
     if run.status == StageStatus.FAILED:
         panel.failed = True
-        panel.failure = str(run.error or result.get("reason") or "").strip()
+        panel.failure = str(run.error or result.reason).strip()
     if not panel.rows:
         panel.state = "failed" if panel.failed else "empty"
         return panel
@@ -337,16 +335,13 @@ def performance_panel(
     )
     panel.off_axis = off_axis(panel.rows, view)
     panel.sweep = _sweep(result)
-    panel.knees = knee_rows(result)
-    panel.knee_rule = str(result.get("knee_rule") or "")
-    panel.stops = [
-        (s.get("dtype"), s.get("prompt_len"), s.get("reason"))
-        for s in (as_mapping(s) for s in as_list(result.get("stopped")))
-    ]
+    panel.knees = list(result.knee_by_dtype.values())
+    panel.knee_rule = result.knee_rule
+    panel.stops = [(s.dtype, s.prompt_len, s.reason) for s in result.stopped]
     panel.problems = _problems(result)
     panel.twin_calibration = twin_calibration(result)
     panel.calibrated = calibrated_full_size(result)
-    panel.notes = [str(n) for n in as_list(result.get("notes"))]
+    panel.notes = list(result.notes)
     panel.full_size = full_size_prediction(result)
     panel.table = point_table(panel.rows)
     panel.compare_choices = _compare_choices(job, candidates)

@@ -12,14 +12,13 @@ from django.utils.text import slugify
 
 from adaptation.models import AdaptationJob, StageRun
 from adaptation.presenters.chart_slot import ChartSlot
-from adaptation.presenters.performance import KneeRow, knee_rows
 from adaptation.presenters.performance_view import (
     PerformanceView,
     chart_source,
     off_axis,
     view_charts,
 )
-from engine.stored import as_mapping
+from engine.stages.performance.result import Knee, PerformanceResult
 
 
 class CompareError(Exception):
@@ -67,13 +66,17 @@ def compare_job_ids(values: Sequence[str]) -> list[int]:
 
 @dataclass
 class CompareJob:
-    """One job of a comparison, with its performance run's rows, result and knees."""
+    """One job of a comparison, with its performance run's rows and result."""
 
     job: AdaptationJob
     run: StageRun
     rows: list[dict[str, Any]]
-    result: Mapping[str, Any]
-    knees: list[KneeRow]
+    result: PerformanceResult
+
+    @property
+    def knees(self) -> list[Knee]:
+        """Each dtype's knee, in the order measured."""
+        return list(self.result.knee_by_dtype.values())
 
     @property
     def csv_url(self) -> str:
@@ -118,8 +121,7 @@ def compare_performance(
         rows = list(rows_by_run.get(run.pk, ())) if run is not None else []
         if run is None or not rows:
             raise CompareError("no-rows", 404, job=job)
-        result = as_mapping(run.result)
-        compared.append(CompareJob(job, run, rows, result, knee_rows(result)))
+        compared.append(CompareJob(job, run, rows, PerformanceResult.from_stored(run.result)))
     a, b = (c.job for c in compared)
     sources = [
         chart_source(

@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adaptation.presenters.plan_figures import Split
-from engine.formatting import finite
-from engine.stages.plan.predicted import StoredFit, stored_fit
-from engine.stored import as_mapping
+from engine.stages.performance.result import PerformanceResult
+from engine.stages.plan.predicted import StoredFit
 
 
 @dataclass(frozen=True)
@@ -30,21 +29,20 @@ class FullSizePrediction:
     fit: StoredFit | None = None
 
 
-def full_size_prediction(result: Mapping[str, Any]) -> FullSizePrediction | None:
-    info = as_mapping(result.get("predicted"))
-    if not info:
+def full_size_prediction(result: PerformanceResult) -> FullSizePrediction | None:
+    info = result.predicted
+    if info is None:
         return None
-    if not info.get("available"):
-        return FullSizePrediction(available=False, reason=str(info.get("reason") or ""))
-    split = as_mapping(info.get("split"))
+    if not info.available:
+        return FullSizePrediction(available=False, reason=info.reason)
     return FullSizePrediction(
         available=True,
-        accelerator=info.get("accelerator"),
-        split=Split.of(split),
-        devices=split.get("devices"),
-        dtype=str(info.get("dtype_label") or info.get("dtype") or ""),
-        context_tokens=finite(info.get("context_tokens")),
-        fit=stored_fit(info.get("fit")),
+        accelerator=info.accelerator,
+        split=Split.of(info.split),
+        devices=info.split.get("devices"),
+        dtype=info.dtype_label or info.dtype or "",
+        context_tokens=info.context_tokens,
+        fit=info.fit,
     )
 
 
@@ -80,48 +78,30 @@ class CalibratedFullSize:
     notes: list[str] = field(default_factory=list)
 
 
-def twin_calibration(result: Mapping[str, Any]) -> TwinCalibration | None:
-    cal = as_mapping(result.get("calibration"))
-    if not cal:
+def twin_calibration(result: PerformanceResult) -> TwinCalibration | None:
+    cal = result.calibration
+    if cal is None:
         return None
-    if not cal.get("available"):
-        return TwinCalibration(available=False, reason=str(cal.get("reason") or ""))
+    if not cal.available:
+        return TwinCalibration(available=False, reason=cal.reason)
     return TwinCalibration(
         available=True,
-        decode_median=finite(cal.get("decode_efficiency_median")),
-        prefill_median=finite(cal.get("prefill_efficiency_median")),
-        by_dtype=[
-            (
-                str(dtype),
-                finite(as_mapping(d).get("decode_efficiency_median")),
-                as_mapping(d).get("points"),
-            )
-            for dtype, d in as_mapping(cal.get("by_dtype")).items()
-        ],
-        figures=as_mapping(cal.get("figures")),
-        basis=str(cal.get("basis") or ""),
-        probe_errors=int(finite(cal.get("probe_errors")) or 0),
-        probe_error=str(cal.get("probe_error") or ""),
+        decode_median=cal.decode_efficiency_median,
+        prefill_median=cal.prefill_efficiency_median,
+        by_dtype=[(d.dtype, d.decode_efficiency_median, d.points) for d in cal.by_dtype],
+        figures=cal.figures,
+        basis=cal.basis,
+        probe_errors=cal.probe_errors,
+        probe_error=cal.probe_error,
     )
 
 
-def calibrated_full_size(result: Mapping[str, Any]) -> CalibratedFullSize | None:
-    calibrated = as_mapping(as_mapping(result.get("predicted")).get("calibrated"))
-    if not calibrated:
+def calibrated_full_size(result: PerformanceResult) -> CalibratedFullSize | None:
+    calibrated = result.predicted.calibrated if result.predicted is not None else None
+    if calibrated is None:
         return None
-    if not calibrated.get("available"):
-        return CalibratedFullSize(available=False, reason=str(calibrated.get("reason") or ""))
-    factors = [
-        (what, value)
-        for what, value in (
-            ("decode", finite(calibrated.get("decode_factor"))),
-            ("prefill", finite(calibrated.get("prefill_factor"))),
-        )
-        if value is not None
-    ]
+    if not calibrated.available:
+        return CalibratedFullSize(available=False, reason=calibrated.reason)
     return CalibratedFullSize(
-        available=True,
-        factors=factors,  # type: ignore[arg-type]
-        runs=calibrated.get("runs"),
-        notes=[str(calibrated[k]) for k in ("basis", "caveat", "warning") if calibrated.get(k)],
+        available=True, factors=calibrated.factors, runs=calibrated.runs, notes=calibrated.notes
     )

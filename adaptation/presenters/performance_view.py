@@ -17,7 +17,7 @@ from adaptation.charts import performance as performance_charts
 from adaptation.charts.performance_metrics import METRICS, is_efficiency, metric_info
 from adaptation.charts.performance_series import CALIBRATED_PREFIX, X_TITLES, curve_label, x_word
 from adaptation.presenters.chart_slot import ChartSlot
-from engine.stored import as_list, as_mapping
+from engine.stages.performance.result import PerformanceResult
 
 # The default view's charts: (name, metrics), titled by `charts.performance.GROUP_TITLES`.
 DEFAULT_CHARTS = (
@@ -95,23 +95,19 @@ def performance_view(params: Mapping[str, Any]) -> PerformanceView:
 def chart_source(
     *,
     rows: Sequence[Mapping[str, Any]],
-    result: Mapping[str, Any],
+    result: PerformanceResult,
     release: str = "",
     pool: str = "",
 ) -> dict[str, Any]:
-    """A job's rows and what its result adds to a chart (knees, stops, dtype labels); its
-    `release` and `pool` name its traces when two jobs are compared."""
-    predicted = as_mapping(result.get("predicted"))
-    labels = {}
-    if predicted.get("dtype") and predicted.get("dtype_label"):
-        labels[str(predicted["dtype"])] = str(predicted["dtype_label"])
+    """A job's rows and what its result adds to a chart (each dtype's knee, the stops, dtype
+    labels); its `release` and `pool` name its traces when two jobs are compared."""
     return {
         "release": release,
         "pool": pool,
         "rows": rows,
-        "dtype_labels": labels,
-        "knees": [as_mapping(k) for k in as_mapping(result.get("knee_by_dtype")).values()],
-        "stops": [as_mapping(s) for s in as_list(result.get("stopped"))],
+        "dtype_labels": result.dtype_labels,
+        "knees": list(result.knee_by_dtype.values()),
+        "stops": list(result.stopped),
     }
 
 

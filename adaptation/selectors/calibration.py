@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from adaptation.models import (
@@ -12,6 +13,7 @@ from adaptation.models import (
 )
 from adaptation.selectors.full_size import pool_full_size_sweeps
 from engine import formatting as fmt
+from engine.stages.performance.result import PerformanceResult
 from engine.stages.plan.calibration import (
     DEFAULT_CALIBRATION_RUNS,
     EFFICIENCY_METRICS,
@@ -65,7 +67,7 @@ def pool_calibration(
         dtypes[run_id].add(dtype)
     summaries = []
     for run in latest:
-        calibration = (run.result or {}).get("calibration") or {}
+        calibration = PerformanceResult.from_stored(run.result).calibration
         summaries.append(
             {
                 "stage_run": run.pk,
@@ -77,8 +79,8 @@ def pool_calibration(
                 "prefill_efficiency": values[run.pk].get("prefill_efficiency", []),
                 "dtypes": sorted(dtypes[run.pk]),
                 "probe_errors": probe_errors[run.pk],
-                "twin_params": (calibration.get("twin_shape") or {}).get("total_params"),
-                "device": calibration.get("device"),
+                "twin_params": calibration.twin_params if calibration else None,
+                "device": calibration.device if calibration else None,
             }
         )
     result = running_calibration(pool.name, summaries, window=runs)
@@ -110,6 +112,13 @@ def _probed_runs(pool: AcceleratorPool, host: str):
     return runs.filter(result__calibration__device__has_key="memory_bandwidth_bytes_per_s").exclude(
         result__calibration__device__has_key="host_busy"
     )
+
+
+def _probed_device(run: StageRun) -> Mapping[str, Any] | None:
+    """The device figures a performance run's calibration probed (a dict), None where it
+    probed none."""
+    calibration = PerformanceResult.from_stored(run.result).calibration
+    return calibration.device if calibration is not None else None
 
 
 def _positive_figure(value: Any) -> float | None:
@@ -185,7 +194,7 @@ def pool_measured_figures(
                 "stage_run": run.pk,
                 "worker_host": run.worker_host,
                 "finished_at": run.finished_at,
-                "device": ((run.result or {}).get("calibration") or {}).get("device"),
+                "device": _probed_device(run),
             }
             for run in _probed_runs(pool, host)[:runs]
         ]

@@ -54,8 +54,7 @@ from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from adaptation.models import AdaptationJob, BaselineScope, Regression, StageRun, StageStatus
 from adaptation.selectors.jobs import job_current_stage_runs
 from adaptation.stages import app_stage
-from engine.stages.precision.result import PrecisionStageResult
-from engine.stages.serve.result import ServeResult
+from engine.stages.performance.result import PerformanceResult
 
 # Fewer good runs than this judge nothing: one run has no spread to be outside of.
 MIN_BASELINE_RUNS = 2
@@ -157,39 +156,29 @@ def _figure(metric: str, stage: str, value: Any) -> Figure | None:
 def performance_figures(result: Mapping[str, Any]) -> list[Figure]:
     """Decode tokens/s and TTFT p95 at the performance stage's knee (see the module
     docstring); none without a knee."""
-    knee = result.get("knee")
-    if not isinstance(knee, Mapping) or not knee.get("dtype"):
+    run = PerformanceResult.from_stored(result)
+    knee = run.knee
+    if knee is None or not knee.dtype:
         return []
-    point = next(
-        (
-            p
-            for p in result.get("points") or []
-            if isinstance(p, Mapping)
-            and p.get("kind") == "measured"
-            and p.get("dtype") == knee.get("dtype")
-            and p.get("prompt_len") == knee.get("prompt_len")
-            and p.get("batch_size") == knee.get("batch_size")
-        ),
-        None,
-    )
-    on = str((point or {}).get("model") or "twin")
-    at = f"{on}:{knee['dtype']}:{knee.get('prompt_len')}"
-    figures = [_figure(f"decode_tokens_per_s:{at}", "performance", knee.get("decode_tokens_per_s"))]
+    point = run.knee_point()
+    at = f"{run.measured_model}:{knee.dtype}:{knee.prompt_len}"
+    figures = [_figure(f"decode_tokens_per_s:{at}", "performance", knee.decode_tokens_per_s)]
     if point is not None:
-        figures.append(_figure(f"ttft_p95_s:{at}", "performance", point.get("ttft_p95_s")))
+        figures.append(_figure(f"ttft_p95_s:{at}", "performance", point.ttft_p95_s))
     return [figure for figure in figures if figure is not None]
 
 
 def precision_figures(result: Mapping[str, Any]) -> list[Figure]:
     """The relative logit error of each dtype the precision stage checked."""
-    read = PrecisionStageResult.from_stored(result)
+    twin = result.get("twin") if isinstance(result.get("twin"), Mapping) else {}
+    on = "release" if twin.get("weights_source") == "real" else "twin"
+    dtypes = result.get("dtypes") if isinstance(result.get("dtypes"), Mapping) else {}
     figures = [
         _figure(
-            f"relative_logit_error:{read.measured_on}:{entry.dtype}",
-            "precision",
-            entry.relative_logit_error,
+            f"relative_logit_error:{on}:{dtype}", "precision", entry.get("relative_logit_error")
         )
-        for entry in sorted(read.compared, key=lambda entry: entry.dtype)
+        for dtype, entry in sorted(dtypes.items())
+        if isinstance(entry, Mapping)
     ]
     return [figure for figure in figures if figure is not None]
 
@@ -197,27 +186,34 @@ def precision_figures(result: Mapping[str, Any]) -> list[Figure]:
 def serve_figures(result: Mapping[str, Any]) -> list[Figure]:
     """The serving engine's knee tokens/s and TTFT p95, its load time and its precision
     against transformers (see the module docstring); none for a pool without an engine."""
-    served = ServeResult.from_stored(result)
-    if served.checkpoint is None or not served.dtype:
+    checkpoint = result.get("checkpoint") if isinstance(result.get("checkpoint"), Mapping) else {}
+    precision = result.get("precision") if isinstance(result.get("precision"), Mapping) else {}
+    dtype = precision.get("dtype") or checkpoint.get("dtype")
+    if not checkpoint or not dtype:
         return []
-    on = f"engine-{served.measured_on}:{served.dtype}"
-    precision = served.precision
+    on = f"engine-{'release' if checkpoint.get('kind') == 'real' else 'twin'}:{dtype}"
     figures = [
-        _figure(f"load_s:{on}", "serve", served.load_s),
-        _figure(
-            f"max_abs_logprob_diff:{on}",
-            "serve",
-            precision.max_abs_logprob_diff if precision else None,
-        ),
+        _figure(f"load_s:{on}", "serve", result.get("load_s")),
+        _figure(f"max_abs_logprob_diff:{on}", "serve", precision.get("max_abs_logprob_diff")),
     ]
-    knee, settings = served.knee, served.sweep_settings
-    tokens = settings.input_tokens if settings else None
-    if knee is not None and tokens is not None:
+    knee = result.get("knee") if isinstance(result.get("knee"), Mapping) else {}
+    settings = result.get("sweep_settings")
+    tokens = settings.get("input_tokens") if isinstance(settings, Mapping) else None
+    if knee and tokens is not None:
         at = f"{on}:{tokens}"
-        figures.append(_figure(f"decode_tokens_per_s:{at}", "serve", knee.output_tokens_per_s))
-        level = served.knee_level
+        figures.append(
+            _figure(f"decode_tokens_per_s:{at}", "serve", knee.get("output_tokens_per_s"))
+        )
+        level = next(
+            (
+                p
+                for p in result.get("sweep") or []
+                if isinstance(p, Mapping) and p.get("concurrency") == knee.get("concurrency")
+            ),
+            None,
+        )
         if level is not None:
-            figures.append(_figure(f"ttft_p95_s:{at}", "serve", level.ttft_s_p95))
+            figures.append(_figure(f"ttft_p95_s:{at}", "serve", level.get("ttft_s_p95")))
     return [figure for figure in figures if figure is not None]
 
 

@@ -48,6 +48,7 @@ from engine.hubs.base import (
     HubUnavailable,
     ReleaseCandidate,
     ReleaseFiles,
+    canonical_endpoint,
     incomplete_reason,
     repo_matches,
 )
@@ -58,9 +59,8 @@ from engine.hubs.http import (
     retry_after_seconds,
     unreachable_message,
 )
-from engine.hubs.kinds import canonical_endpoint
 from engine.hubs.safetensors_headers import HeaderCache, read_hub_headers, weight_files
-from engine.hubs.trust import token_allowed
+from engine.hubs.trust import hf_token_allowed
 
 logger = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ class HuggingFaceSource:
 
     `spec.endpoint` (else `HF_ENDPOINT`, else https://huggingface.co) is the Hub; `spec.token`
     authenticates, else `HF_TOKEN` / the saved login (as the library reads it), but only on an
-    endpoint that may receive it (`engine.hubs.trust.token_allowed`: the configured hub or
+    endpoint that may receive it (`engine.hubs.trust.hf_token_allowed`: the configured hub or
     one the app allows); any other endpoint is asked without a token. Downloads land
     in `cache_dir` (else `HF_HUB_CACHE`, else `HF_HOME`/hub, else the library's default), so a
     release's files are fetched once per revision. `timeout_s` bounds each request;
@@ -224,7 +224,7 @@ class HuggingFaceSource:
         self.scan_limit = scan_limit
         # False tells the library to send no token at all (not even the saved login).
         token: str | bool | None = spec.token
-        if token is None and not token_allowed(self.endpoint, spec.kind):
+        if token is None and not hf_token_allowed(self.endpoint):
             token = False
         self.sends_hf_token = token is None
         self.api = HfApi(

@@ -4,16 +4,19 @@ from a model instance."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from django.core.cache import cache
 
 from adaptation.charts import cache as figure_cache
 from adaptation.charts import stability as stability_charts
 from adaptation.models import StageRun
+from engine.stages.stability.result import StabilitySample
 from tests.factories import make_job
 
 SAMPLES = [
-    {"step": step, "memory_bytes": 1_000_000 + 4096 * step, "elapsed_s": step / 100}
+    StabilitySample(step=step, memory_bytes=1_000_000 + 4096 * step, elapsed_s=step / 100)
     for step in range(1, 41)
 ]
 MEMORY = {
@@ -64,7 +67,7 @@ def test_each_caller_gets_its_own_copy(memory_chart):
 
 def test_other_inputs_draw_another_figure(memory_chart):
     leak = memory_chart(SAMPLES, **MEMORY)
-    steeper = [{**s, "memory_bytes": s["memory_bytes"] + 65536 * s["step"]} for s in SAMPLES]
+    steeper = [replace(s, memory_bytes=s.memory_bytes + 65536 * s.step) for s in SAMPLES]
     changed = memory_chart(steeper, **(MEMORY | {"slope_bytes_per_step": 69632.0}))
 
     assert len(memory_chart.builds) == 2

@@ -11,7 +11,10 @@ from typing import Any
 from engine import formatting as fmt
 from engine import markdown as md
 from engine.findings import MAJOR, MINOR, Finding, cut_title
-from engine.stored import as_mapping
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _names(listed: Mapping[str, Any]) -> str:
@@ -47,11 +50,11 @@ def _finding(key: str, title: str, body: str, severity: str) -> Finding:
 def _count_finding(result: Mapping[str, Any]) -> Finding | None:
     """The config-derived total against the checkpoint's, when they disagree beyond
     rounding: the checkpoint's is used, and the groups where they differ say why."""
-    comparison = as_mapping(as_mapping(result.get("checkpoint")).get("comparison"))
-    total = as_mapping(as_mapping(comparison.get("figures")).get("total_params"))
+    comparison = _mapping(_mapping(result.get("checkpoint")).get("comparison"))
+    total = _mapping(_mapping(comparison.get("figures")).get("total_params"))
     if not total or comparison.get("agree", True):
         return None
-    groups = as_mapping(comparison.get("groups"))
+    groups = _mapping(comparison.get("groups"))
     rows = [
         [
             md.text(group.replace("_", " ")),
@@ -62,7 +65,7 @@ def _count_finding(result: Mapping[str, Any]) -> Finding | None:
         for group, g in groups.items()
         if isinstance(g, Mapping)
     ]
-    estimated = as_mapping(result.get("config_figures")).get("estimated")
+    estimated = _mapping(result.get("config_figures")).get("estimated")
     why = (
         "The config-derived count was an estimate (a model type neither day0's family table "
         "nor transformers knows), "
@@ -90,7 +93,7 @@ def _count_finding(result: Mapping[str, Any]) -> Finding | None:
 def _tensor_findings(check: Mapping[str, Any]) -> list[Finding]:
     found = []
     source = md.code(check.get("expected_from") or "?")
-    missing = as_mapping(check.get("missing"))
+    missing = _mapping(check.get("missing"))
     if missing.get("count"):
         found.append(
             _finding(
@@ -104,7 +107,7 @@ def _tensor_findings(check: Mapping[str, Any]) -> list[Finding]:
                 MAJOR,
             )
         )
-    wrong = as_mapping(check.get("wrong_shape"))
+    wrong = _mapping(check.get("wrong_shape"))
     if wrong.get("count"):
         tensors = [t for t in wrong.get("tensors") or [] if isinstance(t, Mapping)]
         rows = [
@@ -128,7 +131,7 @@ def _tensor_findings(check: Mapping[str, Any]) -> list[Finding]:
                 MAJOR,
             )
         )
-    extra = as_mapping(check.get("extra"))
+    extra = _mapping(check.get("extra"))
     if extra.get("count"):
         found.append(
             _finding(
@@ -145,7 +148,7 @@ def _tensor_findings(check: Mapping[str, Any]) -> list[Finding]:
 
 def _layer_findings(check: Mapping[str, Any]) -> list[Finding]:
     found = []
-    layers = as_mapping(check.get("layers"))
+    layers = _mapping(check.get("layers"))
     if layers.get("missing") or layers.get("extra"):
         parts = []
         if layers.get("missing"):
@@ -164,7 +167,7 @@ def _layer_findings(check: Mapping[str, Any]) -> list[Finding]:
                 MAJOR,
             )
         )
-    mtp = as_mapping(check.get("mtp"))
+    mtp = _mapping(check.get("mtp"))
     if mtp:
         found.append(
             _finding(
@@ -185,7 +188,7 @@ def _layer_findings(check: Mapping[str, Any]) -> list[Finding]:
 
 def _header_findings(check: Mapping[str, Any]) -> list[Finding]:
     found = []
-    duplicates = as_mapping(check.get("duplicates"))
+    duplicates = _mapping(check.get("duplicates"))
     if duplicates.get("count"):
         found.append(
             _finding(
@@ -197,9 +200,9 @@ def _header_findings(check: Mapping[str, Any]) -> list[Finding]:
                 MINOR,
             )
         )
-    mismatch = as_mapping(check.get("index_mismatch"))
-    index_only = as_mapping(mismatch.get("index_only"))
-    headers_only = as_mapping(mismatch.get("headers_only"))
+    mismatch = _mapping(check.get("index_mismatch"))
+    index_only = _mapping(mismatch.get("index_only"))
+    headers_only = _mapping(mismatch.get("headers_only"))
     if index_only.get("count") or headers_only.get("count"):
         parts = []
         if index_only.get("count"):
@@ -220,7 +223,7 @@ def _header_findings(check: Mapping[str, Any]) -> list[Finding]:
 def checkpoint_findings(result: Mapping[str, Any]) -> list[Finding]:
     """Notes from the analysis's checkpoint figures and check ([] when the analysis was
     counted from the config alone)."""
-    check = as_mapping(result.get("checkpoint_check"))
+    check = _mapping(result.get("checkpoint_check"))
     if not check and not result.get("checkpoint"):
         return []
     found = []

@@ -22,6 +22,7 @@ from engine.notes import (
     NotesContext,
     StageState,
 )
+from engine.stages.performance.result import PerformanceResult
 
 PLACE = 30
 
@@ -32,31 +33,24 @@ def ran_twin(state: StageState) -> bool:
 
 
 def _predicted_at(
-    performance: Mapping[str, Any] | None, plan: Mapping[str, Any] | None, batch: int
+    performance: PerformanceResult, plan: Mapping[str, Any] | None, batch: int
 ) -> dict[str, Any] | None:
     """The plan's full-size decode prediction at `batch` sequences (the largest predicted
     batch at or below it), from the performance result's predicted points, else from the
     plan's decode curve; None when there is none."""
+    point = performance.predicted_decode_at(batch)
+    if point is not None:
+        return {
+            "batch_size": point.batch_size,
+            "tpot_s": point.tpot_s,
+            "decode_tokens_per_s": point.decode_tokens_per_s,
+            "calibrated_tpot_s": point.calibrated_tpot_s,
+            "calibrated_decode_tokens_per_s": point.calibrated_decode_tokens_per_s,
+            "context_tokens": point.context_tokens,
+            "dtype": point.dtype,
+        }
     candidates: list[dict[str, Any]] = []
-    for point in (performance or {}).get("points") or []:
-        if (
-            isinstance(point, Mapping)
-            and point.get("kind") == "predicted"
-            and point.get("prompt_len") is None
-            and fmt.finite(point.get("tpot_s")) is not None
-        ):
-            candidates.append(
-                {
-                    "batch_size": point.get("batch_size"),
-                    "tpot_s": point.get("tpot_s"),
-                    "decode_tokens_per_s": point.get("decode_tokens_per_s"),
-                    "calibrated_tpot_s": point.get("calibrated_tpot_s"),
-                    "calibrated_decode_tokens_per_s": point.get("calibrated_decode_tokens_per_s"),
-                    "context_tokens": point.get("context_tokens"),
-                    "dtype": point.get("dtype"),
-                }
-            )
-    if not candidates and plan and plan.get("fits") is True:
+    if plan and plan.get("fits") is True:
         predicted = plan.get("predicted") or {}
         context = (plan.get("inputs") or {}).get("context_tokens")
         for entry in predicted.get("decode_curve") or [] if predicted.get("available") else []:
@@ -93,8 +87,8 @@ def section(perf: StageState, notes: NotesContext) -> dict[str, Any]:
     measured."""
     plan = notes.state("plan")
     twin = notes.twin
-    result = perf.result or {}
-    knee = result.get("knee") if isinstance(result.get("knee"), Mapping) else None
+    result = PerformanceResult.from_stored(perf.result)
+    knee = result.knee
     if not perf.succeeded or knee is None:
         return {
             "available": False,
@@ -102,28 +96,21 @@ def section(perf: StageState, notes: NotesContext) -> dict[str, Any]:
             "reason": perf.reason,
             "no_knee": perf.succeeded,
         }
-    measured_model = next(
-        (
-            p.get("model")
-            for p in result.get("points") or []
-            if isinstance(p, Mapping) and p.get("kind") == "measured"
-        ),
-        "twin",
-    )
+    measured_model = result.measured_model
     label = MEASURED_FULL if measured_model == "release" else MEASURED_TWIN
-    batch = knee.get("batch_size")
+    batch = knee.batch_size
     measured = {
         "label": label,
         "model": measured_model,
-        "dtype": knee.get("dtype"),
-        "prompt_len": knee.get("prompt_len"),
+        "dtype": knee.dtype,
+        "prompt_len": knee.prompt_len,
         "batch_size": batch,
-        "tpot_s": knee.get("tpot_s"),
-        "tpot_p95_s": knee.get("tpot_p95_s"),
-        "decode_tokens_per_s": knee.get("decode_tokens_per_s"),
-        "found": bool(knee.get("found")),
-        "reason": knee.get("reason") or "",
-        "device": result.get("device"),
+        "tpot_s": knee.tpot_s,
+        "tpot_p95_s": knee.tpot_p95_s,
+        "decode_tokens_per_s": knee.decode_tokens_per_s,
+        "found": knee.found,
+        "reason": knee.reason,
+        "device": result.device,
         "twin_parameters": (twin or {}).get("parameters"),
     }
     predicted = None
@@ -146,15 +133,14 @@ def section(perf: StageState, notes: NotesContext) -> dict[str, Any]:
                 }
     by_dtype = [
         {
-            "dtype": entry.get("dtype"),
-            "prompt_len": entry.get("prompt_len"),
-            "batch_size": entry.get("batch_size"),
-            "tpot_s": entry.get("tpot_s"),
-            "decode_tokens_per_s": entry.get("decode_tokens_per_s"),
-            "found": bool(entry.get("found")),
+            "dtype": entry.dtype,
+            "prompt_len": entry.prompt_len,
+            "batch_size": entry.batch_size,
+            "tpot_s": entry.tpot_s,
+            "decode_tokens_per_s": entry.decode_tokens_per_s,
+            "found": entry.found,
         }
-        for entry in (result.get("knee_by_dtype") or {}).values()
-        if isinstance(entry, Mapping)
+        for entry in result.knee_by_dtype.values()
     ]
     largest = None
     if plan_result and plan_result.get("fits") is True:
@@ -166,8 +152,6 @@ def section(perf: StageState, notes: NotesContext) -> dict[str, Any]:
                 "tpot_s": big.get("tpot_s"),
                 "decode_tokens_per_s": big.get("decode_tokens_per_s"),
             }
-    info = result.get("predicted")
-    prediction_info = info if isinstance(info, Mapping) else {}
     # The twin's knee is measured on the twin's memory: never recommend more sequences than
     # the plan fits at its full context on the pool.
     cap = None
@@ -187,20 +171,21 @@ def section(perf: StageState, notes: NotesContext) -> dict[str, Any]:
         "capped_by_plan": cap,
         "measured": measured,
         "predicted": predicted,
-        "predicted_reason": "" if predicted else str(prediction_info.get("reason") or ""),
+        "predicted_reason": ""
+        if predicted or result.predicted is None
+        else result.predicted.reason,
         "largest_batch": largest,
         "by_dtype": by_dtype,
-        "knee_rule": result.get("knee_rule") or "",
+        "knee_rule": result.knee_rule,
         "stopped": [
             {
-                "dtype": s.get("dtype"),
-                "prompt_len": s.get("prompt_len"),
-                "batch_size": s.get("batch_size"),
-                "reason": first_line(s.get("reason"), 160),
+                "dtype": s.dtype,
+                "prompt_len": s.prompt_len,
+                "batch_size": s.batch_size,
+                "reason": first_line(s.reason, 160),
             }
-            for s in result.get("stopped") or []
-            if isinstance(s, Mapping)
+            for s in result.stopped
         ],
-        "skipped_dtypes": dict(result.get("skipped_dtypes") or {}),
-        "prompt_lens": list((result.get("options") or {}).get("prompt_lens") or []),
+        "skipped_dtypes": dict(result.skipped_dtypes),
+        "prompt_lens": list(result.options.prompt_lens) if result.options else [],
     }

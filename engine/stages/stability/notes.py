@@ -11,6 +11,7 @@ from typing import Any
 
 from engine.markdown import first_line
 from engine.notes import NotesContext, StageState
+from engine.stages.stability.result import StabilityResult
 
 PLACE = 60
 
@@ -25,21 +26,20 @@ def section(state: StageState, notes: NotesContext) -> dict[str, Any]:
     "memory_slope_bytes_per_step", "step_time_drift" (a fraction), "nonfinite_outputs",
     "errors", "dtype", "device"}; "available" False (with status and reason) when the stage
     kept no verdict."""
-    result = state.result or {}
-    if state.status not in ("succeeded", "failed") or "passed" not in result:
+    result = StabilityResult.from_stored(state.result)
+    if state.status not in ("succeeded", "failed") or result.passed is None:
         return {"available": False, "status": state.status, "reason": state.reason}
-    workload = result.get("workload") or {}
     return {
         "available": True,
-        "passed": bool(result.get("passed")),
-        "verdict": "passed" if result.get("passed") else "failed",
-        "reason": first_line(result.get("reason") or state.reason, 400),
-        "duration_s": result.get("duration_s"),
-        "steps": result.get("steps"),
-        "memory_slope_bytes_per_step": result.get("memory_slope_bytes_per_step"),
-        "step_time_drift": result.get("step_time_drift"),
-        "nonfinite_outputs": result.get("nonfinite_outputs"),
-        "errors": result.get("errors"),
-        "dtype": workload.get("dtype"),
-        "device": workload.get("device"),
+        "passed": result.passed,
+        "verdict": result.verdict,
+        "reason": first_line(result.reason or state.reason, 400),
+        "duration_s": result.duration_s,
+        "steps": result.steps,
+        "memory_slope_bytes_per_step": result.memory_slope_bytes_per_step,
+        "step_time_drift": result.step_time_drift,
+        "nonfinite_outputs": result.nonfinite_outputs,
+        "errors": result.errors,
+        "dtype": result.workload.dtype,
+        "device": result.workload.device,
     }

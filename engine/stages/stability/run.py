@@ -69,7 +69,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -80,6 +80,17 @@ from engine.stages.stability.options import (
     MIN_JUDGED_STEPS,
     MIN_WARMUP_STEPS,
     stability_options,
+)
+from engine.stages.stability.result import (
+    DRIFT,
+    EXCEPTIONS,
+    LEAK,
+    NONFINITE,
+    TOO_FEW_STEPS,
+    StabilityResult,
+    StabilitySample,
+    StabilityThresholds,
+    StabilityWorkload,
 )
 from engine.twin import Twin, build_twin
 from engine.twin.measure import (
@@ -322,29 +333,37 @@ def _quarter_medians(times: Sequence[float]) -> tuple[float | None, float | None
     return statistics.median(times[:quarter]), statistics.median(times[-quarter:])
 
 
-def _samples(series: Series) -> list[dict[str, Any]]:
+def _samples(series: Series) -> tuple[StabilitySample, ...]:
     n = len(series.steps)
     stride = max(1, math.ceil(n / MAX_SAMPLES))
     picks = list(range(0, n, stride))
     if n and picks[-1] != n - 1:
         picks.append(n - 1)
-    return [
-        {
-            "step": series.steps[i],
-            "elapsed_s": series.elapsed_s[i],
-            "memory_bytes": series.memory_bytes[i],
-            "step_time_s": series.step_times_s[i],
-            "cpu_time_s": series.cpu_times_s[i],
-        }
+    return tuple(
+        StabilitySample(
+            step=series.steps[i],
+            elapsed_s=series.elapsed_s[i],
+            memory_bytes=series.memory_bytes[i],
+            step_time_s=series.step_times_s[i],
+            cpu_time_s=series.cpu_times_s[i],
+        )
         for i in picks
-    ]
+    )
 
 
 def judge(
     series: Series, options: StabilityOptions, *, weight_bytes: int, on_cpu: bool
 ) -> dict[str, Any]:
-    """The figures and verdicts of a run (the result's keys less the workload's). `on_cpu`:
-    the drift is judged on the steps' process CPU time (see the module docstring)."""
+    """The figures and verdicts of a run as stored (`judged_run`'s, as a dict)."""
+    return judged_run(series, options, weight_bytes=weight_bytes, on_cpu=on_cpu).to_dict()
+
+
+def judged_run(
+    series: Series, options: StabilityOptions, *, weight_bytes: int, on_cpu: bool
+) -> StabilityResult:
+    """The figures and verdicts of a run (the result less the workload and how it was
+    measured, which `measure_stability` adds). `on_cpu`: the drift is judged on the steps'
+    process CPU time (see the module docstring)."""
     n = len(series.steps)
     warmup = min(max(MIN_WARMUP_STEPS, math.ceil(options.warmup_fraction * n)), n // 2)
     fit_steps = series.steps[warmup:]
@@ -385,31 +404,39 @@ def judge(
             else ""
         )
     )
+    limits = StabilityThresholds(
+        leak_bytes_per_step=leak_limit,
+        leak_min_growth_bytes=options.leak_min_growth_bytes,
+        leak_effective_bytes_per_step=effective_limit,
+        max_step_time_drift=options.max_step_time_drift,
+        max_errors=options.max_errors,
+        max_nonfinite_outputs=options.max_nonfinite_outputs,
+    )
     reasons = []
-    if slope is not None and slope > leak_limit and growth > options.leak_min_growth_bytes:
+    if limits.leaks(slope, growth):
         reasons.append(
-            f"memory leak: memory grew {slope:,.0f} bytes/step over steps "
+            f"{LEAK}: memory grew {slope:,.0f} bytes/step over steps "
             f"{pairs[0][0]}-{pairs[-1][0]} ({growth:,.0f} bytes fitted); {leak_rule}"
         )
-    if series.nonfinite_outputs > options.max_nonfinite_outputs:
+    if limits.nonfinite_over(series.nonfinite_outputs):
         reasons.append(
-            f"NaN/Inf outputs: {series.nonfinite_outputs} next-token logit rows held NaN or Inf "
+            f"{NONFINITE}: {series.nonfinite_outputs} next-token logit rows held NaN or Inf "
             f"(threshold {options.max_nonfinite_outputs})"
         )
     if series.errors:
         reasons.append(
-            f"exceptions: {series.errors} steps raised (first: {series.error_messages[0]})"
+            f"{EXCEPTIONS}: {series.errors} steps raised (first: {series.error_messages[0]})"
             + (f"; {series.stopped_early}" if series.stopped_early else "")
         )
-    if drift is not None and drift > options.max_step_time_drift:
+    if limits.drifts(drift):
         reasons.append(
-            f"step-time drift: the median step ({basis}) of the last quarter ({last_q:.4f} s) is "
+            f"{DRIFT}: the median step ({basis}) of the last quarter ({last_q:.4f} s) is "
             f"{drift:+.0%} on the first quarter's ({first_q:.4f} s), over the threshold of "
             f"{options.max_step_time_drift:+.0%}"
         )
     if n < MIN_JUDGED_STEPS and not series.errors:
         reasons.append(
-            f"too few steps to judge: {n} completed (at least {MIN_JUDGED_STEPS} needed)"
+            f"{TOO_FEW_STEPS}: {n} completed (at least {MIN_JUDGED_STEPS} needed)"
             + (
                 "; the stage's time budget ended the run"
                 if series.stopped_early == TIME_BUDGET
@@ -421,55 +448,48 @@ def judge(
     # a verdict, not the release unstable (workers/failures.py reads `failure.culprit`).
     too_few_only = len(reasons) == 1 and n < MIN_JUDGED_STEPS and not series.errors
     budget_cut = too_few_only and series.stopped_early == TIME_BUDGET
-    return {
-        "failure": (
+    return StabilityResult(
+        failure=(
             {"culprit": "infrastructure", "reason": "time budget ended the run before a verdict"}
             if budget_cut
             else None
         ),
-        "duration_s": series.duration_s,
-        "duration_asked_s": options.duration_s,
-        "ran_longer_reason": ran_longer_reason(series, options),
-        "steps_past_duration": series.steps_past_duration,
-        "steps": n,
-        "memory_slope_bytes_per_step": slope,
-        "nonfinite_outputs": series.nonfinite_outputs,
-        "errors": series.errors,
-        "step_time_drift": drift,
-        "step_time_drift_basis": basis,
-        "wall_time_drift": wall_drift,
-        "passed": not reasons,
-        "reason": (
+        duration_s=series.duration_s,
+        duration_asked_s=options.duration_s,
+        ran_longer_reason=ran_longer_reason(series, options),
+        steps_past_duration=series.steps_past_duration,
+        steps=n,
+        memory_slope_bytes_per_step=slope,
+        nonfinite_outputs=series.nonfinite_outputs,
+        errors=series.errors,
+        step_time_drift=drift,
+        step_time_drift_basis=basis,
+        wall_time_drift=wall_drift,
+        passed=not reasons,
+        reason=(
             "; ".join(reasons)
             if reasons
             else "within every threshold"
             + (f" (memory slope {slope:,.0f} bytes/step: {leak_rule})" if slope is not None else "")
         ),
-        "reasons": reasons,
-        "memory_growth_bytes": growth,
-        "leak_effective_bytes_per_step": effective_limit,
-        "memory_start_bytes": known[0] if known else None,
-        "memory_end_bytes": known[-1] if known else None,
-        "memory_max_bytes": max(known) if known else None,
-        "step_time_median_s": statistics.median(series.step_times_s) if n else None,
-        "step_time_p95_s": p95(series.step_times_s) if n else None,
-        "step_time_first_quarter_s": first_q,
-        "step_time_last_quarter_s": last_q,
-        "cpu_time_median_s": statistics.median(series.cpu_times_s) if n else None,
-        "warmup_steps": warmup,
-        "error_messages": series.error_messages,
-        "stopped_early": series.stopped_early,
-        "stopped": TIME_BUDGET if series.stopped_early == TIME_BUDGET else None,
-        "thresholds": {
-            "leak_bytes_per_step": leak_limit,
-            "leak_min_growth_bytes": options.leak_min_growth_bytes,
-            "leak_effective_bytes_per_step": effective_limit,
-            "max_step_time_drift": options.max_step_time_drift,
-            "max_errors": options.max_errors,
-            "max_nonfinite_outputs": options.max_nonfinite_outputs,
-        },
-        "samples": _samples(series),
-    }
+        reasons=tuple(reasons),
+        memory_growth_bytes=growth,
+        leak_effective_bytes_per_step=effective_limit,
+        memory_start_bytes=known[0] if known else None,
+        memory_end_bytes=known[-1] if known else None,
+        memory_max_bytes=max(known) if known else None,
+        step_time_median_s=statistics.median(series.step_times_s) if n else None,
+        step_time_p95_s=p95(series.step_times_s) if n else None,
+        step_time_first_quarter_s=first_q,
+        step_time_last_quarter_s=last_q,
+        cpu_time_median_s=statistics.median(series.cpu_times_s) if n else None,
+        warmup_steps=warmup,
+        error_messages=tuple(series.error_messages),
+        stopped_early=series.stopped_early,
+        stopped=TIME_BUDGET if series.stopped_early == TIME_BUDGET else None,
+        thresholds=limits,
+        samples=_samples(series),
+    )
 
 
 def _choose_dtype(twin: Twin, pool: Any, device: torch.device, options: StabilityOptions):
@@ -553,34 +573,33 @@ def measure_stability(
                 handle.remove()
         del model
         free_memory(device)
-    result = judge(series, opts, weight_bytes=weight_bytes, on_cpu=device.type == "cpu")
-    result.update(
-        {
-            "workload": {
-                "dtype": dtype,
-                "device": str(device),
-                "batch_size": opts.batch_size,
-                "prompt_len": opts.prompt_len,
-                "decode_steps": opts.decode_steps,
-                "tokens_per_step": opts.batch_size * (opts.prompt_len + opts.decode_steps),
-                "weight_bytes": weight_bytes,
-            },
-            "skipped_dtypes": skipped,
-            "memory_kind": memory.kind,
-            "memory_method": memory.method,
-            "timer": timer.name,
-            "threads": torch.get_num_threads() if device.type == "cpu" else None,
-            "options": opts.to_dict(),
-            "twin": twin.description,
-            "notes": [
-                "run on the scaled twin (seeded weights): memory and step-time figures are "
-                "the twin's, not the full-size model's",
-                *notes,
-            ],
-        }
+    judged = replace(
+        judged_run(series, opts, weight_bytes=weight_bytes, on_cpu=device.type == "cpu"),
+        workload=StabilityWorkload(
+            dtype=dtype,
+            device=str(device),
+            batch_size=opts.batch_size,
+            prompt_len=opts.prompt_len,
+            decode_steps=opts.decode_steps,
+            tokens_per_step=opts.batch_size * (opts.prompt_len + opts.decode_steps),
+            weight_bytes=weight_bytes,
+        ),
+        skipped_dtypes=skipped,
+        memory_kind=memory.kind,
+        memory_method=memory.method,
+        timer=timer.name,
+        threads=torch.get_num_threads() if device.type == "cpu" else None,
+        options=opts.to_dict(),
+        twin=twin.description,
+        notes=(
+            "run on the scaled twin (seeded weights): memory and step-time figures are "
+            "the twin's, not the full-size model's",
+            *notes,
+        ),
     )
-    if not result["passed"]:
-        raise StageFailed(result["reason"], result=result)
+    result = judged.to_dict()
+    if not judged.passed:
+        raise StageFailed(judged.reason, result=result)
     return result
 
 
