@@ -48,7 +48,6 @@ from engine.hubs.base import (
     HubUnavailable,
     ReleaseCandidate,
     ReleaseFiles,
-    canonical_endpoint,
     incomplete_reason,
     repo_matches,
 )
@@ -59,8 +58,9 @@ from engine.hubs.http import (
     retry_after_seconds,
     unreachable_message,
 )
+from engine.hubs.kinds import canonical_endpoint, hub_kind_spec
 from engine.hubs.safetensors_headers import HeaderCache, read_hub_headers, weight_files
-from engine.hubs.trust import hf_token_allowed
+from engine.hubs.trust import token_allowed
 
 logger = logging.getLogger(__name__)
 
@@ -199,8 +199,10 @@ class HuggingFaceSource:
 
     `spec.endpoint` (else `HF_ENDPOINT`, else https://huggingface.co) is the Hub; `spec.token`
     authenticates, else `HF_TOKEN` / the saved login (as the library reads it), but only on an
-    endpoint that may receive it (`engine.hubs.trust.hf_token_allowed`: the configured hub or
-    one the app allows); any other endpoint is asked without a token. Downloads land
+    endpoint that may receive it (`engine.hubs.trust.token_allowed`: the configured hub or
+    one the app allows); any other endpoint is asked without a token. A Hub-compatible kind
+    with a row of its own (`engine.hubs.kinds`) reads its own endpoint and token variables
+    the same way, and never sends `HF_TOKEN`. Downloads land
     in `cache_dir` (else `HF_HUB_CACHE`, else `HF_HOME`/hub, else the library's default), so a
     release's files are fetched once per revision. `timeout_s` bounds each request;
     `scan_limit` bounds how many of the newest models a patterned listing reads.
@@ -222,10 +224,15 @@ class HuggingFaceSource:
         self.cache_dir = str(cache_dir) if cache_dir is not None else _cache_dir_from_env()
         self.timeout_s = timeout_s
         self.scan_limit = scan_limit
-        # False tells the library to send no token at all (not even the saved login).
+        # None lets the library send HF_TOKEN or the saved login; False sends no token at all.
         token: str | bool | None = spec.token
-        if token is None and not hf_token_allowed(self.endpoint):
-            token = False
+        if token is None:
+            variable = hub_kind_spec(spec.kind).token_variable
+            if not token_allowed(self.endpoint, spec.kind):
+                token = False
+            elif variable != "HF_TOKEN":
+                # A Hub-compatible kind of its own row: its own token, never Hugging Face's.
+                token = os.environ.get(variable) or False
         self.sends_hf_token = token is None
         self.api = HfApi(
             endpoint=self.endpoint,
