@@ -11,18 +11,17 @@ class AdaptationConfig(AppConfig):
         """Keep the role groups (`adaptation.roles`) in sync after every `migrate`, once
         Django has created this app's permissions (its receiver is connected earlier); refuse
         to start (`ImproperlyConfigured`) when `DAY0_READINESS` names an unregistered stage;
-        let the Hugging Face and ModelScope sources send `HF_TOKEN` / `MODELSCOPE_API_TOKEN`
-        to the allow-listed hubs of their kind too (`adaptation.models.hub_endpoints`)."""
+        let every hub source send its kind's token (`HF_TOKEN`, `MODELSCOPE_API_TOKEN`) to the
+        allow-listed hubs of its kind too (`adaptation.models.hub_endpoints`)."""
         from django.conf import settings
 
-        from adaptation.models.hub_endpoints import hub_token_allowed, modelscope_hub_token_allowed
+        from adaptation.models.hub_endpoints import hub_token_allowed
         from adaptation.readiness import readiness_thresholds_check
         from adaptation.roles import sync_roles_after_migrate
-        from engine.hubs.trust import modelscope_token_check_set, token_check_set
+        from engine.hubs.trust import token_check_set
 
         post_migrate.connect(
             sync_roles_after_migrate, sender=self, dispatch_uid="adaptation.roles.sync"
         )
         readiness_thresholds_check(settings.DAY0_READINESS)
         token_check_set(hub_token_allowed)
-        modelscope_token_check_set(modelscope_hub_token_allowed)

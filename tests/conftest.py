@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.hubs.kinds import HUB_KIND_SPECS
 from tests.fakehub import fake_hub  # noqa: F401  (the local Hub fixture, for every test)
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -33,8 +34,10 @@ def logged_in_client(client, staff_user):
 
 @pytest.fixture(autouse=True)
 def isolated_hf_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    """No real endpoint, token or cache leaks in: each test gets its own download cache."""
-    for name in ("HF_ENDPOINT", "HF_TOKEN", "HF_HUB_OFFLINE", "HF_HOME"):
+    """No real endpoint, token or cache leaks in: each test gets its own download cache, and
+    no hub kind's endpoint or token variable (`engine.hubs.kinds`) is set."""
+    hub_variables = {v for s in HUB_KIND_SPECS for v in (s.endpoint_variable, s.token_variable)}
+    for name in [*sorted(hub_variables - {""}), "HF_HUB_OFFLINE", "HF_HOME"]:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
 

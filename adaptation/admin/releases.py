@@ -19,7 +19,8 @@ from adaptation.models import (
     PrecisionResult,
     StageRun,
 )
-from adaptation.models.hub_endpoints import ALLOWED_HUB_KINDS, HUGGINGFACE
+from adaptation.models.hub_endpoints import HUGGINGFACE
+from engine.hubs.kinds import allow_list_kind_choices
 from engine.hubs.trust import same_hub
 
 
@@ -59,8 +60,11 @@ class AllowedHubEndpointForm(forms.ModelForm):
     says whether the user may keep `allow_private_network` for a changed URL."""
 
     allows_private_network = False
-    # Optional, so that a form posted without it (as before ModelScope) means Hugging Face.
-    hub_kind = forms.ChoiceField(choices=ALLOWED_HUB_KINDS, initial=HUGGINGFACE, required=False)
+    # Optional, so that a form posted without it (as before entries had kinds) means Hugging
+    # Face.
+    hub_kind = forms.ChoiceField(
+        choices=allow_list_kind_choices, initial=HUGGINGFACE, required=False
+    )
 
     class Meta:
         model = AllowedHubEndpoint
@@ -85,12 +89,12 @@ class AllowedHubEndpointForm(forms.ModelForm):
 
 @admin.register(AllowedHubEndpoint)
 class AllowedHubEndpointAdmin(admin.ModelAdmin):
-    """Hubs besides HF_ENDPOINT / MODELSCOPE_ENDPOINT that Hugging Face / ModelScope watches
-    (by the entry's kind) may poll and that receive the worker's HF_TOKEN /
-    MODELSCOPE_API_TOKEN: the admin role's list (engineers see it, to know which hubs they may
-    use). A URL resolving to an internal address is refused unless "allow private network"
-    is set (`AllowedHubEndpoint.clean`), which only a superuser may set, as for a pool's
-    engine and a notification subscription."""
+    """Hubs besides each kind's configured one (HF_ENDPOINT, MODELSCOPE_ENDPOINT) that
+    watches of the entry's kind may poll and that receive the worker's token of that kind
+    (HF_TOKEN, MODELSCOPE_API_TOKEN): the admin role's list (engineers see it, to know which
+    hubs they may use). A URL resolving to an internal address is refused unless "allow
+    private network" is set (`AllowedHubEndpoint.clean`), which only a superuser may set, as
+    for a pool's engine and a notification subscription."""
 
     form = AllowedHubEndpointForm
     list_display = ("url", "hub_kind", "allow_private_network", "note", "created_at")

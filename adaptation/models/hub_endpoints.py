@@ -1,26 +1,24 @@
-"""Where hub watches may point: the configured Hugging Face hubs, the configured ModelScope
-hubs and the mirror roots.
+"""Where hub watches may point: each URL hub kind's configured hub and its allow-list entries,
+and the mirror roots for folder kinds. Every rule here is written once and reads the kind's
+row (`engine.hubs.kinds.HubKindSpec`).
 
-A Hugging Face watch's endpoint is the worker's `HF_ENDPOINT` (blank, or that URL; the public
-Hub when unset) or a URL on the admin-managed allow-list (`AllowedHubEndpoint`). An allow-list
-entry goes through the same private-address guard as outbound notifications
-(`adaptation.outbound_http.resolve_checked`) unless a superuser set its
-`allow_private_network`; `HF_ENDPOINT` is not guarded, since the operator configured it
-(a site mirror on the internal network, the test suite's local fake Hub).
+A URL hub watch's endpoint (Hugging Face, ModelScope) is the worker's configured hub of its
+kind (blank, or that URL: `HF_ENDPOINT`, `MODELSCOPE_ENDPOINT`, the vendor's public hub when
+unset) or a URL on the admin-managed allow-list (`AllowedHubEndpoint`) as an entry of that
+kind. An allow-list entry goes through the same private-address guard as outbound
+notifications (`adaptation.outbound_http.resolve_checked`) unless a superuser set its
+`allow_private_network`; the configured hub is not guarded, since the operator configured it
+(a site mirror on the internal network, the test suite's local fake Hub). Only those hubs
+receive the kind's token (`HF_TOKEN`, `MODELSCOPE_API_TOKEN`); an allow-list entry serves one
+kind of hub, so no token is ever sent to another vendor's entries.
 
-A ModelScope watch's endpoint follows the same rules with ModelScope's own settings: the
-worker's `MODELSCOPE_ENDPOINT` (the public https://modelscope.cn when unset) or a ModelScope
-entry of the allow-list, and only those receive `MODELSCOPE_API_TOKEN`
-(`modelscope_hub_token_allowed`). An allow-list entry serves one kind of hub, so neither
-token is ever sent to the other vendor's entries.
-
-A mirror watch's folder must be one of `DAY0_MIRROR_ROOTS` or inside one, after symlinks and
-`..` are resolved.
+A folder watch's endpoint (a mirror) must be one of `DAY0_MIRROR_ROOTS` or inside one, after
+symlinks and `..` are resolved.
 
 These rules are checked when a watch is saved (`HubWatch.clean`), again before each poll
 (a row saved before the rules, or changed in the database, is refused then), and when a
-Hugging Face source decides whether to send `HF_TOKEN` (`hub_token_allowed`, registered
-with `engine.hubs.trust` when the app starts).
+source decides whether to send its kind's token (`hub_token_allowed`, registered with
+`engine.hubs.trust` when the app starts).
 """
 
 from __future__ import annotations
@@ -33,31 +31,28 @@ from django.db import models
 from django.utils import timezone
 
 from adaptation.outbound_http import OutboundError, resolve_checked
-from engine.hubs.base import configured_hub_endpoint, configured_modelscope_endpoint
+from engine.hubs.kinds import allow_list_kind_choices, hub_kind_spec
 from engine.hubs.trust import DEFAULT_PORTS, hub_url_key, same_hub
 
 # Where the allow-list is managed, as refusals name it.
 ALLOW_LIST_PLACE = "the admin's Allowed hub endpoints"
 
+# The kind of an allow-list entry saved without one: entries made before they had kinds were
+# Hugging Face hubs.
 HUGGINGFACE = "huggingface"
-MODELSCOPE = "modelscope"
-# The hub kinds an allow-list entry can be (the `HubKind`s that are hubs, not folders).
-ALLOWED_HUB_KINDS = [(HUGGINGFACE, "Hugging Face Hub"), (MODELSCOPE, "ModelScope")]
-# The variable that configures each kind's hub, as refusals name it.
-_ENDPOINT_SETTING = {HUGGINGFACE: "HF_ENDPOINT", MODELSCOPE: "MODELSCOPE_ENDPOINT"}
 
 
 def configured_endpoint(kind: str = HUGGINGFACE) -> str:
-    """The hub the operator configured for `kind`: `HF_ENDPOINT` or `MODELSCOPE_ENDPOINT`
-    (read now), else the vendor's public hub."""
-    if kind == MODELSCOPE:
-        return configured_modelscope_endpoint()
-    return configured_hub_endpoint()
+    """The hub the operator configured for URL hub kind `kind`: its endpoint variable
+    (`HF_ENDPOINT`, `MODELSCOPE_ENDPOINT`; read now), else the vendor's public hub. Raises
+    ValueError for an unknown kind."""
+    return hub_kind_spec(kind).configured_endpoint()
 
 
 class AllowedHubEndpoint(models.Model):
-    """A Hugging Face-compatible hub (besides `HF_ENDPOINT`) that watches may poll and that
-    receives the worker's `HF_TOKEN`. Managed in the admin by the admin role.
+    """A hub of one URL kind (besides its configured one, `HF_ENDPOINT` for Hugging Face) that
+    watches of that kind may poll and that receives the worker's token of that kind
+    (`HF_TOKEN` for Hugging Face). Managed in the admin by the admin role.
 
     Its address must not resolve to a private, loopback, link-local or otherwise internal
     network unless `allow_private_network` is set: that is a superuser's decision to let the
@@ -67,10 +62,10 @@ class AllowedHubEndpoint(models.Model):
 
     hub_kind = models.CharField(
         max_length=32,
-        choices=ALLOWED_HUB_KINDS,
+        choices=allow_list_kind_choices,
         default=HUGGINGFACE,
         help_text="Which kind of hub it is: only watches of that kind may use it, and only "
-        "that kind's token (HF_TOKEN or MODELSCOPE_API_TOKEN) is sent to it.",
+        "that kind's token (such as HF_TOKEN) is sent to it.",
     )
     url = models.CharField(
         max_length=512,
@@ -143,27 +138,28 @@ def _allow_list_entry(endpoint: str, kind: str = HUGGINGFACE) -> AllowedHubEndpo
 
 
 def configured_hub_urls(kind: str = HUGGINGFACE) -> list[str]:
-    """The hubs a watch of `kind` may use, for messages: `HF_ENDPOINT` or
-    `MODELSCOPE_ENDPOINT` (or the vendor's public hub) first, then the allow-list's."""
+    """The hubs a watch of URL hub kind `kind` may use, for messages: its configured hub
+    (`configured_endpoint`) first, then the allow-list's entries of that kind."""
     listed = AllowedHubEndpoint.objects.filter(hub_kind=kind).values_list("url", flat=True)
     return [configured_endpoint(kind), *listed]
 
 
 def hub_endpoint_unlisted_reason(endpoint: str, kind: str = HUGGINGFACE) -> str:
-    """Why `endpoint` (a watch's of `kind`, "huggingface" or "modelscope"; blank means the
-    configured hub) is not a configured hub, or "" when it is: `HF_ENDPOINT` /
-    `MODELSCOPE_ENDPOINT` (or the public hub when unset) or on the allow-list for that kind.
-    Resolves nothing (cheap enough for a webhook); `hub_endpoint_refusal` adds the guard."""
+    """Why `endpoint` (a watch's of URL hub kind `kind`; blank means the configured hub) is
+    not a configured hub, or "" when it is: the kind's configured hub (`configured_endpoint`)
+    or on the allow-list for that kind. Resolves nothing (cheap enough for a webhook);
+    `hub_endpoint_refusal` adds the guard."""
     if not endpoint.strip() or same_hub(endpoint, configured_endpoint(kind)):
         return ""
     if hub_url_key(endpoint) is None:
         return _malformed(endpoint)
     if _allow_list_entry(endpoint, kind) is not None:
         return ""
+    spec = hub_kind_spec(kind)
     return (
-        f"{endpoint} is not a configured hub: use {_ENDPOINT_SETTING[kind]} "
-        f"({configured_endpoint(kind)}, or leave the endpoint blank) or a "
-        f"{dict(ALLOWED_HUB_KINDS)[kind]} on {ALLOW_LIST_PLACE} "
+        f"{endpoint} is not a configured hub: use {spec.endpoint_variable} "
+        f"({spec.configured_endpoint()}, or leave the endpoint blank) or a "
+        f"{spec.label} on {ALLOW_LIST_PLACE} "
         f"({', '.join(configured_hub_urls(kind)[1:]) or 'none yet'})."
     )
 
@@ -183,17 +179,11 @@ def hub_endpoint_refusal(endpoint: str, kind: str = HUGGINGFACE) -> str:
     return f"{endpoint}: {refusal}" if refusal else ""
 
 
-def hub_token_allowed(endpoint: str) -> bool:
-    """Whether the worker may send `HF_TOKEN` to `endpoint`: registered with
-    `engine.hubs.trust.token_check_set` by `AdaptationConfig.ready`."""
-    return not hub_endpoint_refusal(endpoint)
-
-
-def modelscope_hub_token_allowed(endpoint: str) -> bool:
-    """Whether the worker may send `MODELSCOPE_API_TOKEN` to `endpoint` (besides the
-    configured ModelScope): registered with `engine.hubs.trust.modelscope_token_check_set`
-    by `AdaptationConfig.ready`."""
-    return not hub_endpoint_refusal(endpoint, MODELSCOPE)
+def hub_token_allowed(endpoint: str, kind: str) -> bool:
+    """Whether the worker may send the token of URL hub kind `kind` to `endpoint` (besides
+    the configured hub of that kind, which `engine.hubs.trust` accepts itself): registered
+    with `engine.hubs.trust.token_check_set` by `AdaptationConfig.ready`."""
+    return not hub_endpoint_refusal(endpoint, kind)
 
 
 def mirror_roots() -> list[Path]:

@@ -16,26 +16,31 @@ from adaptation.models.hub_endpoints import (
     mirror_root_refusal,
 )
 from adaptation.models.pools import AcceleratorPool
+from engine.hubs.kinds import HUB_KIND_SPECS, hub_kind_choices, known_hub_kind
 from engine.registry import job_options_check
 
-
-class HubKind(models.TextChoices):
-    HUGGINGFACE = "huggingface", "Hugging Face Hub"
-    MIRROR = "mirror", "Mirror folder"
-    MODELSCOPE = "modelscope", "ModelScope"
+# The hub kinds as Django choices, one member per row of `engine.hubs.kinds.HUB_KIND_SPECS`
+# (`HubKind.HUGGINGFACE`, `HubKind.MODELSCOPE`, `HubKind.MIRROR`: the kind upper-cased). The
+# fields below take their choices from `hub_kind_choices`, a callable, so a new row changes
+# no migration.
+HubKind = models.TextChoices(
+    "HubKind",
+    [(spec.kind.upper(), (spec.kind, spec.label)) for spec in HUB_KIND_SPECS],
+    module=__name__,
+)
 
 
 class HubWatch(models.Model):
     """A hub location polled for new releases: an org/author or a repo pattern."""
 
     name = models.CharField(max_length=128, unique=True)
-    kind = models.CharField(max_length=32, choices=HubKind.choices)
+    kind = models.CharField(max_length=32, choices=hub_kind_choices)
     endpoint = models.CharField(
         max_length=512,
         blank=True,
-        help_text="Hub URL (blank: HF_ENDPOINT or huggingface.co, MODELSCOPE_ENDPOINT or "
-        "modelscope.cn; otherwise one of its kind on the Allowed hub endpoints list) or a "
-        "mirror folder (inside DAY0_MIRROR_ROOTS).",
+        help_text="Hub URL (blank: the hub its kind's variable configures, such as HF_ENDPOINT, "
+        "else the kind's public hub; otherwise one of its kind on the Allowed hub endpoints "
+        "list) or a mirror folder (inside DAY0_MIRROR_ROOTS).",
     )
     author = models.CharField(
         max_length=128, blank=True, help_text="Org or user (ModelScope: organization) to list."
@@ -87,14 +92,16 @@ class HubWatch(models.Model):
         return self.name
 
     def clean(self) -> None:
-        """A Hugging Face or ModelScope watch needs a configured hub of its kind, a mirror
-        watch a folder inside the mirror roots (`adaptation.models.hub_endpoints`, checked
-        again before each poll), and its job options must be ones the stages take; a typo is
-        caught when saved, not at the next poll. Raises `ValidationError` naming the field."""
+        """A URL hub watch (Hugging Face, ModelScope) needs a configured hub of its kind, a
+        folder watch (a mirror) a folder inside the mirror roots
+        (`adaptation.models.hub_endpoints`, checked again before each poll), and its job
+        options must be ones the stages take; a typo is caught when saved, not at the next
+        poll. Raises `ValidationError` naming the field."""
         refusal = self.endpoint_refusal()
         if refusal:
             raise ValidationError({"endpoint": refusal})
-        if self.kind == HubKind.MIRROR and not Path(self.endpoint).is_dir():
+        spec = known_hub_kind(self.kind)
+        if spec is not None and spec.is_folder and not Path(self.endpoint).is_dir():
             raise ValidationError({"endpoint": f"{self.endpoint or '(blank)'} is not a folder."})
         try:
             self.job_options = job_options_check(options=self.job_options)
@@ -102,18 +109,19 @@ class HubWatch(models.Model):
             raise ValidationError({"job_options": str(exc)}) from exc
 
     def endpoint_refusal(self, *, resolve: bool = True) -> str:
-        """Why this watch may not poll its endpoint ("" when it may): a Hugging Face or
-        ModelScope endpoint that is not a configured hub of its kind or fails the address
-        guard, a mirror folder outside `DAY0_MIRROR_ROOTS`. Resolves an allow-listed hub's
-        host, unless not `resolve` (then the address guard is left to the poll and the token
-        check)."""
-        if self.kind in (HubKind.HUGGINGFACE, HubKind.MODELSCOPE):
+        """Why this watch may not poll its endpoint ("" when it may): a URL hub endpoint that
+        is not a configured hub of its kind or fails the address guard, a folder outside
+        `DAY0_MIRROR_ROOTS`. Resolves an allow-listed hub's host, unless not `resolve` (then
+        the address guard is left to the poll and the token check). "" for a kind the table
+        does not hold (the poll refuses that kind)."""
+        spec = known_hub_kind(self.kind)
+        if spec is None:
+            return ""
+        if spec.is_url_hub:
             if not resolve:
                 return hub_endpoint_unlisted_reason(self.endpoint, self.kind)
             return hub_endpoint_refusal(self.endpoint, self.kind)
-        if self.kind == HubKind.MIRROR:
-            return mirror_root_refusal(self.endpoint)
-        return ""
+        return mirror_root_refusal(self.endpoint)
 
 
 class Trigger(models.TextChoices):
@@ -132,7 +140,7 @@ class ModelRelease(models.Model):
     watch = models.ForeignKey(
         HubWatch, null=True, blank=True, on_delete=models.SET_NULL, related_name="releases"
     )
-    hub_kind = models.CharField(max_length=32, choices=HubKind.choices)
+    hub_kind = models.CharField(max_length=32, choices=hub_kind_choices)
     hub_endpoint = models.CharField(max_length=512)
     repo_id = models.CharField(max_length=256)
     revision = models.CharField(max_length=128)
@@ -158,20 +166,20 @@ class ModelRelease(models.Model):
 
     @property
     def hub_repo_url(self) -> str:
-        """The repo's page on its hub at `hub_endpoint`: `<hub>/<org>/<name>` on a Hugging
-        Face hub, `<hub>/models/<org>/<name>` on ModelScope; "" for a mirror folder."""
-        if self.hub_kind == HubKind.HUGGINGFACE:
-            return f"{self.hub_endpoint.rstrip('/')}/{self.repo_id}"
-        if self.hub_kind == HubKind.MODELSCOPE:
-            return f"{self.hub_endpoint.rstrip('/')}/models/{self.repo_id}"
-        return ""
+        """The repo's page on its hub at `hub_endpoint` (`HubKindSpec.repo_page`:
+        `<hub>/<org>/<name>` on a Hugging Face hub, `<hub>/models/<org>/<name>` on
+        ModelScope); "" for a kind without pages (a mirror folder)."""
+        spec = known_hub_kind(self.hub_kind)
+        return spec.repo_page(self.hub_endpoint, self.repo_id) if spec is not None else ""
 
     @property
     def publication_known(self) -> bool:
-        """Whether `published_at` is when the hub published the release. A mirror folder has
-        no publication time: its `published_at` is when day0 first saw the release's files
-        complete, which the pages call "discovered"."""
-        return self.published_at is not None and self.hub_kind != HubKind.MIRROR
+        """Whether `published_at` is when the hub published the release. A kind without
+        publication times (`HubKindSpec.publishes_time`: a mirror folder) has its
+        `published_at` set to when day0 first saw the release's files complete, which the
+        pages call "discovered"."""
+        spec = known_hub_kind(self.hub_kind)
+        return self.published_at is not None and (spec is None or spec.publishes_time)
 
     @property
     def publication_time(self) -> datetime | None:

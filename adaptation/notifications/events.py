@@ -17,7 +17,6 @@ from django.urls import reverse
 
 from adaptation.models import (
     AdaptationJob,
-    HubKind,
     ModelRelease,
     NotificationEvent,
     Regression,
@@ -27,6 +26,7 @@ from adaptation.models import (
 from adaptation.page_links import job_page_url, page_url, release_page_url, stage_page_url
 from adaptation.selectors.jobs import job_current_stage_runs
 from adaptation.selectors.regressions import FIGURE_KINDS, job_regressions, metric_basis
+from engine.hubs.kinds import known_hub_kind
 
 # A stage's error can hold a traceback; a notification carries its first characters.
 ERROR_MAX_CHARS = 4000
@@ -58,8 +58,8 @@ def _error(text: str) -> str:
 
 def release_data(release: ModelRelease) -> dict[str, Any]:
     """A payload's `release`: its id, repo, revision, hub, family, publication and page.
-    `hub_endpoint` (the Hub's base URL) only for a Hub release: a mirror's endpoint is a
-    folder on the server, which is no receiver's business."""
+    `hub_endpoint` (the Hub's base URL) only for a URL hub's release: a folder kind's (a
+    mirror's) endpoint is a folder on the server, which is no receiver's business."""
     data: dict[str, Any] = {
         "id": release.pk,
         "repo_id": release.repo_id,
@@ -67,7 +67,8 @@ def release_data(release: ModelRelease) -> dict[str, Any]:
         "ref": f"{release.repo_id}@{release.revision}",
         "hub": release.hub_kind,
     }
-    if release.hub_kind != HubKind.MIRROR:
+    kind = known_hub_kind(release.hub_kind)
+    if kind is None or kind.is_url_hub:
         data["hub_endpoint"] = release.hub_endpoint
     return {
         **data,

@@ -27,7 +27,6 @@ from django.db.models.functions import Left, Right
 from adaptation.models import (
     AcceleratorPool,
     AdaptationJob,
-    HubKind,
     KnownLimitation,
     LimitationStatus,
     ModelRelease,
@@ -36,6 +35,7 @@ from adaptation.models import (
     StageStatus,
 )
 from adaptation.selectors.regressions import regressions_detected_between
+from engine.hubs.kinds import kinds_without_publication_time
 
 DEFAULT_PERIOD_DAYS = 30
 # Characters of a failed stage's error read from the database: its start (a stage's own
@@ -87,9 +87,13 @@ def _jobs(query: ReportQuery) -> QuerySet[AdaptationJob]:
     return jobs
 
 
-# A release's publication time as reports count it: none for a mirror folder's release, whose
-# `published_at` is when day0 first saw it complete (`ModelRelease.publication_known`).
-_PUBLICATION_TIME = Case(When(hub_kind=HubKind.MIRROR, then=Value(None)), default=F("published_at"))
+# A release's publication time as reports count it: none for the release of a kind without
+# publication times (a mirror folder), whose `published_at` is when day0 first saw it complete
+# (`ModelRelease.publication_known`).
+_PUBLICATION_TIME = Case(
+    When(hub_kind__in=kinds_without_publication_time(), then=Value(None)),
+    default=F("published_at"),
+)
 
 
 def _releases(query: ReportQuery) -> QuerySet[ModelRelease]:

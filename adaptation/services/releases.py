@@ -11,12 +11,12 @@ from django.utils import timezone
 from adaptation.models import (
     AcceleratorPool,
     AdaptationJob,
-    HubKind,
     HubWatch,
     ModelRelease,
 )
 from adaptation.services.jobs import job_create
 from engine.hubs.base import ReleaseCandidate
+from engine.hubs.kinds import kinds_without_publication_time
 
 
 def release_get_or_create(
@@ -71,13 +71,14 @@ def release_from_candidate(
     explicitly (`adapt`), so it is adapted again; `allow_duplicate` is `job_create`'s (False:
     refused with `DuplicateJobError` while a job for it on `pool` has not ended).
 
-    A mirror folder has no publication time: its release's `published_at` is when its files
-    were first seen complete, `seen_at` (the poll that saw them; default now), and it stays
-    so (a later poll, or a touched file, finds the release already recorded). The pages call
-    that time "discovered" (`ModelRelease.publication_known`).
+    A kind without publication times (`HubKindSpec.publishes_time`: a mirror folder) gives
+    its release's `published_at` as when its files were first seen complete, `seen_at` (the
+    poll that saw them; default now), and it stays so (a later poll, or a touched file, finds
+    the release already recorded). The pages call that time "discovered"
+    (`ModelRelease.publication_known`).
     """
     published_at = candidate.published_at
-    if published_at is None and hub_kind == HubKind.MIRROR:
+    if published_at is None and hub_kind in kinds_without_publication_time():
         published_at = seen_at or timezone.now()
     with transaction.atomic():
         release, created = release_get_or_create(

@@ -1,13 +1,13 @@
 """Hub sources: where day0 finds model releases and fetches the files that describe them.
 
-`hub_source(spec)` picks the module for `spec.kind`; each kind is one module beside this one
-(see `base.py` for the interface every source implements).
+Each kind is one module beside this one (see `base.py` for the interface every source
+implements) and one row of `kinds.HUB_KIND_SPECS`; `hub_source(spec)` builds the row's source
+for `spec.kind`.
 """
 
 from __future__ import annotations
 
 from engine.hubs.base import (
-    PUBLIC_HUB_ENDPOINT,
     RELEASE_FILES,
     HubAuthError,
     HubError,
@@ -18,17 +18,15 @@ from engine.hubs.base import (
     HubUnavailable,
     ReleaseCandidate,
     ReleaseFiles,
-    canonical_endpoint,
 )
-
-HUB_KINDS: tuple[str, ...] = ("huggingface", "modelscope", "mirror")
+from engine.hubs.kinds import HUB_KIND_SPECS, HubKindSpec, canonical_endpoint, hub_kind_spec
 
 __all__ = [
-    "HUB_KINDS",
-    "PUBLIC_HUB_ENDPOINT",
+    "HUB_KIND_SPECS",
     "RELEASE_FILES",
     "HubAuthError",
     "HubError",
+    "HubKindSpec",
     "HubNotFound",
     "HubRateLimited",
     "HubSource",
@@ -37,26 +35,17 @@ __all__ = [
     "ReleaseCandidate",
     "ReleaseFiles",
     "canonical_endpoint",
+    "hub_kind_spec",
     "hub_source",
 ]
 
 
 def hub_source(spec: HubSpec) -> HubSource:
-    """The source for `spec.kind`. Raises ValueError naming the known kinds for any other.
+    """The source for `spec.kind`, built on `spec`. Raises ValueError naming the known kinds
+    for any other kind.
 
-    Sources are imported on demand so that importing this package (as the Django app does)
-    does not pull in `huggingface_hub`, `modelscope_hub` or `safetensors`.
+    Sources are imported on demand (`HubKindSpec.source_class`) so that importing this
+    package (as the Django app does) does not pull in `huggingface_hub`, `modelscope_hub` or
+    `safetensors`.
     """
-    if spec.kind == "huggingface":
-        from engine.hubs.huggingface import HuggingFaceSource
-
-        return HuggingFaceSource(spec)
-    if spec.kind == "modelscope":
-        from engine.hubs.modelscope import ModelScopeSource
-
-        return ModelScopeSource(spec)
-    if spec.kind == "mirror":
-        from engine.hubs.mirror import MirrorSource
-
-        return MirrorSource(spec)
-    raise ValueError(f"unknown hub kind {spec.kind!r}: known kinds are {', '.join(HUB_KINDS)}")
+    return hub_kind_spec(spec.kind).source_class()(spec)

@@ -2,15 +2,14 @@
 
 A hub source lists the model releases a watch can see and fetches the few small files that
 describe one release (never the weights). The Celery worker's `fetch` stage and the poller
-both call sources through this interface, so a new hub kind is one module beside this one
-(see docs/extending.md, "Adding a hub kind").
+both call sources through this interface, so a new hub kind is one module beside this one and
+one row of `engine.hubs.kinds.HUB_KIND_SPECS` (see docs/extending.md, "Adding a hub kind").
 """
 
 from __future__ import annotations
 
 import fnmatch
 import math
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -33,12 +32,13 @@ RELEASE_FILES: tuple[str, ...] = (
 class HubSpec:
     """Where a source looks: built from a `HubWatch` row or from a command line.
 
-    `kind` is "huggingface", "modelscope" or "mirror". `endpoint` is the Hub's base URL for
-    "huggingface" ("" means `HF_ENDPOINT`, else https://huggingface.co) and "modelscope" (""
-    means `MODELSCOPE_ENDPOINT`, else https://modelscope.cn), the root folder for "mirror".
-    `author` limits listing to one org/user; `repo_pattern` is an fnmatch pattern on the
-    repo id ("" matches all). `token` is sent as a bearer token (None: `HF_TOKEN`, sent only
-    to an endpoint `engine.hubs.trust.hf_token_allowed` accepts).
+    `kind` is a row of `engine.hubs.kinds.HUB_KIND_SPECS` ("huggingface", "modelscope",
+    "mirror"). `endpoint` is the hub's base URL for a URL hub ("" means the kind's endpoint
+    variable, `HF_ENDPOINT` or `MODELSCOPE_ENDPOINT`, else its public hub), the root folder
+    for a folder kind. `author` limits listing to one org/user; `repo_pattern` is an fnmatch
+    pattern on the repo id ("" matches all). `token` is sent as a bearer token (None: the
+    kind's token variable, `HF_TOKEN` or `MODELSCOPE_API_TOKEN`, sent only to an endpoint
+    `engine.hubs.trust.token_allowed` accepts).
     """
 
     kind: str
@@ -248,33 +248,3 @@ def incomplete_reason(file_names: Iterable[str], index: bytes | None) -> str:
         if len(present) < total:
             return f"only {len(present)} of {total} {stem}-*-of-* shards present yet"
     return ""
-
-
-PUBLIC_HUB_ENDPOINT = "https://huggingface.co"
-# ModelScope's own default (`modelscope_hub.constants.DEFAULT_ENDPOINT`).
-PUBLIC_MODELSCOPE_ENDPOINT = "https://modelscope.cn"
-
-
-def configured_hub_endpoint() -> str:
-    """The hub the operator configured: `HF_ENDPOINT` (read now) or the public Hub, without
-    a trailing slash."""
-    return (os.environ.get("HF_ENDPOINT") or PUBLIC_HUB_ENDPOINT).rstrip("/")
-
-
-def configured_modelscope_endpoint() -> str:
-    """The ModelScope the operator configured: `MODELSCOPE_ENDPOINT` (read now, the variable
-    ModelScope's client reads) or https://modelscope.cn, without a trailing slash."""
-    return (os.environ.get("MODELSCOPE_ENDPOINT") or PUBLIC_MODELSCOPE_ENDPOINT).rstrip("/")
-
-
-def canonical_endpoint(spec: HubSpec) -> str:
-    """Where the spec's source will look, as releases record it: a blank Hub endpoint is
-    `HF_ENDPOINT` (read now, not at import) or the public Hub, without a trailing slash; a
-    mirror's is its root folder. One function, so a release seen through a watch and by hand
-    is one row. A blank ModelScope endpoint is `MODELSCOPE_ENDPOINT` (the variable ModelScope's
-    client reads) or https://modelscope.cn."""
-    if spec.kind == "huggingface":
-        return spec.endpoint.rstrip("/") if spec.endpoint else configured_hub_endpoint()
-    if spec.kind == "modelscope":
-        return spec.endpoint.rstrip("/") if spec.endpoint else configured_modelscope_endpoint()
-    return spec.endpoint

@@ -18,10 +18,10 @@ The client retries 429/5xx/network errors itself (sleeping on `Retry-After`); in
 Celery task that would hold a worker, so its clients are built here with one try each, and a
 failure surfaces at once as a `HubError` for the caller to retry with its own backoff.
 
-Tokens: `spec.token` when given; else `MODELSCOPE_API_TOKEN`, but only to an endpoint
-`engine.hubs.trust.modelscope_token_allowed` accepts (the configured ModelScope or one the
-app allows); any other endpoint is asked without a token. The client never reads a saved
-login here (its config folder is day0's own).
+Tokens: `spec.token` when given; else `MODELSCOPE_API_TOKEN` (the kind's token variable),
+but only to an endpoint `engine.hubs.trust.token_allowed` accepts (the configured ModelScope
+or one the app allows); any other endpoint is asked without a token. The client never reads
+a saved login here (its config folder is day0's own).
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ from engine.hubs.base import (
     HubUnavailable,
     ReleaseCandidate,
     ReleaseFiles,
-    canonical_endpoint,
     incomplete_reason,
     is_valid_repo_id,
     repo_matches,
@@ -66,8 +65,9 @@ from engine.hubs.http import (
     retry_after_seconds,
     unreachable_message,
 )
+from engine.hubs.kinds import canonical_endpoint, hub_kind_spec
 from engine.hubs.safetensors_headers import HeaderCache, read_hub_headers, shown, weight_files
-from engine.hubs.trust import modelscope_token_allowed
+from engine.hubs.trust import token_allowed
 from engine.json_files import JSONFileError, parse_json_bytes
 from engine.paths import var_dir
 
@@ -202,8 +202,9 @@ class ModelScopeSource:
         self.scan_limit = scan_limit
         token = spec.token
         if token is None:
-            allowed = modelscope_token_allowed(self.endpoint)
-            token = os.environ.get("MODELSCOPE_API_TOKEN", "") if allowed else ""
+            variable = hub_kind_spec(spec.kind).token_variable
+            allowed = token_allowed(self.endpoint, spec.kind)
+            token = os.environ.get(variable, "") if allowed else ""
         self.token = token
         # An explicit token ("" too) keeps the client from reading a saved login, and its own
         # folder keeps it from writing into the worker's home.

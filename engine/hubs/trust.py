@@ -1,12 +1,15 @@
-"""Which Hub endpoints receive the worker's Hugging Face token.
+"""Which hub endpoints receive the worker's hub tokens.
 
-`HF_TOKEN` (or the login `huggingface_hub` saved) is a credential for the hub the operator
-configured: `HF_ENDPOINT`, else https://huggingface.co. The Hugging Face source sends it to
-that endpoint, and to another one only when a registered check accepts it (the Django app
-registers one reading its admin-managed allow-list, see `adaptation.models.hub_endpoints`).
-Any other endpoint is asked without a token, so a watch or release pointing at a URL
-somebody typed never carries the credential there. A token put in a `HubSpec` explicitly is
-the caller's own choice and is sent as given.
+Each URL hub kind's token (`HubKindSpec.token_variable`: `HF_TOKEN`, or the login
+`huggingface_hub` saved; `MODELSCOPE_API_TOKEN`) is a credential for the hub the operator
+configured for that kind (`HubKindSpec.configured_endpoint`: `HF_ENDPOINT`, else
+https://huggingface.co; `MODELSCOPE_ENDPOINT`, else https://modelscope.cn). A source sends it
+to that endpoint, and to another one only when the registered check accepts it for that kind
+(the Django app registers one reading its admin-managed allow-list, whose entries each serve
+one kind, see `adaptation.models.hub_endpoints`). Any other endpoint is asked without a
+token, so a watch or release pointing at a URL somebody typed never carries a credential
+there, and one vendor's token never goes to another vendor's hub. A token put in a `HubSpec`
+explicitly is the caller's own choice and is sent as given.
 
 Redirects: `huggingface_hub` follows a redirect with the token only to the same origin or a
 known Hub origin, and its HTTP client (`httpx2`) drops `Authorization` on any redirect to
@@ -20,12 +23,13 @@ import logging
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from engine.hubs.base import configured_hub_endpoint, configured_modelscope_endpoint
+from engine.hubs.kinds import hub_kind_spec
 
 logger = logging.getLogger(__name__)
 
-# A check the app registers: whether a (non-default) endpoint may receive HF_TOKEN.
-TokenCheck = Callable[[str], bool]
+# A check the app registers: whether an endpoint other than the configured hub of a kind may
+# receive that kind's token, called as check(endpoint, kind).
+TokenCheck = Callable[[str, str], bool]
 
 # Each hub scheme with its default port.
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -61,58 +65,29 @@ def same_hub(url: str, other: str) -> bool:
 
 
 def token_check_set(check: TokenCheck | None) -> None:
-    """Register (None: remove) the check that decides whether an endpoint other than the
-    configured hub may receive `HF_TOKEN`."""
+    """Register (None: remove) the check that decides whether an endpoint other than a
+    kind's configured hub may receive that kind's token: `check(endpoint, kind)`."""
     global _token_check
     _token_check = check
 
 
-def hf_token_allowed(endpoint: str) -> bool:
-    """Whether `HF_TOKEN` may be sent to `endpoint` (a Hub base URL): it is the configured
-    hub (`configured_hub_endpoint`), or the registered check accepts it. A check that
-    raises counts as a refusal (logged): no token rather than a token sent by mistake."""
-    return _token_allowed(
-        endpoint, configured=configured_hub_endpoint(), check=_token_check, token="HF_TOKEN"
-    )
-
-
-def _token_allowed(endpoint: str, *, configured: str, check: TokenCheck | None, token: str) -> bool:
-    """The rule both hubs' tokens follow: `endpoint` is the `configured` one, or `check`
-    accepts it; a check that raises refuses (logged, naming the `token` variable)."""
-    if same_hub(endpoint, configured):
+def token_allowed(endpoint: str, kind: str) -> bool:
+    """Whether the token of hub kind `kind` may be sent to `endpoint` (a hub base URL): it is
+    the kind's configured hub (`HubKindSpec.configured_endpoint`), or the registered check
+    accepts it. A check that raises counts as a refusal (logged): no token rather than a
+    token sent by mistake. Raises ValueError for a kind that is not a URL hub with a token."""
+    spec = hub_kind_spec(kind)
+    if not spec.token_variable:
+        raise ValueError(f"hub kind {kind!r} takes no token")
+    if same_hub(endpoint, spec.configured_endpoint()):
         return True
+    check = _token_check
     if check is None:
         return False
     try:
-        return bool(check(endpoint))
+        return bool(check(endpoint, kind))
     except Exception:
-        logger.exception("Checking whether %s may receive %s failed: none is sent", endpoint, token)
+        logger.exception(
+            "Checking whether %s may receive %s failed: none is sent", endpoint, spec.token_variable
+        )
         return False
-
-
-# -- ModelScope -------------------------------------------------------------------------------
-# `MODELSCOPE_API_TOKEN` is a credential for the ModelScope the operator configured
-# (`MODELSCOPE_ENDPOINT`, else https://modelscope.cn), by the same rule as `HF_TOKEN`: another
-# endpoint receives it only when the app's registered check accepts it (a ModelScope entry of
-# its allow-list), never a URL somebody typed into a watch.
-
-_modelscope_token_check: TokenCheck | None = None
-
-
-def modelscope_token_check_set(check: TokenCheck | None) -> None:
-    """Register (None: remove) the check that decides whether an endpoint other than the
-    configured ModelScope may receive `MODELSCOPE_API_TOKEN`."""
-    global _modelscope_token_check
-    _modelscope_token_check = check
-
-
-def modelscope_token_allowed(endpoint: str) -> bool:
-    """Whether `MODELSCOPE_API_TOKEN` may be sent to `endpoint`: the configured ModelScope
-    (`configured_modelscope_endpoint`), or the registered check accepts it. A check that
-    raises counts as a refusal (logged)."""
-    return _token_allowed(
-        endpoint,
-        configured=configured_modelscope_endpoint(),
-        check=_modelscope_token_check,
-        token="MODELSCOPE_API_TOKEN",
-    )

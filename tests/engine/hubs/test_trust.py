@@ -52,7 +52,7 @@ def test_hf_token_is_sent_to_hf_endpoint_however_it_is_spelled(gated, no_app_che
 def test_a_registered_check_decides_for_other_endpoints(gated, no_app_check):
     asked: list[str] = []
 
-    def check(endpoint: str) -> bool:
+    def check(endpoint: str, kind: str) -> bool:
         asked.append(endpoint)
         return True
 
@@ -64,7 +64,7 @@ def test_a_registered_check_decides_for_other_endpoints(gated, no_app_check):
 
 
 def test_a_check_that_fails_sends_no_token(gated, no_app_check):
-    def broken(endpoint: str) -> bool:
+    def broken(endpoint: str, kind: str) -> bool:
         raise RuntimeError("database unreachable")
 
     trust.token_check_set(broken)
