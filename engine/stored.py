@@ -47,3 +47,8 @@ def as_count(value: Any) -> int | float | None:
     if number is None:
         return None
     return int(number) if number.is_integer() else number
+
+
+def flag(value: Any) -> bool | None:
+    """`value` when it is a bool (a verdict: True, False), else None (not judged)."""
+    return value if isinstance(value, bool) else None

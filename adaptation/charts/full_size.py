@@ -9,7 +9,7 @@ drawn here); every trace's name says which it is and on what.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -24,6 +24,8 @@ from adaptation.charts.layout import (
     figure_json,
 )
 from engine.formatting import finite
+from engine.stages.plan.predicted import PredictedPoint, StoredFit
+from engine.stages.serve.full_size_result import Level
 
 MEASURED = "measured · engine · full size · dummy weights"
 MEASURED_COLOUR = "#1d5fb4"
@@ -42,24 +44,22 @@ def _everyone(value: Any, word: str) -> str:
     return f"every {word}" if text in ("", "*") else text
 
 
-def fit_words(fit: Mapping[str, Any] | None) -> str:
+def fit_words(fit: StoredFit | None) -> str:
     """A fit as a trace names it: "fit h200 x vllm, 8 points, x1.26"; the engine's over every
     accelerator "fit every accelerator x vllm, ..."; a prior without points "fit: prior (no
     points)"; "" without a fit."""
-    if not fit:
+    if fit is None:
         return ""
-    points = fit.get("points")
-    if not points:
-        return f"fit {_everyone(fit.get('accelerator'), 'accelerator')}: prior (no points)"
-    residual = finite(fit.get("residual"))
+    if not fit.points:
+        return f"fit {_everyone(fit.accelerator, 'accelerator')}: prior (no points)"
     return (
-        f"fit {_everyone(fit.get('accelerator'), 'accelerator')} x "
-        f"{_everyone(fit.get('engine'), 'engine')}, {points} points"
-        + (f", x{residual:.2f}" if residual is not None else "")
+        f"fit {_everyone(fit.accelerator, 'accelerator')} x "
+        f"{_everyone(fit.engine, 'engine')}, {fit.points} points"
+        + (f", x{fit.residual:.2f}" if fit.residual is not None else "")
     )
 
 
-def predicted_label(fit: Mapping[str, Any] | None, made: str) -> str:
+def predicted_label(fit: StoredFit | None, made: str) -> str:
     """How a predicted trace says what it is: "predicted · full size · fit h200 x vllm, 8
     points, x1.26", with "made before the measurement" for the serve stage's own."""
     words = fit_words(fit)
@@ -79,30 +79,28 @@ def workload_title(label: str, input_tokens: Any, output_tokens: Any) -> str:
 
 @cached_figure
 def workload_curves(
-    measured: Sequence[Mapping[str, Any]],
-    predicted: Sequence[Mapping[str, Any]],
+    measured: Sequence[Level],
+    predicted: Sequence[PredictedPoint],
     *,
     label: str,
     input_tokens: Any,
     output_tokens: Any,
-    fit: Mapping[str, Any] | None = None,
+    fit: StoredFit | None = None,
     made: str = "",
 ) -> dict[str, Any] | None:
     """Output tokens/s, TTFT p50 and TPOT p50 (ms; p95 as the upper error bar) against
-    concurrency for one workload at full size: `measured` (levels on the engine with dummy
-    weights: {"concurrency", "output_tokens_per_s", "ttft_s_p50", "ttft_s_p95",
-    "tpot_s_p50", "tpot_s_p95", "errors"}; solid) and `predicted` (the plan's points for the
-    same lengths: {"concurrency", "output_tokens_per_s", "ttft_s", "tpot_s"}; dotted, open
-    markers, named with its `fit` and how it was `made`: "before" or "plan"), sharing each
-    panel's axes. `label`, `input_tokens` and `output_tokens` name the workload. None
-    without a measured level.
+    concurrency for one workload at full size: `measured` (its levels on the engine with
+    dummy weights, `MeasuredWorkload.levels`; solid) and `predicted` (the plan's points for
+    the same lengths, `Prediction.points`; dotted, open markers, named with its `fit` and how
+    it was `made`: "before" or "plan"), sharing each panel's axes. `label`, `input_tokens`
+    and `output_tokens` name the workload. None without a measured level.
 
     Each trace's `meta` says what it is ({"kind": "measured" | "predicted", "model":
     "full-size", "load_format": "dummy" for the measured, "metric", "role": "curve"})."""
-    levels = [p for p in measured if finite(p.get("concurrency")) is not None]
-    if not any(finite(p.get(key)) is not None for p in levels for key, *_ in PANELS):
+    levels = [p for p in measured if p.concurrency is not None]
+    if not any(getattr(p, key) is not None for p in levels for key, *_ in PANELS):
         return None
-    forecast = [p for p in predicted if finite(p.get("concurrency")) is not None]
+    forecast = [p for p in predicted if finite(p.concurrency) is not None]
     forecast_name = predicted_label(fit, made)
     fig = make_subplots(
         rows=1,
@@ -112,8 +110,8 @@ def workload_curves(
     )
     ticks: set[float] = set()
     for col, (key, predicted_key, p95, _title, unit, scale) in enumerate(PANELS, start=1):
-        xs = [p["concurrency"] for p in levels]
-        ys = [None if finite(p.get(key)) is None else p[key] * scale for p in levels]
+        xs = [p.concurrency for p in levels]
+        ys = [None if getattr(p, key) is None else getattr(p, key) * scale for p in levels]
         ticks.update(xs)
         trace: dict[str, Any] = {
             "x": xs,
@@ -135,7 +133,7 @@ def workload_curves(
             "<extra>%{fullData.name}</extra>",
         }
         if p95:
-            tops = [None if finite(p.get(p95)) is None else p[p95] * scale for p in levels]
+            tops = [None if getattr(p, p95) is None else getattr(p, p95) * scale for p in levels]
             if any(t is not None for t in tops):
                 trace["error_y"] = {
                     "type": "data",
@@ -150,13 +148,13 @@ def workload_curves(
                     "width": 3,
                 }
         fig.add_trace(go.Scatter(**trace), row=1, col=col)
-        points = [p for p in forecast if finite(p.get(predicted_key)) is not None]
+        points = [p for p in forecast if getattr(p, predicted_key) is not None]
         if points:
-            ticks.update(p["concurrency"] for p in points)
+            ticks.update(p.concurrency for p in points)
             fig.add_trace(
                 go.Scatter(
-                    x=[p["concurrency"] for p in points],
-                    y=[p[predicted_key] * scale for p in points],
+                    x=[p.concurrency for p in points],
+                    y=[getattr(p, predicted_key) * scale for p in points],
                     mode="lines+markers",
                     line={"color": PREDICTED_COLOUR, "dash": "dot", "width": 2},
                     marker={"color": PREDICTED_COLOUR, "size": 8, "symbol": "circle-open"},

@@ -26,6 +26,8 @@ from adaptation.charts.layout import (
     figure_json,
 )
 from engine.formatting import finite
+from engine.stages.serve.full_size_result import Level, MetricsSample
+from engine.stages.serve.result import Knee
 
 # What a checkpoint kind is called in a measured trace's name.
 CHECKPOINT_WORDS = {
@@ -55,15 +57,16 @@ def _ms(seconds: Any) -> float | None:
 
 @cached_figure
 def sweep(
-    levels: Sequence[Mapping[str, Any]],
+    levels: Sequence[Level],
     *,
-    knee: Mapping[str, Any] | None,
+    knee: Knee | None,
     predicted: Sequence[Mapping[str, Any]],
     checkpoint_kind: str,
     predicted_split: str = "",
 ) -> dict[str, Any] | None:
     """Output tokens/s and TPOT p50 (ms) against concurrency, as measured through the engine
-    (`levels`: the serve result's `sweep` rows), with the sweep's `knee` marked; below them, in
+    (`levels`: the serve result's sweep, `ServeResult.sweep`), with the sweep's `knee` marked;
+    below them, in
     their own panels, the plan's predicted decode tokens/s and TPOT at its batch sizes
     (`predicted`: the plan result's `predicted.decode_curve`, empty when it made none) for its
     split (`predicted_split`, as the planner writes it). None without a measured level.
@@ -73,11 +76,8 @@ def sweep(
     points = [
         p
         for p in levels
-        if finite(p.get("concurrency")) is not None
-        and (
-            finite(p.get("output_tokens_per_s")) is not None
-            or finite(p.get("tpot_s_p50")) is not None
-        )
+        if p.concurrency is not None
+        and (p.output_tokens_per_s is not None or p.tpot_s_p50 is not None)
     ]
     if not points:
         return None
@@ -109,12 +109,12 @@ def sweep(
         vertical_spacing=0.24 if curve else 0.0,
         horizontal_spacing=0.12,
     )
-    x = [p["concurrency"] for p in points]
-    errors = [p.get("errors") for p in points]
+    x = [p.concurrency for p in points]
+    errors = [p.errors for p in points]
     fig.add_trace(
         go.Scatter(
             x=x,
-            y=[finite(p.get("output_tokens_per_s")) for p in points],
+            y=[p.output_tokens_per_s for p in points],
             customdata=errors,
             mode="lines+markers",
             line={"color": MEASURED_COLOUR},
@@ -129,8 +129,8 @@ def sweep(
     fig.add_trace(
         go.Scatter(
             x=x,
-            y=[_ms(p.get("tpot_s_p50")) for p in points],
-            customdata=[_ms(p.get("tpot_s_p95")) for p in points],
+            y=[_ms(p.tpot_s_p50) for p in points],
+            customdata=[_ms(p.tpot_s_p95) for p in points],
             mode="lines+markers",
             line={"color": TPOT_COLOUR},
             name=f"TPOT p50 ({measured})",
@@ -141,11 +141,11 @@ def sweep(
         row=1,
         col=2,
     )
-    knee_at = finite((knee or {}).get("concurrency"))
-    if knee_at is not None:
+    if knee is not None:
+        knee_at = knee.concurrency
         for col, key, value in (
-            (1, "output_tokens_per_s", finite((knee or {}).get("output_tokens_per_s"))),
-            (2, "tpot_s_p50", _ms((knee or {}).get("tpot_s_p50"))),
+            (1, "output_tokens_per_s", knee.output_tokens_per_s),
+            (2, "tpot_s_p50", _ms(knee.tpot_s_p50)),
         ):
             if value is None:
                 continue
@@ -215,30 +215,27 @@ def sweep(
 
 @cached_figure
 def engine_metrics(
-    series: Sequence[Mapping[str, Any]], *, checkpoint_kind: str
+    series: Sequence[MetricsSample], *, checkpoint_kind: str
 ) -> dict[str, Any] | None:
     """The engine's Prometheus metrics over the sweep (`series`: the serve result's
-    `metrics.series`, seconds since the first sample): KV-cache usage (a fraction, drawn as %)
-    on the left axis, running and waiting requests on the right. None without a sample that
-    has one of them."""
-    keys = ("kv_cache_usage", "running", "waiting")
+    `EngineMetrics.samples`, or the full-size run's, seconds since the first sample):
+    KV-cache usage (a fraction, drawn as %) on the left axis, running and waiting requests on
+    the right. None without a sample that has one of them."""
     samples = [
         s
         for s in series
-        if finite(s.get("t_s")) is not None and any(finite(s.get(k)) is not None for k in keys)
+        if s.t_s is not None
+        and any(value is not None for value in (s.kv_cache_usage, s.running, s.waiting))
     ]
     if not samples:
         return None
     measured = measured_label(checkpoint_kind)
-    t = [s["t_s"] for s in samples]
+    t = [s.t_s for s in samples]
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(
             x=t,
-            y=[
-                None if finite(s.get("kv_cache_usage")) is None else s["kv_cache_usage"] * 100
-                for s in samples
-            ],
+            y=[None if s.kv_cache_usage is None else s.kv_cache_usage * 100 for s in samples],
             mode="lines",
             line={"color": MEASURED_COLOUR, "width": 2},
             fill="tozeroy",
@@ -255,7 +252,7 @@ def engine_metrics(
         fig.add_trace(
             go.Scatter(
                 x=t,
-                y=[finite(s.get(key)) for s in samples],
+                y=[getattr(s, key) for s in samples],
                 mode="lines",
                 line={"color": colour, "dash": dash, "shape": "hv"},
                 yaxis="y2",

@@ -8,7 +8,7 @@ job takes its stage runs out of the figures, which Prometheus reads as a counter
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,8 +39,7 @@ from adaptation.models import (
 )
 from adaptation.selectors.inventory import queued_by_pool
 from adaptation.selectors.workers import live_cutoff, serves
-from engine.formatting import finite
-from engine.stored import as_list, as_mapping
+from engine.stages.serve.result import EngineMetrics, ServeResult
 
 SERVE_STAGE = "serve"
 
@@ -259,37 +258,21 @@ class ServeFigures:
     prefix_cache_hit_ratio: float | None
 
 
-def _peak(series: Iterable[Mapping[str, Any]], key: str) -> float | None:
-    values = [v for v in (finite(point.get(key)) for point in series) if v is not None]
-    return max(values) if values else None
-
-
-def _last(series: Sequence[Mapping[str, Any]], key: str) -> float | None:
-    for point in reversed(series):
-        value = finite(point.get(key))
-        if value is not None:
-            return value
-    return None
-
-
 def serve_figures(result: Any, **labels: str) -> ServeFigures:
-    """The `ServeFigures` of one serve run's stored `result` (docs/stages/serve.md)."""
-    result = as_mapping(result)
-    engine = as_mapping(result.get("engine"))
-    series = [
-        as_mapping(point) for point in as_list(as_mapping(result.get("metrics")).get("series"))
-    ]
-    hits, queries = _last(series, "prefix_cache_hits"), _last(series, "prefix_cache_queries")
+    """The `ServeFigures` of one serve run's stored `result` (docs/stages/serve.md), read
+    through the stage's `ServeResult`."""
+    served = ServeResult.from_stored(result)
+    metrics = served.metrics or EngineMetrics(interval_s=None, samples=[])
     return ServeFigures(
         **labels,  # type: ignore[arg-type]
-        engine=str(engine.get("name") or ""),
-        engine_version=str(engine.get("version") or ""),
-        load_s=finite(result.get("load_s")),
-        kv_cache_usage_peak=_peak(series, "kv_cache_usage"),
-        running_peak=_peak(series, "running"),
-        waiting_peak=_peak(series, "waiting"),
-        preemptions=_last(series, "preemptions"),
-        prefix_cache_hit_ratio=hits / queries if hits is not None and queries else None,
+        engine=served.engine.name if served.engine else "",
+        engine_version=served.engine.version if served.engine else "",
+        load_s=served.load_s,
+        kv_cache_usage_peak=metrics.peak("kv_cache_usage"),
+        running_peak=metrics.peak("running"),
+        waiting_peak=metrics.peak("waiting"),
+        preemptions=metrics.last("preemptions"),
+        prefix_cache_hit_ratio=metrics.prefix_cache_hit_ratio,
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from adaptation.presenters.analysis_figures import Figure, Figures
 from adaptation.presenters.figure_sources import COMPUTED, FROM_HEADERS
 from engine.formatting import finite
+from engine.stored import as_mapping
 
 # The analysis's key for where its counts come from, and the value for the headers.
 COUNTED_FROM = "params_counted_from"
@@ -42,10 +43,6 @@ class CheckSummary:
     why_not: str = ""
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def counted_from_checkpoint(result: Mapping[str, Any]) -> bool:
     """Whether the analysis's counts are the checkpoint's (its headers were read)."""
     return result.get(COUNTED_FROM) == CHECKPOINT and isinstance(result.get(CHECKPOINT), Mapping)
@@ -56,8 +53,8 @@ def config_beside(result: Mapping[str, Any], key: str) -> Figure | None:
     the figure `config_figures.<key>`; None when the counts are the config's anyway."""
     if not counted_from_checkpoint(result):
         return None
-    figures = _mapping(_mapping(result[CHECKPOINT].get("comparison")).get("figures"))
-    compared = _mapping(figures.get(key))
+    figures = as_mapping(as_mapping(result[CHECKPOINT].get("comparison")).get("figures"))
+    compared = as_mapping(figures.get(key))
     if not compared:
         return None
     value = ConfigCount(
@@ -69,15 +66,15 @@ def config_beside(result: Mapping[str, Any], key: str) -> Figure | None:
 
 
 def _problems(check: Mapping[str, Any]) -> int:
-    count = sum(int(_mapping(check.get(k)).get("count") or 0) for k in ("missing", "extra"))
-    count += int(_mapping(check.get("wrong_shape")).get("count") or 0)
-    layers = _mapping(check.get("layers"))
+    count = sum(int(as_mapping(check.get(k)).get("count") or 0) for k in ("missing", "extra"))
+    count += int(as_mapping(check.get("wrong_shape")).get("count") or 0)
+    layers = as_mapping(check.get("layers"))
     count += bool(layers.get("missing")) + bool(layers.get("extra")) + bool(check.get("mtp"))
     return count
 
 
 def _nonzero_pairs(value: Any) -> dict[str, Any]:
-    return {str(k): v for k, v in _mapping(value).items() if finite(v)}
+    return {str(k): v for k, v in as_mapping(value).items() if finite(v)}
 
 
 def checkpoint_figures(result: Mapping[str, Any], figures: Figures) -> list[Figure]:
@@ -88,7 +85,7 @@ def checkpoint_figures(result: Mapping[str, Any], figures: Figures) -> list[Figu
     if not counted_from_checkpoint(result):
         return []
     ckpt = result[CHECKPOINT]
-    check = _mapping(result.get("checkpoint_check"))
+    check = as_mapping(result.get("checkpoint_check"))
 
     def counted(key: str, unit: str, value: Any = None) -> Figure:
         raw = ckpt.get(key) if value is None else value

@@ -51,10 +51,9 @@ from adaptation.presenters.stages import SkippedBecause, finished_run, skipped_b
 from adaptation.selectors.jobs import latest_runs_by_stage
 from adaptation.selectors.performance import PERFORMANCE_STAGE
 from engine.stages.performance.result import Knee, PerformanceResult, SweepOptions
-from engine.stages.plan.predicted import PlanWorkload, StoredFit, plan_workload
+from engine.stages.plan.predicted import PlanWorkload, plan_workload
 from engine.stages.serve.full_size_result import (
     FullSizeRun,
-    Level,
     WorkloadComparison,
     comparisons,
     full_size_run,
@@ -155,50 +154,15 @@ class EngineFullSize:
         return next((c for c in self.comparisons if c.workload.primary), None)
 
 
-def _levels_for_chart(levels: Sequence[Level]) -> list[dict[str, Any]]:
-    """Measured levels as the full-size chart reads them."""
-    return [
-        {
-            "concurrency": level.concurrency,
-            "output_tokens_per_s": level.output_tokens_per_s,
-            "ttft_s_p50": level.ttft_s_p50,
-            "ttft_s_p95": level.ttft_s_p95,
-            "tpot_s_p50": level.tpot_s_p50,
-            "tpot_s_p95": level.tpot_s_p95,
-            "errors": level.errors,
-        }
-        for level in levels
-    ]
-
-
-def _fit_for_chart(fit: StoredFit | None) -> dict[str, Any] | None:
-    if fit is None:
-        return None
-    return {
-        "accelerator": fit.accelerator,
-        "engine": fit.engine,
-        "points": fit.points,
-        "residual": fit.residual,
-    }
-
-
 def _workload_chart(comparison: WorkloadComparison, stem: str) -> ChartSlot | None:
     workload, prediction = comparison.workload, comparison.prediction
     figure = full_size_charts.workload_curves(
-        _levels_for_chart(workload.levels),
-        [
-            {
-                "concurrency": p.concurrency,
-                "output_tokens_per_s": p.output_tokens_per_s,
-                "ttft_s": p.ttft_s,
-                "tpot_s": p.tpot_s,
-            }
-            for p in (prediction.points if prediction else [])
-        ],
+        workload.levels,
+        prediction.points if prediction else [],
         label=workload.label,
         input_tokens=workload.input_tokens,
         output_tokens=workload.output_tokens,
-        fit=_fit_for_chart(prediction.fit if prediction else None),
+        fit=prediction.fit if prediction else None,
         made=prediction.made if prediction else "",
     )
     if figure is None:

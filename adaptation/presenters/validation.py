@@ -11,6 +11,7 @@ from adaptation.charts import precision as precision_charts
 from adaptation.models import ModelRelease, OperatorCheck, PrecisionResult, StageRun
 from adaptation.presenters.stages import finished_run
 from adaptation.selectors.results import operator_checks, precision_results
+from engine.stages.precision.result import DtypeComparison, JudgedFigure, PrecisionStageResult
 
 
 @dataclass
@@ -30,57 +31,20 @@ class OperatorCoverage:
     dispatch_key: str = ""
 
 
-# The figures a dtype's verdict rests on: (measured key, limit key, direction). The template
-# names each by its measured key.
-_JUDGED = (
-    ("relative_logit_error", "max_relative_logit_error", "<="),
-    ("max_relative_logit_error", "max_row_relative_logit_error", "<="),
-    ("min_cosine_similarity", "min_cosine_similarity", ">="),
-    ("worst_local_relative_error", "max_local_relative_error", "<="),
-    ("top1_agreement", "min_top1_agreement", ">="),
-    ("kl_divergence", "max_kl_divergence", "<="),
-    ("mean_abs_error", "max_mean_abs_error", "<="),
-)
-
-
-@dataclass(frozen=True)
-class Judged:
-    """One figure a dtype was judged by (`figure`: its key in the stage's result), with its
-    limit and the direction it must keep ("<=" or ">=")."""
-
-    figure: str
-    value: float
-    op: str
-    limit: float
-
-    @property
-    def within(self) -> bool:
-        return self.value <= self.limit if self.op == "<=" else self.value >= self.limit
-
-    @property
-    def similarity(self) -> bool:
-        """A similarity, just under 1: shown with enough digits to tell it from its limit."""
-        return "cosine" in self.figure
-
-
 @dataclass
 class PrecisionRow:
-    """A dtype's stored row plus what its verdict rested on and where the limits come from."""
+    """A dtype's stored row plus what its verdict rested on (`DtypeComparison.judged_figures`)
+    and where the limits come from."""
 
     row: PrecisionResult
-    judged: list[Judged]
+    judged: list[JudgedFigure]
     source: str
 
 
-def _precision_row(row: PrecisionResult, measured: dict[str, Any]) -> PrecisionRow:
-    thresholds = measured.get("thresholds") or {}
-    judged = [
-        Judged(key, measured[key], op, thresholds[limit])
-        for key, limit, op in _JUDGED
-        if isinstance(measured.get(key), int | float)
-        and isinstance(thresholds.get(limit), int | float)
-    ]
-    return PrecisionRow(row=row, judged=judged, source=str(thresholds.get("source") or ""))
+def _precision_row(row: PrecisionResult, measured: DtypeComparison | None) -> PrecisionRow:
+    if measured is None:
+        return PrecisionRow(row=row, judged=[], source="")
+    return PrecisionRow(row=row, judged=measured.judged_figures, source=measured.limits_source)
 
 
 @dataclass
@@ -148,15 +112,14 @@ def _precision(release: ModelRelease) -> Precision | None:
     if run is None:
         return None
     stored = list(precision_results(run))
-    result = run.result or {}
-    reference = result.get("reference") or {}
-    measured = result.get("dtypes") or {}
+    result = PrecisionStageResult.from_stored(run.result)
+    measured = result.dtypes or {}
     return Precision(
         run=run,
-        rows=[_precision_row(row, measured.get(row.dtype) or {}) for row in stored],
-        skipped={str(k): str(v) for k, v in (result.get("skipped_dtypes") or {}).items()},
-        reference_dtype=str(reference.get("dtype", "float32")),
-        reference_device=str(reference.get("device", "cpu")),
+        rows=[_precision_row(row, measured.get(row.dtype)) for row in stored],
+        skipped=result.skipped_dtypes,
+        reference_dtype=result.reference_dtype or "float32",
+        reference_device=result.reference_device or "cpu",
         figure=precision_charts.layer_drift(stored),
     )
 

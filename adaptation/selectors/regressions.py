@@ -55,6 +55,8 @@ from adaptation.models import AdaptationJob, BaselineScope, Regression, StageRun
 from adaptation.selectors.jobs import job_current_stage_runs
 from adaptation.stages import app_stage
 from engine.stages.performance.result import PerformanceResult
+from engine.stages.precision.result import PrecisionStageResult
+from engine.stages.serve.result import ServeResult
 
 # Fewer good runs than this judge nothing: one run has no spread to be outside of.
 MIN_BASELINE_RUNS = 2
@@ -170,15 +172,14 @@ def performance_figures(result: Mapping[str, Any]) -> list[Figure]:
 
 def precision_figures(result: Mapping[str, Any]) -> list[Figure]:
     """The relative logit error of each dtype the precision stage checked."""
-    twin = result.get("twin") if isinstance(result.get("twin"), Mapping) else {}
-    on = "release" if twin.get("weights_source") == "real" else "twin"
-    dtypes = result.get("dtypes") if isinstance(result.get("dtypes"), Mapping) else {}
+    read = PrecisionStageResult.from_stored(result)
     figures = [
         _figure(
-            f"relative_logit_error:{on}:{dtype}", "precision", entry.get("relative_logit_error")
+            f"relative_logit_error:{read.measured_on}:{entry.dtype}",
+            "precision",
+            entry.relative_logit_error,
         )
-        for dtype, entry in sorted(dtypes.items())
-        if isinstance(entry, Mapping)
+        for entry in sorted(read.compared, key=lambda entry: entry.dtype)
     ]
     return [figure for figure in figures if figure is not None]
 
@@ -186,34 +187,27 @@ def precision_figures(result: Mapping[str, Any]) -> list[Figure]:
 def serve_figures(result: Mapping[str, Any]) -> list[Figure]:
     """The serving engine's knee tokens/s and TTFT p95, its load time and its precision
     against transformers (see the module docstring); none for a pool without an engine."""
-    checkpoint = result.get("checkpoint") if isinstance(result.get("checkpoint"), Mapping) else {}
-    precision = result.get("precision") if isinstance(result.get("precision"), Mapping) else {}
-    dtype = precision.get("dtype") or checkpoint.get("dtype")
-    if not checkpoint or not dtype:
+    served = ServeResult.from_stored(result)
+    if served.checkpoint is None or not served.dtype:
         return []
-    on = f"engine-{'release' if checkpoint.get('kind') == 'real' else 'twin'}:{dtype}"
+    on = f"engine-{served.measured_on}:{served.dtype}"
+    precision = served.precision
     figures = [
-        _figure(f"load_s:{on}", "serve", result.get("load_s")),
-        _figure(f"max_abs_logprob_diff:{on}", "serve", precision.get("max_abs_logprob_diff")),
+        _figure(f"load_s:{on}", "serve", served.load_s),
+        _figure(
+            f"max_abs_logprob_diff:{on}",
+            "serve",
+            precision.max_abs_logprob_diff if precision else None,
+        ),
     ]
-    knee = result.get("knee") if isinstance(result.get("knee"), Mapping) else {}
-    settings = result.get("sweep_settings")
-    tokens = settings.get("input_tokens") if isinstance(settings, Mapping) else None
-    if knee and tokens is not None:
+    knee, settings = served.knee, served.sweep_settings
+    tokens = settings.input_tokens if settings else None
+    if knee is not None and tokens is not None:
         at = f"{on}:{tokens}"
-        figures.append(
-            _figure(f"decode_tokens_per_s:{at}", "serve", knee.get("output_tokens_per_s"))
-        )
-        level = next(
-            (
-                p
-                for p in result.get("sweep") or []
-                if isinstance(p, Mapping) and p.get("concurrency") == knee.get("concurrency")
-            ),
-            None,
-        )
+        figures.append(_figure(f"decode_tokens_per_s:{at}", "serve", knee.output_tokens_per_s))
+        level = served.knee_level
         if level is not None:
-            figures.append(_figure(f"ttft_p95_s:{at}", "serve", level.get("ttft_s_p95")))
+            figures.append(_figure(f"ttft_p95_s:{at}", "serve", level.ttft_s_p95))
     return [figure for figure in figures if figure is not None]
 
 

@@ -20,6 +20,9 @@ from adaptation.models import (
 from adaptation.services.release_notes import release_notes_store
 from adaptation.stages import app_stage
 from engine.stages.performance.result import PerformanceResult
+from engine.stages.precision.result import PrecisionStageResult
+from engine.stages.serve.result import ServeResult
+from engine.stages.serve.rows import serve_rows
 
 
 def store_fetched_files(run: StageRun, result: dict[str, Any]) -> None:
@@ -57,36 +60,37 @@ def store_operator_checks(run: StageRun, result: dict[str, Any]) -> None:
 
 
 def store_precision(run: StageRun, result: dict[str, Any]) -> None:
-    for dtype, metrics in (result.get("dtypes") or {}).items():
+    """Each compared dtype as a `PrecisionResult` row with its modules' `LayerDrift` rows (a
+    failed run stores what it measured), read through `PrecisionStageResult`."""
+    for entry in PrecisionStageResult.from_stored(result).compared:
         row = PrecisionResult.objects.create(
             stage_run=run,
             pool=run.job.pool,
-            dtype=dtype,
-            max_abs_error=metrics.get("max_abs_error"),
-            mean_abs_error=metrics.get("mean_abs_error"),
-            cosine_similarity=metrics.get("cosine_similarity"),
-            top1_agreement=metrics.get("top1_agreement"),
-            kl_divergence=metrics.get("kl_divergence"),
-            passed=bool(metrics["passed"]),
-            first_divergent_layer=metrics.get("first_divergent_layer"),
-            first_divergent_module=metrics.get("first_divergent_module") or "",
-            first_divergent_name=str(metrics.get("first_divergent_name") or "")[:200],
-            max_local_relative_error=(metrics.get("thresholds") or {}).get(
-                "max_local_relative_error"
-            ),
-            reason=metrics.get("reason") or "",
+            dtype=entry.dtype,
+            max_abs_error=entry.max_abs_error,
+            mean_abs_error=entry.mean_abs_error,
+            cosine_similarity=entry.cosine_similarity,
+            top1_agreement=entry.top1_agreement,
+            kl_divergence=entry.kl_divergence,
+            passed=bool(entry.passed),
+            first_divergent_layer=entry.first_divergent_layer,
+            first_divergent_module=entry.first_divergent_module,
+            first_divergent_name=entry.first_divergent_name[:200],
+            max_local_relative_error=entry.limit("max_local_relative_error"),
+            reason=entry.reason,
         )
         LayerDrift.objects.bulk_create(
             LayerDrift(
                 precision=row,
-                layer=layer["layer"],
-                module=str(layer["module"])[:64],
-                name=str(layer.get("name") or "")[:200],
-                max_abs_error=layer.get("max_abs_error"),
-                relative_error=layer.get("relative_error"),
-                local_relative_error=layer.get("local_relative_error"),
+                layer=layer.layer,
+                module=layer.module[:64],
+                name=layer.name[:200],
+                max_abs_error=layer.max_abs_error,
+                relative_error=layer.relative_error,
+                local_relative_error=layer.local_relative_error,
             )
-            for layer in metrics.get("layers", [])
+            for layer in entry.layers
+            if layer.layer is not None  # a module without its layer is no drift row
         )
 
 
@@ -101,137 +105,11 @@ def store_performance_points(run: StageRun, result: dict[str, Any]) -> None:
     )
 
 
-# The serve stage's sweep figures stored as rows, with their units (docs/stages/serve.md).
-SERVE_METRICS: dict[str, str] = {
-    "ttft_s_p50": "s",
-    "ttft_s_p95": "s",
-    "tpot_s_p50": "s",
-    "tpot_s_p95": "s",
-    "e2e_s_p99": "s",
-    "output_tokens_per_s": "tokens/s",
-    "requests_per_s": "requests/s",
-    "errors": "requests",
-}
-
-
-# The engine's own figures during each full-size level (its /metrics, the peaks of the scrapes
-# during the level: `engine.stages.serve.full_size.LEVEL_PEAKS`), with their units.
-FULL_SIZE_ENGINE_METRICS: dict[str, str] = {
-    "kv_cache_usage_peak": "ratio",
-    "running_peak": "requests",
-    "waiting_peak": "requests",
-}
-
-
-def _level_rows(
-    key: dict[str, Any], sweep: Any, metrics: dict[str, str] = SERVE_METRICS
-) -> list[dict[str, Any]]:
-    """`key` with each figure of `metrics` of each level of `sweep` (a level without a
-    concurrency is left out; `errors` 0 is stored too)."""
-    rows = []
-    for level in sweep if isinstance(sweep, list) else []:
-        if not isinstance(level, dict) or not _is_count(level.get("concurrency")):
-            continue
-        for metric, unit in metrics.items():
-            value = level.get(metric)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                rows.append(
-                    key
-                    | {
-                        "concurrency": level["concurrency"],
-                        "metric": metric,
-                        "value": value,
-                        "unit": unit,
-                    }
-                )
-    return rows
-
-
-def _serve_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows of a serve result's load sweep: per level (`concurrency`) each figure of
-    `SERVE_METRICS` it has (`errors`: the level's failed requests, 0 stored too), kind
-    "measured", model "twin" ("release" for a checkpoint of the real weights), the dtype
-    served (the precision check's, else the checkpoint's), the sweep's input and output tokens
-    as `prompt_len` and `output_len`, the TP it launched at as `tp_size`, and the engine's
-    name and version; then the full-size run's rows (`_full_size_rows`)."""
-    checkpoint = result.get("checkpoint") if isinstance(result.get("checkpoint"), dict) else {}
-    precision = result.get("precision") if isinstance(result.get("precision"), dict) else {}
-    engine = result.get("engine") if isinstance(result.get("engine"), dict) else {}
-    settings = result.get("sweep_settings")
-    settings = settings if isinstance(settings, dict) else {}
-    tp = result.get("tp") if isinstance(result.get("tp"), dict) else {}
-    engine_key = {
-        "engine": engine.get("name") or "",
-        "engine_version": str(engine.get("version") or ""),
-    }
-    key = {
-        "kind": "measured",
-        "model": "release" if checkpoint.get("kind") == "real" else "twin",
-        "dtype": precision.get("dtype") or checkpoint.get("dtype") or "",
-        "prompt_len": _count_or_none(settings.get("input_tokens")),
-        "output_len": _count_or_none(settings.get("output_tokens")),
-        "tp_size": _count_or_none(tp.get("launched")),
-        "load_format": "",
-        **engine_key,
-    }
-    return _level_rows(key, result.get("sweep")) + _full_size_rows(
-        result.get("full_size"), engine_key
-    )
-
-
-def _full_size_rows(full_size: Any, engine_key: dict[str, Any]) -> list[dict[str, Any]]:
-    """The full-size run's levels as rows (docs/stages/serve.md, "Full size"): kind
-    "measured", model "full-size", `load_format` "dummy", the dtype the engine computed in;
-    the primary workload at the run's TP, each other workload at that TP, and the primary
-    workload at each smaller TP degree, each with its input and output tokens; with the
-    engine's KV cache usage and running and waiting requests at their peak during each level
-    (`FULL_SIZE_ENGINE_METRICS`) besides the sweep's figures."""
-    if not isinstance(full_size, dict) or full_size.get("status") != "measured":
-        return []
-    settings = full_size.get("sweep_settings")
-    settings = settings if isinstance(settings, dict) else {}
-    base = {
-        "kind": "measured",
-        "model": "full-size",
-        "dtype": str(full_size.get("dtype") or ""),
-        "load_format": str(full_size.get("load_format") or ""),
-        **engine_key,
-    }
-    primary = base | {
-        "prompt_len": _count_or_none(settings.get("input_tokens")),
-        "output_len": _count_or_none(settings.get("output_tokens")),
-    }
-    tp = _count_or_none(full_size.get("tp"))
-    metrics = SERVE_METRICS | FULL_SIZE_ENGINE_METRICS
-    rows = _level_rows(primary | {"tp_size": tp}, full_size.get("sweep"), metrics)
-    for workload in full_size.get("workloads") or []:
-        if isinstance(workload, dict):
-            key = base | {
-                "prompt_len": _count_or_none(workload.get("input_tokens")),
-                "output_len": _count_or_none(workload.get("output_tokens")),
-                "tp_size": tp,
-            }
-            rows += _level_rows(key, workload.get("sweep"), metrics)
-    for entry in full_size.get("tp_scaling") or []:
-        if isinstance(entry, dict):
-            key = primary | {"tp_size": _count_or_none(entry.get("tp"))}
-            rows += _level_rows(key, entry.get("sweep"), metrics)
-    return rows
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _count_or_none(value: Any) -> int | None:
-    return value if _is_count(value) else None
-
-
 def store_serve_points(run: StageRun, result: dict[str, Any]) -> None:
-    """A serve run's load sweeps as `PerformancePoint` rows, one metric each (`_serve_rows`),
-    marked with the engine that measured them: the in-process performance curves, the
-    compare page and the pool's calibration keep to the performance stage's rows. A failed
-    run stores the levels it measured before failing."""
+    """A serve run's load sweeps as `PerformancePoint` rows, one metric each
+    (`engine.stages.serve.rows.serve_rows`), marked with the engine that measured them: the
+    in-process performance curves, the compare page and the pool's calibration keep to the
+    performance stage's rows. A failed run stores the levels it measured before failing."""
     PerformancePoint.objects.bulk_create(
         _point(
             run,
@@ -246,7 +124,7 @@ def store_serve_points(run: StageRun, result: dict[str, Any]) -> None:
                 : PerformancePoint._meta.get_field("engine_version").max_length
             ],
         )
-        for row in _serve_rows(result)
+        for row in serve_rows(ServeResult.from_stored(result))
     )
 
 

@@ -4,7 +4,6 @@ the same queries for one change or many."""
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from typing import Any
 
@@ -15,6 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from adaptation.models import AcceleratorPool, StackChange, SuiteRun, SuiteTrigger
+from tests import dom
 from tests.api.conftest import results
 from tests.factories import cpu_pool
 from tests.worker_rows import cuda_devices, make_worker
@@ -24,14 +24,9 @@ pytestmark = pytest.mark.django_db
 POOLS = reverse("adaptation:pool_list")
 
 
-def text(html: str) -> str:
-    return " ".join(re.sub(r"<[^>]+>", " ", html).split())
-
-
 def stack_section(html: str, pool: str) -> str:
-    found = re.search(rf'<div class="pool-stack" id="pool-{pool}-stack">.*?\n</div>', html, re.S)
-    assert found, f"no stack for pool {pool}"
-    return found[0]
+    """The markup of the pools page's stack block for `pool`."""
+    return dom.find(html, f"div.pool-stack#pool-{pool}-stack").html
 
 
 def cpu_stack(vllm: str) -> dict[str, Any]:
@@ -85,19 +80,20 @@ def test_the_pools_page_shows_the_stack_the_differing_worker_and_the_changes(log
     html = logged_in_client.get(POOLS).content.decode()
 
     section = stack_section(html, "cpu")
-    words = text(section)
+    words = dom.text(section)
     assert (
         "Stack torch 2.13.0+cpu · no accelerator driver (a cpu host) · vllm 0.33.1, the "
         "engine's torch 2.13.0+cpu" in words
     )
     assert "cpu@old serves this pool with vllm 0.32.0 (the pool's: 0.33.1)" in words
     assert "cpu@new serves" not in words
-    rows = re.findall(r'<tr class="stack-change[^"]*">.*?</tr>', section, re.S)
+    rows = dom.find_all(section, 'tr[class^="stack-change"]')
     assert len(rows) == 2  # newest first
-    assert "cpu@new vllm 0.32.0 → 0.33.1" in text(rows[0])
-    assert f'<a href="{reverse("adaptation:suite_run", args=[run.pk])}">run {run.pk}</a>' in rows[0]
-    assert "first reported: torch 2.13.0+cpu" in text(rows[1])
-    assert "none: a first report starts nothing" in text(rows[1])
+    assert "cpu@new vllm 0.32.0 → 0.33.1" in dom.text(rows[0])
+    links = {a.text: a["href"] for a in rows[0].select("a[href]")}
+    assert links[f"run {run.pk}"] == reverse("adaptation:suite_run", args=[run.pk])
+    assert "first reported: torch 2.13.0+cpu" in dom.text(rows[1])
+    assert "none: a first report starts nothing" in dom.text(rows[1])
 
 
 def test_a_pool_without_a_report_and_a_cuda_driver_are_worded(logged_in_client):
@@ -115,9 +111,10 @@ def test_a_pool_without_a_report_and_a_cuda_driver_are_worded(logged_in_client):
 
     html = logged_in_client.get(POOLS).content.decode()
 
-    assert "not reported yet" in text(stack_section(html, "cpu"))
-    assert "torch 2.8.0+cu128 · CUDA 12.8, NVIDIA driver 570.133.20 · no serving engine" in text(
-        stack_section(html, "h200")
+    assert "not reported yet" in dom.text(stack_section(html, "cpu"))
+    assert (
+        "torch 2.8.0+cu128 · CUDA 12.8, NVIDIA driver 570.133.20 · no serving engine"
+        in dom.text(stack_section(html, "h200"))
     )
 
 

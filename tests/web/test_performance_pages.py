@@ -16,6 +16,7 @@ from django.urls import reverse
 from adaptation.models import PerformancePoint
 from engine.formatting import ms, tokens_per_s
 from engine.stages.plan.calibration import SUPERSEDED
+from tests import dom
 from tests.factories import make_job, make_release
 from tests.performance_rows import DENSE, MOE, OOM_BATCH, engine_results, h200_pool, measured_job
 
@@ -34,10 +35,6 @@ def measured_once():
 # --- reading the page -----------------------------------------------------------------------
 
 
-def text(fragment: str) -> str:
-    return " ".join(html_lib.unescape(re.sub(r"<[^>]+>", " ", fragment)).split())
-
-
 def page(client, job, query: str = "", **headers) -> str:
     url = reverse("adaptation:release_detail", args=[job.release_id])
     response = client.get(f"{url}{query}", **headers)
@@ -46,11 +43,8 @@ def page(client, job, query: str = "", **headers) -> str:
 
 
 def figure(html: str, figure_id: str) -> dict:
-    match = re.search(
-        rf'<script id="{re.escape(figure_id)}" type="application/json">(.*?)</script>', html, re.S
-    )
-    assert match, f"no figure {figure_id}"
-    return json.loads(match[1])
+    """The plotly figure embedded as JSON in the `<script>` whose id is `figure_id`."""
+    return json.loads(dom.find(html, f'script#{figure_id}[type="application/json"]').raw_text)
 
 
 def has_figure(html: str, figure_id: str) -> bool:
@@ -58,9 +52,8 @@ def has_figure(html: str, figure_id: str) -> bool:
 
 
 def article(html: str, element_id: str) -> str:
-    match = re.search(rf'<article class="[^"]*" id="{element_id}".*?</article>', html, re.S)
-    assert match, f"no article {element_id}"
-    return match[0]
+    """The markup of the panel (an `<article>`) whose id is `element_id`."""
+    return dom.find(html, f"article[class]#{element_id}").html
 
 
 def curves(fig: dict, **meta) -> list[dict]:
@@ -104,7 +97,7 @@ def test_throughput_traces_are_the_stored_rows_per_dtype_in_batch_order(logged_i
     assert (
         "Predicted for the full-size model by the planner's step-time model (fit every "
         f"accelerator x vllm, 8 points, x{fit['residual']:.2f} (published serving results)) on "
-    ) in text(html)
+    ) in dom.text(html)
 
     for dtype in ("float32", "bfloat16"):
         for prompt_len in (16, 32):
@@ -202,13 +195,11 @@ def test_knee_shown_is_the_stage_result_s(logged_in_client):
     result = engine_results()[DENSE]["performance"]
 
     for dtype, knee in result["knee_by_dtype"].items():
-        row = re.search(rf'<tr data-dtype="{dtype}">(.*?)</tr>', panel, re.S)[1]
-        batch = text(re.search(r'<td class="num knee-batch">(.*?)</td>', row, re.S)[1])
+        row = dom.find(panel, f'tr[data-dtype="{dtype}"]')
+        batch = dom.text(row, "td.num.knee-batch")
         assert batch.split()[0] == str(knee["batch_size"])
-        assert text(re.search(r'<td class="num knee-tpot">(.*?)</td>', row, re.S)[1]) == ms(
-            knee["tpot_s"]
-        )
-        assert html_lib.escape(knee["reason"], quote=False) in row
+        assert dom.text(row, "td.num.knee-tpot") == ms(knee["tpot_s"])
+        assert html_lib.escape(knee["reason"], quote=False) in row.inner_html
     assert "Rule: " + html_lib.escape(result["knee_rule"]) in panel
     fig = figure(html, f"performance-job-{job.pk}-throughput-figure")
     stars = [t for t in fig["data"] if t.get("meta", {}).get("role") == "knee"]
@@ -252,21 +243,21 @@ def test_an_out_of_memory_stop_keeps_the_measured_points_and_is_shown(logged_in_
 def test_table_view_holds_the_same_numbers(logged_in_client):
     job = measured_job(DENSE, stability="")
     panel = article(page(logged_in_client, job), f"performance-job-{job.pk}")
-    table = re.search(r'<details class="perf-table".*?</details>', panel, re.S)[0]
+    table = dom.find(panel, "details.perf-table").html
     points = {(r.kind, r.model, r.dtype, r.batch_size, r.prompt_len) for r in stored(job)}
 
     assert f"({PerformancePoint.objects.filter(job=job).count()} stored figures)" in table
     assert table.count('<tr class="perf-') == len(points)
     row = stored(job, kind="measured", dtype="float32", batch_size=2, prompt_len=32)
     decode = next(r for r in row if r.metric == "decode_tokens_per_s")
-    line = re.search(
-        r'<tr class="perf-measured"><th scope="row">measured, twin</th><td>float32</td>'
-        r'<td class="num">2</td><td class="num">32</td>(.*?)</tr>',
-        table,
-        re.S,
-    )[1]
+    [line] = [
+        cells
+        for row in dom.find_all(table, 'tr[class="perf-measured"]')
+        if (cells := [cell.text for cell in row.elements])[:4]
+        == ["measured, twin", "float32", "2", "32"]
+    ]
     # As the one writer writes it (whole numbers from 100 tokens/s, three figures below).
-    assert f'<td class="num">{tokens_per_s(decode.value)}</td>' in line
+    assert tokens_per_s(decode.value) in line[4:]
 
 
 def test_csv_download_is_the_stored_rows(logged_in_client, client):
@@ -331,7 +322,7 @@ def test_the_view_in_the_url_changes_the_x_axis_and_the_metric(logged_in_client)
             assert trace["name"] == f"{dtype}, batch {batch}: measured, twin"
     assert axis_of(fig, trace, "x")["title"]["text"] == "prompt length (tokens)"
     assert curves(fig, model="full-size") == []  # decode predictions have no prompt length
-    assert "Figures without a prompt length are not on this axis" in text(html)
+    assert "Figures without a prompt length are not on this axis" in dom.text(html)
     assert '<option value="prompt_len" selected>' in html
     assert '<option value="decode_tokens_per_s" selected>' in html
     assert 'href="?perf_x=prompt_len&amp;perf_metric=decode_tokens_per_s#performance"' in html
@@ -357,7 +348,7 @@ def test_a_poll_keeps_the_view_of_the_page_it_refreshes(logged_in_client):
     current = f"http://testserver/releases/{job.release_id}/?perf_x=prompt_len"
     html = page(logged_in_client, job, HTTP_HX_REQUEST="true", HTTP_HX_CURRENT_URL=current)
 
-    assert re.search(r'<section id="performance" [^>]*hx-swap-oob="true"', html)
+    assert dom.attr(html, "section#performance", "hx-swap-oob") == "true"
     fig = figure(html, f"performance-job-{job.pk}-throughput-figure")
     assert one_curve(
         fig, kind="measured", metric="decode_tokens_per_s", dtype="float32", batch_size=2
@@ -391,13 +382,14 @@ def test_calibration_rows_are_drawn_beside_the_twin_and_summed_up(logged_in_clie
     trace = one_curve(chart, metric="decode_efficiency", dtype="bfloat16", prompt_len=32)
     assert trace["y"] == pytest.approx([r.value * 100 for r in efficiency])  # ratio → %
     assert efficiency[0].unit == "ratio"
-    table = re.search(r'<table class="data-table perf-calibration".*?</table>', html, re.S)[0]
+    table = dom.find(html, "table.data-table.perf-calibration")
     median = calibration["decode_efficiency_median"]
-    assert f"Decode efficiency, twin (measured / predicted, median) {median * 100:,.1f} %" in text(
-        table
+    assert (
+        f"Decode efficiency, twin (measured / predicted, median) {median * 100:,.1f} %"
+        in dom.text(table)
     )
     # the twin's factor is reported, not applied to the full-size prediction
-    assert f"Full-size prediction, calibrated none {SUPERSEDED}" in text(table)
+    assert f"Full-size prediction, calibrated none {SUPERSEDED}" in dom.text(table)
 
 
 def test_points_above_the_roofline_are_said_to_be_probe_errors(logged_in_client):
@@ -410,14 +402,12 @@ def test_points_above_the_roofline_are_said_to_be_probe_errors(logged_in_client)
     result["calibration"] = {**result["calibration"], "probe_errors": 3, "probe_error": reason}
     run.result = result
     run.save(update_fields=["result"])
-    table = re.search(
-        r'<table class="data-table perf-calibration".*?</table>', page(logged_in_client, job), re.S
-    )[0]
+    table = dom.find(page(logged_in_client, job), "table.data-table.perf-calibration")
     assert (
         "Left out: probe errors 3 points ran faster than the roofline allows (efficiency over "
         "100 %): the device figure it read was measured too low, so they are shown but not in "
         "the medians and never calibrate a prediction " + reason
-    ) in text(table)
+    ) in dom.text(table)
 
 
 def test_a_failed_sweep_without_rows_says_why(logged_in_client):
@@ -451,14 +441,12 @@ def test_sections_of_stages_skipped_after_a_failed_plan_name_it_once(logged_in_c
     html = page(logged_in_client, job)
     for section in ("performance", "stability"):
         panel = article(html, f"{section}-job-{job.pk}")
-        skipped = re.search(rf'id="{section}-job-{job.pk}-skipped".*?</p>', panel, re.S)
-        assert skipped, section
-        assert f'the <a href="#job-{job.pk}-stage-plan">plan stage</a> failed' in skipped[0]
-        assert "does not fit" not in skipped[0], section
-    timeline = re.search(
-        rf'<section class="stage-block" id="job-{job.pk}-stage-plan".*?</section>', html, re.S
-    )
-    assert "the model does not fit this pool." in timeline[0]
+        skipped = dom.find(panel, f"#{section}-job-{job.pk}-skipped")
+        assert dom.attr(skipped, "a", "href") == f"#job-{job.pk}-stage-plan"
+        assert "the plan stage failed" in skipped.text
+        assert "does not fit" not in skipped.text, section
+    timeline = dom.find(html, f"section.stage-block#job-{job.pk}-stage-plan")
+    assert "the model does not fit this pool." in timeline.text
 
 
 def test_a_running_sweep_shows_its_status(logged_in_client):
@@ -502,8 +490,8 @@ def test_stability_panel_charts_the_samples_and_shows_the_verdict(logged_in_clie
     assert f"leak above {applied:,.0f} bytes/step" in panel
     assert f"{result['step_time_drift']:+.1%}" in panel
     assert f"at most {limits['max_step_time_drift']:+.0%}" in panel
-    assert f"{result['duration_s']:,.1f} s" in text(panel)
-    assert f"Steps {result['steps']}" in text(panel)
+    assert f"{result['duration_s']:,.1f} s" in dom.text(panel)
+    assert f"Steps {result['steps']}" in dom.text(panel)
     assert "0 logit rows" in panel and "0 steps raised" in panel
 
 
@@ -514,10 +502,11 @@ def test_a_leak_fails_the_stability_panel_with_its_reason(logged_in_client):
 
     assert result["passed"] is False and result["reason"].startswith("memory leak")
     assert "<strong>Failed</strong>: " + html_lib.escape(result["reason"], quote=True) in panel
-    crossed = re.search(
-        r'<tr class="crossed"><th scope="row">Memory slope</th>(.*?)</tr>', panel, re.S
-    )
-    assert crossed and f"{result['memory_slope_bytes_per_step']:,.0f} bytes/step" in crossed[1]
+    crossed = [
+        row for row in dom.find_all(panel, "tr.crossed") if dom.text(row, "th") == "Memory slope"
+    ]
+    assert crossed
+    assert f"{result['memory_slope_bytes_per_step']:,.0f} bytes/step" in crossed[0].text
 
 
 # --- compare --------------------------------------------------------------------------------
@@ -567,7 +556,9 @@ def test_compare_overlays_both_jobs_on_the_same_axes(logged_in_client):
     toggles = [t["name"] for t in fig["data"] if t.get("meta", {}).get("role") == "legend"]
     assert f"meta-llama/Llama-3.1-8B on {pool} · float32" in toggles
     assert len(toggles) == len(set(toggles)) < 12
-    assert "the same release, meta-llama/Llama-3.1-8B, on pools h200x8 and h200-east" in text(html)
+    assert "the same release, meta-llama/Llama-3.1-8B, on pools h200x8 and h200-east" in dom.text(
+        html
+    )
     # the release page offers the comparison
     panel = article(page(logged_in_client, on_h200), f"performance-job-{on_h200.pk}")
     assert '<optgroup label="Same release, other pools">' in panel
@@ -610,7 +601,7 @@ def test_compare_accepts_two_jobs_values_and_keeps_the_view(logged_in_client):
     html = response.content.decode()
     fig = figure(html, "compare-performance-ttft-s-figure")
     assert {t["meta"]["source"] for t in curves(fig)} == {0, 1}
-    assert "two releases on pool h200x8" in text(html)
+    assert "two releases on pool h200x8" in dom.text(html)
     assert f'href="?jobs={a.pk},{b.pk}&amp;perf_x=prompt_len&amp;perf_metric=ttft_s"' in html
 
 

@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from adaptation.models import AcceleratorPool, StageRun
+from tests import dom
 from tests.factories import cpu_pool, make_job, make_release
 from tests.web.test_board import cell_text
 from tests.worker_rows import GIB, cuda_devices, make_worker
@@ -23,21 +24,14 @@ POOLS = reverse("adaptation:pool_list")
 WAITING_CPU = "waiting: no live worker for pool cpu (queue pool.cpu)"
 
 
-def text(html: str) -> str:
-    return " ".join(re.sub(r"<[^>]+>", " ", html).split())
-
-
 def pool_section(html: str, name: str) -> str:
-    section = re.search(rf'<section class="pool" id="pool-{name}".*?</section>', html, re.S)
-    assert section, f"no section for pool {name}"
-    return section[0]
+    """The markup of the pools page's section for pool `name`."""
+    return dom.find(html, f"section.pool#pool-{name}").html
 
 
 def worker_row(html: str, name: str) -> str:
-    pattern = rf'<tr class="worker[^"]*" data-worker="{re.escape(name)}">.*?</tr>'
-    row = re.search(pattern, html, re.S)
-    assert row, f"no row for worker {name}"
-    return row[0]
+    """The markup of the row of worker `name` (its class starts with "worker")."""
+    return dom.find(html, f'tr[class^="worker"][data-worker="{name}"]').html
 
 
 def test_pools_page_requires_login(client):
@@ -56,9 +50,9 @@ def test_a_pool_without_live_worker_says_its_jobs_wait(logged_in_client, setting
 
     section = pool_section(html, "cpu")
     assert '<span class="badge status-failed no-live-worker">No live worker</span>' in section
-    assert "jobs for this pool wait until one starts (1 stage waiting)" in text(section)
+    assert "jobs for this pool wait until one starts (1 stage waiting)" in dom.text(section)
     row = worker_row(section, "cpu@gone")
-    assert "worker-inactive" in row and "stopped" in text(row)
+    assert "worker-inactive" in row and "stopped" in dom.text(row)
     assert 'data-live-workers="0"' in section
 
 
@@ -91,23 +85,25 @@ def test_live_worker_shows_devices_heartbeat_and_what_it_runs(logged_in_client):
 
     section = pool_section(html, "h200")
     assert "No live worker" not in section
-    assert "1 live worker" in text(section)
-    assert "h200: 8 per node \N{MULTIPLICATION SIGN} 2 nodes" in text(section)
+    assert "1 live worker" in dom.text(section)
+    assert "h200: 8 per node \N{MULTIPLICATION SIGN} 2 nodes" in dom.text(section)
     row = worker_row(section, "h200@gpu-node-7")
-    row_text = text(row)
+    row_text = dom.text(row)
     assert "2 \N{MULTIPLICATION SIGN} NVIDIA H200 · 141.0 GiB" in row_text
     assert "192" in row_text and "2,048.0 GiB" in row_text
     assert re.search(r"\b[45] s ago\b", row_text)
     assert f'href="{reverse("adaptation:release_detail", args=[release.pk])}"' in row
     assert "deepseek-ai/DeepSeek-V3 · fetch" in row_text
-    assert "2 reported · 1 held · 1 free" in text(section)
-    assert re.search(r"2 stages queued; oldest waiting 3 m 2\d s · 2 jobs waiting", text(section))
+    assert "2 reported · 1 held · 1 free" in dom.text(section)
+    assert re.search(
+        r"2 stages queued; oldest waiting 3 m 2\d s · 2 jobs waiting", dom.text(section)
+    )
 
 
 def test_cpu_pool_describes_the_machine_its_worker_measured(logged_in_client):
     cpu_pool()
     make_worker(name="cpu@box", cpu_cores=96, memory_bytes=512 * GIB)
-    section = text(pool_section(logged_in_client.get(POOLS).content.decode(), "cpu"))
+    section = dom.text(pool_section(logged_in_client.get(POOLS).content.decode(), "cpu"))
     assert "cpu: 1 per node \N{MULTIPLICATION SIGN} 1 node" in section
     assert "the machine its worker runs on: 96 cores, 512.0 GiB (cpu@box, measured at start)" in (
         section
@@ -118,7 +114,7 @@ def test_unknown_accelerator_kind_is_shown_not_raised(logged_in_client):
     AcceleratorPool.objects.create(name="mystery", backend="cuda", accelerator="tpu-v9")
     response = logged_in_client.get(POOLS)
     assert response.status_code == 200
-    assert "tpu-v9" in text(pool_section(response.content.decode(), "mystery"))
+    assert "tpu-v9" in dom.text(pool_section(response.content.decode(), "mystery"))
 
 
 def test_htmx_poll_gets_only_the_live_part(logged_in_client):
@@ -159,13 +155,12 @@ def test_release_page_says_a_queued_stage_waits_for_a_worker(logged_in_client):
 
     html = logged_in_client.get(url).content.decode()
     run = StageRun.objects.get(job=job, stage="fetch")
-    block = re.search(rf'<tbody id="run-{run.pk}">.*?</tbody>', html, re.S)[0]
-    assert WAITING_CPU in text(block)
+    assert WAITING_CPU in dom.text(html, f"tbody#run-{run.pk}")
 
     make_worker(name="cpu@live")
     html = logged_in_client.get(url).content.decode()
-    block = re.search(rf'<tbody id="run-{run.pk}">.*?</tbody>', html, re.S)[0]
-    assert WAITING_CPU not in block and "Queued" in text(block)
+    block = dom.find(html, f"tbody#run-{run.pk}")
+    assert WAITING_CPU not in block.html and "Queued" in block.text
 
 
 def test_board_asks_for_live_workers_once_per_page(logged_in_client):
@@ -191,7 +186,7 @@ def test_a_manifest_pool_shows_its_declared_devices(logged_in_client, settings):
     )
     make_worker(name="manifest@gone", queues=("pool.ascend",), heartbeat_age_s=300)
 
-    section = text(pool_section(logged_in_client.get(POOLS).content.decode(), "ascend"))
+    section = dom.text(pool_section(logged_in_client.get(POOLS).content.decode(), "ascend"))
 
     assert (
         "16 declared (manifest pool: its accelerators are not attached to a worker here) "
@@ -207,9 +202,9 @@ def test_a_backend_pool_warns_when_its_workers_and_layout_disagree(logged_in_cli
 
     html = pool_section(logged_in_client.get(POOLS).content.decode(), "h200")
 
-    warnings = [text(w) for w in re.findall(r'<li class="device-warning">(.*?)</li>', html)]
+    warnings = dom.texts(html, 'li[class="device-warning"]')
     assert warnings == [
         "worker h200@laptop runs on cpu, not cuda: its 1 device is not counted",
         "layout says 8 per node x 1 node; live workers report 1",
     ]
-    assert "1 reported · 0 held · 1 free" in text(html)
+    assert "1 reported · 0 held · 1 free" in dom.text(html)

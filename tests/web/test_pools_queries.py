@@ -11,16 +11,13 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from adaptation.models import AcceleratorPool, StageRun
+from tests import dom
 from tests.factories import make_job
 from tests.worker_rows import cuda_devices, make_worker
 
 pytestmark = pytest.mark.django_db
 
 POOLS = reverse("adaptation:pool_list")
-
-
-def text(html: str) -> str:
-    return " ".join(re.sub(r"<[^>]+>", " ", html).split())
 
 
 def planned_job(pool: AcceleratorPool, *, running: bool) -> None:
@@ -47,11 +44,11 @@ def test_the_pools_page_asks_the_same_queries_for_one_active_job_or_twenty(logge
     planned_job(pool, running=True)
     logged_in_client.get(POOLS)  # per-process caches warmed
     with CaptureQueriesContext(connection) as one:
-        first = text(logged_in_client.get(POOLS).content.decode())
+        first = dom.text(logged_in_client.get(POOLS))
     for n in range(19):
         planned_job(pool, running=n < 2)  # three running in all, seventeen waiting
     with CaptureQueriesContext(connection) as twenty:
-        busy = text(logged_in_client.get(POOLS).content.decode())
+        busy = dom.text(logged_in_client.get(POOLS))
 
     assert len(twenty) == len(one), [query["sql"] for query in twenty.captured_queries]
     # No query reads a stored result whole: only the plan's devices, in the database.

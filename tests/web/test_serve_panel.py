@@ -17,6 +17,7 @@ from adaptation.presenters.serve import serve_panels
 from engine.architecture import analyze_config
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
+from engine.stages.serve.full_size_result import MetricsSample
 from tests import dom
 from tests.factories import make_job, make_release
 from tests.web.serve_results import (
@@ -488,7 +489,7 @@ def test_the_metrics_chart_draws_kv_usage_in_percent_and_the_requests():
 
 def test_charts_are_skipped_without_their_figures():
     assert serve_charts.sweep([], knee=None, predicted=[], checkpoint_kind="twin") is None
-    assert serve_charts.engine_metrics([{"t_s": 0.0}], checkpoint_kind="twin") is None
+    assert serve_charts.engine_metrics([MetricsSample(t_s=0.0)], checkpoint_kind="twin") is None
 
 
 def test_a_run_the_worker_refused_shows_only_its_failure():

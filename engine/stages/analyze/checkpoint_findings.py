@@ -11,10 +11,7 @@ from typing import Any
 from engine import formatting as fmt
 from engine import markdown as md
 from engine.findings import MAJOR, MINOR, Finding, cut_title
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+from engine.stored import as_mapping
 
 
 def _names(listed: Mapping[str, Any]) -> str:
@@ -50,11 +47,11 @@ def _finding(key: str, title: str, body: str, severity: str) -> Finding:
 def _count_finding(result: Mapping[str, Any]) -> Finding | None:
     """The config-derived total against the checkpoint's, when they disagree beyond
     rounding: the checkpoint's is used, and the groups where they differ say why."""
-    comparison = _mapping(_mapping(result.get("checkpoint")).get("comparison"))
-    total = _mapping(_mapping(comparison.get("figures")).get("total_params"))
+    comparison = as_mapping(as_mapping(result.get("checkpoint")).get("comparison"))
+    total = as_mapping(as_mapping(comparison.get("figures")).get("total_params"))
     if not total or comparison.get("agree", True):
         return None
-    groups = _mapping(comparison.get("groups"))
+    groups = as_mapping(comparison.get("groups"))
     rows = [
         [
             md.text(group.replace("_", " ")),
@@ -65,7 +62,7 @@ def _count_finding(result: Mapping[str, Any]) -> Finding | None:
         for group, g in groups.items()
         if isinstance(g, Mapping)
     ]
-    estimated = _mapping(result.get("config_figures")).get("estimated")
+    estimated = as_mapping(result.get("config_figures")).get("estimated")
     why = (
         "The config-derived count was an estimate (a model type neither day0's family table "
         "nor transformers knows), "
@@ -93,7 +90,7 @@ def _count_finding(result: Mapping[str, Any]) -> Finding | None:
 def _tensor_findings(check: Mapping[str, Any]) -> list[Finding]:
     found = []
     source = md.code(check.get("expected_from") or "?")
-    missing = _mapping(check.get("missing"))
+    missing = as_mapping(check.get("missing"))
     if missing.get("count"):
         found.append(
             _finding(
@@ -107,7 +104,7 @@ def _tensor_findings(check: Mapping[str, Any]) -> list[Finding]:
                 MAJOR,
             )
         )
-    wrong = _mapping(check.get("wrong_shape"))
+    wrong = as_mapping(check.get("wrong_shape"))
     if wrong.get("count"):
         tensors = [t for t in wrong.get("tensors") or [] if isinstance(t, Mapping)]
         rows = [
@@ -131,7 +128,7 @@ def _tensor_findings(check: Mapping[str, Any]) -> list[Finding]:
                 MAJOR,
             )
         )
-    extra = _mapping(check.get("extra"))
+    extra = as_mapping(check.get("extra"))
     if extra.get("count"):
         found.append(
             _finding(
@@ -148,7 +145,7 @@ def _tensor_findings(check: Mapping[str, Any]) -> list[Finding]:
 
 def _layer_findings(check: Mapping[str, Any]) -> list[Finding]:
     found = []
-    layers = _mapping(check.get("layers"))
+    layers = as_mapping(check.get("layers"))
     if layers.get("missing") or layers.get("extra"):
         parts = []
         if layers.get("missing"):
@@ -167,7 +164,7 @@ def _layer_findings(check: Mapping[str, Any]) -> list[Finding]:
                 MAJOR,
             )
         )
-    mtp = _mapping(check.get("mtp"))
+    mtp = as_mapping(check.get("mtp"))
     if mtp:
         found.append(
             _finding(
@@ -188,7 +185,7 @@ def _layer_findings(check: Mapping[str, Any]) -> list[Finding]:
 
 def _header_findings(check: Mapping[str, Any]) -> list[Finding]:
     found = []
-    duplicates = _mapping(check.get("duplicates"))
+    duplicates = as_mapping(check.get("duplicates"))
     if duplicates.get("count"):
         found.append(
             _finding(
@@ -200,9 +197,9 @@ def _header_findings(check: Mapping[str, Any]) -> list[Finding]:
                 MINOR,
             )
         )
-    mismatch = _mapping(check.get("index_mismatch"))
-    index_only = _mapping(mismatch.get("index_only"))
-    headers_only = _mapping(mismatch.get("headers_only"))
+    mismatch = as_mapping(check.get("index_mismatch"))
+    index_only = as_mapping(mismatch.get("index_only"))
+    headers_only = as_mapping(mismatch.get("headers_only"))
     if index_only.get("count") or headers_only.get("count"):
         parts = []
         if index_only.get("count"):
@@ -223,7 +220,7 @@ def _header_findings(check: Mapping[str, Any]) -> list[Finding]:
 def checkpoint_findings(result: Mapping[str, Any]) -> list[Finding]:
     """Notes from the analysis's checkpoint figures and check ([] when the analysis was
     counted from the config alone)."""
-    check = _mapping(result.get("checkpoint_check"))
+    check = as_mapping(result.get("checkpoint_check"))
     if not check and not result.get("checkpoint"):
         return []
     found = []

@@ -17,6 +17,8 @@ the same context.
 - `thresholds`: every limit a multiple of the dtype's unit roundoff, with its sources;
   overridable per dtype through the pool's `precision_thresholds`.
 - `checks`: the checks a dtype is judged by, in the order pages and notes list them.
+- `result`: the stage's result typed (`PrecisionStageResult.from_stored`), the one reader of a
+  stored result and the one judge of which checks a dtype crossed.
 
 A dtype that crosses a limit, diverges locally or yields NaN/Inf fails the stage with
 `StageFailed`; the full result is attached to the exception as `exc.result`. The registry

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engine.stages.precision.checks import CHECKS
+from engine.stages.precision.result import check_rows
 from engine.twin.run import Trace
 
 
@@ -68,15 +68,11 @@ def logit_metrics(ref: Trace, tgt: Trace) -> dict[str, Any]:
 
 
 def failed_checks(metrics: dict[str, Any], thresholds: dict[str, Any]) -> list[str]:
-    """One phrase per crossed threshold ("relative logit error 0.07 > 0.0625"); a threshold
-    that is None is reported, not enforced."""
-    out = []
-    for metric, key, side, label in CHECKS:
-        limit = thresholds.get(key)
-        value = metrics.get(metric)
-        if limit is None or value is None:
-            continue
-        if (side == "max" and value > limit) or (side == "min" and value < limit):
-            op = ">" if side == "max" else "<"
-            out.append(f"{label} {value:.4g} {op} {limit:.4g}")
-    return out
+    """One phrase per crossed threshold ("relative logit error 0.07 > 0.0625"), judged by
+    `result.check_rows` (the one judge of a dtype's checks); a threshold that is None is
+    reported, not enforced."""
+    return [
+        f"{row.label} {row.value:.4g} {row.op} {row.limit:.4g}"
+        for row in check_rows(metrics, thresholds)
+        if row.crossed
+    ]

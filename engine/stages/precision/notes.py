@@ -7,11 +7,12 @@ Plain Python: neither Django nor torch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from engine.markdown import first_line
 from engine.notes import NotesContext, StageState
+
+from .result import PrecisionStageResult
 
 PLACE = 40
 
@@ -27,33 +28,29 @@ def section(state: StageState, notes: NotesContext) -> dict[str, Any]:
     first divergent layer and module, "reason"], "skipped_dtypes", "reference",
     "target_device"}; "available" False (with status and reason) when the stage compared
     nothing."""
-    result = state.result or {}
-    dtypes = result.get("dtypes") if isinstance(result.get("dtypes"), Mapping) else None
-    if state.status not in ("succeeded", "failed") or dtypes is None:
+    result = PrecisionStageResult.from_stored(state.result)
+    if state.status not in ("succeeded", "failed") or result.dtypes is None:
         return {"available": False, "status": state.status, "reason": state.reason}
-    rows = []
-    for dtype, entry in dtypes.items():
-        if not isinstance(entry, Mapping):
-            continue
-        rows.append(
-            {
-                "dtype": dtype,
-                "passed": bool(entry.get("passed")),
-                "top1_agreement": entry.get("top1_agreement"),
-                "max_abs_error": entry.get("max_abs_error"),
-                "cosine_similarity": entry.get("cosine_similarity"),
-                "kl_divergence": entry.get("kl_divergence"),
-                "first_divergent_layer": entry.get("first_divergent_layer"),
-                "first_divergent_module": entry.get("first_divergent_module"),
-                "reason": first_line(entry.get("reason"), 240),
-            }
-        )
+    reference = {"device": result.reference_device, "dtype": result.reference_dtype}
     return {
         "available": True,
         "status": state.status,
-        "passed": bool(rows) and all(r["passed"] for r in rows),
-        "dtypes": rows,
-        "skipped_dtypes": dict(result.get("skipped_dtypes") or {}),
-        "reference": result.get("reference"),
-        "target_device": result.get("target_device"),
+        "passed": result.every_dtype_passed,
+        "dtypes": [
+            {
+                "dtype": entry.dtype,
+                "passed": bool(entry.passed),
+                "top1_agreement": entry.top1_agreement,
+                "max_abs_error": entry.max_abs_error,
+                "cosine_similarity": entry.cosine_similarity,
+                "kl_divergence": entry.kl_divergence,
+                "first_divergent_layer": entry.first_divergent_layer,
+                "first_divergent_module": entry.first_divergent_module or None,
+                "reason": first_line(entry.reason, 240),
+            }
+            for entry in result.compared
+        ],
+        "skipped_dtypes": result.skipped_dtypes,
+        "reference": reference if any(reference.values()) else None,
+        "target_device": result.target_device or None,
     }

@@ -19,6 +19,9 @@ from typing import Any
 from engine import formatting as fmt
 from engine import markdown as md
 from engine.findings import BLOCKER, MAJOR, Finding, cut_title, gist, sentence
+from engine.stored import as_mapping
+
+from .result import Failure, PrecisionCheck, ServeResult, TPCheck
 
 SERVE_CANNOT_SERVE = "serve:cannot-serve"
 SERVE_PRECISION = "serve:precision"
@@ -32,43 +35,30 @@ _CULPRIT_WORDS = {
 }
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _engine_name(result: Mapping[str, Any]) -> str:
-    engine = _mapping(result.get("engine"))
-    name = str(engine.get("name") or "the engine")
-    version = str(engine.get("version") or "")
-    return f"{name} {version}".strip()
-
-
-def _architecture(analysis: Mapping[str, Any] | None, result: Mapping[str, Any]) -> str:
-    for source in (_mapping(analysis), _mapping(result.get("checkpoint"))):
-        value = source.get("architecture") or source.get("model_type")
-        if value:
-            return str(value)
+def _architecture(analysis: Mapping[str, Any] | None, result: ServeResult) -> str:
+    analysis = as_mapping(analysis)
+    value = analysis.get("architecture") or analysis.get("model_type")
+    if value:
+        return str(value)
+    if result.checkpoint is not None and result.checkpoint.architecture:
+        return result.checkpoint.architecture
     return "this release"
 
 
-def _cannot_serve(
-    result: Mapping[str, Any], failure: Mapping[str, Any], pool: str, arch: str
-) -> Finding:
-    reason = str(failure.get("reason") or "no reason given")
-    lines = [str(line) for line in failure.get("engine_lines") or []]
-    engine = _engine_name(result)
+def _cannot_serve(result: ServeResult, failure: Failure, pool: str, arch: str) -> Finding:
+    reason = failure.reason or "no reason given"
+    engine = result.engine_label
     prefix = f"{engine} cannot serve "
     title = reason if reason.startswith(prefix) else f"{prefix}{arch} on pool {pool}: {reason}"
     body = []
-    if lines:
-        body += ["The engine's own lines:", "", md.code_block("\n".join(lines)), ""]
+    if failure.engine_lines:
+        body += ["The engine's own lines:", "", md.code_block("\n".join(failure.engine_lines)), ""]
     body += [f"{sentence(reason)}", ""]
-    culprit = str(failure.get("culprit") or "")
-    if culprit in _CULPRIT_WORDS:
-        body += [f"At fault: {_CULPRIT_WORDS[culprit]}.", ""]
-    launched = _mapping(result.get("engine")).get("launched_command")
+    if failure.culprit in _CULPRIT_WORDS:
+        body += [f"At fault: {_CULPRIT_WORDS[failure.culprit]}.", ""]
+    launched = result.engine.launched_command if result.engine is not None else ""
     if launched:
-        body += ["The command that was launched:", "", md.code_block(str(launched), "sh")]
+        body += ["The command that was launched:", "", md.code_block(launched, "sh")]
     return Finding(
         key=SERVE_CANNOT_SERVE,
         title=cut_title(gist(title) if len(title) > 200 else title),
@@ -77,102 +67,93 @@ def _cannot_serve(
     )
 
 
-def _precision(result: Mapping[str, Any], pool: str) -> Finding:
-    precision = _mapping(result.get("precision"))
-    limits = _mapping(precision.get("limits"))
-    divergence = _mapping(precision.get("first_divergence"))
+def _precision(result: ServeResult, precision: PrecisionCheck, pool: str) -> Finding:
+    divergence = precision.first_divergence
     where = (
-        f"first divergence at prompt {divergence.get('prompt')}, token {divergence.get('position')}"
-        if divergence
+        f"first divergence at prompt {divergence.prompt}, token {divergence.position}"
+        if divergence is not None
         else "no token diverged"
     )
     body = [
-        f"Through {md.code(_engine_name(result))} on pool {md.code(pool)}, "
-        f"{md.code(precision.get('dtype') or '?')} against transformers in float32 on the same "
-        f"checkpoint ({fmt.count(precision.get('prompts'))} prompts, "
-        f"{fmt.count(precision.get('tokens_compared'))} greedy tokens):",
+        f"Through {md.code(result.engine_label)} on pool {md.code(pool)}, "
+        f"{md.code(precision.dtype or '?')} against transformers in float32 on the same "
+        f"checkpoint ({fmt.count(precision.prompts)} prompts, "
+        f"{fmt.count(precision.tokens_compared)} greedy tokens):",
         "",
         md.table(
             ("figure", "measured", "limit"),
             (
-                ("token agreement", fmt.percent(precision.get("token_agreement")), "—"),
+                ("token agreement", fmt.percent(precision.token_agreement), "—"),
                 (
                     "max \\|Δ logprob\\| of the chosen tokens",
-                    fmt.sig(precision.get("max_abs_logprob_diff")),
-                    fmt.sig(limits.get("max_abs_logprob_diff")),
+                    fmt.sig(precision.max_abs_logprob_diff),
+                    fmt.sig(precision.limit_max_abs_logprob_diff),
                 ),
                 (
                     "KL over the top-k",
-                    fmt.sig(precision.get("kl_top_k")),
-                    fmt.sig(limits.get("kl_top_k")),
+                    fmt.sig(precision.kl_top_k),
+                    fmt.sig(precision.limit_kl_top_k),
                 ),
             ),
         ),
         "",
-        f"{sentence(where)} Limits: {sentence(limits.get('source') or 'no source recorded')}",
+        f"{sentence(where)} Limits: {sentence(precision.limits_source or 'no source recorded')}",
     ]
     return Finding(
         key=SERVE_PRECISION,
         title=cut_title(
-            f"{_engine_name(result)} on pool {pool}: {precision.get('dtype') or '?'} outputs off "
+            f"{result.engine_label} on pool {pool}: {precision.dtype or '?'} outputs off "
             f"the float32 reference (max |Δ logprob| "
-            f"{fmt.sig(precision.get('max_abs_logprob_diff'))})"
+            f"{fmt.sig(precision.max_abs_logprob_diff)})"
         ),
         body="\n".join(body),
         severity=MAJOR,
     )
 
 
-def _multi_device(result: Mapping[str, Any], pool: str) -> Finding:
-    tp = _mapping(result.get("tp"))
-    divergence = _mapping(tp.get("first_divergence"))
+def _multi_device(result: ServeResult, tp: TPCheck, pool: str) -> Finding:
+    divergence = tp.first_divergence
     where = (
-        f"The first divergence is at prompt {divergence.get('prompt')}, token "
-        f"{divergence.get('position')}."
-        if divergence
+        f"The first divergence is at prompt {divergence.prompt}, token {divergence.position}."
+        if divergence is not None
         else ""
     )
     return Finding(
         key=SERVE_MULTI_DEVICE,
         title=cut_title(
-            f"{_engine_name(result)} on pool {pool}: TP={tp.get('launched')} greedy tokens differ "
-            "from TP=1"
+            f"{result.engine_label} on pool {pool}: TP={tp.launched} greedy tokens differ from TP=1"
         ),
         body=(
-            f"The engine launched at TP={tp.get('launched')} (the plan's TP={tp.get('planned')}) "
+            f"The engine launched at TP={tp.launched} (the plan's TP={tp.planned}) "
             f"and at TP=1 on the same checkpoint gave different greedy tokens over "
-            f"{fmt.count(tp.get('tokens_compared'))} tokens. {where}"
+            f"{fmt.count(tp.tokens_compared)} tokens. {where}"
         ).strip(),
         severity=MAJOR,
     )
 
 
-def _sweep(result: Mapping[str, Any], pool: str) -> Finding:
-    sweep = [p for p in result.get("sweep") or [] if isinstance(p, Mapping)]
-    errors = sum(int(p.get("errors") or 0) for p in sweep)
-    failure = _mapping(result.get("failure"))
-    stopped = failure.get("reason") if failure.get("phase") == "sweep" else ""
+def _sweep(result: ServeResult, pool: str) -> Finding:
+    failure = result.failure
+    stopped = failure.reason if failure is not None and failure.phase == "sweep" else ""
     rows = [
-        (
-            fmt.count(p.get("concurrency")),
-            fmt.count(p.get("completed")),
-            fmt.count(p.get("errors")),
-        )
-        for p in sweep
+        (fmt.count(level.concurrency), fmt.count(level.completed), fmt.count(level.errors))
+        for level in result.sweep
     ]
     body = [
-        f"The load sweep through {md.code(_engine_name(result))} on pool {md.code(pool)}:",
+        f"The load sweep through {md.code(result.engine_label)} on pool {md.code(pool)}:",
         "",
         md.table(("concurrency", "completed", "errors"), rows) if rows else "No level finished.",
     ]
     if stopped:
         body += ["", f"It stopped: {sentence(stopped)}"]
     what = (
-        f"sweep stopped: {gist(stopped)}" if stopped else f"{fmt.counted(errors, 'request')} failed"
+        f"sweep stopped: {gist(stopped)}"
+        if stopped
+        else f"{fmt.counted(result.requests_failed, 'request')} failed"
     )
     return Finding(
         key=SERVE_SWEEP,
-        title=cut_title(f"{_engine_name(result)} on pool {pool} under load: {what}"),
+        title=cut_title(f"{result.engine_label} on pool {pool} under load: {what}"),
         body="\n".join(body),
         severity=MAJOR,
     )
@@ -185,21 +166,18 @@ def findings(
     that is not a serve run, or a pool without an engine (nothing was judged). A failure the
     infrastructure caused after the engine started (it died, an endpoint stopped answering)
     raises no note about the release."""
-    status = result.get("status")
-    if status not in ("served", "attached", "failed"):
+    served = ServeResult.from_stored(result)
+    if not served.judging:
         return None
-    failure = _mapping(result.get("failure"))
-    if failure.get("phase") in ("checkpoint", "launch"):
-        return [_cannot_serve(result, failure, pool, _architecture(analysis, result))]
+    if served.failure is not None and served.failure.before_serving:
+        return [_cannot_serve(served, served.failure, pool, _architecture(analysis, served))]
     found: list[Finding] = []
-    if _mapping(result.get("precision")).get("passed") is False:
-        found.append(_precision(result, pool))
-    if _mapping(result.get("tp")).get("greedy_match") is False:
-        found.append(_multi_device(result, pool))
-    sweep = [p for p in result.get("sweep") or [] if isinstance(p, Mapping)]
-    blamed = failure.get("culprit") == "release"
-    if any(p.get("errors") for p in sweep) and (blamed or not failure):
-        found.append(_sweep(result, pool))
+    if served.precision is not None and served.precision_passed is False:
+        found.append(_precision(served, served.precision, pool))
+    if served.tp is not None and served.tp_matched is False:
+        found.append(_multi_device(served, served.tp, pool))
+    if served.sweep_failure_blames_release:
+        found.append(_sweep(served, pool))
     return found
 
 
@@ -207,17 +185,16 @@ def unjudged_keys(result: Mapping[str, Any]) -> frozenset[str]:
     """Notes a run could not judge: a pool without an engine judges nothing; a run that never
     served says nothing of precision, TP or load; a check the run did not reach (the
     infrastructure stopped it first) says nothing of that check."""
-    status = result.get("status")
-    if status not in ("served", "attached", "failed"):
+    served = ServeResult.from_stored(result)
+    if not served.judging:
         return ALL_KEYS
-    failure = _mapping(result.get("failure"))
-    if failure.get("phase") in ("checkpoint", "launch"):
+    if served.failed_before_serving:
         return frozenset({SERVE_PRECISION, SERVE_MULTI_DEVICE, SERVE_SWEEP})
     unjudged = set()
-    if _mapping(result.get("precision")).get("passed") is None:
+    if served.precision_passed is None:
         unjudged.add(SERVE_PRECISION)
-    if _mapping(result.get("tp")).get("greedy_match") is None:
+    if served.tp_matched is None:
         unjudged.add(SERVE_MULTI_DEVICE)
-    if failure.get("culprit") == "infrastructure" or not result.get("sweep"):
+    if not served.sweep_judged:
         unjudged.add(SERVE_SWEEP)
     return frozenset(unjudged)

@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from engine.contract import StageContext, raise_if_cancelled
+from engine.stored import as_mapping
 
 from . import degrees
 from .command import (
@@ -100,10 +101,6 @@ def failed(reason: str, **figures: Any) -> dict[str, Any]:
     return {"status": "failed", "reason": reason, "load_format": LOAD_FORMAT, **figures}
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -159,7 +156,7 @@ def _kv_space_gib(
     None when either figure is unknown (the pool's setting stays)."""
     if not bytes_per_token or not context:
         return None
-    env = _mapping(engine.get("env"))
+    env = as_mapping(engine.get("env"))
     try:
         pool_gib = float(env.get("VLLM_CPU_KVCACHE_SPACE") or degrees.DEFAULT_CPU_KVCACHE_GIB)
     except ValueError:
@@ -245,10 +242,10 @@ def run_full_size(
     kind = engine["kind"]
     if not settings.enabled:
         return skipped("disabled", by=settings.disabled_by)
-    plan = _mapping(ctx.previous.get("plan"))
+    plan = as_mapping(ctx.previous.get("plan"))
     if plan.get("fits") is False:
         return skipped("plan_does_not_fit")
-    fetch = _mapping(ctx.previous.get("fetch"))
+    fetch = as_mapping(ctx.previous.get("fetch"))
     config = fetch.get("config")
     if not isinstance(config, Mapping):
         return skipped("no_config")

@@ -12,12 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from engine.stored import as_mapping
+
 from .command import devices_needed, parallel_sizes, tensor_parallel
 from .full_size_settings import FullSizeSettings
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _valid_split(analysis: Mapping[str, Any] | None, planned: str, kind: str, tp: int) -> str:
@@ -47,7 +45,7 @@ def _fits_memory(plan: Mapping[str, Any], tp: int, plan_tp: int, device: str) ->
     shares the host's memory: what fits at the plan's TP fits."""
     if device == "cpu" or tp >= plan_tp:
         return True
-    memory = _mapping(plan.get("memory_per_device_bytes"))
+    memory = as_mapping(plan.get("memory_per_device_bytes"))
     weights, budget = memory.get("weights"), memory.get("budget")
     if not isinstance(weights, int | float) or not isinstance(budget, int | float):
         return False

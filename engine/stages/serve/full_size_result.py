@@ -48,8 +48,11 @@ def launch_split(tp: int, plan: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class Level:
-    """One concurrency level of a sweep on the engine: requests sent, completed and failed,
-    output tokens/s and requests/s, TTFT and TPOT p50/p95, end-to-end p50/p99 (s)."""
+    """One concurrency level of a sweep on the engine (the twin's sweep and the full-size
+    run's): requests sent, completed and failed, output tokens/s and requests/s, TTFT and TPOT
+    p50/p95, end-to-end p50/p99 (s); at full size also the engine's KV cache usage (a
+    fraction) and running and waiting requests at their peak during the level (None
+    elsewhere); `knee`: whether it is the twin's sweep's knee (`ServeResult.sweep` sets it)."""
 
     concurrency: int | None
     requests: int | None
@@ -63,6 +66,10 @@ class Level:
     tpot_s_p95: float | None
     e2e_s_p50: float | None
     e2e_s_p99: float | None
+    kv_cache_usage_peak: float | None = None
+    running_peak: float | None = None
+    waiting_peak: float | None = None
+    knee: bool = False
 
     @property
     def failed_requests(self) -> bool:
@@ -78,6 +85,9 @@ _LEVEL_FIGURES = (
     "tpot_s_p95",
     "e2e_s_p50",
     "e2e_s_p99",
+    "kv_cache_usage_peak",
+    "running_peak",
+    "waiting_peak",
 )
 
 
@@ -98,6 +108,46 @@ def levels_of(value: Any) -> list[Level]:
             )
         )
     return sorted(levels, key=lambda level: level.concurrency or 0)
+
+
+# The engine's /metrics figures each scrape keeps (`metrics.METRIC_NAMES`, with `t_s`).
+_SAMPLE_FIGURES = (
+    "kv_cache_usage",
+    "running",
+    "waiting",
+    "preemptions",
+    "prefix_cache_hits",
+    "prefix_cache_queries",
+)
+
+
+@dataclass(frozen=True)
+class MetricsSample:
+    """One scrape of the engine's /metrics (`metrics.Scraper`): seconds since the first
+    (`t_s`), the KV cache's share in use (a fraction), requests running and waiting, the
+    engine's preemptions and prefix-cache hit and looked-up tokens since it started (None
+    where the engine did not expose one)."""
+
+    t_s: float | None
+    kv_cache_usage: float | None = None
+    running: int | float | None = None
+    waiting: int | float | None = None
+    preemptions: int | float | None = None
+    prefix_cache_hits: int | float | None = None
+    prefix_cache_queries: int | float | None = None
+
+
+def metrics_samples(value: Any) -> list[MetricsSample]:
+    """The samples of a stored metrics `series`, in order; a sample that is not a mapping
+    reads as empty."""
+    return [
+        MetricsSample(
+            t_s=finite(sample.get("t_s")),
+            kv_cache_usage=finite(sample.get("kv_cache_usage")),
+            **{key: as_count(sample.get(key)) for key in _SAMPLE_FIGURES[1:]},
+        )
+        for sample in (as_mapping(s) for s in as_list(value))
+    ]
 
 
 @dataclass(frozen=True)
@@ -293,7 +343,7 @@ class FullSizeRun:
     tp_left_out: list[TPLeftOut] = field(default_factory=list)
     scaling: list[ScalingPoint] = field(default_factory=list)
     peaks: EnginePeaks | None = None
-    metrics_series: list[Mapping[str, Any]] = field(default_factory=list)
+    metrics_series: list[MetricsSample] = field(default_factory=list)
     model: ServedModel | None = None
     predicted_before: dict[str, Prediction] = field(default_factory=dict)
     predicted_before_reason: str = ""
@@ -499,7 +549,7 @@ def full_size_run(serve_result: Mapping[str, Any] | None) -> FullSizeRun | None:
         tp_left_out=[_tp_left_out(as_mapping(e)) for e in as_list(full_size.get("tp_skipped"))],
         scaling=[_scaling_point(as_mapping(r)) for r in as_list(full_size.get("scaling"))],
         peaks=_peaks(metrics),
-        metrics_series=[as_mapping(s) for s in as_list(metrics.get("series"))],
+        metrics_series=metrics_samples(metrics.get("series")),
         model=model,
         predicted_before=before,
         predicted_before_reason=before_reason,

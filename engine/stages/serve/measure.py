@@ -17,6 +17,7 @@ from .options import (
     DEFAULT_OUTPUT_TOKENS,
     DEFAULT_PRECISION_TOKENS,
 )
+from .result import PrecisionCheck
 from .verdict import Measured, knee
 
 
@@ -59,10 +60,10 @@ def measure(
     try:
         limits_for(dtype)
     except ValueError:
-        result["precision"] = {"dtype": dtype, "passed": None, "reason": "no_limits_for_dtype"}
+        result["precision"] = PrecisionCheck(dtype, None, "no_limits_for_dtype").to_dict()
     else:
         if reference_dir is None:
-            result["precision"] = {"dtype": dtype, "passed": None, "reason": "no_reference"}
+            result["precision"] = PrecisionCheck(dtype, None, "no_reference").to_dict()
         else:
             try:
                 result["precision"] = measure_precision(

@@ -12,18 +12,16 @@ Plain Python: neither Django nor torch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.formatting import finite
 from engine.markdown import first_line
 from engine.notes import NotesContext, StageState
+from engine.stored import whole_number
+
+from .result import ServeResult
 
 PLACE = 25  # after the multi-device validation (20), before performance (30)
-
-# The result's own statuses (docs/stages/serve.md).
-RESULT_STATUSES = ("served", "attached", "not_configured", "failed")
 
 
 @dataclass(frozen=True)
@@ -67,90 +65,57 @@ class ServeSection:
     culprit: str | None = None
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _whole(value: Any) -> int | None:
-    number = finite(value)
-    return int(number) if number is not None and number.is_integer() else None
-
-
-def _flag(value: Any) -> bool | None:
-    return value if isinstance(value, bool) else None
-
-
-def _text(value: Any) -> str:
-    return "" if value is None else str(value)
-
-
-def _items(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, list | tuple) else []
-
-
 def ran_twin(state: StageState) -> bool:
     """Whether the engine served the scaled twin (not the release's real weights)."""
-    result = state.result or {}
-    checkpoint = _mapping(result.get("checkpoint"))
-    return bool(checkpoint) and checkpoint.get("kind") != "real"
+    checkpoint = ServeResult.from_stored(state.result).checkpoint
+    return checkpoint is not None and not checkpoint.real
 
 
 def serve_section(state: StageState) -> ServeSection:
     """The section of the serve stage's `state` (its stored result, or why it has none)."""
-    result = state.result or {}
-    status = str(result.get("status") or "")
-    if status not in RESULT_STATUSES:
+    result = ServeResult.from_stored(state.result)
+    if not result.status:
         failed = state.status == "failed"
         return ServeSection(
             status=state.status,
             failure_reason=(first_line(state.reason, 400) or None) if failed else None,
         )
-    if status == "not_configured":
-        return ServeSection(status=status)
-    engine = _mapping(result.get("engine"))
-    checkpoint = _mapping(result.get("checkpoint"))
-    precision = _mapping(result.get("precision"))
-    divergence = _mapping(precision.get("first_divergence"))
-    knee = _mapping(result.get("knee"))
-    tp = _mapping(result.get("tp"))
-    failure = _mapping(result.get("failure"))
-    failed = status == "failed" or state.status == "failed"
-    if not failed:
-        failure = {}
+    if result.status == "not_configured":
+        return ServeSection(status=result.status)
+    engine, precision, knee, tp = result.engine, result.precision, result.knee, result.tp
+    failed = result.status == "failed" or state.status == "failed"
+    failure = result.failure if failed else None
+    divergence = precision.first_divergence if precision is not None else None
     return ServeSection(
-        status="failed" if failed else status,
-        engine_name=_text(engine.get("name")),
-        engine_version=_text(engine.get("version")),
-        launched_command=_text(engine.get("launched_command")),
-        command_diff=[
-            {key: _text(row.get(key)) for key in ("flag", "planned", "launched", "why")}
-            for row in _items(engine.get("command_diff"))
-            if isinstance(row, Mapping)
-        ],
-        load_s=finite(result.get("load_s")),
-        peak_memory_bytes=_whole(result.get("peak_memory_bytes")),
-        checkpoint_kind="real" if checkpoint.get("kind") == "real" else "twin",
-        precision_passed=_flag(precision.get("passed")),
-        token_agreement=finite(precision.get("token_agreement")),
-        max_abs_logprob_diff=finite(precision.get("max_abs_logprob_diff")),
-        kl_top_k=finite(precision.get("kl_top_k")),
-        dtype=_text(precision.get("dtype") or checkpoint.get("dtype")),
+        status="failed" if failed else result.status,
+        engine_name=engine.name if engine else "",
+        engine_version=engine.version if engine else "",
+        launched_command=engine.launched_command if engine else "",
+        command_diff=[asdict(change) for change in engine.changes] if engine else [],
+        load_s=result.load_s,
+        peak_memory_bytes=whole_number(result.peak_memory_bytes),
+        checkpoint_kind=result.checkpoint_kind,
+        precision_passed=result.precision_passed,
+        token_agreement=precision.token_agreement if precision else None,
+        max_abs_logprob_diff=precision.max_abs_logprob_diff if precision else None,
+        kl_top_k=precision.kl_top_k if precision else None,
+        dtype=result.dtype,
         first_divergence=(
-            {"prompt": divergence.get("prompt"), "position": divergence.get("position")}
-            if divergence
+            {"prompt": divergence.prompt, "position": divergence.position} if divergence else None
+        ),
+        knee_concurrency=knee.concurrency if knee else None,
+        knee_output_tokens_per_s=knee.output_tokens_per_s if knee else None,
+        knee_tpot_s=knee.tpot_s_p50 if knee else None,
+        tp_planned=tp.planned if tp else None,
+        tp_greedy_match=result.tp_matched,
+        failure_phase=(failure.phase or None) if failure else None,
+        failure_reason=(
+            (first_line((failure.reason if failure else "") or state.reason, 400) or None)
+            if failed
             else None
         ),
-        knee_concurrency=_whole(knee.get("concurrency")),
-        knee_output_tokens_per_s=finite(knee.get("output_tokens_per_s")),
-        knee_tpot_s=finite(knee.get("tpot_s_p50")),
-        tp_planned=_whole(tp.get("planned")),
-        tp_greedy_match=_flag(tp.get("greedy_match")),
-        failure_phase=_text(failure.get("phase")) or None,
-        failure_reason=(
-            (first_line(failure.get("reason") or state.reason, 400) or None) if failed else None
-        ),
-        engine_lines=[str(line) for line in _items(failure.get("engine_lines"))],
-        culprit=_text(failure.get("culprit")) or None,
+        engine_lines=list(failure.engine_lines) if failure else [],
+        culprit=(failure.culprit or None) if failure else None,
     )
 
 

@@ -35,7 +35,8 @@ Figures (over all positions of all prompts):
   disagreement with a larger margin is a failure.
 
 `passed` = max_abs_logprob_diff <= limit, kl_top_k <= limit, every disagreement a tie and every
-engine logprob finite.
+engine logprob finite: the rule is `result.PrecisionCheck.within_limits`, the one place that
+judges the check (the stage's verdict, notes and pages read the result through it).
 
 Limits (`LIMITS`, per serving dtype). bfloat16 keeps 8 significand bits (7 stored + the
 implicit one), so its unit roundoff (the largest relative error of one rounding) is
@@ -97,6 +98,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from .result import PrecisionCheck, PromptAgreement, TokenDivergence
 
 PROMPTS_PATH = Path(__file__).with_name("prompts.json")
 
@@ -395,10 +398,13 @@ def compare(
     references: Sequence[Sequence[ReferencePosition]],
     *,
     limits: Mapping[str, Any],
+    dtype: str = "",
 ) -> dict[str, Any]:
-    """The precision figures of the engine's `completions` against the teacher-forced
-    `references` (one list of positions per prompt), judged by `limits`
-    (`max_abs_logprob_diff`, `kl_top_k`). See the module docstring for each figure."""
+    """The precision figures of the engine's `completions` (served in `dtype`) against the
+    teacher-forced `references` (one list of positions per prompt), judged by `limits`
+    (`max_abs_logprob_diff`, `kl_top_k`, `source`) with the rule of
+    `result.PrecisionCheck.within_limits`, as the stage stores them
+    (`result.PrecisionCheck.to_dict`). See the module docstring for each figure."""
     logprob_limit = float(limits["max_abs_logprob_diff"])
     compared = agreed = ties = non_finite = 0
     max_diff = 0.0
@@ -410,6 +416,8 @@ def compare(
         prompt_agreed = 0
         prompt_first = None
         prompt_first_non_tie = None
+        # Every position until the first divergence beyond a tie (all of them without one).
+        prompt_until = len(completion.tokens)
         for position, (token, ref) in enumerate(zip(completion.tokens, reference, strict=True)):
             compared += 1
             engine_logprob = completion.logprobs[position]
@@ -425,61 +433,51 @@ def compare(
             margin = ref.logprobs[ref.argmax] - ref.logprobs[token]
             tie = margin <= logprob_limit
             ties += tie
-            divergence = {
-                "prompt": index,
-                "position": position,
-                "engine_token": token,
-                "reference_token": ref.argmax,
-                "margin": margin,
-                "tie": tie,
-            }
+            divergence = TokenDivergence(
+                prompt=index,
+                position=position,
+                engine_token=token,
+                reference_token=ref.argmax,
+                margin=margin,
+                tie=tie,
+            )
             if prompt_first is None:
                 prompt_first = divergence
             if prompt_first_non_tie is None and not tie:
-                prompt_first_non_tie = divergence
+                prompt_first_non_tie, prompt_until = divergence, position
         agreed += prompt_agreed
-        prompt_until = (
-            prompt_first_non_tie["position"]
-            if prompt_first_non_tie is not None
-            else len(completion.tokens)
-        )
         until_divergence += prompt_until
         if first is None:
             first = prompt_first
         per_prompt.append(
-            {
-                "prompt": index,
-                "tokens": len(completion.tokens),
-                "agreement": prompt_agreed / len(completion.tokens) if completion.tokens else 1.0,
-                "first_divergence": prompt_first,
-                "tokens_until_divergence": prompt_until,
-                "first_non_tie_divergence": prompt_first_non_tie,
-            }
+            PromptAgreement(
+                prompt=index,
+                tokens=len(completion.tokens),
+                agreement=prompt_agreed / len(completion.tokens) if completion.tokens else 1.0,
+                first_divergence=prompt_first,
+                tokens_until_divergence=prompt_until,
+                first_non_tie_divergence=prompt_first_non_tie,
+            )
         )
     finite = compared - non_finite
-    kl_top_k = kl_sum / finite if finite else 0.0
-    failures = compared - agreed - ties
-    passed = (
-        compared > 0
-        and non_finite == 0
-        and failures == 0
-        and max_diff <= logprob_limit
-        and kl_top_k <= float(limits["kl_top_k"])
+    check = PrecisionCheck(
+        dtype=dtype,
+        passed=None,
+        prompts=len(completions),
+        tokens_compared=compared,
+        token_agreement=agreed / compared if compared else 0.0,
+        tokens_until_divergence=until_divergence,
+        first_divergence=first,
+        max_abs_logprob_diff=max_diff,
+        kl_top_k=kl_sum / finite if finite else 0.0,
+        ties=ties,
+        non_finite=non_finite,
+        limit_max_abs_logprob_diff=logprob_limit,
+        limit_kl_top_k=float(limits["kl_top_k"]),
+        limits_source=str(limits.get("source") or ""),
+        per_prompt=per_prompt,
     )
-    return {
-        "prompts": len(completions),
-        "tokens_compared": compared,
-        "token_agreement": agreed / compared if compared else 0.0,
-        "tokens_until_divergence": until_divergence,
-        "first_divergence": first,
-        "max_abs_logprob_diff": max_diff,
-        "kl_top_k": kl_top_k,
-        "ties": ties,
-        "non_finite": non_finite,
-        "limits": dict(limits),
-        "passed": passed,
-        "per_prompt": per_prompt,
-    }
+    return check.judged().to_dict()
 
 
 def measure_precision(
@@ -525,7 +523,7 @@ def measure_precision(
     )
     log("precision: teacher-forcing transformers float32 on the engine's tokens")
     references = teacher_forced_reference(checkpoint_dir, prompt_ids_list, completions)
-    result = {"dtype": dtype, **compare(completions, references, limits=limits)}
+    result = compare(completions, references, limits=limits, dtype=dtype)
     log(
         f"precision: agreement {result['token_agreement']:.3f} over "
         f"{result['tokens_compared']} tokens ({result['tokens_until_divergence']} until the "

@@ -15,6 +15,8 @@ from typing import Any
 from engine.contract import StageFailed
 from engine.stages.performance.knee import find_knee
 
+from .result import Failure, Knee, ServeResult
+
 # The knee: the performance stage's rule (`find_knee`), on the engine's output tokens/s per
 # concurrency level instead of the twin's decode tokens/s per batch.
 KNEE_GROWTH = 0.10
@@ -43,7 +45,6 @@ _INFRASTRUCTURE_WORDS = (
     "no such file",
     "permission denied",
 )
-PHASES = ("checkpoint", "launch", "precision", "tp", "sweep")
 
 
 def refusal_culprit(reason: str, lines: Sequence[str], pool_flags: Sequence[str]) -> str:
@@ -63,9 +64,10 @@ def refusal_culprit(reason: str, lines: Sequence[str], pool_flags: Sequence[str]
 def knee(sweep: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The sweep's knee by the performance stage's rule (`performance.knee.find_knee`: the
     smallest level from which output tokens/s grows less than 10% per doubling to every larger
-    level): `{"concurrency", "output_tokens_per_s", "tpot_s_p50", "found", "growth_at_knee",
-    "growth_threshold", "reason"}`, `reason` a code: "found", "beyond_sweep" (kept growing to
-    the last level) or "one_level". None without a level that completed without errors."""
+    level), as the result stores it (`result.Knee.to_dict`): `{"concurrency",
+    "output_tokens_per_s", "tpot_s_p50", "found", "growth_at_knee", "growth_threshold",
+    "reason"}`, `reason` a code: "found", "beyond_sweep" (kept growing to the last level) or
+    "one_level". None without a level that completed without errors."""
     points = [
         p
         for p in sweep
@@ -86,31 +88,22 @@ def knee(sweep: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     found = find_knee(curve, KNEE_GROWTH)
     if found is None:
         return None
-    reason = "found" if found["found"] else ("one_level" if len(points) == 1 else "beyond_sweep")
-    return {
-        "concurrency": found["batch_size"],
-        "output_tokens_per_s": found["decode_tokens_per_s"],
-        "tpot_s_p50": found["tpot_s"],
-        "found": found["found"],
-        "growth_at_knee": found["growth_at_knee"],
-        "growth_threshold": KNEE_GROWTH,
-        "reason": reason,
-    }
+    rule = "found" if found["found"] else ("one_level" if len(points) == 1 else "beyond_sweep")
+    return Knee(
+        concurrency=found["batch_size"],
+        output_tokens_per_s=found["decode_tokens_per_s"],
+        tpot_s_p50=found["tpot_s"],
+        rule=rule,
+        found=found["found"],
+        growth_threshold=KNEE_GROWTH,
+        growth_at_knee=found["growth_at_knee"],
+    ).to_dict()
 
 
 def failed_checks(result: Mapping[str, Any]) -> list[str]:
-    """The checks a measured run failed, in order: "precision", "tp", "sweep"."""
-    precision = result.get("precision") or {}
-    tp = result.get("tp") or {}
-    sweep = result.get("sweep") or []
-    failed = []
-    if precision.get("passed") is False:
-        failed.append("precision")
-    if tp.get("greedy_match") is False:
-        failed.append("tp")
-    if not sweep or any(point.get("errors") for point in sweep):
-        failed.append("sweep")
-    return failed
+    """The checks a measured run failed, in order: "precision", "tp", "sweep"
+    (`result.ServeResult.failed_checks`)."""
+    return ServeResult.from_stored(result).failed_checks
 
 
 class Measured:
@@ -141,12 +134,9 @@ class Measured:
         self, phase: str, reason: str, *, lines: Sequence[str] | None = None, culprit: str
     ) -> StageFailed:
         """The `StageFailed` to raise, with the result (status failed) attached."""
-        self.result["failure"] = {
-            "phase": phase,
-            "reason": reason,
-            "engine_lines": list(lines or []),
-            "culprit": culprit,
-        }
+        self.result["failure"] = Failure(
+            phase=phase, reason=reason, engine_lines=list(lines or []), culprit=culprit
+        ).to_dict()
         self.result["status"] = "failed"
         self.result["passed"] = False
         first = f" ({lines[0]})" if lines else ""
