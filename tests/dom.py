@@ -110,6 +110,19 @@ class Element:
         (`script`, `style`, ...) left out, block elements and cells kept apart by a space."""
         return self.text_without(None)
 
+    @property
+    def strings(self) -> list[str]:
+        """Each piece of visible text inside, whitespace collapsed, empty ones left out: for
+        parts a style sheet lays out apart though their tags are inline (" ".join them)."""
+        pieces: list[str] = []
+        for child in self.children:
+            if isinstance(child, str):
+                if words := " ".join(child.split()):
+                    pieces.append(words)
+            elif child.tag not in HIDDEN:
+                pieces.extend(child.strings)
+        return pieces
+
     def text_without(self, selector: str | None) -> str:
         """The text a reader sees (as `text`), leaving out the elements inside that `selector`
         matches (a figure without the note under it)."""

@@ -36,6 +36,7 @@ def test_end_tags_left_out_close_as_in_a_browser() -> None:
     assert dom.facts(PAGE, "dl.facts") == {"Size": "3 GB", "Kind": "dense"}
     assert dom.row(PAGE, "serve") == ["4m"]
     assert dom.find(PAGE, "tbody td + td").text_without("strong") == "h"
+    assert dom.find(PAGE, "tr[data-pool=h200] td + td").strings == ["4", "m"]
     with pytest.raises(AssertionError, match="no row headed 'deploy'"):
         dom.row(PAGE, "deploy")
 

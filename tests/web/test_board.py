@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import html as html_lib
-import re
 from datetime import timedelta
 
 import pytest
@@ -15,6 +13,7 @@ from adaptation.models import StageRun
 from adaptation.presenters.board import cell_figure_template
 from adaptation.stages import app_stages
 from engine.registry import stage_names
+from tests import dom
 from tests.factories import make_job, make_release, make_watch
 from tests.worker_rows import make_worker
 
@@ -25,13 +24,9 @@ BOARD = reverse("adaptation:board")
 
 def cell_text(html: str, release_pk: int, stage: str) -> str:
     """The whitespace-collapsed text of one stage cell of one release row."""
-    row = re.search(rf'<tr id="release-row-{release_pk}".*?</tr>', html, re.S)
-    assert row, f"no row for release {release_pk}"
-    cell = re.search(
-        rf'<td class="stage-cell[^"]*" data-stage="{stage}"[^>]*>(.*?)</td>', row[0], re.S
-    )
-    assert cell, f"no {stage} cell in row {release_pk}"
-    return " ".join(re.sub(r"<[^>]+>", " ", cell[1]).split())
+    row = dom.find(html, f"tr#release-row-{release_pk}")
+    # The cell's parts (status, duration, attempt, ...) are laid out on lines of their own.
+    return " ".join(dom.find(row, f'td[class^="stage-cell"][data-stage="{stage}"]').strings)
 
 
 def test_board_requires_login(client):
@@ -76,11 +71,9 @@ def test_stage_columns_use_registry_titles(logged_in_client):
     make_job(statuses={"fetch": "running"})
     html = logged_in_client.get(BOARD).content.decode()
     for name in ("fetch", "analyze"):
-        header = re.search(
-            rf'<th scope="col" class="stage-col" data-stage="{name}" title="(.*?)">(.*?)</th>', html
-        )
+        header = dom.find(html, f'th[scope="col"].stage-col[data-stage="{name}"]')
         title = get_stage(name).title
-        assert header and html_lib.unescape(header[1]) == html_lib.unescape(header[2]) == title
+        assert header.get("title") == header.text == title
 
 
 def test_cell_shows_latest_attempt_number(logged_in_client):
@@ -102,9 +95,8 @@ def finish_stages(job, at, *, attempt: int = 1) -> None:
 
 
 def clock_text(html: str, release_pk: int) -> str:
-    row = re.search(rf'<tr id="release-row-{release_pk}".*?</tr>', html, re.S)[0]
-    cell = re.search(r'<td class="clock">(.*?)</td>', row, re.S)[1]
-    return html_lib.unescape(" ".join(re.sub(r"<[^>]+>", " ", cell).split()))
+    """The text of the clock cell of one release row."""
+    return dom.text(html, f"tr#release-row-{release_pk} td.clock")
 
 
 @pytest.mark.usefixtures("fetch_analyze_readiness")
@@ -118,11 +110,12 @@ def test_day0_clock(logged_in_client):
 
     html = logged_in_client.get(BOARD).content.decode()
 
-    ready_row = re.search(rf'<tr id="release-row-{ready.pk}".*?</tr>', html, re.S)[0]
-    assert "ready after 2 h 14 m" in ready_row
-    assert re.search(r"published <strong>3 h 00 m</strong> ago", ready_row)
-    assert "re-run" not in ready_row
-    unknown_row = re.search(rf'<tr id="release-row-{unknown.pk}".*?</tr>', html, re.S)[0]
+    ready_row = dom.find(html, f"tr#release-row-{ready.pk}")
+    assert "ready after 2 h 14 m" in ready_row.text
+    assert "published 3 h 00 m ago" in ready_row.text
+    assert "3 h 00 m" in dom.texts(ready_row, "strong")
+    assert "re-run" not in ready_row.html
+    unknown_row = dom.find(html, f"tr#release-row-{unknown.pk}").html
     assert "published time unknown" in unknown_row
     assert "ready after" not in unknown_row
 

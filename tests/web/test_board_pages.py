@@ -3,8 +3,6 @@ keep the search, and the same number of queries for 3 releases or 60."""
 
 from __future__ import annotations
 
-import html as html_lib
-import re
 from datetime import timedelta
 
 import pytest
@@ -15,13 +13,13 @@ from django.utils import timezone
 
 from adaptation.models import AcceleratorPool, KnownLimitation, StageRun
 from adaptation.selectors.board import BOARD_PAGE_SIZE
+from tests import dom
 from tests.factories import make_job, make_release, make_watch
 from tests.web.test_board import cell_text
 
 pytestmark = pytest.mark.django_db
 
 BOARD = reverse("adaptation:board")
-ROW = re.compile(r'<tr id="release-row-(\d+)"')
 
 
 def releases(count: int, *, prefix: str, start: int = 0) -> list:
@@ -39,13 +37,16 @@ def releases(count: int, *, prefix: str, start: int = 0) -> list:
 
 
 def rows(html: str) -> list[int]:
-    return [int(pk) for pk in ROW.findall(html)]
+    """The release ids of the board's rows, in order."""
+    return [
+        int(row["id"].removeprefix("release-row-"))
+        for row in dom.find_all(html, 'tr[id^="release-row-"]')
+    ]
 
 
 def link(html: str, link_id: str) -> str:
-    found = re.search(rf'<a id="{link_id}" href="([^"]+)"', html)
-    assert found, f"no {link_id} link"
-    return html_lib.unescape(found[1])
+    """Where the link whose id is `link_id` leads."""
+    return dom.attr(html, f"a#{link_id}", "href")
 
 
 def test_the_board_shows_50_releases_a_page_and_the_51st_on_page_2(logged_in_client):

@@ -4,7 +4,6 @@ a failed stage says whose fault it is; Re-run only where one can run; times in h
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 
 import pytest
@@ -13,6 +12,7 @@ from django.utils import timezone
 
 from adaptation.models import StageRun
 from engine import formatting
+from tests import dom
 from tests.factories import make_job, make_release
 from tests.web.test_board import BOARD, cell_text, clock_text
 
@@ -108,10 +108,8 @@ def test_infrastructure_and_release_failures_are_shown_apart(logged_in_client):
     StageRun.objects.filter(job=release_fault, stage="analyze").update(failure_class="release")
 
     board = logged_in_client.get(BOARD).content.decode()
-    infra_cell = re.search(rf'<tr id="release-row-{infra.release_id}".*?</tr>', board, re.S)[0]
-    release_cell = re.search(
-        rf'<tr id="release-row-{release_fault.release_id}".*?</tr>', board, re.S
-    )[0]
+    infra_cell = dom.find(board, f"tr#release-row-{infra.release_id}").html
+    release_cell = dom.find(board, f"tr#release-row-{release_fault.release_id}").html
     assert 'class="stage-cell status-failed failure-infrastructure"' in infra_cell
     assert ">infra</span>" in infra_cell and ">release</span>" not in infra_cell
     assert 'class="stage-cell status-failed failure-release"' in release_cell
@@ -141,15 +139,15 @@ def test_the_release_page_shows_the_newest_job_and_folds_the_others(logged_in_cl
     html = logged_in_client.get(url).content.decode()
 
     # One stage timeline (the newest job's); every job a line of the history, with a link.
-    assert re.findall(r'<article class="job" id="job-(\d+)"', html) == [str(newest.pk)]
-    assert re.findall(r'<tr id="history-job-(\d+)"', html) == [
-        str(job.pk) for job in reversed(jobs)
+    assert [a["id"] for a in dom.find_all(html, 'article[class="job"]')] == [f"job-{newest.pk}"]
+    assert [tr["id"] for tr in dom.find_all(html, 'tr[id^="history-job-"]')] == [
+        f"history-job-{job.pk}" for job in reversed(jobs)
     ]
     assert f'href="{url}?job={oldest.pk}"' in html
 
     # ?job= draws that job instead.
     older = logged_in_client.get(f"{url}?job={oldest.pk}").content.decode()
-    assert re.findall(r'<article class="job" id="job-(\d+)"', older) == [str(oldest.pk)]
+    assert [a["id"] for a in dom.find_all(older, 'article[class="job"]')] == [f"job-{oldest.pk}"]
     assert f"The panels below are job {oldest.pk}" in older
 
 
@@ -190,6 +188,6 @@ def test_a_stage_no_job_holds_is_named_in_one_line_not_a_panel(logged_in_client)
     html = page.content.decode()
     # The analysis and the plan (its "not planned yet" links to Compare pools) stay.
     assert [panel.name for panel in page.context["panels"]] == ["analyze", "plan"]
-    gaps = re.search(r'<p class="rest-summary" id="panel-gaps">(.*?)</p>', html, re.S)[1]
+    gaps = dom.text(html, "p.rest-summary#panel-gaps")
     assert "Run the split (measured)" in gaps and "Operator coverage" in gaps
     assert html.count("Not run yet") == 0
