@@ -27,6 +27,7 @@ from adaptation.presenters.analysis_figures import (
     shown_value,
 )
 from adaptation.presenters.figure_sources import COMPUTED, FigureSources
+from adaptation.presenters.release_jobs import release_jobs
 from engine.formatting import finite
 
 ANALYZE_STAGE = "analyze"
@@ -374,7 +375,7 @@ def latest_analysis_run(release: ModelRelease) -> StageRun | None:
     """The most recently finished succeeded `analyze` attempt over all the release's jobs."""
     runs = [
         run
-        for job in release.jobs.all()
+        for job in release_jobs(release)
         for run in job.stage_runs.all()
         if run.stage == ANALYZE_STAGE and run.status == StageStatus.SUCCEEDED
     ]
@@ -390,7 +391,7 @@ def analysed_config(release: ModelRelease, run: StageRun) -> Mapping[str, Any] |
         return release.config
     fetches = [
         other
-        for job in release.jobs.all()
+        for job in release_jobs(release)
         if job.pk == run.job_id
         for other in job.stage_runs.all()
         if other.stage == "fetch" and other.status == StageStatus.SUCCEEDED

@@ -18,6 +18,7 @@ from typing import Any
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun, StageStatus
 from adaptation.presenters.plan import DISTRIBUTED_STAGE
 from adaptation.presenters.plan_figures import Split, whole
+from adaptation.presenters.release_jobs import release_jobs
 from adaptation.presenters.stages import SkippedBecause, settle_unfinished
 from adaptation.selectors.jobs import latest_runs_by_stage
 from engine.formatting import finite
@@ -381,6 +382,6 @@ def distributed_panels(
     their stage runs prefetched, as `selectors.release_detail` does)."""
     return [
         panel
-        for job in release.jobs.all()
+        for job in release_jobs(release)
         if (panel := distributed_panel(job, pools_without_worker=pools_without_worker)) is not None
     ]

@@ -13,8 +13,9 @@ shaped from its result, rows of its own) names its presenter in its app module.
 
 The page draws the newest job's panels in full, not every job's: per pool and stage the newest
 job that ran the stage (`shown_jobs`), or the one job `?job=` names; a presenter sees only
-those jobs in `page.release.jobs.all()` (`release_showing`), and the other jobs fold into the
-job history (`presenters.job_timeline.job_history`).
+those jobs, reading `release_jobs(page.release)` (`presenters.release_jobs`: the release copy
+`release_showing` makes lists them), and the other jobs fold into the job history
+(`presenters.job_timeline.job_history`).
 
 A presenter is handed the `ReleasePage`: the release with its jobs and their stage attempts
 prefetched, and what the view read for every panel. Those that need more reads (the plan's
@@ -23,13 +24,13 @@ start on its pool, the performance points) make them through `adaptation.selecto
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from adaptation.models import AcceleratorPool, AdaptationJob, JobStatus, ModelRelease, StageRun
 from adaptation.presenters.day0_clock import newest_job_per_stage
+from adaptation.presenters.release_jobs import release_jobs, release_showing
 from adaptation.presenters.stages import StageColumn
 from adaptation.selectors.jobs import latest_runs_by_stage
 from adaptation.selectors.release_notes import NotesSummary
@@ -103,19 +104,6 @@ def shown_jobs(release: ModelRelease, *, job_id: int | None = None) -> ShownJobs
     return ShownJobs(by_stage=by_stage, timelines=[job for job in jobs if job.pk in chosen])
 
 
-def release_showing(release: ModelRelease, jobs: list[AdaptationJob]) -> ModelRelease:
-    """A copy of `release` whose prefetched `jobs.all()` holds only `jobs` (their runs stay
-    prefetched), so a panel presenter that reads every job of the release draws these."""
-    shown = copy.copy(release)
-    cache = dict(getattr(release, "_prefetched_objects_cache", {}))
-    subset = AdaptationJob.objects.filter(pk__in=[job.pk for job in jobs])
-    subset._result_cache = list(jobs)
-    subset._prefetch_done = True
-    cache["jobs"] = subset
-    shown._prefetched_objects_cache = cache
-    return shown
-
-
 @dataclass(frozen=True)
 class JobStageRun:
     """A job's latest attempt of a stage, and that attempt's stored result ({} without one)."""
@@ -151,7 +139,7 @@ class Panel:
 def stage_panel(page: ReleasePage, stage: str) -> StagePanel:
     """The generic values of `stage`'s panel: each job's latest attempt with its result."""
     runs = []
-    for job in page.release.jobs.all():
+    for job in release_jobs(page.release):
         run = latest_runs_by_stage(job).get(stage)
         if run is not None:
             runs.append(JobStageRun(job=job, run=run, result=as_mapping(run.result)))

@@ -47,6 +47,7 @@ from adaptation.presenters.performance_view import (
     view_charts,
     x_choices,
 )
+from adaptation.presenters.release_jobs import release_jobs
 from adaptation.presenters.stages import SkippedBecause, finished_run, skipped_because
 from adaptation.selectors.jobs import latest_runs_by_stage
 from adaptation.selectors.performance import PERFORMANCE_STAGE
@@ -264,7 +265,7 @@ def job_performance_run(job: AdaptationJob) -> StageRun | None:
 def release_performance_runs(release: ModelRelease) -> list[StageRun]:
     """The runs the release's Performance section draws (jobs and stage runs prefetched): each
     job's newest finished `performance` attempt, newest job first."""
-    return [run for job in release.jobs.all() if (run := job_performance_run(job)) is not None]
+    return [run for job in release_jobs(release) if (run := job_performance_run(job)) is not None]
 
 
 def performance_panel(
@@ -345,7 +346,7 @@ def performance_section(
     view = performance_view(params)
     panels = [
         panel
-        for job in release.jobs.all()
+        for job in release_jobs(release)
         if (panel := performance_panel(job, view, rows_by_run=rows_by_run, candidates=candidates))
     ]
     return PerformanceSection(view=view, panels=panels)

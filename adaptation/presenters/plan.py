@@ -42,6 +42,7 @@ from adaptation.presenters.plan_tables import (
     communication,
     scaling_rows,
 )
+from adaptation.presenters.release_jobs import release_jobs
 from adaptation.selectors.inventory import StartEstimate
 from adaptation.selectors.jobs import latest_runs_by_stage
 from engine.formatting import finite
@@ -355,7 +356,7 @@ def plan_panels(
     as for `plan_panel`, `starts` each active job's start by job id."""
     return [
         panel
-        for job in release.jobs.all()
+        for job in release_jobs(release)
         if (
             panel := plan_panel(
                 job,

@@ -25,6 +25,7 @@ from adaptation.charts import serve as serve_charts
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun, StageStatus
 from adaptation.presenters.chart_slot import ChartSlot
 from adaptation.presenters.plan_figures import Split
+from adaptation.presenters.release_jobs import release_jobs
 from adaptation.presenters.stages import SkippedBecause, settle_unfinished
 from adaptation.selectors.jobs import latest_runs_by_stage
 from engine import formatting
@@ -243,6 +244,6 @@ def serve_panels(
     stage runs prefetched, as `selectors.release_detail` does)."""
     return [
         panel
-        for job in release.jobs.all()
+        for job in release_jobs(release)
         if (panel := serve_panel(job, pools_without_worker=pools_without_worker)) is not None
     ]

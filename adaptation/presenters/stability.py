@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from adaptation.charts import stability as stability_charts
 from adaptation.models import AdaptationJob, ModelRelease, StageRun, StageStatus
 from adaptation.presenters.chart_slot import ChartSlot
+from adaptation.presenters.release_jobs import release_jobs
 from adaptation.presenters.stages import SkippedBecause, finished_run, skipped_because
 from adaptation.selectors.jobs import latest_runs_by_stage
 from engine.stages.stability.result import StabilityResult, StabilityThresholds
@@ -209,4 +210,4 @@ def stability_panel(job: AdaptationJob) -> StabilityPanel | None:
 
 def stability_panels(release: ModelRelease) -> list[StabilityPanel]:
     """A stability panel per job of the release with a `stability` run, newest job first."""
-    return [p for job in release.jobs.all() if (p := stability_panel(job)) is not None]
+    return [p for job in release_jobs(release) if (p := stability_panel(job)) is not None]

@@ -20,6 +20,7 @@ from adaptation.presenters import (
     validation,
 )
 from adaptation.presenters.panels import ReleasePage
+from adaptation.presenters.release_jobs import release_jobs
 from adaptation.selectors import inventory as inventory_selectors
 from adaptation.selectors import performance as performance_selectors
 from adaptation.selectors.release_notes import NotesSummary
@@ -42,7 +43,7 @@ def plan_panel(page: ReleasePage) -> list[plan.PlanPanel]:
         job.pk: inventory_selectors.plan_start_estimate(
             pool=job.pool, devices=devices, job=job, layout_of=pool_layout
         )
-        for job in page.release.jobs.all()
+        for job in release_jobs(page.release)
         if (devices := plan.start_devices(job)) is not None
     }
     return plan.plan_panels(

@@ -9,6 +9,7 @@ from typing import Any
 
 from adaptation.charts import precision as precision_charts
 from adaptation.models import ModelRelease, OperatorCheck, PrecisionResult, StageRun
+from adaptation.presenters.release_jobs import release_jobs
 from adaptation.presenters.stages import finished_run
 from adaptation.selectors.results import operator_checks, precision_results
 from engine.stages.precision.result import DtypeComparison, JudgedFigure, PrecisionStageResult
@@ -78,7 +79,7 @@ class Validation:
 def latest_finished_run(release: ModelRelease, *, stage: str) -> StageRun | None:
     """The newest finished attempt of `stage` over the release's prefetched jobs (newest job
     first, their stage runs prefetched); None when none ran it."""
-    for job in release.jobs.all():
+    for job in release_jobs(release):
         run = finished_run(r for r in job.stage_runs.all() if r.stage == stage)
         if run is not None:
             return run
