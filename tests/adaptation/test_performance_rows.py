@@ -18,6 +18,7 @@ from engine.stages.performance.run import measure_performance
 from engine.stages.plan.calibration import SUPERSEDED, calibrated_predictions, running_calibration
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
+from engine.stages.stability.result import StabilityResult, StabilitySample
 from engine.twin import build_twin
 from tests.conftest import load_realconfig
 from tests.factories import make_job
@@ -220,16 +221,16 @@ def test_a_failed_performance_run_stores_the_points_it_measured(monkeypatch, twi
 
 
 def test_adapt_json_carries_the_points_the_knee_and_the_stability_figures(engine_result):
-    stability = {
-        "duration_s": 3.1,
-        "steps": 40,
-        "memory_slope_bytes_per_step": 12.5,
-        "nonfinite_outputs": 0,
-        "errors": 0,
-        "step_time_drift": -0.02,
-        "passed": True,
-        "samples": [{"step": 1, "memory_bytes": 1, "step_time_s": 0.1, "cpu_time_s": 0.1}],
-    }
+    stability = StabilityResult(
+        duration_s=3.1,
+        steps=40,
+        memory_slope_bytes_per_step=12.5,
+        nonfinite_outputs=0,
+        errors=0,
+        step_time_drift=-0.02,
+        passed=True,
+        samples=(StabilitySample(step=1, memory_bytes=1, step_time_s=0.1, cpu_time_s=0.1),),
+    ).to_dict()
     job = make_job(
         stages=("performance", "stability"),
         statuses={"performance": "succeeded", "stability": "succeeded"},
