@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from datetime import timedelta
 
 import pytest
@@ -12,6 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from adaptation.models import StageRun
+from tests import dom
 from tests.factories import make_job, make_release
 from tests.web.sample_results import (
     DEEPSEEK_V3_ANALYSIS,
@@ -26,39 +26,45 @@ def page_url(release) -> str:
     return reverse("adaptation:release_detail", args=[release.pk])
 
 
+def analysis_rows(html: str) -> list[tuple[str, dom.Element, dom.Element]]:
+    """Every row of the analysis tables, in page order: its label (the row header's text),
+    its value cell and its source cell."""
+    found = []
+    for row in dom.find_all(html, "tr"):
+        cells = row.elements
+        if (
+            len(cells) == 3
+            and cells[0].tag == "th"
+            and cells[0].get("scope") == "row"
+            and cells[1].classes == ["value"]
+            and cells[2].classes == ["provenance-cell"]
+        ):
+            found.append((cells[0].text, cells[1], cells[2]))
+    return found
+
+
+def analysis_row(html: str, label: str) -> tuple[dom.Element, dom.Element]:
+    """The value and source cells of the first analysis row labelled `label`."""
+    for shown, value, source in analysis_rows(html):
+        if shown == label:
+            return value, source
+    raise AssertionError(f"no analysis row {label!r}")
+
+
 def row_value(html: str, label: str) -> str:
-    """The value cell (text only) of the analysis row labelled `label`."""
-    match = re.search(
-        rf'<th scope="row">{re.escape(label)}</th>\s*<td class="value">(.*?)</td>\s*'
-        r'<td class="provenance-cell">(.*?)</td>',
-        html,
-        re.S,
-    )
-    assert match, f"no analysis row {label!r}"
-    return " ".join(re.sub(r"<[^>]+>", " ", match[1]).split())
+    """The value cell (text only) of the analysis row labelled `label`: the figure and its
+    note, laid out apart."""
+    return " ".join(analysis_row(html, label)[0].strings)
 
 
 def row_source(html: str, label: str) -> str:
-    match = re.search(
-        rf'<th scope="row">{re.escape(label)}</th>\s*<td class="value">.*?</td>\s*'
-        r'<td class="provenance-cell">(.*?)</td>',
-        html,
-        re.S,
-    )
-    assert match
-    return match[1]
+    """The source cell (text) of the analysis row labelled `label`."""
+    return analysis_row(html, label)[1].text
 
 
 def all_sources(html: str) -> dict[str, str]:
     """Every analysis row's label and source, in page order."""
-    return dict(
-        re.findall(
-            r'<th scope="row">([^<]*)</th>\s*<td class="value">.*?</td>\s*'
-            r'<td class="provenance-cell">(.*?)</td>',
-            html,
-            re.S,
-        )
-    )
+    return {label: source.text for label, _, source in analysis_rows(html)}
 
 
 def analysed_release(result: dict | None = None, *, config: dict | None = None, **release_fields):
@@ -211,14 +217,12 @@ def test_new_against_known_does_not_repeat_the_aspect_in_its_detail(logged_in_cl
         {"aspect": "attention", "detail": "attentions differ"},
     ]
     html = logged_in_client.get(page_url(analysed_release(result))).content.decode()
-    new = html[html.index("What is new against known families") :]
-    rows = re.findall(r'<tr><th scope="row">(.*?)</th><td>(.*?)</td></tr>', new)
-    assert rows == [
-        ("family", "deepseek_v3 has not been seen before"),
-        ("RoPE type", "not seen before: yarn"),
-        ("MoE layout", "256 experts, top 8"),
-        ("config keys", "keys no known family uses: q_lora_rank"),
-        ("attention", "attentions differ"),
+    assert dom.rows(html, "table.new-table tbody") == [
+        ["family", "deepseek_v3 has not been seen before"],
+        ["RoPE type", "not seen before: yarn"],
+        ["MoE layout", "256 experts, top 8"],
+        ["config keys", "keys no known family uses: q_lora_rank"],
+        ["attention", "attentions differ"],
     ]
 
 
@@ -277,8 +281,8 @@ def test_timeline_shows_every_attempt_and_full_errors(logged_in_client):
     assert f'<pre class="error">{escaped}</pre>' in html
     assert '<details id="log-' in html and "<summary>Log excerpt</summary>" in html
     assert "10:00:02 fetched model.safetensors.index.json" in html
-    analyze_block = html[html.index(f'id="job-{job.pk}-stage-analyze"') :]
-    attempts = re.findall(r'<tbody id="run-\d+">\s*<tr>\s*<td>(\d+)</td>', analyze_block)
+    analyze_block = dom.find(html, f"#job-{job.pk}-stage-analyze")
+    attempts = [dom.text(run, "tr > td") for run in analyze_block.select('tbody[id^="run-"]')]
     assert attempts == ["1", "2"]
     assert "worker-1" in html
     assert f'action="{reverse("adaptation:stage_rerun", args=[job.pk, "analyze"])}"' in html
