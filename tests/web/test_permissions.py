@@ -12,6 +12,7 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from adaptation.models import StageRun
+from tests import dom
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db
@@ -190,21 +191,14 @@ def test_an_engineer_sees_cancel_only_on_an_unfinished_job(client, cast, jobs):
     assert f'id="cancel-{running.pk}"' in html
     assert f'action="/jobs/{running.pk}/cancel/"' in html
     # Cancelling asks first, without script: the form is the content of a closed disclosure.
-    confirm = re.search(
-        rf'<details class="job-cancel-confirm" id="job-{running.pk}-cancel"( [^>]*)?>'
-        r"(.*?)</details>",
-        html,
-        re.S,
-    )
-    assert confirm and " open" not in (confirm[1] or "")
-    assert re.search(r"<summary[^>]*>Cancel job…</summary>", confirm[2])
-    assert f'action="/jobs/{running.pk}/cancel/"' in confirm[2]
-    button = re.search(
-        rf'<button type="submit" id="cancel-{running.pk}"[^>]*>(.*?)</button>', confirm[2]
-    )
-    assert button and button[1] == f"Yes, cancel job #{running.pk}"
-    assert "stages are cancelled" in confirm[2] and "can be re-run later" in confirm[2]
-    assert "onclick" not in confirm[2] and "<script" not in confirm[2]
+    confirm = dom.find(html, f"details.job-cancel-confirm#job-{running.pk}-cancel")
+    assert "open" not in confirm.attrs
+    assert dom.text(confirm, "summary") == "Cancel job…"
+    assert dom.attr(confirm, "form", "action") == f"/jobs/{running.pk}/cancel/"
+    button = dom.find(confirm, f'button[type="submit"]#cancel-{running.pk}')
+    assert button.text == f"Yes, cancel job #{running.pk}"
+    assert "stages are cancelled" in confirm.text and "can be re-run later" in confirm.text
+    assert "onclick" not in confirm.inner_html and "<script" not in confirm.inner_html
     assert f'id="rerun-{running.pk}-fetch"' in html  # shown, disabled while it runs
     html = client.get(f"/releases/{failed.release_id}/").content.decode()
     assert f'id="cancel-{failed.pk}"' not in html
