@@ -13,6 +13,7 @@ from adaptation.services.release_notes import (
     release_notes_additions_update,
     release_notes_regenerate,
 )
+from tests import dom
 from tests.factories import make_job, make_release
 from tests.helpers import run_queued_stages
 from tests.release_notes.test_store import finished_job
@@ -110,7 +111,7 @@ def test_the_printable_page_has_a_print_stylesheet_and_no_navigation(client, cas
         # The inline stylesheet carries the nonce the response's Content-Security-Policy names.
         nonce = re.search(r"style-src [^;]*'nonce-([^']+)'", response["Content-Security-Policy"])
         opening = f'<style nonce="{nonce.group(1)}">'
-        style = re.search(rf"{re.escape(opening)}(.*?)</style>", html, re.S).group(1)
+        style = dom.find(html, f'style[nonce="{nonce.group(1)}"]').raw_text
         assert "@media print" in style
         assert ".notes-document h2 ~ h2 { break-before: page;" in style  # sections on new pages
         assert "break-inside: avoid" in style  # tables are not split
@@ -125,7 +126,7 @@ def test_the_printable_page_has_a_print_stylesheet_and_no_navigation(client, cas
 def test_the_release_page_summarises_the_notes_and_links_them(client, cast, job):
     client.force_login(cast.mona)
     html = client.get(f"/releases/{job.release_id}/").content.decode()
-    summary = re.search(r'<section id="release-notes".*?</section>', html, re.S).group(0)
+    summary = dom.find(html, "section#release-notes").html
     assert "<strong>Pool h200x8</strong>: version 2</a>" in summary
     assert "from job" in summary and "(regenerated)" in summary
     assert f'href="/releases/{job.release_id}/notes/?pool=h200x8"' in summary
@@ -136,9 +137,7 @@ def test_the_release_page_summarises_the_notes_and_links_them(client, cast, job)
 
 def missing_text(html: str, part: str) -> str:
     """The text of one paragraph (`notes-missing-<part>`) of the page without notes."""
-    found = re.search(rf'<p id="notes-missing-{part}">(.*?)</p>', html, re.S)
-    assert found, f"no notes-missing-{part} paragraph"
-    return " ".join(re.sub(r"<[^>]+>", " ", found[1]).split())
+    return dom.text(html, f"p#notes-missing-{part}")
 
 
 def test_without_notes_the_page_says_why_and_how_to_get_them(client, cast):
