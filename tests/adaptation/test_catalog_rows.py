@@ -3,8 +3,6 @@ shown next to what the shipped file says; the worker list is read-only."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
@@ -15,6 +13,7 @@ from adaptation.catalog import pool_catalog, pool_layout
 from adaptation.models import AcceleratorKind, AcceleratorPool, Worker
 from engine.catalog import SOURCED_FIGURES, load_catalog
 from engine.units import gb_per_s_to_bytes_per_s
+from tests import dom
 from tests.factories import cpu_pool
 
 pytestmark = pytest.mark.django_db
@@ -307,21 +306,20 @@ def test_the_kind_list_shows_the_shipped_kinds_before_any_row(logged_in_client):
     page = logged_in_client.get("/admin/adaptation/acceleratorkind/")
     assert page.status_code == 200
     html = page.content.decode()
-    block = re.search(r'<div class="module" id="shipped-catalog"[^>]*>.*?</table>', html, re.S)[0]
-    assert f"Shipped catalog {shipped.version}: {len(shipped.kinds())} kinds" in block
-    assert "Add a row with the same kind to override" in block
-    listed = re.findall(r'<tr class="shipped-kind" data-kind="([^"]+)">', block)
+    block = dom.find(html, "div.module#shipped-catalog")
+    assert f"Shipped catalog {shipped.version}: {len(shipped.kinds())} kinds" in block.text
+    assert "Add a row with the same kind to override" in block.text
+    listed = [row["data-kind"] for row in block.select('tr[class="shipped-kind"]')]
     assert listed == shipped.kinds()
     h200 = shipped.accelerator("h200")
-    row = re.search(r'<tr class="shipped-kind" data-kind="h200">(.*?)</tr>', block, re.S)[1]
-    cells = [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td>(.*?)</td>", row, re.S)]
+    cells = dom.texts(block, 'tr[class="shipped-kind"][data-kind="h200"] > td')
     assert cells[1].startswith(h200.name)
     assert cells[2] == f"{h200.memory_bytes / 2**30:,g}"
     assert cells[3] == f"{h200.memory_bandwidth_bytes_per_s / 1e12:,g}"
     assert cells[4] == f"{h200.dense_bf16_flops / 1e12:,g}"
     assert cells[5] == "no"
-    h100 = re.search(r'<tr class="shipped-kind" data-kind="h100">(.*?)</tr>', block, re.S)[1]
-    assert h100.rstrip().endswith("<td>yes</td>")
+    h100 = dom.texts(block, 'tr[class="shipped-kind"][data-kind="h100"] > td')
+    assert h100[-1] == "yes"  # overridden by a row
     assert "H100 override" in html  # the row itself, below
 
 
