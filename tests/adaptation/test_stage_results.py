@@ -3,38 +3,41 @@ for a succeeded run and for a failed one that measured before failing."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from adaptation.models import LayerDrift, OperatorCheck, PrecisionResult, StageStatus
 from engine.contract import StageDefinition, StageFailed
+from engine.stages.precision.result import DtypeComparison, LayerDriftRow
 from tests.factories import make_job
 from workers import runner
 
 pytestmark = pytest.mark.django_db
 
-BF16 = {
-    "max_abs_error": 0.25,
-    "mean_abs_error": 0.01,
-    "cosine_similarity": 0.9991,
-    "top1_agreement": 0.97,
-    "kl_divergence": 0.0004,
-    "passed": True,
-    "first_divergent_layer": None,
-    "first_divergent_module": None,
-    "layers": [
-        {"layer": 0, "module": "attention", "max_abs_error": 0.01, "relative_error": 0.002},
-        {"layer": 0, "module": "mlp", "max_abs_error": 0.02, "relative_error": 0.003},
+BF16_COMPARED = DtypeComparison(
+    "bfloat16",
+    passed=True,
+    max_abs_error=0.25,
+    mean_abs_error=0.01,
+    cosine_similarity=0.9991,
+    top1_agreement=0.97,
+    kl_divergence=0.0004,
+    layers=[
+        LayerDriftRow(0, "attention", "", max_abs_error=0.01, relative_error=0.002),
+        LayerDriftRow(0, "mlp", "", max_abs_error=0.02, relative_error=0.003),
     ],
-    "reason": "",
-}
-FP16_FAILED = {
-    **BF16,
-    "top1_agreement": 0.61,
-    "passed": False,
-    "first_divergent_layer": 1,
-    "first_divergent_module": "norm",
-    "reason": "float16: top-1 agreement 0.61 < 0.95; first divergent layer 1 (norm)",
-}
+)
+BF16 = BF16_COMPARED.to_dict()
+FP16_FAILED = replace(
+    BF16_COMPARED,
+    dtype="float16",
+    top1_agreement=0.61,
+    passed=False,
+    first_divergent_layer=1,
+    first_divergent_module="norm",
+    reason="float16: top-1 agreement 0.61 < 0.95; first divergent layer 1 (norm)",
+).to_dict()
 
 
 def run_stage_returning(monkeypatch, stage: str, body) -> object:
@@ -100,27 +103,16 @@ def test_a_failed_precision_run_keeps_its_measurements(monkeypatch):
 
 def test_a_precision_failure_with_nan_outputs_is_stored_with_its_reason(monkeypatch):
     reason = "float16: the target's logits hold NaN/Inf; first non-finite hidden state at layer 2"
-    nan_metrics = {
-        "max_abs_error": None,
-        "mean_abs_error": None,
-        "cosine_similarity": None,
-        "top1_agreement": None,
-        "kl_divergence": None,
-        "passed": False,
-        "first_divergent_layer": 2,
-        "first_divergent_module": "moe",
-        "first_divergent_name": "model.layers.2.mlp",
-        "layers": [
-            {
-                "layer": 2,
-                "module": "moe",
-                "name": "model.layers.2.mlp",
-                "max_abs_error": None,
-                "relative_error": None,
-            },
-        ],
-        "reason": reason,
-    }
+    nan_metrics = DtypeComparison(
+        "float16",
+        passed=False,
+        first_divergent_layer=2,
+        first_divergent_module="moe",
+        first_divergent_name="model.layers.2.mlp",
+        layers=[LayerDriftRow(2, "moe", "model.layers.2.mlp")],
+        non_finite_values=12,
+        reason=reason,
+    ).to_dict()
 
     def nan_failure(ctx):
         exc = StageFailed(reason)

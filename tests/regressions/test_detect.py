@@ -17,8 +17,10 @@ from adaptation.selectors.regressions import (
 )
 from adaptation.services import regressions as regression_services
 from adaptation.services.regressions import judge, regressions_detect
+from engine.stages.precision.result import DtypeComparison
 from tests.factories import make_job, make_release
 from tests.regressions.conftest import KNEE_METRIC, PERF_STAGES, TTFT_METRIC, performance_result
+from tests.typed_results import precision_result
 from tests.web.serve_results import served
 
 pytestmark = pytest.mark.django_db
@@ -196,13 +198,11 @@ def test_serve_figures_are_the_engines_and_say_so():
 
 
 def test_precision_figures_per_dtype_on_the_twin_or_the_real_weights():
-    result = {
-        "dtypes": {
-            "float16": {"relative_logit_error": 0.0004, "passed": True},
-            "bfloat16": {"relative_logit_error": 0.003, "passed": True},
-        },
-        "twin": {"weights_source": "seeded"},
-    }
+    result = precision_result(
+        DtypeComparison("float16", passed=True, relative_logit_error=0.0004),
+        DtypeComparison("bfloat16", passed=True, relative_logit_error=0.003),
+        twin={"weights_source": "seeded"},
+    )
     assert [(f.metric, f.value) for f in precision_figures(result)] == [
         ("relative_logit_error:twin:bfloat16", 0.003),
         ("relative_logit_error:twin:float16", 0.0004),
@@ -221,10 +221,9 @@ def test_precision_errors_and_engine_load_time_regress_upwards():
             stages=stages,
             statuses=dict.fromkeys(stages, StageStatus.SUCCEEDED),
             results={
-                "precision": {
-                    "dtypes": {"bfloat16": {"relative_logit_error": error}},
-                    "twin": {},
-                },
+                "precision": precision_result(
+                    DtypeComparison("bfloat16", passed=True, relative_logit_error=error), twin={}
+                ),
                 "serve": served(load_s=load_s),
             },
         )

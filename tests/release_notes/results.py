@@ -18,8 +18,10 @@ from engine.stages.plan.errors import NoFittingPlan
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
 from engine.stages.plan.run import no_fit_result
+from engine.stages.precision.result import DtypeComparison
 from engine.stages.stability.result import StabilityResult, StabilityWorkload
 from tests.conftest import load_realconfig
+from tests.typed_results import precision_result
 
 GPT_OSS = "openai__gpt-oss-20b"
 REPO_ID = "openai/gpt-oss-20b"
@@ -101,48 +103,46 @@ def operators() -> dict[str, Any]:
     }
 
 
-def _dtype_entry(dtype: str, *, passed: bool, top1: float, max_abs: float) -> dict[str, Any]:
-    return {
-        "thresholds": {"min_top1_agreement": 0.9, "max_local_relative_error": 0.05},
-        "notes": [],
-        "unit_roundoff": 2**-8 if dtype == "bfloat16" else 2**-11,
-        "first_divergent_layer": None if passed else 2,
-        "first_divergent_module": None if passed else "mlp",
-        "first_divergent_name": None if passed else "model.layers.2.mlp",
-        "max_abs_error": max_abs,
-        "mean_abs_error": max_abs / 10,
-        "cosine_similarity": 0.99991 if passed else 0.97,
-        "top1_agreement": top1,
-        "kl_divergence": 2.5e-05 if passed else 0.03,
-        "passed": passed,
-        "reason": f"{dtype}: "
+def _compared(dtype: str, *, passed: bool, top1: float, max_abs: float) -> DtypeComparison:
+    return DtypeComparison(
+        dtype,
+        passed=passed,
+        reason=f"{dtype}: "
         + ("within thresholds" if passed else "top-1 agreement 0.8125 under 0.9")
         + ("; no divergent layer" if passed else "; first divergent layer 2 (mlp)"),
-        "layers": [],
-    }
+        max_abs_error=max_abs,
+        mean_abs_error=max_abs / 10,
+        cosine_similarity=0.99991 if passed else 0.97,
+        top1_agreement=top1,
+        kl_divergence=2.5e-05 if passed else 0.03,
+        thresholds={"min_top1_agreement": 0.9, "max_local_relative_error": 0.05},
+        unit_roundoff=2**-8 if dtype == "bfloat16" else 2**-11,
+        first_divergent_layer=None if passed else 2,
+        first_divergent_module="" if passed else "mlp",
+        first_divergent_name="" if passed else "model.layers.2.mlp",
+    )
 
 
 def precision(*, float16_passes: bool = True) -> dict[str, Any]:
     """A precision result over bfloat16 and float16 (float16 fails unless `float16_passes`)."""
-    dtypes = {
-        "bfloat16": _dtype_entry("bfloat16", passed=True, top1=1.0, max_abs=0.0312),
-        "float16": _dtype_entry(
+    return precision_result(
+        _compared("bfloat16", passed=True, top1=1.0, max_abs=0.0312),
+        _compared(
             "float16",
             passed=float16_passes,
             top1=1.0 if float16_passes else 0.8125,
             max_abs=0.0041 if float16_passes else 3.75,
         ),
-    }
-    return {
-        "reference": {"device": "cpu", "dtype": "float32"},
-        "target_device": "cuda:0",
-        "dtypes": dtypes,
-        "skipped_dtypes": {"int8": "the pool's backend has no int8 weight-only matmul"},
-        "decode_steps": 4,
-        "prompt": {"batch": 2, "tokens": 16},
-        "twin": TWIN,
-        "passed": all(d["passed"] for d in dtypes.values()),
-    }
+        skipped_dtypes={"int8": "the pool's backend has no int8 weight-only matmul"},
+        reference_device="cpu",
+        reference_dtype="float32",
+        target_device="cuda:0",
+        decode_steps=4,
+        prompt_batch=2,
+        prompt_tokens=16,
+        twin=TWIN,
+        passed=float16_passes,
+    )
 
 
 def performance(plan_result: dict[str, Any] | None) -> dict[str, Any]:

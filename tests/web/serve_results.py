@@ -1,11 +1,15 @@
 """Results the `serve` stage stores, shaped as docs/stages/serve.md gives them: a Llama-3.1-8B
 twin served by vLLM at the plan's TP=2, a launch that failed with the engine's own error
-lines, and a pool that names no engine."""
+lines, and a pool that names no engine. The parts the stage writes through its result's types
+(the precision check, the knee, the TP check, a failure) are built from them
+(`engine/stages/serve/result.py`)."""
 
 from __future__ import annotations
 
 import copy
 from typing import Any
+
+from engine.stages.serve.result import Failure, Knee, PrecisionCheck, TPCheck
 
 PLANNED_COMMAND = (
     "vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 2 --max-model-len 32768 "
@@ -70,21 +74,25 @@ SERVED: dict[str, Any] = {
         "INFO 01-12 10:00:03 model_runner.py:1021] Loading model weights took 0.13 GiB",
         "INFO 01-12 10:01:25 launcher.py:29] Starting vLLM API server on http://127.0.0.1:41873",
     ],
-    "precision": {
-        "dtype": "bfloat16",
-        "prompts": 10,
-        "tokens_compared": 160,
-        "token_agreement": 1.0,
-        "first_divergence": None,
-        "max_abs_logprob_diff": 0.012,
-        "kl_top_k": 0.0004,
-        "limits": {
-            "max_abs_logprob_diff": 0.25,
-            "kl_top_k": 0.02,
-            "source": "bfloat16 unit roundoff, measured margins (engine/stages/serve/precision.py)",
-        },
-        "passed": True,
-    },
+    # Judged by the stage's own rule (`PrecisionCheck.judged`): every token agreed.
+    "precision": PrecisionCheck(
+        dtype="bfloat16",
+        passed=None,
+        prompts=10,
+        tokens_compared=160,
+        token_agreement=1.0,
+        tokens_until_divergence=160,
+        first_divergence=None,
+        max_abs_logprob_diff=0.012,
+        kl_top_k=0.0004,
+        ties=0,
+        non_finite=0,
+        limit_max_abs_logprob_diff=0.25,
+        limit_kl_top_k=0.02,
+        limits_source="bfloat16 unit roundoff, measured margins (engine/stages/serve/precision.py)",
+    )
+    .judged()
+    .to_dict(),
     "sweep": [
         {
             "concurrency": c,
@@ -115,15 +123,15 @@ SERVED: dict[str, Any] = {
     },
     # engine/stages/serve/verdict.py `knee` of the sweep above: 210 -> 226 tokens/s from 4 to 8
     # is under 10% growth per doubling.
-    "knee": {
-        "concurrency": 4,
-        "output_tokens_per_s": 210.0,
-        "tpot_s_p50": 0.018,
-        "found": True,
-        "growth_at_knee": 226.4 / 210.0 - 1,
-        "growth_threshold": 0.1,
-        "reason": "found",
-    },
+    "knee": Knee(
+        concurrency=4,
+        output_tokens_per_s=210.0,
+        tpot_s_p50=0.018,
+        rule="found",
+        found=True,
+        growth_threshold=0.1,
+        growth_at_knee=226.4 / 210.0 - 1,
+    ).to_dict(),
     "metrics": {
         "interval_s": 0.5,
         "series": [
@@ -139,15 +147,9 @@ SERVED: dict[str, Any] = {
             for i in range(30)
         ],
     },
-    "tp": {
-        "planned": 2,
-        "launched": 2,
-        "compared_with": 1,
-        "greedy_match": True,
-        "tokens_compared": 160,
-        "first_divergence": None,
-        "reason": "",
-    },
+    "tp": TPCheck(
+        planned=2, launched=2, compared_with=1, greedy_match=True, tokens_compared=160
+    ).to_dict(),
     "passed": True,
     "failure": None,
 }
@@ -184,12 +186,12 @@ FAILED_AT_LAUNCH: dict[str, Any] = {
     "metrics": None,
     "tp": None,
     "passed": False,
-    "failure": {
-        "phase": "launch",
-        "reason": "vllm exited with code 1 before answering /health",
-        "engine_lines": ENGINE_LINES,
-        "culprit": "release",
-    },
+    "failure": Failure(
+        phase="launch",
+        reason="vllm exited with code 1 before answering /health",
+        engine_lines=ENGINE_LINES,
+        culprit="release",
+    ).to_dict(),
 }
 
 NOT_CONFIGURED: dict[str, Any] = {"status": "not_configured"}

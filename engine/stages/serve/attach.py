@@ -17,6 +17,7 @@ from engine.contract import StageContext
 
 from .full_size import skipped
 from .measure import measure
+from .result import TPCheck
 from .verdict import Measured
 
 _SERVED_DTYPES = ("bfloat16", "float16", "float32")
@@ -109,6 +110,6 @@ def attach(
         headers=headers,
         api_key=api_key,
     )
-    result["tp"] = {"planned": None, "launched": None, "reason": "not_launched_by_day0"}
+    result["tp"] = TPCheck(planned=None, launched=None, reason="not_launched_by_day0").to_dict()
     result["full_size"] = skipped("not_launched")
     return measured.conclude("attached")

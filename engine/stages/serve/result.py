@@ -408,6 +408,19 @@ class TPCheck:
             error=text(tp.get("error")),
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        """The check as the stage stores it (`error` only where the TP=1 launch failed)."""
+        tp = {
+            "planned": self.planned,
+            "launched": self.launched,
+            "compared_with": self.compared_with,
+            "greedy_match": self.greedy_match,
+            "tokens_compared": self.tokens_compared,
+            "first_divergence": _dict_or_none(self.first_divergence),
+            "reason": self.reason,
+        }
+        return tp | ({"error": self.error} if self.error else {})
+
     @property
     def compared(self) -> bool:
         return self.greedy_match is not None

