@@ -3,8 +3,6 @@ rendered safely, the board's count per release, and the admin."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -13,6 +11,7 @@ from django.urls import reverse
 from adaptation.models import AcceleratorPool, KnownLimitation, StageRun
 from adaptation.services import limitations
 from adaptation.templatetags.day0_markdown import markdown
+from tests import dom
 from tests.factories import make_job, make_release
 
 pytestmark = pytest.mark.django_db
@@ -38,11 +37,8 @@ def stage_note(release, **fields) -> KnownLimitation:
 
 
 def panel(html: str) -> str:
-    found = re.search(
-        r'<section id="limitations".*?</section>\s*(?=<section id="analysis")', html, re.S
-    )
-    assert found, "no limitations panel"
-    return found[0]
+    """The markup of the release page's limitations panel."""
+    return dom.find(html, "section#limitations").html
 
 
 @pytest.mark.parametrize("case", list(XSS))
@@ -87,10 +83,13 @@ def test_the_panel_groups_by_severity_open_first_and_collapses_resolved(client, 
 
     html = panel(client.get(f"/releases/{release.pk}/").content.decode())
 
-    groups = re.findall(r'<section class="limitation-group" data-severity="(\w+)"', html)
+    groups = [
+        group["data-severity"]
+        for group in dom.find_all(html, 'section[class="limitation-group"][data-severity]')
+    ]
     assert groups == ["blocker", "minor"]
     assert html.index(f'id="limitation-{blocker.pk}"') < html.index(f'id="limitation-{minor.pk}"')
-    resolved = re.search(r'<details class="limitations-resolved".*?</details>', html, re.S)[0]
+    resolved = dom.find(html, "details.limitations-resolved").html
     assert f'id="limitation-{gone.pk}"' in resolved and "Resolved (1)" in resolved
     assert f'id="limitation-{blocker.pk}"' not in resolved
     assert "· 2 open" in html
@@ -244,11 +243,9 @@ def test_the_board_counts_open_limitations_coloured_by_the_most_severe(client, c
 
     html = client.get("/").content.decode()
 
-    badge = re.search(
-        rf'<a class="limitation-count ([^"]+)" id="limitation-count-{release.pk}"[^>]*>([^<]+)</a>',
-        html,
-    )
-    assert badge and badge[1] == "severity-major" and badge[2] == "2 open limitations"
+    badge = dom.find(html, f"a.limitation-count#limitation-count-{release.pk}")
+    assert badge.classes == ["limitation-count", "severity-major"]
+    assert badge.text == "2 open limitations"
     assert f'id="limitation-count-{quiet.pk}"' not in html
 
 
