@@ -15,7 +15,6 @@ a superuser made here.
 from __future__ import annotations
 
 import hashlib
-import re
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
@@ -34,6 +33,7 @@ from adaptation.admin.tokens import ApiTokenAdmin
 from adaptation.models import KnownLimitation
 from adaptation.roles import EDIT_ANY_LIMITATION, ENGINEER, role_grant
 from adaptation.services import limitations
+from tests import dom
 from tests.factories import make_release
 
 pytestmark = pytest.mark.django_db
@@ -57,9 +57,14 @@ def api_status(key: str) -> int:
 
 def shown_key(html: str) -> str:
     """The key in the admin's one-time message ("Secret of the API token of …")."""
-    found = re.search(r"Secret of the API token of .*?<code>([0-9a-f]{64})</code>", html, re.S)
-    assert found, "no key shown"
-    return found[1]
+    keys = [
+        code.text
+        for code in dom.find_all(html, "code")
+        if code.parent and code.parent.text.startswith("Secret of the API token of ")
+    ]
+    assert keys, "no key shown"
+    assert len(keys[0]) == 64 and set(keys[0]) <= set("0123456789abcdef"), keys[0]
+    return keys[0]
 
 
 def mint_in_admin(client, minter, user):
@@ -369,10 +374,7 @@ def test_the_release_page_and_the_api_show_who_changed_the_status_and_when(clien
 
     client.force_login(cast.mona)
     html = client.get(f"/releases/{eli_note.release_id}/").content.decode()
-    item = re.search(
-        rf'<li class="limitation[^"]*" id="limitation-{eli_note.pk}".*?</li>', html, re.S
-    )
-    text = " ".join(re.sub(r"<[^>]+>", " ", item[0]).split())
+    text = dom.text(html, f'li[class^="limitation"]#limitation-{eli_note.pk}')
     assert "written by eli" in text
     assert f"reopened by ada {latest.changed_at:%Y-%m-%d %H:%M} UTC" in text
 
