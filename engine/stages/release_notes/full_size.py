@@ -46,9 +46,8 @@ from engine.stages.serve.full_size_result import (
     Prediction,
     WorkloadComparison,
     comparisons,
-    full_size_run,
 )
-from engine.stored import as_mapping
+from engine.stages.serve.result import ServeResult
 
 
 def _predicted(prediction: Prediction | None) -> dict[str, Any] | None:
@@ -147,18 +146,18 @@ def full_size_section(states: Mapping[str, StageState]) -> dict[str, Any] | None
     None when there is neither a full-size run nor a plan's workload prediction."""
     serve = states.get("serve")
     plan_state = states.get("plan")
-    serve_result = as_mapping(serve.result if serve is not None else None)
-    run = full_size_run(serve_result)
+    served = ServeResult.from_stored(serve.result if serve is not None else None)
+    run = served.full_size
     plan = plan_workload(
         plan_state.result if plan_state is not None and plan_state.succeeded else None
     )
     if run is None and plan is None:
         return None
-    engine = as_mapping(serve_result.get("engine"))
+    engine = served.engine
     return {
         **_run(run, plan),
         "label": MEASURED_ENGINE_FULL,
-        "engine_name": str(engine.get("name") or ""),
-        "engine_version": str(engine.get("version") or ""),
+        "engine_name": engine.name if engine else "",
+        "engine_version": engine.version if engine else "",
         "predicted": _plan_predicted(plan),
     }
