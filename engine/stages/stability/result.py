@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.formatting import finite
-from engine.stored import as_count, as_list, as_mapping, whole_number
+from engine.stored import as_count, as_list, as_mapping, flag, whole_number
 
 # The head of each reason the run gives for a crossed threshold ("memory leak: ..."): the
 # findings quote the stage's own sentence by it.
@@ -34,11 +34,6 @@ TOO_FEW_STEPS = "too few steps to judge"
 def _str(value: Any) -> str | None:
     """`value` when it is a string, else None (a stored field of another type is ignored)."""
     return value if isinstance(value, str) else None
-
-
-def _flag(value: Any) -> bool | None:
-    """`value` when it is a bool, else None."""
-    return value if isinstance(value, bool) else None
 
 
 def _strings(value: Any) -> tuple[str, ...]:
@@ -279,7 +274,7 @@ class StabilityResult:
         failure = result.get("failure")
         return cls(
             failure=dict(failure) if isinstance(failure, Mapping) else None,
-            passed=_flag(result.get("passed")),
+            passed=flag(result.get("passed")),
             reason=_str(result.get("reason")) or "",
             reasons=_strings(result.get("reasons")),
             error_messages=_strings(result.get("error_messages")),
