@@ -29,7 +29,6 @@ from django.db.models import (
 from adaptation.models import (
     AcceleratorPool,
     AdaptationJob,
-    HubKind,
     HubWatch,
     ModelRelease,
     StageRun,
@@ -39,6 +38,7 @@ from adaptation.models import (
 )
 from adaptation.selectors.inventory import queued_by_pool
 from adaptation.selectors.workers import live_cutoff, serves
+from engine.hubs.kinds import kinds_without_publication_time
 from engine.stages.serve.result import EngineMetrics, ServeResult
 
 SERVE_STAGE = "serve"
@@ -197,8 +197,8 @@ def hub_polls() -> list[WatchPolls]:
 def time_to_detect(bounds: Sequence[float]) -> dict[tuple[str], Histogram]:
     """Discovered minus published, per hub kind, over the releases whose hub gave a
     publication time (`ModelRelease.publication_known`: a mirror's `published_at` is its
-    first sight, not a publication)."""
-    with_publication = ModelRelease.objects.exclude(hub_kind=HubKind.MIRROR)
+    first sight, not a publication; `engine.hubs.kinds.kinds_without_publication_time`)."""
+    with_publication = ModelRelease.objects.exclude(hub_kind__in=kinds_without_publication_time())
     return duration_histograms(  # type: ignore[return-value]
         with_publication,
         start="published_at",
