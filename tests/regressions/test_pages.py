@@ -4,21 +4,17 @@ pool whose newest job regressed."""
 
 from __future__ import annotations
 
-import html
-import re
-
 import pytest
 
+from tests import dom
 from tests.factories import make_release
 
 pytestmark = pytest.mark.django_db
 
 
 def text_of(response) -> str:
-    """The page's text, tags out and whitespace folded (no space before a comma or colon)."""
-    body = response.content.decode()
-    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).split())
-    return text.replace(" ,", ",").replace(" :", ":")
+    """The page's text as a reader sees it, whitespace folded."""
+    return dom.text(response)
 
 
 @pytest.fixture
@@ -61,12 +57,10 @@ def test_a_release_without_regressions_shows_no_finding(logged_in_client, perf_j
 def test_the_board_badges_the_pool_whose_newest_job_regressed(logged_in_client, regressed):
     release, _, job = regressed
     page = logged_in_client.get("/").content.decode()
-    badge_html = rf'<a class="regressed" id="regressed-{release.pk}-cpu"[^>]*>([^<]*)</a>'
-    badge = re.search(badge_html, page)
-    assert badge is not None and badge.group(1) == "Regressed"
-    assert f'href="/releases/{release.pk}/?job={job.pk}#regressions"' in badge.group(0)
-    title = html.unescape(re.search(r'title="([^"]*)"', badge.group(0)).group(1))
-    assert title == (
+    badge = dom.find(page, f'a[class="regressed"]#regressed-{release.pk}-cpu')
+    assert badge.text == "Regressed"
+    assert badge["href"] == f"/releases/{release.pk}/?job={job.pk}#regressions"
+    assert badge["title"] == (
         f"Job {job.pk} on cpu: 1 regression against the last good runs: decode tokens/s at the "
         "knee (the scaled twin, bfloat16, 32-token prompts)"
     )

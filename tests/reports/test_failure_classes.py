@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,6 +13,7 @@ from django.urls import reverse
 
 from adaptation.domain.reports import error_excerpt, is_full_job
 from adaptation.models import StageRun
+from tests import dom
 from tests.factories import cpu_pool, make_release
 from tests.reports.conftest import job_with_runs
 
@@ -75,11 +75,11 @@ def jobs(fetch_analyze_readiness, h200) -> dict:
 
 def cells(html: str, table: str) -> dict[str, dict[str, str]]:
     """The summary table `table`'s rows by their data key, each {data-col: text}."""
-    body = html.split(f'id="{table}"', 1)[1].split("</table>", 1)[0]
     rows = {}
-    for key, row in re.findall(r'<tr data-(?:pool|class)="([^"]+)">(.*?)</tr>', body, re.S):
-        found = re.findall(r'<td class="num"(?: data-col="(\w+)")?[^>]*>(.*?)</td>', row, re.S)
-        rows[key] = {col or "value": re.sub(r"<[^>]+>", "", text).strip() for col, text in found}
+    for row in dom.find_all(html, f"table#{table} tr[data-pool], table#{table} tr[data-class]"):
+        key = row.get("data-pool") or row["data-class"]
+        numbers = row.select('td[class="num"]')
+        rows[key] = {cell.get("data-col", "value"): cell.text for cell in numbers}
     return rows
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 
 import pytest
 from django.urls import reverse
@@ -33,6 +32,7 @@ from adaptation.services.errors import ServiceError
 from adaptation.services.jobs import job_cancel
 from adaptation.services.suites import suite_start
 from engine.suites import SHAPES, suite_load
+from tests import dom
 from tests.factories import cpu_pool
 from tests.helpers import run_queued_stages
 
@@ -310,8 +310,8 @@ def test_a_cancelled_run_counts_every_cell(client, cast):
 
     client.force_login(cast.mona)
     page = client.get(reverse("adaptation:suite_run", args=[run.pk])).content.decode()
-    summary = re.search(r'<dd class="suite-counts">(.*?)</dd>', page, re.S).group(1)
-    assert " ".join(summary.split()) == "32 cells: 1 passed · 24 cancelled · 7 not run"
+    summary = dom.text(page, 'dd[class="suite-counts"]')
+    assert summary == "32 cells: 1 passed · 24 cancelled · 7 not run"
 
 
 def test_a_stage_the_previous_run_did_not_run_compares_with_an_earlier_run(
@@ -395,18 +395,17 @@ def test_the_run_history_gives_each_runs_trigger_stages_and_cells(client, cast):
     page = client.get(reverse("adaptation:suite_run", args=[first.pk])).content.decode()
 
     def line(run: SuiteRun) -> str:
-        found = re.search(rf'<li id="suite-history-{run.pk}">(.*?)</li>', page, re.S)
-        return " ".join(re.sub(r"<[^>]+>", "", found.group(1)).split())
+        return dom.text(page, f"li#suite-history-{run.pk}")
 
     first_matrix, second_matrix = matrix_of(first), matrix_of(second)
     assert line(first) == (
-        f"run {first.pk}: {first.created_at:%Y-%m-%d %H:%M:%S} UTC, manual, only Fetch &amp; "
+        f"run {first.pk}: {first.created_at:%Y-%m-%d %H:%M:%S} UTC, manual, only Fetch & "
         "parse, Architecture analysis, Plan the split (predicted); "
         f"{first_matrix.counts.passed} passed · {first_matrix.counts.failed} failed"
     )
     assert line(second) == (
         f"run {second.pk}: {second.created_at:%Y-%m-%d %H:%M:%S} UTC, rest api, only Fetch "
-        f"&amp; parse, Architecture analysis; {second_matrix.counts.passed} passed"
+        f"& parse, Architecture analysis; {second_matrix.counts.passed} passed"
     )
     # Every stage: no list of stages.
     assert line(third) == (
