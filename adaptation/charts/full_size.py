@@ -24,7 +24,7 @@ from adaptation.charts.layout import (
     figure_json,
 )
 from engine.formatting import finite
-from engine.stages.plan.predicted import PredictedPoint, StoredFit
+from engine.stages.plan.result import PredictedPoint, StoredFit
 from engine.stages.serve.full_size_result import Level
 
 MEASURED = "measured · engine · full size · dummy weights"

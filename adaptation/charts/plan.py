@@ -19,7 +19,8 @@ from adaptation.charts.layout import (
     figure_json,
 )
 from engine import formatting
-from engine.formatting import finite as _number
+from engine.stages.distributed.result import MeasuredScaling
+from engine.stages.plan.result import DecodePoint, PrefillPoint, ScalingPoint, Split
 from engine.units import GIB
 
 # (key in the plan's memory_per_device_bytes, legend label, colour), bottom of the stack first.
@@ -33,20 +34,19 @@ _PLAN_MEMORY_PARTS = (
 
 
 @cached_figure
-def memory_per_device(
-    memory: Mapping[str, Any], *, split: Mapping[str, Any]
-) -> dict[str, Any] | None:
+def memory_per_device(memory: Mapping[str, float], *, split: Split) -> dict[str, Any] | None:
     """One device's memory under the chosen split, in GiB, as a stacked bar: weights, KV cache,
     activations + workspace, runtime overhead and the free rest up to the device's capacity,
     with the budget (gpu_memory_utilization x capacity) as a dashed line.
 
-    `memory` is a plan result's `memory_per_device_bytes`. Returns None when it holds no
-    figures. Predicted by the planner from the analysis, not measured.
+    `memory` is a plan result's `memory_per_device_bytes` (`PlanResult`), `split` its split.
+    Returns None when it holds no figures. Predicted by the planner from the analysis, not
+    measured.
     """
     parts = [
-        (label, colour, max(_number(memory.get(key)) or 0.0, 0.0) / GIB)
+        (label, colour, max(memory[key], 0.0) / GIB)
         for key, label, colour in _PLAN_MEMORY_PARTS
-        if _number(memory.get(key)) is not None
+        if key in memory
     ]
     if not parts:
         return None
@@ -62,7 +62,7 @@ def memory_per_device(
                 hovertemplate="%{x:,.1f} GiB<extra>%{fullData.name}</extra>",
             )
         )
-    budget, capacity = _number(memory.get("budget")), _number(memory.get("capacity"))
+    budget, capacity = memory.get("budget"), memory.get("capacity")
     if budget:
         share = budget / capacity if capacity else None
         fig.add_vline(
@@ -133,26 +133,26 @@ def time_axis_unit(seconds: Sequence[float]) -> tuple[float, str]:
 
 
 @cached_figure
-def decode_curve(predicted: Mapping[str, Any]) -> dict[str, Any] | None:
+def decode_curve(curve: Sequence[DecodePoint]) -> dict[str, Any] | None:
     """Predicted decode throughput (tokens/s over all replicas) and TPOT (ms) against the
     number of concurrent sequences, from batch 1 to the largest batch that fits.
 
-    `predicted` is a plan result's `predicted`; None when it has no decode curve."""
-    curve = [p for p in predicted.get("decode_curve") or [] if isinstance(p, Mapping)]
-    if not predicted.get("available") or not curve:
+    `curve` is a plan's predicted decode curve (`SpeedPrediction.decode_curve`); None when it
+    is empty (no prediction)."""
+    if not curve:
         return None
-    x = [p.get("concurrent_sequences") for p in curve]
+    x = [p.sequences for p in curve]
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(
             x=x,
-            y=[p.get("decode_tokens_per_s") for p in curve],
+            y=[p.tokens_per_s for p in curve],
             mode="lines+markers",
             name="decode tokens/s (predicted)",
             hovertemplate="%{x} sequences<br>%{y:,.0f} tokens/s<extra>%{fullData.name}</extra>",
         )
     )
-    tpots = [_number(p.get("tpot_s")) or 0.0 for p in curve]
+    tpots = [p.tpot_s or 0.0 for p in curve]
     scale, unit = time_axis_unit(tpots)
     fig.add_trace(
         go.Scatter(
@@ -177,15 +177,15 @@ def decode_curve(predicted: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 @cached_figure
-def prefill_curve(predicted: Mapping[str, Any]) -> dict[str, Any] | None:
+def prefill_curve(points: Sequence[PrefillPoint]) -> dict[str, Any] | None:
     """Predicted time to first token (ms) of one prompt against its length in tokens.
 
-    `predicted` is a plan result's `predicted`; None when it has no prefill points."""
-    points = [p for p in predicted.get("prefill") or [] if isinstance(p, Mapping)]
-    if not predicted.get("available") or not points:
+    `points` are a plan's predicted prefill points (`SpeedPrediction.prefill`); None when
+    there are none (no prediction)."""
+    if not points:
         return None
-    x = [p.get("prompt_tokens") for p in points]
-    ttfts = [_number(p.get("ttft_s")) or 0.0 for p in points]
+    x = [p.prompt_tokens for p in points]
+    ttfts = [p.ttft_s or 0.0 for p in points]
     scale, unit = time_axis_unit(ttfts)
     fig = go.Figure(
         go.Scatter(
@@ -210,35 +210,36 @@ def prefill_curve(predicted: Mapping[str, Any]) -> dict[str, Any] | None:
 
 @cached_figure
 def scaling_curve(
-    scaling: Sequence[Mapping[str, Any]], measured: Mapping[str, Any] | None = None
+    scaling: Sequence[ScalingPoint], measured: MeasuredScaling | None = None
 ) -> dict[str, Any] | None:
     """Predicted decode throughput and per-device efficiency as the device count grows (the
     best fitting split at each count); counts past the pool's size are drawn hollow.
 
-    `scaling` is a plan result's `scaling`; None when no point has a predicted speed (a
-    pool without a full-size prediction: the panel says why instead).
+    `scaling` is a plan's scaling curve (`PlanResult.scaling`); None when no point has a
+    predicted speed (a pool without a full-size prediction: the panel says why instead).
 
-    `measured` ("devices" (processes), "efficiency", "tp", "ep", "passed") is the scaling
-    efficiency the `distributed` stage measured on the scaled twin, drawn as its own marker on
+    `measured` (`DistributedResult.measured_scaling`: processes, efficiency, the split, whether
+    it passed) is the scaling efficiency the `distributed` stage measured on the scaled twin,
+    drawn as its own marker on
     the efficiency axis. It is not the same ratio as the curve's: the measured one is the
     twin's TP=N step against its TP=1 step on the worker, the predicted one the full model's
     tokens/s per device against the curve's first device count; the legend and the hover say
     so."""
-    points = [p for p in scaling if isinstance(p, Mapping) and p.get("devices")]
-    if not any(_number(p.get("decode_tokens_per_s")) is not None for p in points):
+    points = list(scaling)
+    if not any(p.tokens_per_s is not None for p in points):
         return None
-    x = [p["devices"] for p in points]
+    x = [p.devices for p in points]
     ticks = list(x)
     splits = [
-        formatting.split(p) + ("" if p.get("within_pool", True) else ", past the pool's size")
+        formatting.split(p.split) + ("" if p.within_pool else ", past the pool's size")
         for p in points
     ]
-    symbols = ["circle" if p.get("within_pool", True) else "circle-open" for p in points]
+    symbols = ["circle" if p.within_pool else "circle-open" for p in points]
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(
             x=x,
-            y=[p.get("decode_tokens_per_s") for p in points],
+            y=[p.tokens_per_s for p in points],
             customdata=splits,
             mode="lines+markers",
             marker={"symbol": symbols, "size": 9},
@@ -250,7 +251,7 @@ def scaling_curve(
     fig.add_trace(
         go.Scatter(
             x=x,
-            y=[p.get("efficiency_per_device") for p in points],
+            y=[p.efficiency for p in points],
             customdata=splits,
             mode="lines+markers",
             marker={"symbol": symbols, "size": 9},
@@ -263,8 +264,9 @@ def scaling_curve(
         )
     )
     title = "Multi-device scaling (predicted)"
-    if measured is not None and _measured_scaling_trace(fig, measured, first_devices=x[0]):
-        ticks = sorted({*ticks, measured["devices"]})
+    if measured is not None:
+        _measured_scaling_trace(fig, measured, first_devices=x[0])
+        ticks = sorted({*ticks, measured.devices})
         title = "Multi-device scaling (predicted; one point measured on the twin)"
     return _tokens_per_s_and_right_axis(
         fig,
@@ -276,17 +278,13 @@ def scaling_curve(
 
 
 def _measured_scaling_trace(
-    fig: go.Figure, measured: Mapping[str, Any], *, first_devices: Any
-) -> bool:
+    fig: go.Figure, measured: MeasuredScaling, *, first_devices: Any
+) -> None:
     """Add the scaling efficiency measured on the twin to `fig`'s efficiency axis (y2) as a
-    single marker; False (nothing drawn) without a device count and an efficiency."""
-    devices, efficiency = measured.get("devices"), _number(measured.get("efficiency"))
-    if efficiency is None or not isinstance(devices, int) or isinstance(devices, bool):
-        return False
+    single marker."""
+    devices, efficiency = measured.devices, measured.efficiency
     split = formatting.validated_split(measured)
-    caveat = (
-        "" if measured.get("passed") is not False else "<br>its outputs did not match the reference"
-    )
+    caveat = "" if measured.passed else "<br>its outputs did not match the reference"
     fig.add_trace(
         go.Scatter(
             x=[devices],
@@ -310,4 +308,3 @@ def _measured_scaling_trace(
             ),
         )
     )
-    return True

@@ -9,7 +9,7 @@ draws them in separate rows of panels, and every trace name says which it is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -26,6 +26,7 @@ from adaptation.charts.layout import (
     figure_json,
 )
 from engine.formatting import finite
+from engine.stages.plan.result import DecodePoint
 from engine.stages.serve.full_size_result import Level, MetricsSample
 from engine.stages.serve.result import Knee
 
@@ -60,7 +61,7 @@ def sweep(
     levels: Sequence[Level],
     *,
     knee: Knee | None,
-    predicted: Sequence[Mapping[str, Any]],
+    predicted: Sequence[DecodePoint],
     checkpoint_kind: str,
     predicted_split: str = "",
 ) -> dict[str, Any] | None:
@@ -68,7 +69,7 @@ def sweep(
     (`levels`: the serve result's sweep, `ServeResult.sweep`), with the sweep's `knee` marked;
     below them, in
     their own panels, the plan's predicted decode tokens/s and TPOT at its batch sizes
-    (`predicted`: the plan result's `predicted.decode_curve`, empty when it made none) for its
+    (`predicted`: the plan's `SpeedPrediction.decode_curve`, empty when it made none) for its
     split (`predicted_split`, as the planner writes it). None without a measured level.
 
     Each trace's `meta` says what it is ({"kind": "measured" | "predicted", "metric",
@@ -81,12 +82,7 @@ def sweep(
     ]
     if not points:
         return None
-    curve = [
-        p
-        for p in predicted
-        if finite(p.get("concurrent_sequences")) is not None
-        and finite(p.get("decode_tokens_per_s")) is not None
-    ]
+    curve = [p for p in predicted if p.sequences is not None and p.tokens_per_s is not None]
     measured = measured_label(checkpoint_kind)
     forecast = predicted_label(predicted_split)
     rows = 2 if curve else 1
@@ -165,11 +161,11 @@ def sweep(
                 col=col,
             )
     if curve:
-        px = [p["concurrent_sequences"] for p in curve]
+        px = [p.sequences for p in curve]
         fig.add_trace(
             go.Scatter(
                 x=px,
-                y=[finite(p.get("decode_tokens_per_s")) for p in curve],
+                y=[p.tokens_per_s for p in curve],
                 mode="lines+markers",
                 line={"color": PREDICTED_COLOUR, "dash": "dot"},
                 name=f"decode tokens/s ({forecast})",
@@ -182,7 +178,7 @@ def sweep(
         fig.add_trace(
             go.Scatter(
                 x=px,
-                y=[_ms(p.get("tpot_s")) for p in curve],
+                y=[_ms(p.tpot_s) for p in curve],
                 mode="lines+markers",
                 line={"color": PREDICTED_COLOUR, "dash": "dash"},
                 name=f"TPOT ({forecast})",
@@ -195,7 +191,7 @@ def sweep(
         )
     axes = [(1, x, "concurrency (requests in flight)")]
     if curve:
-        axes.append((2, [p["concurrent_sequences"] for p in curve], "concurrent sequences"))
+        axes.append((2, [p.sequences for p in curve], "concurrent sequences"))
     for row, ticks, x_title in axes:
         for col in (1, 2):
             fig.update_xaxes(

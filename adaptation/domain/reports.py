@@ -64,7 +64,7 @@ from adaptation.selectors.reports import (
     ReportQuery,
     ReportRows,
 )
-from engine.stages.plan.predicted import StoredFit, stored_fit
+from engine.stages.plan.result import StoredFit
 
 DAY_S = 24 * 3600
 WITHIN_S = DAY_S  # "adapted within 24 h"
@@ -200,7 +200,7 @@ def throughputs(
                 input_tokens=p.input_tokens,
                 output_tokens=p.output_tokens,
                 concurrency=p.concurrency,
-                fit=stored_fit(p.fit),
+                fit=StoredFit.from_stored(p.fit),
             ),
         )
     return found

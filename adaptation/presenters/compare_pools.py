@@ -13,13 +13,13 @@ from adaptation.charts import compare_pools as compare_pools_charts
 from adaptation.models import AcceleratorKind, AcceleratorPool, ModelRelease, StageRun
 from adaptation.presenters.analysis import latest_analysis_run
 from adaptation.presenters.chart_slot import ChartSlot
-from adaptation.presenters.plan_figures import Decode, Split, Suggestion, would_fit
+from adaptation.presenters.plan_figures import Suggestion, would_fit
 from engine.catalog import Accelerator, Catalog, CatalogError
 from engine.formatting import finite
 from engine.stages.plan.errors import NoFittingPlan, PlanInputError
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
-from engine.stored import as_mapping
+from engine.stages.plan.result import DecodePoint, PlanInputs, PlanResult, Split, Suggestions
 
 # A catalog kind is planned on one node, then on as many nodes as it needs, up to:
 COMPARE_MAX_NODES = 16
@@ -62,15 +62,15 @@ class CompareRow:
     split: Split | None = None
     dtype: str = ""  # the planner's label, in full
     checkpoint_format: str = ""  # the checkpoint's own dtype: its format's first word ("fp8")
-    batch_1: Decode | None = None
-    largest: Decode | None = None
+    batch_1: DecodePoint | None = None
+    largest: DecodePoint | None = None
     memory_used_bytes: float | None = None
     memory_capacity_bytes: float | None = None
     reason: str = ""
     beyond_compared: bool = False
     would_fit: list[Suggestion] = field(default_factory=list)
     note: str = ""  # where the accelerator's figures come from
-    inputs: Mapping[str, Any] = field(default_factory=dict)
+    inputs: PlanInputs | None = None
     fewest_devices: bool = False
     most_tokens_per_device: bool = False
 
@@ -120,34 +120,25 @@ class Comparison:
     max_nodes: int = COMPARE_MAX_NODES
 
 
-def _checkpoint_format(dtype: Any, label: Any) -> str:
-    """The checkpoint's own serving dtype as its format's first word: "checkpoint (fp8 e4m3
-    (128x128 blocks))" → "fp8" ("" for any other dtype, shown as the planner names it)."""
-    text, prefix = str(label or ""), "checkpoint ("
-    if dtype != "checkpoint" or not text.startswith(prefix) or not text.endswith(")"):
-        return ""
-    words = text[len(prefix) : -1].split()
-    return words[0] if words else ""
-
-
 def _row_from_plan(plan: Mapping[str, Any], **row: Any) -> CompareRow:
-    predicted = as_mapping(plan.get("predicted"))
-    largest = as_mapping(predicted.get("largest_batch"))
-    memory = as_mapping(plan.get("memory_per_device_bytes"))
+    """A row of a fitting plan (`Plan.to_dict()`), read through `PlanResult`."""
+    result = PlanResult.from_stored(plan)
+    predicted = result.predicted
+    memory = result.memory_per_device_bytes
     return CompareRow(
-        accelerator=str(plan.get("accelerator_name") or plan.get("accelerator") or ""),
-        fits=bool(plan.get("fits")),
-        devices=plan.get("devices"),
-        nodes=plan.get("nodes"),
-        split=Split.of(plan),
-        dtype=str(plan.get("dtype_label") or plan.get("dtype") or ""),
-        checkpoint_format=_checkpoint_format(plan.get("dtype"), plan.get("dtype_label")),
-        batch_1=Decode.of(as_mapping(predicted.get("batch_1"))),
-        largest=Decode.of(largest) if largest else None,
-        memory_used_bytes=finite(memory.get("total_used")),
-        memory_capacity_bytes=finite(memory.get("capacity")),
-        reason="" if predicted.get("available") else str(predicted.get("reason") or ""),
-        inputs=as_mapping(plan.get("inputs")),
+        accelerator=result.accelerator_name or result.accelerator,
+        fits=result.planned,
+        devices=result.devices,
+        nodes=result.nodes,
+        split=result.split,
+        dtype=result.dtype_shown,
+        checkpoint_format=result.checkpoint_format,
+        batch_1=predicted.batch_1 if predicted else DecodePoint(),
+        largest=predicted.largest if predicted else None,
+        memory_used_bytes=memory.get("total_used"),
+        memory_capacity_bytes=memory.get("capacity"),
+        reason=result.predicted_reason,
+        inputs=result.inputs,
         **row,
     )
 
@@ -251,7 +242,9 @@ def _plan_pool(
             **shape,
             verdict=POOL_TOO_SMALL,
             would_fit=would_fit(
-                err.suggestions, kind=accelerator.kind, per_node=layout.devices_per_node
+                Suggestions.from_stored(err.suggestions),
+                kind=accelerator.kind,
+                per_node=layout.devices_per_node,
             ),
             reason=str(err),
         )
@@ -333,8 +326,8 @@ def compare_pools(
     comparison.rows = _marked(rows)
     inputs = next((r.inputs for r in rows if r.inputs), None)
     if inputs:
-        comparison.context_tokens = finite(inputs.get("context_tokens"))
-        comparison.concurrency = inputs.get("concurrency")
+        comparison.context_tokens = inputs.context_tokens
+        comparison.concurrency = inputs.concurrency
         comparison.dtype = dtype or "checkpoint"
         comparison.defaults = [
             name

@@ -52,7 +52,7 @@ from adaptation.presenters.stages import SkippedBecause, finished_run, skipped_b
 from adaptation.selectors.jobs import latest_runs_by_stage
 from adaptation.selectors.performance import PERFORMANCE_STAGE
 from engine.stages.performance.result import Knee, PerformanceResult, SweepOptions
-from engine.stages.plan.predicted import PlanWorkload, plan_workload
+from engine.stages.plan.result import PlanResult, PlanWorkload
 from engine.stages.serve.full_size_result import (
     FullSizeRun,
     WorkloadComparison,
@@ -182,7 +182,7 @@ def engine_full_size(job: AdaptationJob, *, stem: str) -> EngineFullSize | None:
         return None
     plan = runs.get(PLAN_STAGE)
     workload = (
-        plan_workload(as_mapping(plan.result))
+        PlanResult.from_stored(plan.result).workload
         if plan is not None and plan.status == StageStatus.SUCCEEDED
         else None
     )

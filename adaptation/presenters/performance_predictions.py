@@ -8,9 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from adaptation.presenters.plan_figures import Split
 from engine.stages.performance.result import PerformanceResult
-from engine.stages.plan.predicted import StoredFit
+from engine.stages.plan.result import Split, StoredFit
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ def full_size_prediction(result: PerformanceResult) -> FullSizePrediction | None
     return FullSizePrediction(
         available=True,
         accelerator=info.accelerator,
-        split=Split.of(info.split),
+        split=Split.from_stored(info.split),
         devices=info.split.get("devices"),
         dtype=info.dtype_label or info.dtype or "",
         context_tokens=info.context_tokens,

@@ -24,30 +24,26 @@ from adaptation.models import (
     StageStatus,
 )
 from adaptation.presenters.chart_slot import ChartSlot
-from adaptation.presenters.plan_figures import (
-    Calibration,
-    Prediction,
-    Split,
-    Suggestion,
-    calibration,
-    whole,
-    would_fit,
-)
-from adaptation.presenters.plan_tables import (
-    ARTIFACT_KINDS,
-    Artifact,
-    Communication,
-    RunnerUp,
-    ScalingRow,
-    communication,
-    scaling_rows,
-)
+from adaptation.presenters.plan_figures import Suggestion, would_fit
 from adaptation.presenters.release_jobs import release_jobs
 from adaptation.selectors.inventory import StartEstimate
 from adaptation.selectors.jobs import latest_runs_by_stage
-from engine.formatting import finite
-from engine.stages.plan.predicted import PlanWorkload, plan_workload
-from engine.stored import as_count, as_list, as_mapping
+from engine.stages.distributed.result import DistributedResult, MeasuredScaling
+from engine.stages.plan.result import (
+    ARTIFACT_KINDS,
+    CATALOG,
+    CPU_MEASURED,
+    Calibration,
+    Communication,
+    MeasuredDevice,
+    PlanResult,
+    PlanWorkload,
+    RunnerUp,
+    ScalingPoint,
+    SpeedPrediction,
+    Split,
+)
+from engine.stored import as_mapping
 
 PLAN_STAGE = "plan"
 DISTRIBUTED_STAGE = "distributed"
@@ -69,49 +65,15 @@ def plan_query(options: Mapping[str, Any] | None) -> str:
     return urlencode(pairs)
 
 
-@dataclass(frozen=True)
-class MeasuredScaling:
-    """The scaling point a job's `distributed` run measured on the scaled twin: `devices`
-    (processes), `efficiency` (the twin's TP=1 step time over devices x its TP=N step time;
-    1 = linear), the split validated (`tp`, `ep`), the backend, and whether its outputs matched
-    the float32 reference (`passed`)."""
-
-    devices: int
-    efficiency: float
-    tp: Any
-    ep: Any
-    backend: str
-    passed: bool
-
-    def chart_point(self) -> dict[str, Any]:
-        """The point as `charts.plan.scaling_curve` takes it."""
-        return {
-            "devices": self.devices,
-            "efficiency": self.efficiency,
-            "tp": self.tp,
-            "ep": self.ep,
-            "passed": self.passed,
-        }
-
-
 def measured_scaling(run: StageRun | None) -> MeasuredScaling | None:
     """What a job's `distributed` run measured, for the plan's scaling chart and table. None
     unless the run finished (succeeded, or failed with its figures: a wrong shard still times
-    its steps) and validated the split on at least 2 processes with an efficiency."""
+    its steps) and validated the split on at least 2 processes with an efficiency
+    (`DistributedResult.measured_scaling`)."""
     if run is None or run.status not in (StageStatus.SUCCEEDED, StageStatus.FAILED):
         return None
-    result = as_mapping(run.result)
-    devices = whole(result.get("world_size"))
-    efficiency = finite(result.get("scaling_efficiency"))
-    if result.get("validated") is not True or efficiency is None or not devices or devices < 2:
-        return None
-    return MeasuredScaling(
-        devices=devices,
-        efficiency=efficiency,
-        tp=result.get("tp"),
-        ep=result.get("ep"),
-        backend=str(result.get("backend") or ""),
-        passed=result.get("passed") is True and run.status == StageStatus.SUCCEEDED,
+    return DistributedResult.from_stored(run.result).measured_scaling(
+        succeeded=run.status == StageStatus.SUCCEEDED
     )
 
 
@@ -125,22 +87,27 @@ class PlanFailure:
     would_fit: list[Suggestion]
 
 
-def _failure(run: StageRun, result: Mapping[str, Any]) -> PlanFailure:
-    reason = str(result.get("reason") or result.get("error") or run.error or "").strip()
-    pool = as_mapping(result.get("pool"))
-    per_node = pool.get("devices_per_node") or run.job.pool.devices_per_node
-    kind = str(result.get("accelerator") or run.job.pool.accelerator or "")
+def _failure(run: StageRun, result: PlanResult) -> PlanFailure:
+    reason = (result.reason or result.error or run.error or "").strip()
+    per_node = (result.pool.devices_per_node if result.pool else None) or (
+        run.job.pool.devices_per_node
+    )
+    kind = result.accelerator or run.job.pool.accelerator or ""
     return PlanFailure(
         reason=reason,
-        fits_false=result.get("fits") is False,
-        would_fit=would_fit(as_mapping(result.get("suggestions")), kind=kind, per_node=per_node),
+        fits_false=result.does_not_fit,
+        would_fit=would_fit(result.suggestions, kind=kind, per_node=per_node),
     )
 
 
-# Where the plan's speed figures come from (`PlanPanel.speeds_from`).
-CATALOG = "catalog"  # the accelerator catalog's datasheet figures
-CPU_UNMEASURED = "cpu-unmeasured"  # a cpu pool whose performance runs measured nothing yet
-CPU_MEASURED = "cpu-measured"  # a cpu pool: what its performance runs measured
+@dataclass(frozen=True)
+class Artifact:
+    """A deployment artifact to copy (`kind`: "vllm", "sglang", "kubernetes_deployment") and
+    the id of the element that holds its text."""
+
+    kind: str
+    text: str
+    element_id: str
 
 
 @dataclass
@@ -156,32 +123,31 @@ class PlanPanel:
     # Pending or queued on a pool no live worker serves: that pool (it says so), else None.
     waiting_for: AcceleratorPool | None = None
     split: Split | None = None
-    devices: Any = None
-    pool_devices: Any = None
-    nodes: Any = None
-    devices_per_node: Any = None
+    devices: int | None = None
+    pool_devices: int | None = None
+    nodes: int | float | None = None
+    devices_per_node: int | None = None
     dtype_label: str = ""
-    context_tokens: float | None = None  # the inputs it was planned for (None: not recorded)
-    concurrency: Any = None
-    memory: Mapping[str, Any] = field(default_factory=dict)  # bytes per device, by part
-    weights_by_dtype: list[tuple[str, Any]] = field(default_factory=list)
-    predicted: Prediction | None = None
+    context_tokens: int | None = None  # the inputs it was planned for (None: not recorded)
+    concurrency: int | None = None
+    memory: Mapping[str, float] = field(default_factory=dict)  # bytes per device, by part
+    weights_by_dtype: list[tuple[str, float | None]] = field(default_factory=list)
+    predicted: SpeedPrediction | None = None
     predicted_reason: str = ""  # why there is no prediction ("" when there is one)
     # The served workload predicted with the fit it names (None: the plan predicted none).
     workload: PlanWorkload | None = None
     calibration: Calibration | None = None
     speeds_from: str = CATALOG
-    # The cpu figures the plan predicted on ({"memory_bandwidth_bytes_per_s", "dense_bf16_flops",
-    # "source", "host_busy"}), measured by the pool's performance runs ("host_busy": only on a
-    # busy host, the panel says so); empty when not a measured cpu plan.
-    measured_device: Mapping[str, Any] = field(default_factory=dict)
+    # The cpu figures the plan predicted on, measured by the pool's performance runs
+    # ("host_busy": only on a busy host, the panel says so); None when not a measured cpu plan.
+    measured_device: MeasuredDevice | None = None
     charts: list[ChartSlot] = field(default_factory=list)
-    scaling: list[ScalingRow] = field(default_factory=list)
+    scaling: list[ScalingPoint] = field(default_factory=list)
     # No speed predicted for any device count: no scaling curve, and the reason ("" if none).
     scaling_unpredicted: bool = False
     scaling_reason: str = ""
     measured: MeasuredScaling | None = None  # drawn on the scaling chart too
-    first_devices: Any = None  # the scaling curve's first device count
+    first_devices: int | None = None  # the scaling curve's first device count
     runners_up: list[RunnerUp] = field(default_factory=list)
     communication: Communication | None = None
     artifacts: list[Artifact] = field(default_factory=list)
@@ -203,27 +169,16 @@ class PlanPanel:
         return any(row.above_one for row in self.scaling)
 
 
-def _speeds_from(
-    result: Mapping[str, Any], predicted: Mapping[str, Any]
-) -> tuple[str, Mapping[str, Any]]:
-    """Where the plan's speed figures come from, and for a cpu pool the measured device
-    figures the planner predicted on (empty when none)."""
-    if result.get("accelerator") != "cpu":
-        return CATALOG, {}
-    if not predicted.get("available"):
-        return CPU_UNMEASURED, {}
-    return CPU_MEASURED, as_mapping(result.get("measured_device"))
-
-
-def _charts(panel: PlanPanel, result: Mapping[str, Any]) -> list[ChartSlot]:
-    memory = as_mapping(result.get("memory_per_device_bytes"))
-    predicted = as_mapping(result.get("predicted"))
-    measured = panel.measured.chart_point() if panel.measured else None
+def _charts(panel: PlanPanel, result: PlanResult) -> list[ChartSlot]:
+    predicted = result.predicted
     figures = (
-        ("memory", plan_charts.memory_per_device(memory, split=result)),
-        ("decode", plan_charts.decode_curve(predicted)),
-        ("prefill", plan_charts.prefill_curve(predicted)),
-        ("scaling", plan_charts.scaling_curve(as_list(result.get("scaling")), measured)),
+        (
+            "memory",
+            plan_charts.memory_per_device(result.memory_per_device_bytes, split=result.split),
+        ),
+        ("decode", plan_charts.decode_curve(predicted.decode_curve if predicted else [])),
+        ("prefill", plan_charts.prefill_curve(predicted.prefill if predicted else [])),
+        ("scaling", plan_charts.scaling_curve(result.scaling, panel.measured)),
     )
     return [
         ChartSlot(f"{panel.dom_id}-{name}", figure, name)
@@ -232,66 +187,47 @@ def _charts(panel: PlanPanel, result: Mapping[str, Any]) -> list[ChartSlot]:
     ]
 
 
-def _planned(
-    panel: PlanPanel, result: Mapping[str, Any], measured: MeasuredScaling | None = None
-) -> None:
+def _planned(panel: PlanPanel, result: PlanResult, measured: MeasuredScaling | None = None) -> None:
     """Fill `panel` from a succeeded plan's result, with the scaling point the job's
     `distributed` run measured on the twin when there is one."""
-    pool = as_mapping(result.get("pool"))
-    inputs = as_mapping(result.get("inputs"))
-    predicted = as_mapping(result.get("predicted"))
     panel.state = "planned"
-    panel.split = Split.of(result)
-    panel.devices = result.get("devices")
-    panel.pool_devices = pool.get("devices")
-    panel.nodes = as_count(result.get("nodes"))
-    panel.devices_per_node = pool.get("devices_per_node")
-    panel.dtype_label = str(result.get("dtype_label") or result.get("dtype") or "")
-    if inputs:
-        panel.context_tokens = finite(inputs.get("context_tokens"))
-        panel.concurrency = inputs.get("concurrency")
-    panel.memory = as_mapping(result.get("memory_per_device_bytes"))
-    panel.weights_by_dtype = [
-        (str(label), size)
-        for label, size in as_mapping(result.get("memory_weights_by_dtype_bytes")).items()
-    ]
-    panel.predicted = Prediction.of(predicted)
-    panel.workload = plan_workload(result)
-    if panel.predicted is None:
-        panel.predicted_reason = str(predicted.get("reason") or "")
-    panel.calibration = calibration(as_mapping(predicted.get("calibrated")))
-    panel.speeds_from, panel.measured_device = _speeds_from(result, predicted)
+    panel.split = result.split
+    panel.devices = result.devices
+    panel.pool_devices = result.pool.devices if result.pool else None
+    panel.nodes = result.nodes
+    panel.devices_per_node = result.pool.devices_per_node if result.pool else None
+    panel.dtype_label = result.dtype_shown
+    panel.context_tokens = result.context_tokens
+    panel.concurrency = result.concurrency
+    panel.memory = result.memory_per_device_bytes
+    panel.weights_by_dtype = list(result.memory_weights_by_dtype_bytes.items())
+    panel.predicted = result.predicted
+    panel.workload = result.workload
+    panel.predicted_reason = result.predicted_reason
+    panel.calibration = result.calibration
+    panel.speeds_from = result.speeds_from
+    panel.measured_device = result.measured_device if result.speeds_from == CPU_MEASURED else None
     panel.measured = measured
     panel.charts = _charts(panel, result)
-    scaling = [as_mapping(p) for p in as_list(result.get("scaling"))]
-    panel.first_devices = next((p["devices"] for p in scaling if p.get("devices")), None)
-    if any(finite(p.get("decode_tokens_per_s")) is not None for p in scaling):
-        panel.scaling = scaling_rows(scaling)
+    panel.first_devices = result.scaling[0].devices if result.scaling else None
+    if result.scaling_predicted:
+        panel.scaling = result.scaling
     else:  # a split per count, but no speed to draw: say why instead of an empty chart
         panel.scaling_unpredicted = True
-        panel.scaling_reason = panel.predicted_reason or str(predicted.get("reason") or "")
-    panel.runners_up = [
-        RunnerUp(
-            split=Split.of(item),
-            devices=item.get("devices"),
-            fits=bool(item.get("fits")),
-            memory_bytes=finite(item.get("memory_per_device_bytes")),
-            tokens_per_s=finite(item.get("decode_tokens_per_s")),
-            why_lost=str(item.get("why_lost") or ""),
-        )
-        for item in (as_mapping(r) for r in as_list(result.get("runners_up")))
-    ]
-    panel.communication = communication(as_mapping(result.get("communication")))
-    artifacts = as_mapping(result.get("artifacts"))
+        panel.scaling_reason = result.predicted_reason
+    panel.runners_up = result.runners_up
+    panel.communication = result.communication
     panel.artifacts = [
-        Artifact(kind, str(artifacts[kind]), f"{panel.dom_id}-artifact-{kind.replace('_', '-')}")
+        Artifact(
+            kind, result.artifacts.texts[kind], f"{panel.dom_id}-artifact-{kind.replace('_', '-')}"
+        )
         for kind in ARTIFACT_KINDS
-        if artifacts.get(kind)
+        if kind in result.artifacts.texts
     ]
-    panel.artifact_notes = [str(n) for n in as_list(artifacts.get("notes"))]
-    panel.assumptions = [str(a) for a in as_list(result.get("assumptions"))]
-    panel.notes = [str(n) for n in as_list(result.get("notes"))]
-    panel.validity_flags = [str(flag) for flag in as_list(result.get("validity_flags"))]
+    panel.artifact_notes = result.artifacts.notes
+    panel.assumptions = result.assumptions
+    panel.notes = result.notes
+    panel.validity_flags = result.validity_flags
 
 
 def start_devices(job: AdaptationJob) -> int | None:
@@ -303,7 +239,7 @@ def start_devices(job: AdaptationJob) -> int | None:
         return None
     if job.status not in (JobStatus.PENDING, JobStatus.RUNNING):
         return None
-    devices = whole(as_mapping(run.result).get("devices"))
+    devices = PlanResult.from_stored(run.result).devices
     return devices if devices and devices >= 1 else None
 
 
@@ -322,17 +258,18 @@ def plan_panel(
     run = latest.get(PLAN_STAGE)
     if run is None:
         return None
-    result = as_mapping(run.result)
+    result = PlanResult.from_stored(run.result)
     panel = PlanPanel(
         job=job,
         run=run,
         pool_name=job.pool.name,
-        accelerator=str(result.get("accelerator_name") or job.pool.accelerator or ""),
+        accelerator=result.accelerator_name or job.pool.accelerator or "",
         compare_query=plan_query(
-            as_mapping(result.get("inputs")) or as_mapping(job.options).get("plan")
+            (result.inputs.to_dict() if result.inputs else None)
+            or as_mapping(job.options).get("plan")
         ),
     )
-    if run.status == StageStatus.SUCCEEDED and result:
+    if run.status == StageStatus.SUCCEEDED and as_mapping(run.result):
         _planned(panel, result, measured_scaling(latest.get(DISTRIBUTED_STAGE)))
         # "When can it run" only while the job is active: a finished job has run.
         if start_devices(job) is not None:

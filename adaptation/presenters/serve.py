@@ -19,17 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from adaptation.charts import serve as serve_charts
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun, StageStatus
 from adaptation.presenters.chart_slot import ChartSlot
-from adaptation.presenters.plan_figures import Split
 from adaptation.presenters.release_jobs import release_jobs
 from adaptation.presenters.stages import SkippedBecause, settle_unfinished
 from adaptation.selectors.jobs import latest_runs_by_stage
 from engine import formatting
-from engine.stages.plan.predicted import PlanWorkload, plan_workload
+from engine.stages.plan.result import DecodePoint, PlanResult, PlanWorkload, Split
 from engine.stages.serve.full_size_result import (
     FullSizeRun,
     Level,
@@ -46,7 +44,7 @@ from engine.stages.serve.result import (
     SweepSettings,
     TPCheck,
 )
-from engine.stored import as_list, as_mapping, text
+from engine.stored import as_mapping
 
 SERVE_STAGE = "serve"
 PLAN_STAGE = "plan"
@@ -62,37 +60,28 @@ RESULT_STATES = {
 @dataclass(frozen=True)
 class PlanPrediction:
     """The job's plan beside the sweep (predicted for the full-size model): its split and
-    devices, its predicted decode curve ({"concurrent_sequences", "decode_tokens_per_s",
-    "tpot_s"} at its batch sizes; empty when it predicted none) and its predicted served
-    workload with the fit it names (None when it predicted none)."""
+    devices, its predicted decode curve at its batch sizes (empty when it predicted none) and
+    its predicted served workload with the fit it names (None when it predicted none)."""
 
     split: Split
-    devices: Any
+    devices: int | None
     accelerator: str
-    curve: list[Mapping[str, Any]]
+    curve: list[DecodePoint]
     workload: PlanWorkload | None = None
 
 
 def plan_prediction(job: AdaptationJob) -> PlanPrediction | None:
     """What the job's succeeded `plan` run predicted (runs prefetched), or None without one."""
     run = latest_runs_by_stage(job).get(PLAN_STAGE)
-    if run is None or run.status != StageStatus.SUCCEEDED:
+    if run is None or run.status != StageStatus.SUCCEEDED or not as_mapping(run.result):
         return None
-    result = as_mapping(run.result)
-    if not result:
-        return None
-    predicted = as_mapping(result.get("predicted"))
-    curve = (
-        [as_mapping(p) for p in as_list(predicted.get("decode_curve"))]
-        if predicted.get("available")
-        else []
-    )
+    result = PlanResult.from_stored(run.result)
     return PlanPrediction(
-        split=Split.of(result),
-        devices=result.get("devices"),
-        accelerator=text(result.get("accelerator")),
-        curve=curve,
-        workload=plan_workload(result),
+        split=result.split,
+        devices=result.devices,
+        accelerator=result.accelerator,
+        curve=result.predicted.decode_curve if result.predicted else [],
+        workload=result.workload,
     )
 
 

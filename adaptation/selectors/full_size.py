@@ -7,11 +7,13 @@ from typing import Any
 
 from adaptation.models import AcceleratorPool, StageRun, StageStatus
 from engine.stages.plan.closed_loop import MAX_SWEEPS
+from engine.stages.plan.result import PlanResult, Split
 from engine.stages.plan.run import pool_engine
 from engine.stages.serve.full_size_result import launch_split
 
 
-def _records(run: StageRun, analysis: dict[str, Any], plan: dict[str, Any]) -> list[dict]:
+def _records(run: StageRun, analysis: dict[str, Any], plan: Split) -> list[dict]:
+    """The closed loop's records of one serve run (`plan`: its job's split)."""
     full_size = (run.result or {}).get("full_size") or {}
     settings = full_size.get("sweep_settings") or {}
     engine = pool_engine(run.job.pool)
@@ -78,5 +80,6 @@ def pool_full_size_sweeps(*, pool: AcceleratorPool, runs: int = MAX_SWEEPS) -> l
     for run in serve_runs:
         analysis = earlier.get((run.job_id, "analyze"))
         if analysis:
-            records.extend(_records(run, analysis, earlier.get((run.job_id, "plan")) or {}))
+            plan = PlanResult.from_stored(earlier.get((run.job_id, "plan"))).split
+            records.extend(_records(run, analysis, plan))
     return records

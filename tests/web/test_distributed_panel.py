@@ -17,8 +17,10 @@ from adaptation.charts import plan as plan_charts
 from adaptation.models import AcceleratorPool
 from adaptation.presenters.plan import measured_scaling, plan_panel
 from engine.architecture import analyze_config
+from engine.stages.distributed.result import MeasuredScaling
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
+from engine.stages.plan.result import PlanResult
 from tests import dom
 from tests.factories import make_job, make_release
 from tests.web.test_plan_panel import figure, page, section, table_row
@@ -530,15 +532,16 @@ def test_no_measured_point_without_a_measured_efficiency(
 
 
 def test_plan_scaling_curve_keeps_the_two_ratios_apart(h200_plan):
-    measured = {"devices": 4, "efficiency": 0.61, "tp": 4, "ep": 1, "passed": True}
-    chart = plan_charts.scaling_curve(h200_plan["scaling"], measured)
+    measured = MeasuredScaling(devices=4, efficiency=0.61, tp=4, ep=1, backend="", passed=True)
+    scaling = PlanResult.from_stored(h200_plan).scaling
+    chart = plan_charts.scaling_curve(scaling, measured)
     trace = chart["data"][-1]
     assert (trace["x"], trace["y"], trace["yaxis"]) == ([4], [0.61], "y2")
     assert trace["marker"]["symbol"] == "diamond"
     assert "did not match" not in trace["hovertemplate"]
     assert chart["layout"]["xaxis"]["tickvals"][0] == 4
     # Without a measured point the chart is the planner's alone.
-    plain = plan_charts.scaling_curve(h200_plan["scaling"])
+    plain = plan_charts.scaling_curve(scaling)
     assert [t["name"] for t in plain["data"]] == [
         "decode tokens/s (predicted)",
         f"efficiency per device vs {h200_plan['scaling'][0]['devices']} devices (predicted)",

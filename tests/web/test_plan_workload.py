@@ -1,5 +1,5 @@
 """The plan panel's predicted served workload (`partials/plan_workload.html`,
-`engine/stages/plan/predicted.py` `PlanWorkload`): DeepSeek-V3's plan on one node of 8 H200s, its
+`engine/stages/plan/result.py` `PlanWorkload`): DeepSeek-V3's plan on one node of 8 H200s, its
 throughput-optimal load, TTFT and TPOT there, the prefill and decode pools, and the fit it
 names (accelerator x engine, points, residual, what it rests on)."""
 

@@ -9,7 +9,6 @@ Plain Python: neither Django nor torch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from engine.markdown import first_line
@@ -19,7 +18,7 @@ from engine.notes import (
     NotesContext,
     StageState,
 )
-from engine.stages.distributed.degree import EP_NOT_VALIDATED
+from engine.stages.distributed.result import DistributedResult
 
 PLACE = 20
 
@@ -27,7 +26,7 @@ PLACE = 20
 def ran_twin(state: StageState) -> bool:
     """Whether the stage ran the twin: only a split it tried (one it could not validate
     here ran nothing)."""
-    return state.result is not None and state.result.get("validated") is True
+    return state.result is not None and DistributedResult.from_stored(state.result).ran
 
 
 def section(state: StageState, notes: NotesContext) -> dict[str, Any]:
@@ -39,77 +38,54 @@ def section(state: StageState, notes: NotesContext) -> dict[str, Any]:
     tokens/s at TP=N and TP=1, the share of time in collectives, the scaling efficiency, and
     why expert parallelism was left out ("ep_note", and "ep_reason" without its "could not
     be validated" lead)."""
-    result = state.result or {}
+    run = DistributedResult.from_stored(state.result)
     configuration = notes.sections.get("plan") or {}
-    plan_split = result.get("plan") if isinstance(result.get("plan"), Mapping) else None
+    plan_split = run.plan.to_dict() if run.plan is not None else None
     if plan_split is None and configuration.get("available"):
         plan_split = configuration.get("split")
     base: dict[str, Any] = {
         "status": state.status,
         "plan_split": dict(plan_split) if plan_split else None,
     }
-    if state.status not in ("succeeded", "failed") or "validated" not in result:
+    if state.status not in ("succeeded", "failed") or run.validated is None:
         return base | {"available": False, "validated": False, "reason": state.reason}
-    reason = first_line(result.get("reason") or state.reason, 400)
-    if result.get("validated") is not True:
+    reason = first_line(run.reason or state.reason, 400)
+    if not run.ran:
         return base | {
             "available": True,
             "validated": False,
             "passed": None,
             "reason": reason,
-            "device_type": result.get("device_type"),
-            "backend": result.get("backend"),
+            "device_type": run.device_type or None,
+            "backend": run.backend or None,
         }
-    twin = result.get("twin") if isinstance(result.get("twin"), Mapping) else {}
-    tolerance = result.get("tolerance") if isinstance(result.get("tolerance"), Mapping) else {}
-    divergent = result.get("first_divergent")
-    ep_note = result.get("ep_note") or ""
     return base | {
         "available": True,
         "validated": True,
-        "passed": result.get("passed") is True,
-        "verdict": "passed" if result.get("passed") is True else "failed",
+        "passed": run.passed is True,
+        "verdict": "passed" if run.passed is True else "failed",
         "reason": reason,
-        "label": MEASURED_FULL if twin.get("weights_source") == "real" else MEASURED_TWIN,
+        "label": MEASURED_FULL if run.real_weights else MEASURED_TWIN,
         "split": {
-            "tp": result.get("tp"),
-            "ep": result.get("ep"),
-            "processes": result.get("world_size"),
-            "backend": result.get("backend"),
-            "device_type": result.get("device_type"),
+            "tp": run.tp,
+            "ep": run.ep,
+            "processes": run.world_size,
+            "backend": run.backend or None,
+            "device_type": run.device_type or None,
         },
-        "degree_reason": result.get("degree_reason") or "",
-        "max_abs_error": result.get("max_abs_error"),
-        "tolerance": tolerance.get("max_abs_error"),
-        "top1_agreement": result.get("top1_agreement"),
-        "first_divergent": (
-            {key: divergent.get(key) for key in ("module", "layer", "kind")}
-            if isinstance(divergent, Mapping)
-            else None
-        ),
-        "failed_rank": result.get("failed_rank"),
-        "failed_rank_exit_code": next(
-            (
-                entry.get("exit_code")
-                for entry in result.get("rank_logs") or []
-                if isinstance(entry, Mapping) and entry.get("rank") == result.get("failed_rank")
-            ),
-            None,
-        ),
-        "step_time_s": result.get("step_time_s"),
-        "step_time_tp1_s": result.get("step_time_tp1_s"),
-        "tokens_per_s": result.get("tokens_per_s"),
-        "tokens_per_s_tp1": result.get("tokens_per_s_tp1"),
-        "comm_fraction": result.get("comm_fraction"),
-        "scaling_efficiency": result.get("scaling_efficiency"),
-        "ep_note": ep_note,
-        "ep_reason": _ep_reason(str(ep_note)),
+        "degree_reason": run.degree_reason,
+        "max_abs_error": run.max_abs_error,
+        "tolerance": run.tolerance.max_abs_error,
+        "top1_agreement": run.top1_agreement,
+        "first_divergent": run.first_divergent.where() if run.first_divergent else None,
+        "failed_rank": run.failed_rank,
+        "failed_rank_exit_code": run.failed_rank_exit_code,
+        "step_time_s": run.step_time_s,
+        "step_time_tp1_s": run.step_time_tp1_s,
+        "tokens_per_s": run.tokens_per_s,
+        "tokens_per_s_tp1": run.tokens_per_s_tp1,
+        "comm_fraction": run.comm_fraction,
+        "scaling_efficiency": run.scaling_efficiency,
+        "ep_note": run.ep_note,
+        "ep_reason": run.ep_reason,
     }
-
-
-def _ep_reason(note: str) -> str:
-    """Why expert parallelism was not validated: the stage's `ep_note` without its lead
-    (`EP_NOT_VALIDATED`), so that a sentence can say it after its own ("" without a note)."""
-    if note.lower().startswith(EP_NOT_VALIDATED):
-        return note[len(EP_NOT_VALIDATED) :]
-    return note

@@ -34,6 +34,7 @@ from engine import formatting as fmt
 from engine.contract import StageContext, StageFailed, never_cancelled
 from engine.formatting import exit_status
 from engine.paths import var_dir
+from engine.stages.plan.result import PlanResult, Split
 
 from .degree import BACKENDS, EP_NOT_VALIDATED, divisibility, validated_tp
 from .failures import failure_reason
@@ -344,13 +345,11 @@ def _device_count(device_type: str) -> int:
     return int(count()) if callable(count) else 0
 
 
-def _expert_parallel(
-    want: Any, plan: Mapping[str, Any], twin: Any, tp: int
-) -> tuple[int, str | None]:
-    """(EP degree, why EP is not validated or None)."""
+def _expert_parallel(want: Any, plan: Split, twin: Any, tp: int) -> tuple[int, str | None]:
+    """(EP degree, why EP is not validated or None); `plan` is the plan's split."""
     moe = (twin.analysis or {}).get("moe")
     if want == "auto":
-        want = bool(moe) and int(plan.get("ep") or 1) > 1
+        want = bool(moe) and (plan.ep or 1) > 1
     if not want:
         return 1, None
     if not moe:
@@ -384,13 +383,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
         options = distributed_options(ctx.options)
     except DistributedOptionsError as err:
         raise StageFailed(f"the job's distributed options are unusable: {err}") from err
-    plan = ctx.previous.get("plan")
-    if not isinstance(plan, Mapping) or not plan.get("tp"):
+    plan = PlanResult.from_stored(ctx.previous.get("plan")).split
+    if not plan.tp:
         raise StageFailed("the plan stage produced no split to validate")
-    plan_split = {key: plan.get(key) for key in ("tp", "pp", "ep", "dp")}
     device_type = ctx.pool.backend
     backend = options["backend"] or BACKENDS.get(device_type)
-    known: dict[str, Any] = {"plan": plan_split, "device_type": device_type}
+    known: dict[str, Any] = {"plan": plan.to_dict(), "device_type": device_type}
     if backend is None:
         return not_validated(
             f"pool {ctx.pool.name}'s backend {device_type!r} has no torch.distributed "
@@ -410,7 +408,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             f"the job asks for tp={options['tp']}, more than the worker's {devices} "
             + ("processes (the processes option)" if device_type == "cpu" else "devices")
         )
-    tp, why = validated_tp(int(plan["tp"]), devices, options["tp"])
+    tp, why = validated_tp(plan.tp, devices, options["tp"])
     known.update({"backend": backend, "pool_devices": devices, "degree_reason": why})
     if tp < 2:
         return not_validated(why, **known)

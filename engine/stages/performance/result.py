@@ -22,7 +22,7 @@ from typing import Any
 from engine.formatting import finite
 from engine.stages.performance.budget import TIME_BUDGET
 from engine.stages.performance.rows import calibration_rows, performance_rows
-from engine.stages.plan.predicted import StoredFit, stored_fit
+from engine.stages.plan.result import StoredFit
 from engine.stored import as_count, as_list, as_mapping, whole_number
 
 OUT_OF_MEMORY = "out of memory"
@@ -358,7 +358,7 @@ class FullSizePredicted:
             dtype=_str(info.get("dtype")),
             dtype_label=_str(info.get("dtype_label")),
             context_tokens=as_count(info.get("context_tokens")),
-            fit=stored_fit(info.get("fit")),
+            fit=StoredFit.from_stored(info.get("fit")),
             calibrated=CalibratedPrediction.from_stored(info.get("calibrated")),
         )
 

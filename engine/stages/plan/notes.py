@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.notes import NotesContext, StageState
+from engine.stages.plan.result import PlanResult
 
 KEY = "configuration"
 PLACE = 10
@@ -23,46 +24,38 @@ def section(state: StageState, notes: NotesContext) -> dict[str, Any]:
     launch commands; or "available" False with the plan's status, reason ("" when neither
     the plan nor its run gave one) and suggestions (a failed plan keeps them on its run)."""
     pool = notes.pool
-    result = state.result or {}
+    plan = PlanResult.from_stored(state.result)
     base = {
         "pool": getattr(pool, "name", ""),
-        "accelerator": result.get("accelerator") or getattr(pool, "accelerator", "") or None,
-        "accelerator_name": result.get("accelerator_name"),
+        "accelerator": plan.accelerator or getattr(pool, "accelerator", "") or None,
+        "accelerator_name": plan.accelerator_name or None,
     }
-    inputs = result.get("inputs") or {}
-    if not state.succeeded or result.get("fits") is not True:
+    if not state.succeeded or not plan.planned:
         return base | {
             "available": False,
-            "fits": result.get("fits"),
+            "fits": plan.fits,
             "status": state.status,
-            "reason": result.get("reason") or state.reason,
-            "suggestions": dict(result.get("suggestions") or {}),
-            "context_tokens": inputs.get("context_tokens"),
-            "concurrency": inputs.get("concurrency"),
-            "dtype": inputs.get("dtype"),
+            "reason": plan.reason or state.reason,
+            "suggestions": plan.suggestions.to_dict(),
+            "context_tokens": plan.context_tokens,
+            "concurrency": plan.concurrency,
+            "dtype": (plan.inputs.dtype or None) if plan.inputs else None,
         }
-    predicted = result.get("predicted") or {}
-    artifacts = result.get("artifacts") or {}
     return base | {
         "available": True,
         "fits": True,
-        "devices": result.get("devices"),
-        "nodes": result.get("nodes"),
-        "pool_layout": result.get("pool"),
-        "split": {key: result.get(key) for key in ("tp", "pp", "ep", "dp")},
-        "dtype": result.get("dtype"),
-        "dtype_label": result.get("dtype_label") or result.get("dtype"),
-        "context_tokens": inputs.get("context_tokens"),
-        "concurrency": inputs.get("concurrency"),
-        "max_concurrency": predicted.get("largest_batch_sequences")
-        or result.get("max_sequences_at_context"),
-        "memory_per_device_bytes": dict(result.get("memory_per_device_bytes") or {}),
-        "launch": {
-            engine: artifacts[engine]
-            for engine in ("vllm", "sglang")
-            if isinstance(artifacts.get(engine), str)
-        },
-        "launch_notes": [str(n) for n in artifacts.get("notes") or []],
-        "validity_flags": [str(f) for f in result.get("validity_flags") or []],
-        "notes": [str(n) for n in result.get("notes") or []],
+        "devices": plan.devices,
+        "nodes": plan.nodes,
+        "pool_layout": plan.pool.to_dict() if plan.pool else None,
+        "split": plan.split.to_dict(),
+        "dtype": plan.dtype or None,
+        "dtype_label": plan.dtype_shown or None,
+        "context_tokens": plan.context_tokens,
+        "concurrency": plan.concurrency,
+        "max_concurrency": plan.max_concurrency,
+        "memory_per_device_bytes": dict(plan.memory_per_device_bytes),
+        "launch": plan.artifacts.launch(),
+        "launch_notes": list(plan.artifacts.notes),
+        "validity_flags": list(plan.validity_flags),
+        "notes": list(plan.notes),
     }

@@ -2,7 +2,7 @@
 on the pool's engine serving the full-size model with dummy weights, beside what the plan
 predicted for the same workloads and the fit it named
 (`templates/release_notes/full_size.md` words them), as the serve stage's reader
-(`engine/stages/serve/full_size_result.py`) and the plan's (`engine/stages/plan/predicted.py`)
+(`engine/stages/serve/full_size_result.py`) and the plan's (`engine/stages/plan/result.py`)
 judge them for every page.
 
 Two labels, never mixed: `MEASURED_ENGINE_FULL` for the serve result's `full_size`
@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.notes import MEASURED_ENGINE_FULL, PREDICTED_FULL, StageState
-from engine.stages.plan.predicted import PlanWorkload, plan_workload
+from engine.stages.plan.result import PlanResult, PlanWorkload
 from engine.stages.serve.full_size_result import (
     FullSizeRun,
     Prediction,
@@ -148,9 +148,9 @@ def full_size_section(states: Mapping[str, StageState]) -> dict[str, Any] | None
     plan_state = states.get("plan")
     served = ServeResult.from_stored(serve.result if serve is not None else None)
     run = served.full_size
-    plan = plan_workload(
+    plan = PlanResult.from_stored(
         plan_state.result if plan_state is not None and plan_state.succeeded else None
-    )
+    ).workload
     if run is None and plan is None:
         return None
     engine = served.engine

@@ -12,22 +12,23 @@ from engine.catalog import CatalogError
 from engine.contract import StageContext
 from engine.stages.plan.closed_loop import fit_from_dict, predicted_sweep
 from engine.stages.plan.errors import NoFittingPlan, PlanInputError
+from engine.stages.plan.result import MeasuredDevice, PlanResult
 from engine.stages.plan.run import layout_from_pool, pool_catalog_for_stage, pool_engine
+from engine.stored import as_mapping
 
 from .full_size_result import launch_split
 
 
-def _measured_figures(plan: Mapping[str, Any]) -> dict[str, Any] | None:
+def _measured_figures(device: MeasuredDevice | None) -> dict[str, Any] | None:
     """The cpu figures the plan predicted on (its `measured_device`), as the catalog reads
     a probe's; None for a datasheet kind."""
-    device = plan.get("measured_device")
-    if not isinstance(device, Mapping):
+    if device is None:
         return None
     return {
-        "memory_bandwidth_bytes_per_s": device.get("memory_bandwidth_bytes_per_s"),
-        "flops": {"bfloat16": device.get("dense_bf16_flops")},
-        "source": device.get("source"),
-        "host_busy": device.get("host_busy"),
+        "memory_bandwidth_bytes_per_s": device.memory_bandwidth_bytes_per_s,
+        "flops": {"bfloat16": device.dense_bf16_flops},
+        "source": device.source,
+        "host_busy": device.host_busy,
     }
 
 
@@ -37,16 +38,18 @@ def predicted_before(ctx: StageContext, full_size: Mapping[str, Any]) -> dict[st
     "sweep"}])}, or {"available": False, "reason"} when the plan made no prediction or the
     run's split cannot be predicted on the pool's layout (a cpu pool counts its machine as one
     device, so a TP=2 launch on it has no prediction)."""
-    plan = ctx.previous.get("plan") or {}
+    stored = as_mapping(ctx.previous.get("plan"))
+    plan = PlanResult.from_stored(stored)
     analysis = ctx.previous.get("analyze")
-    predicted = plan.get("predicted") or {}
-    if not (predicted.get("available") and isinstance(predicted.get("fit"), Mapping)):
+    # The fitted constants themselves: the typed result names the fit, the refit reads them.
+    constants = as_mapping(stored.get("predicted")).get("fit")
+    if plan.predicted is None or not isinstance(constants, Mapping):
         return {"available": False, "reason": "the plan made no full-size prediction"}
     if not isinstance(analysis, Mapping):
         return {"available": False, "reason": "no architecture analysis"}
     tp = int(full_size.get("tp") or 1)
-    pp, dp = plan.get("pp") or 1, plan.get("dp") or 1
-    split = launch_split(tp, plan)
+    pp, dp = plan.split.pp or 1, plan.split.dp or 1
+    split = launch_split(tp, plan.split)
     settings = full_size.get("sweep_settings") or {}
     levels = [c for c in settings.get("concurrency") or [] if isinstance(c, int) and c > 0]
     workloads = [
@@ -61,9 +64,11 @@ def predicted_before(ctx: StageContext, full_size: Mapping[str, Any]) -> dict[st
         ),
     ]
     try:
-        catalog = pool_catalog_for_stage(ctx.pool, measured_figures=_measured_figures(plan))
+        catalog = pool_catalog_for_stage(
+            ctx.pool, measured_figures=_measured_figures(plan.measured_device)
+        )
         layout = layout_from_pool(ctx.pool, catalog)
-        fit = fit_from_dict(predicted["fit"])
+        fit = fit_from_dict(constants)
         if tp * pp * dp > layout.devices:
             return {
                 "available": False,
@@ -88,7 +93,7 @@ def predicted_before(ctx: StageContext, full_size: Mapping[str, Any]) -> dict[st
         return {"available": False, "reason": str(err)}
     return {
         "available": True,
-        "fit": dict(predicted["fit"]),
+        "fit": dict(constants),
         "split": split,
         "sweep": workloads[0]["sweep"],
         "workloads": workloads,

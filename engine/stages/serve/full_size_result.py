@@ -10,7 +10,7 @@ Two kinds of figure, never mixed up:
   speed, memory and scheduling of the full-size model on the engine, nothing of precision;
 - **predicted**: the planner's step-time model for the same workload, with the fit it names
   (the prediction the serve stage kept before it measured, `full_size.predicted_before`,
-  else the plan's own workload curve for the same lengths, `plan.predicted.PlanWorkload`).
+  else the plan's own workload curve for the same lengths, `plan.result.PlanWorkload`).
 
 A stored result is read tolerantly (`engine.stored`): a field of the wrong shape reads as
 empty. Times are seconds, throughput tokens/s, memory bytes. Plain Python: neither Django
@@ -23,13 +23,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine import formatting
 from engine.formatting import finite
-from engine.stages.plan.predicted import (
+from engine.stages.plan.result import (
     PlanWorkload,
     PredictedPoint,
+    Split,
     StoredFit,
     predicted_points,
-    stored_fit,
 )
 from engine.stored import as_count, as_list, as_mapping, text, whole_number
 
@@ -39,11 +40,11 @@ from .full_size_settings import PRIMARY
 STATUSES = ("measured", "skipped", "failed")
 
 
-def launch_split(tp: int, plan: Mapping[str, Any]) -> str:
-    """The split a full-size launch at `tp` ran at: the plan's PP and DP, its EP group being
-    TP x DP where the plan has expert parallelism ("TP2 PP1 EP1 DP1")."""
-    pp, dp, ep = plan.get("pp") or 1, plan.get("dp") or 1, plan.get("ep") or 1
-    return f"TP{tp} PP{pp} EP{tp * dp if ep > 1 else 1} DP{dp}"
+def launch_split(tp: int, plan: Split) -> str:
+    """The split a full-size launch at `tp` ran at (`Split.launched_at`: the plan's PP and DP,
+    its EP group being TP x DP where the plan has expert parallelism), as the planner writes
+    it: "TP2 PP1 EP1 DP1"."""
+    return formatting.split(plan.launched_at(tp))
 
 
 @dataclass(frozen=True)
@@ -413,7 +414,7 @@ def _predicted_before(
     before = as_mapping(value)
     if before.get("available") is False:
         return {}, text(before.get("reason"))
-    fit, split = stored_fit(before.get("fit")), text(before.get("split"))
+    fit, split = StoredFit.from_stored(before.get("fit")), text(before.get("split"))
     entries = [as_mapping(w) for w in as_list(before.get("workloads"))]
     if not entries and before.get("sweep"):  # the primary workload's alone
         primary = next((w for w in workloads if w.primary), None)

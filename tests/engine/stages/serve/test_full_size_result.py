@@ -1,5 +1,5 @@
 """The one reader of the serve stage's full-size run (`engine/stages/serve/full_size_result.py`)
-and of the plan's predicted workload (`engine/stages/plan/predicted.py`): which prediction
+and of the plan's predicted workload (`engine/stages/plan/result.py`): which prediction
 stands beside each measured workload, what a fit rests on, and tolerant reading of stored
 JSON. Results shaped as docs/stages/serve.md gives them (tests/web/serve_results.py)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 
-from engine.stages.plan.predicted import plan_workload, stored_fit
+from engine.stages.plan.result import PlanResult, Split, StoredFit
 from engine.stages.serve.full_size_result import comparisons, full_size_run, launch_split
 from tests.web.serve_results import (
     FIT,
@@ -39,7 +39,10 @@ def plan_result(input_tokens: int, output_tokens: int) -> dict:
 def test_each_workload_gets_the_prediction_kept_for_its_label_and_lengths():
     run = full_size_run(served(full_size=full_size()))
     assert run is not None
-    compared = {c.workload.label: c for c in comparisons(run, plan_workload(plan_result(1, 1)))}
+    compared = {
+        c.workload.label: c
+        for c in comparisons(run, PlanResult.from_stored(plan_result(1, 1)).workload)
+    }
     assert list(compared) == ["primary", "prefill-heavy", "decode-heavy"]
     primary = compared["primary"]
     assert primary.prediction.made == "before"
@@ -62,9 +65,12 @@ def test_the_plans_curve_stands_in_only_for_the_same_lengths():
     result = full_size(predicted_before={"available": False, "reason": "no fit"})
     run = full_size_run(served(full_size=result))
     assert run.predicted_before == {} and run.predicted_before_reason == "no fit"
-    same = run.prediction_for(run.primary, plan_workload(plan_result(1000, 1000)))
+    same = run.prediction_for(run.primary, PlanResult.from_stored(plan_result(1000, 1000)).workload)
     assert same.made == "plan" and same.fit.basis == "published"
-    assert run.prediction_for(run.primary, plan_workload(plan_result(1000, 999))) is None
+    assert (
+        run.prediction_for(run.primary, PlanResult.from_stored(plan_result(1000, 999)).workload)
+        is None
+    )
 
 
 def test_a_kept_prediction_for_other_lengths_is_not_the_workloads():
@@ -101,14 +107,14 @@ def test_a_skipped_run_keeps_the_figures_that_decided_it():
 
 
 def test_what_a_fit_rests_on():
-    assert stored_fit(FIT).basis == "published"
-    assert stored_fit({**FIT, "scope": "all"}).basis == "published"
-    assert stored_fit({**FIT, "scope": "pool"}).basis == "pool"
-    assert stored_fit({**FIT, "scope": "prior", "points": 0}).basis == "prior"
-    assert stored_fit(None) is None
+    assert StoredFit.from_stored(FIT).basis == "published"
+    assert StoredFit.from_stored({**FIT, "scope": "all"}).basis == "published"
+    assert StoredFit.from_stored({**FIT, "scope": "pool"}).basis == "pool"
+    assert StoredFit.from_stored({**FIT, "scope": "prior", "points": 0}).basis == "prior"
+    assert StoredFit.from_stored(None) is None
 
 
 def test_the_split_a_launch_ran_at_keeps_the_plans_ep_group():
-    assert launch_split(2, {"pp": 1, "dp": 1, "ep": 1}) == "TP2 PP1 EP1 DP1"
-    assert launch_split(4, {"pp": 1, "dp": 2, "ep": 8}) == "TP4 PP1 EP8 DP2"
-    assert launch_split(1, {}) == "TP1 PP1 EP1 DP1"
+    assert launch_split(2, Split(pp=1, dp=1, ep=1)) == "TP2 PP1 EP1 DP1"
+    assert launch_split(4, Split(pp=1, dp=2, ep=8)) == "TP4 PP1 EP8 DP2"
+    assert launch_split(1, Split()) == "TP1 PP1 EP1 DP1"
