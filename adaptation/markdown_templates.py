@@ -21,7 +21,9 @@ from collections.abc import Iterator
 from django.template import Origin
 from django.template.loaders import filesystem
 
-_TAG = r"\{%.*?%\}|\{#.*?#\}"
+# One tag or comment: nothing between its delimiters closes it, so a line that opens with a tag
+# and ends with one ("{% if x %}words{% endif %}") is not read as tags alone.
+_TAG = r"\{%(?:(?!%\}).)*%\}|\{#(?:(?!#\}).)*#\}"
 # A line of tags and blanks only, with its newline.
 _TAG_LINE = re.compile(rf"^[ \t]*((?:(?:{_TAG})[ \t]*)+)$\n?", re.MULTILINE)
 

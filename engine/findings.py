@@ -4,11 +4,19 @@ it, the notes (`KnownLimitation` rows) the app raises, updates and resolves from
 Each stage's rules live in its folder (`engine/stages/<name>/findings.py`) and its registry
 entry names them (`StageDefinition.findings`); `engine.registry.findings_for_stage` dispatches.
 This module holds what they share: the `Finding` they return, the severities, and the
-helpers that cut a title or key to its column and quote a stage's reason.
+helpers that cut a key to its column and quote a stage's reason.
 
-A finding's body is Markdown; figures go through `engine.formatting`, and names and reasons
-taken from a result through `engine.markdown.text`/`code`, so a config's strings can neither
-open markup nor inject links (the pages render without raw HTML anyway).
+A finding holds no words: its key, its severity, the name of the template that words it
+(`template`, "operators/missing": `templates/limitations/operators/missing.md`) and the
+figures and names those words need (`data`, plain JSON). The app stores the template's name
+and the data on the note and renders the words whenever the note is shown
+(`adaptation.limitation_words`), so a reworded template changes every stored note at once. A
+template's first paragraph is the note's title (plain text), the rest its body (Markdown,
+every string from a result escaped by the templates' filters, as `engine.markdown.text` and
+`code` write it).
+
+A finding may still carry its words itself (`title`, `body`, no `template`), for rules not yet
+worded by a template; the app stores and shows those as they are.
 
 Severities: blocker (the release cannot run on the pool as planned: an operator is missing,
 nothing fits, its split gives other outputs than one device or a rank crashes), major (it
@@ -22,16 +30,19 @@ Plain Python: neither Django nor torch.
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine import markdown as md
 
-# The `KnownLimitation` columns a finding is stored in (`title`, `key`): the model's
+# The `KnownLimitation` columns a finding is stored in (`title`, `key`, `template`): the model's
 # `max_length`s read these, so a cut here always fits there.
 TITLE_MAX_CHARS = 200
 KEY_MAX_CHARS = 200
+TEMPLATE_MAX_CHARS = 200
 
 # Severities, most severe first (the values of the app's `Severity` choices).
 BLOCKER = "blocker"
@@ -41,21 +52,52 @@ INFO = "info"
 SEVERITIES: tuple[str, ...] = (BLOCKER, MAJOR, MINOR, INFO)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Finding:
     """One problem a stage found: the note it raises or keeps up to date.
 
     `key` is stable across re-runs and starts with the stage's name
-    ("operators:missing:aten::_grouped_mm"); `body` is Markdown with the figures; `severity`
-    one of `SEVERITIES`; `all_pools` marks a finding about the release itself (from its
-    analysis), stored with pool None, where other findings belong to the job's pool.
+    ("operators:missing:aten::_grouped_mm"); `severity` one of `SEVERITIES`; `all_pools`
+    marks a finding about the release itself (from its analysis), stored with pool None,
+    where other findings belong to the job's pool.
+
+    Its words: `template` names the template that writes them, relative to
+    `templates/limitations/` without ".md" ("plan/no-fit"), and `data` holds what they need
+    (made plain JSON here: tuples become lists, a non-finite number None). A finding with no
+    `template` carries its words itself: `title` (one line) and `body` (Markdown). Raises
+    `ValueError` for a finding with neither a template nor a title.
     """
 
     key: str
-    title: str
-    body: str
     severity: str
+    template: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict)
+    title: str = ""
+    body: str = ""
     all_pools: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.template and not self.title:
+            raise ValueError(f"finding {self.key!r} has neither a template nor a title")
+        if len(self.template) > TEMPLATE_MAX_CHARS:
+            raise ValueError(f"finding {self.key!r}: template name over {TEMPLATE_MAX_CHARS}")
+        # Frozen: set through object's own setter, once, at construction.
+        object.__setattr__(self, "data", plain_data(self.data))
+
+
+def plain_data(value: Any) -> Any:
+    """`value` as plain JSON the database stores and gives back unchanged: mappings as dicts
+    with string keys, tuples and lists as lists, a NaN or infinite number as None; other
+    values (str, int, float, bool, None) as they are, anything else as its `str`."""
+    if isinstance(value, Mapping):
+        return {str(k): plain_data(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain_data(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
 
 
 def cut_title(text: str) -> str:

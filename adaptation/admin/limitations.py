@@ -1,8 +1,9 @@
 """Admin for known limitations: every note, filtered by severity, status, stage and pool.
 
-A note a stage raised (`key` set) keeps its title, body, severity, pool and key from the
-stage: only its status can change here, as on the release page. A note added here is the
-adding person's (`author`), and only they or an admin may change it
+A note a stage raised (`key` set) keeps its words, severity, pool and key from the stage:
+only its status can change here, as on the release page; its words are shown as its template
+writes them now (`shown_title`, `shown_body`), with the template's name and data. A note
+added here is the adding person's (`author`), and only they or an admin may change it
 (`adaptation.roles.limitation_may_edit`; anyone else sees it read-only). Changing the status
 keeps `resolved_at` in step (set when it becomes resolved, cleared when reopened or
 mitigated) and is recorded with who and when (`status_history`).
@@ -32,7 +33,11 @@ _ALWAYS_READ_ONLY = (
     "updated_at",
     "resolved_at",
     "status_history",
+    "template",
+    "template_data",
 )
+# A stage's note shows the words its template writes now in place of its stored rendering.
+_STAGE_WORDS = {"title": "shown_title", "body": "shown_body"}
 
 
 def _stage_change(stage_run_id: int | None) -> str:
@@ -42,7 +47,7 @@ def _stage_change(stage_run_id: int | None) -> str:
 
 @admin.register(KnownLimitation)
 class KnownLimitationAdmin(admin.ModelAdmin):
-    list_display = ("title", "release", "pool", "severity", "status", "stage", "updated_at")
+    list_display = ("shown_title", "release", "pool", "severity", "status", "stage", "updated_at")
     list_filter = ("severity", "status", "stage", "pool")
     search_fields = ("title",)
     list_select_related = ("release", "pool")
@@ -62,7 +67,27 @@ class KnownLimitationAdmin(admin.ModelAdmin):
         "updated_at",
         "resolved_at",
         "status_history",
+        "template",
+        "template_data",
     )
+
+    @admin.display(description="title")
+    def shown_title(self, note: KnownLimitation) -> str:
+        """The note's title as people read it (its template's for a stage's note)."""
+        return note.shown_title
+
+    @admin.display(description="body")
+    def shown_body(self, note: KnownLimitation) -> str:
+        """The note's Markdown body as people read it (its template's for a stage's note)."""
+        return note.shown_body
+
+    def get_fields(self, request: HttpRequest, obj: KnownLimitation | None = None) -> list[str]:
+        """The form's fields: a stage's note shows its words as its template writes them, and
+        the template and data it writes them from; a person's note has neither."""
+        fields = list(super().get_fields(request, obj))
+        if obj is not None and obj.key:
+            return [_STAGE_WORDS.get(name, name) for name in fields]
+        return [name for name in fields if name not in ("template", "template_data")]
 
     @admin.display(description="status changes")
     def status_history(self, note: KnownLimitation) -> str:
@@ -88,7 +113,7 @@ class KnownLimitationAdmin(admin.ModelAdmin):
         """The bookkeeping fields always; a stage's note also its stage-owned fields and its
         release."""
         if obj is not None and obj.key:
-            return ("release", *STAGE_OWNED_FIELDS, *_ALWAYS_READ_ONLY)
+            return ("release", *STAGE_OWNED_FIELDS, *_STAGE_WORDS.values(), *_ALWAYS_READ_ONLY)
         return _ALWAYS_READ_ONLY
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:

@@ -476,9 +476,13 @@ class AnalysisOutput(serializers.Serializer):
 class LimitationOutput(serializers.ModelSerializer):
     """A known limitation of a release: raised by a stage from what it found (`stage`, `key`
     set) or written by a person (`author`); `pool` null means every pool; `body` is Markdown.
-    `status_changed_at` and `status_changed_by` tell its latest status change (both null:
-    never changed; `status_changed_by` null with a time: a stage re-run changed it)."""
+    `title` and `body` are the words the release page shows (a stage's note worded by its
+    template now: `KnownLimitation.shown_title`). `status_changed_at` and `status_changed_by`
+    tell its latest status change (both null: never changed; `status_changed_by` null with a
+    time: a stage re-run changed it)."""
 
+    title = serializers.CharField(source="shown_title", read_only=True)
+    body = serializers.CharField(source="shown_body", read_only=True, help_text="Markdown.")
     pool = serializers.CharField(source="pool.name", read_only=True, allow_null=True, default=None)
     author = serializers.CharField(
         source="author.get_username", read_only=True, allow_null=True, default=None

@@ -7,7 +7,9 @@ from collections.abc import Mapping
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+from django.utils.functional import cached_property
 
+from adaptation.limitation_words import Words, stored_words
 from adaptation.models.jobs import StageRun
 from adaptation.models.pools import AcceleratorPool
 from adaptation.models.releases import ModelRelease
@@ -33,9 +35,15 @@ class LimitationStatus(models.TextChoices):
 class KnownLimitation(models.Model):
     """Something users of a release must know before deploying it: raised by a stage from its
     findings (`key` set, e.g. "operators:missing:aten::_grouped_mm") or written by a person
-    (`key` blank, `author` set). `pool` null means every pool. `body` is Markdown, rendered
-    safely (no raw HTML). A stage re-run that no longer finds the problem marks its note
-    resolved (`resolved_at`)."""
+    (`key` blank, `author` set). `pool` null means every pool. A stage re-run that no longer
+    finds the problem marks its note resolved (`resolved_at`).
+
+    Its words are `shown_title` and `shown_body` (Markdown, rendered safely: no raw HTML):
+    for a stage's note with a `template`, that template rendered from `template_data` now
+    (`adaptation.limitation_words`), so a reworded template is never stale; otherwise the
+    stored `title` and `body`, a person's own words. On a stage's note with a template,
+    `title` and `body` keep the rendering of its last sync (the admin's search reads them).
+    """
 
     release = models.ForeignKey(ModelRelease, on_delete=models.CASCADE, related_name="limitations")
     pool = models.ForeignKey(
@@ -49,6 +57,15 @@ class KnownLimitation(models.Model):
     # The engine cuts a stage's titles and keys to these lengths (`engine.findings`).
     title = models.CharField(max_length=findings.TITLE_MAX_CHARS)
     body = models.TextField(blank=True, help_text="Markdown.")
+    template = models.CharField(
+        max_length=findings.TEMPLATE_MAX_CHARS,
+        blank=True,
+        help_text="For notes a stage raised: the template that words it "
+        "(templates/limitations/<name>.md), rendered whenever the note is shown.",
+    )
+    template_data = models.JSONField(
+        default=dict, blank=True, help_text="The figures and names the template's words need."
+    )
     severity = models.CharField(max_length=16, choices=Severity.choices, default=Severity.MAJOR)
     status = models.CharField(
         max_length=16, choices=LimitationStatus.choices, default=LimitationStatus.OPEN
@@ -91,7 +108,23 @@ class KnownLimitation(models.Model):
         permissions = [("edit_any_knownlimitation", "Can edit anyone's known limitation")]
 
     def __str__(self) -> str:
-        return f"{self.get_severity_display()}: {self.title}"
+        return f"{self.get_severity_display()}: {self.shown_title}"
+
+    @cached_property
+    def rendered(self) -> Words | None:
+        """Its template's words from its data as they read now; None without a template
+        (or when the template is gone: `adaptation.limitation_words.stored_words`)."""
+        return stored_words(self.template, self.template_data)
+
+    @property
+    def shown_title(self) -> str:
+        """The title people read: its template's, else the stored one."""
+        return self.rendered.title if self.rendered and self.rendered.title else self.title
+
+    @property
+    def shown_body(self) -> str:
+        """The body people read (Markdown): its template's, else the stored one."""
+        return self.rendered.body if self.rendered else self.body
 
 
 class LimitationStatusChange(models.Model):

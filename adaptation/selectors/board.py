@@ -73,7 +73,18 @@ RUN_COLUMNS = (
     "finished_at",
     "failure_class",
 )
-LIMITATION_COLUMNS = ("id", "release_id", "pool_id", "title", "severity", "status", "updated_at")
+# A note's title is its template's (rendered from its data) or, without one, the stored one.
+LIMITATION_COLUMNS = (
+    "id",
+    "release_id",
+    "pool_id",
+    "title",
+    "template",
+    "template_data",
+    "severity",
+    "status",
+    "updated_at",
+)
 # A job's regressions as the board's badge names them (docs/regressions.md).
 REGRESSION_COLUMNS = ("id", "job_id", "metric")
 

@@ -37,11 +37,13 @@ class NotesError(Exception):
 
 
 def limitation_dicts(rows: Any) -> tuple[dict[str, Any], ...]:
-    """`KnownLimitation` rows as the plain dicts `StageContext.limitations` holds."""
+    """`KnownLimitation` rows as the plain dicts `StageContext.limitations` holds, with the
+    words the release page shows (`shown_title`, `shown_body`: a stage's note worded by its
+    template now)."""
     return tuple(
         {
-            "title": row.title,
-            "body": row.body,
+            "title": row.shown_title,
+            "body": row.shown_body,
             "severity": row.severity,
             "status": row.status,
             "stage": row.stage,

@@ -11,8 +11,11 @@ Two kinds of `KnownLimitation` rows live side by side:
   Only the release's own faults count: a run failed for an infrastructure cause
   (`StageRun.failure_class`: a time limit that stopped a sweep, the host out of memory)
   raises, updates and resolves nothing.
-  Their title, body and severity come from the stage; people may only change their status
-  (mitigated, resolved).
+  Their words and severity come from the stage; people may only change their status
+  (mitigated, resolved). A finding names the template that words it and the data the words
+  need; the note keeps both and is worded whenever it is shown
+  (`adaptation.limitation_words`), with the rendering of its last sync stored in `title` and
+  `body` beside them.
 - notes people write (`key` blank, `author` set): never touched by a stage, and edited only
   by their author or an admin (`adaptation.roles.limitation_may_edit`).
 
@@ -38,6 +41,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from adaptation.limitation_words import finding_words
 from adaptation.models import (
     AcceleratorPool,
     FailureClass,
@@ -87,8 +91,9 @@ def limitations_sync_for_stage(*, stage_run: StageRun) -> SyncOutcome | None:
     """Bring the stage's notes on the release (and the job's pool) in line with what the
     finished attempt `stage_run` found.
 
-    Each current finding's note is created, or updated (title, body, severity, `stage_run`;
-    a resolved one is reopened as the problem is back; a mitigated one stays mitigated). The
+    Each current finding's note is created, or updated (template and data, or title and
+    body, severity, `stage_run`; a resolved one is reopened as the problem is back; a
+    mitigated one stays mitigated). The
     stage's open or mitigated notes whose key is no longer found are resolved (`resolved_at`
     now), except those the attempt could not judge (`unjudged_keys`: a distributed run that
     validated nothing leaves an earlier mismatch open). People's notes (blank `key`) are
@@ -129,6 +134,9 @@ def limitations_sync_for_stage(*, stage_run: StageRun) -> SyncOutcome | None:
             pool_id = None if finding.all_pools else job.pool_id
             seen.add((pool_id, finding.key))
             note = existing.get((pool_id, finding.key))
+            # Stored as their last rendering beside the template and its data: the pages
+            # render the template again when they show the note.
+            words = finding_words(finding)
             if note is None:
                 KnownLimitation.objects.create(
                     release_id=job.release_id,
@@ -136,8 +144,10 @@ def limitations_sync_for_stage(*, stage_run: StageRun) -> SyncOutcome | None:
                     key=finding.key,
                     stage=run.stage,
                     stage_run=run,
-                    title=finding.title,
-                    body=finding.body,
+                    title=words.title,
+                    body=words.body,
+                    template=finding.template,
+                    template_data=finding.data,
                     severity=finding.severity,
                     status=LimitationStatus.OPEN,
                     created_at=now,
@@ -145,12 +155,16 @@ def limitations_sync_for_stage(*, stage_run: StageRun) -> SyncOutcome | None:
                 )
                 outcome.raised.append(finding.key)
                 continue
-            changed = (note.title, note.body, note.severity) != (
-                finding.title,
-                finding.body,
+            # What the stage found changed: another severity, template or data, or for a
+            # finding that writes its own words, other words. A reworded template alone is
+            # no change of the note (its stored rendering is brought up to date all the same).
+            changed = (note.severity, note.template, note.template_data) != (
                 finding.severity,
-            )
-            note.title, note.body, note.severity = finding.title, finding.body, finding.severity
+                finding.template,
+                finding.data,
+            ) or (not finding.template and (note.title, note.body) != (words.title, words.body))
+            note.title, note.body, note.severity = words.title, words.body, finding.severity
+            note.template, note.template_data = finding.template, finding.data
             note.stage_run = run
             if note.status == LimitationStatus.RESOLVED:
                 note.status, note.resolved_at = LimitationStatus.OPEN, None
@@ -165,6 +179,8 @@ def limitations_sync_for_stage(*, stage_run: StageRun) -> SyncOutcome | None:
                 update_fields=[
                     "title",
                     "body",
+                    "template",
+                    "template_data",
                     "severity",
                     "stage_run",
                     "status",
@@ -208,8 +224,8 @@ def limitations_sync_safely(*, stage_run: StageRun) -> SyncOutcome | None:
 
 # --- people's notes ----------------------------------------------------------------------------
 
-# What people may change on a note a stage raised: its title, body and severity are the
-# stage's.
+# What people may not change on a note a stage raised: its words and severity are the
+# stage's (its template and data are never editable).
 STAGE_OWNED_FIELDS = ("title", "body", "severity", "pool")
 _EDITABLE_FIELDS = ("title", "body", "severity", "pool", "status")
 

@@ -84,7 +84,7 @@ def limitation_edit(request: HttpRequest, pk: int) -> HttpResponse:
         except limitations.LimitationError as exc:
             form.add_error(None, str(exc))
         else:
-            messages.success(request, f"Known limitation saved: {fresh.title}")
+            messages.success(request, f"Known limitation saved: {fresh.shown_title}")
             return redirect(_back_to(note.release_id, f"limitation-{note.pk}"))
     if request.method == "POST":  # show the stored note beside the form's errors
         note = limitation_get(limitation_id=note.pk)
@@ -110,5 +110,5 @@ def limitation_set_status(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, str(exc))
     else:
         label = LimitationStatus(status).label.lower()
-        messages.success(request, f"Known limitation {label}: {note.title}")
+        messages.success(request, f"Known limitation {label}: {note.shown_title}")
     return redirect(_back_to(note.release_id, f"limitation-{note.pk}"))

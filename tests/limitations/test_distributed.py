@@ -15,10 +15,10 @@ from adaptation.models import KnownLimitation, StageRun
 from adaptation.safe_markdown import render_markdown
 from adaptation.services.jobs import job_rerun_stage
 from adaptation.services.stage_runs import stage_run_claim, stage_run_fail, stage_run_succeed
-from engine.registry import findings_for_stage
 from engine.stages.distributed.degree import validated_tp
 from engine.stages.distributed.run import not_validated
 from tests.factories import make_job
+from tests.limitation_words import findings_for_stage
 from tests.release_notes.results import recorded_distributed as stored
 
 MISMATCH = "distributed:mismatch"

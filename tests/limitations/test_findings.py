@@ -10,13 +10,13 @@ from adaptation.safe_markdown import render_markdown
 from engine import markdown as md
 from engine.architecture import analyze_config
 from engine.catalog import load_catalog
-from engine.registry import findings_for_stage
 from engine.stages.plan.errors import NoFittingPlan
 from engine.stages.plan.findings import kv_bytes_per_sequence
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
 from engine.stages.plan.run import no_fit_result
 from tests.conftest import load_realconfig
+from tests.limitation_words import findings_for_stage
 from tests.limitations.conftest import DEEPSEEK, LLAMA, analysis_of
 
 

@@ -1,7 +1,8 @@
 """The multi-device validation's known limitations: the plan's split not validated here,
 its outputs off the single-device reference, a rank that crashed or hung, and expert
 parallelism left out; and the keys a run could not judge (`unjudged_keys`). Registered as
-the stage's `findings` and `unjudged_keys` in `engine.registry`."""
+the stage's `findings` and `unjudged_keys` in `engine.registry`; their words are
+`templates/limitations/distributed/`."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine import formatting as fmt
-from engine import markdown as md
-from engine.findings import BLOCKER, MINOR, Finding, cut_title, gist, sentence
+from engine.findings import BLOCKER, MINOR, Finding, gist
 from engine.stages.distributed.degree import EP_NOT_VALIDATED
 
 DISTRIBUTED_NOT_VALIDATED = "distributed:not-validated"
@@ -23,179 +23,134 @@ _REASON_LINES = 8
 _REASON_LINE_CHARS = 300
 
 
-def _planned_split(result: Mapping[str, Any]) -> str:
-    """The plan's split the stage was asked to validate, as the plan notes write it."""
+def _planned_split(result: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The plan's split the stage was asked to validate ({"tp", "pp", "ep", "dp"}), None when
+    the result names none."""
     plan = result.get("plan")
     if not isinstance(plan, Mapping) or not plan.get("tp"):
-        return "?"
-    return fmt.split(plan)
+        return None
+    return {key: plan.get(key) for key in ("tp", "pp", "ep", "dp")}
 
 
-def _where(result: Mapping[str, Any], pool: str) -> str:
-    """Where the ranks ran: "2 `gloo` processes on pool `cpu` (device `cpu`)"."""
-    return (
-        f"{fmt.count(result.get('world_size'))} {md.code(result.get('backend') or '?')} "
-        f"processes on pool {md.code(pool)} (device {md.code(result.get('device_type') or '?')})"
-    )
-
-
-def _degree_line(result: Mapping[str, Any]) -> str:
-    planned = _planned_split(result)
-    line = f"- validated: {fmt.validated_split(result)}"
-    if planned != "?":
-        line = f"- the plan's split: {planned}; validated: {fmt.validated_split(result)}"
-    if result.get("degree_reason"):
-        line += f" ({md.text(result['degree_reason'])})"
-    return line
+def _run(result: Mapping[str, Any], pool: str) -> dict[str, Any]:
+    """What every note's words say of the run: where its ranks ran (`world_size` processes of
+    `backend` on `pool`, device `device_type`), the split it validated (`validated`: "tp",
+    "ep"), the plan's (`plan`, None when unnamed) and why that degree (`degree_reason`)."""
+    return {
+        "pool": pool,
+        "world_size": result.get("world_size"),
+        "backend": str(result.get("backend") or ""),
+        "device_type": str(result.get("device_type") or ""),
+        "validated": {"tp": result.get("tp"), "ep": result.get("ep")},
+        "plan": _planned_split(result),
+        "degree_reason": str(result.get("degree_reason") or ""),
+    }
 
 
 def _distributed_not_validated(result: Mapping[str, Any], pool: str) -> Finding:
     reason = str(result.get("reason") or "no reason given")
-    devices = result.get("pool_devices")
-    host = [f"device {md.code(result.get('device_type') or '?')}"]
-    if result.get("backend"):
-        host.append(f"backend {md.code(result['backend'])}")
-    if fmt.finite(devices) is not None:
-        host.append(f"{fmt.counted(devices, 'device')} on the worker")
-    lines = [
-        f"The `distributed` stage validated no part of the plan's split "
-        f"({_planned_split(result)}) across processes on pool {md.code(pool)} "
-        f"({', '.join(host)}): {sentence(reason)}",
-        "",
-    ]
     degree = str(result.get("degree_reason") or "")
-    if degree and degree != reason:
-        lines += [f"The split it would have run: {sentence(degree)}", ""]
-    lines += [
-        "Not validated here: sharding the model by the split (transformers' tensor-parallel "
-        "plan), its collectives, and its outputs against the single-device float32 reference. "
-        "The plan's communication and scaling figures for this split are predicted only.",
-    ]
     return Finding(
         key=DISTRIBUTED_NOT_VALIDATED,
-        title=cut_title(f"Multi-device split not validated on pool {pool}: {gist(reason)}"),
-        body="\n".join(lines),
+        template="distributed/not-validated",
+        data=_run(result, pool)
+        | {
+            "reason": reason,
+            "pool_devices": fmt.finite(result.get("pool_devices")),
+            # The split it would have run, when that says more than the reason.
+            "degree_reason": degree if degree != reason else "",
+        },
         severity=MINOR,
     )
 
 
+def _rank_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """One rank's comparison with the reference, as its note's table shows it."""
+    divergent = row.get("first_divergent") or {}
+    return {
+        "rank": row.get("rank"),
+        "max_abs_error": row.get("max_abs_error"),
+        "tolerance": row.get("tolerance"),
+        "top1_agreement": row.get("top1_agreement"),
+        "module": divergent.get("module"),
+        "layer": divergent.get("layer"),
+        "passed": bool(row.get("passed")),
+    }
+
+
 def _distributed_mismatch(result: Mapping[str, Any], pool: str) -> Finding:
-    split = fmt.validated_split(result)
     ranks = [row for row in result.get("ranks") or [] if isinstance(row, Mapping)]
     failing = [row for row in ranks if row.get("passed") is False]
     first: Mapping[str, Any] = failing[0] if failing else {}
     tolerance = result.get("tolerance") if isinstance(result.get("tolerance"), Mapping) else {}
-    error = first.get("max_abs_error", result.get("max_abs_error"))
-    limit = first.get("tolerance", tolerance.get("max_abs_error"))
     divergent = first.get("first_divergent") or result.get("first_divergent") or {}
-    title = [f"{split} on pool {pool} does not match the single-device reference"]
-    title.append(f"rank {first['rank']}" if "rank" in first else "")
-    if first.get("error"):
-        title.append(gist(first["error"]))
-    if fmt.finite(error) is not None:
-        title.append(f"max |logit error| {fmt.sig(error)} > {fmt.scientific(limit)}")
-    if divergent.get("module"):
-        title.append(f"first divergent module {divergent['module']}")
-    lines = [
-        f"The `distributed` stage ran the scaled twin split {split} across "
-        f"{_where(result, pool)} through transformers' tensor-parallel plan, and compared every "
-        "rank's logits and hidden states with the single-process float32 reference (the same "
-        f"twin): {len(failing)} of {fmt.counted(len(ranks), 'rank')} "
-        f"{'is' if len(failing) == 1 else 'are'} off.",
-        "",
-        "| rank | max \\|logit error\\| | tolerance | top-1 agreement | first divergent module "
-        "| verdict |",
-        "|---|---|---|---|---|---|",
-    ]
-    for row in ranks:
-        div = row.get("first_divergent") or {}
-        lines.append(
-            f"| {row.get('rank')} | {fmt.sig(row.get('max_abs_error'))} | "
-            f"{fmt.scientific(row.get('tolerance'))} | {fmt.percent(row.get('top1_agreement'))} | "
-            + (f"{md.code(div['module'])} (layer {div.get('layer')})" if div.get("module") else "—")
-            + f" | {'ok' if row.get('passed') else '**failed**'} |"
-        )
-    lines.append("")
-    if first.get("error"):
-        lines += [f"Rank {first.get('rank')}: {sentence(first['error'])}", ""]
-    if divergent.get("module"):
-        size = (
-            f"max abs error {fmt.sig(divergent['max_abs_error'])} over its tolerance "
-            f"{fmt.scientific(divergent.get('tolerance'))}"
-            if fmt.finite(divergent.get("max_abs_error")) is not None
-            else f"shape {md.code(divergent.get('shape'))}"
-        )
-        kind = f", {md.text(divergent['kind'])}" if divergent.get("kind") else ""
-        lines += [
-            f"First divergent module: {md.code(divergent['module'])} (layer "
-            f"{divergent.get('layer')}{kind}): {size}.",
-            "",
-        ]
-    if tolerance.get("rule"):
-        lines += [f"Tolerance: {sentence(tolerance['rule'])}", ""]
-    lines += [_degree_line(result), ""]
-    lines.append(
-        "Split this way the model's outputs differ from the unsplit model's: served as planned "
-        "it would produce wrong tokens. Check how the first divergent module is sharded (its "
-        "entry in the class's tensor-parallel plan) before serving with tensor parallelism."
-    )
     return Finding(
         key=DISTRIBUTED_MISMATCH,
-        title=cut_title(": ".join([title[0], ", ".join(t for t in title[1:] if t)])),
-        body="\n".join(lines),
+        template="distributed/mismatch",
+        data=_run(result, pool)
+        | {
+            "ranks": [_rank_row(row) for row in ranks],
+            "failing": len(failing),
+            # The first failing rank: its number, its error, its figure against its limit.
+            "first_rank": first.get("rank"),
+            "first_error": str(first.get("error") or ""),
+            "error": fmt.finite(first.get("max_abs_error", result.get("max_abs_error"))),
+            "limit": first.get("tolerance", tolerance.get("max_abs_error")),
+            "divergent": {
+                key: divergent.get(key)
+                for key in ("module", "layer", "kind", "max_abs_error", "tolerance", "shape")
+            },
+            "tolerance_rule": str(tolerance.get("rule") or ""),
+        },
         severity=BLOCKER,
     )
 
 
+def _seconds(text: str) -> float | None:
+    """A time limit as a reason writes it ("300", "12.5", "1,200") in seconds; None when it
+    reads as no number."""
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
 def _distributed_rank_failed(result: Mapping[str, Any], pool: str) -> Finding:
-    split = fmt.validated_split(result)
     reason = str(result.get("reason") or "")
     logs = [entry for entry in result.get("rank_logs") or [] if isinstance(entry, Mapping)]
     failed_rank = result.get("failed_rank")
     failed = next((entry for entry in logs if entry.get("rank") == failed_rank), None)
-    hung = re.search(r"did not finish within ([0-9.,]+ s)", reason)
+    hung = re.search(r"did not finish within ([0-9.,]+) s", reason)
     # The reason's first line is "<headline>: <the culprit rank and how it ended>".
     culprit = next(iter(reason.splitlines()), "").partition(": ")[2]
-    stopped = "stopped after" in culprit  # a rank that fell behind: its peers timed out
-    if culprit:
-        what = culprit
-    elif hung:
-        what = f"the ranks did not finish within {hung.group(1)} and were killed"
-    elif failed_rank is not None:
-        what = f"rank {failed_rank} {fmt.exit_status((failed or {}).get('exit_code'))}"
-    else:
-        what = gist(reason) or "it failed"
-    title = f"{split} run {'hung' if hung or stopped else 'failed'} on pool {pool}: {what}"
     quoted = [
         line if len(line) <= _REASON_LINE_CHARS else line[: _REASON_LINE_CHARS - 1] + "…"
         for line in (ln.rstrip() for ln in reason.splitlines())
         if line.strip()
     ]
-    more = len(quoted) - _REASON_LINES
-    lines = [
-        f"The `distributed` stage ran the scaled twin split {split} across "
-        f"{_where(result, pool)}: {what} after {fmt.sig(result.get('elapsed_s'))} s, before "
-        "every rank reported, so no rank's outputs were compared with the reference.",
-        "",
-        "The stage says" + (f" (first {_REASON_LINES} lines):" if more > 0 else ":"),
-        "",
-        md.code_block("\n".join(quoted[:_REASON_LINES] or ["(no reason)"]), "text"),
-        "",
-    ]
-    lines += [
-        f"- rank {entry.get('rank')} {fmt.exit_status(entry.get('exit_code'))}" for entry in logs
-    ]
-    if any(entry.get("exit_code") == -15 for entry in logs):
-        lines.append("- (torchrun stops the other ranks with SIGTERM once one fails)")
-    lines += [_degree_line(result), ""]
-    lines.append(
-        "A rank that crashes or hangs at this split takes the whole serving group down: find "
-        "the failing rank's cause (its log above) before serving with tensor parallelism."
-    )
     return Finding(
         key=DISTRIBUTED_RANK_FAILED,
-        title=cut_title(title),
-        body="\n".join(lines),
+        template="distributed/rank-failed",
+        data=_run(result, pool)
+        | {
+            "culprit": culprit,
+            # A rank that fell behind: its peers timed out, so the run hung.
+            "hung": bool(hung) or "stopped after" in culprit,
+            # The time limit the ranks ran past, in seconds (as `run.py` writes it, `:g`).
+            "hung_within_s": _seconds(hung.group(1)) if hung else None,
+            "failed_rank": failed_rank,
+            "failed_exit_code": (failed or {}).get("exit_code"),
+            "reason_gist": gist(reason),
+            "elapsed_s": result.get("elapsed_s"),
+            # The reason's first lines, quoted as the stage wrote them, and where they were cut.
+            "quoted": "\n".join(quoted[:_REASON_LINES]),
+            "cut_at_lines": _REASON_LINES if len(quoted) > _REASON_LINES else None,
+            "rank_logs": [
+                {"rank": entry.get("rank"), "exit_code": entry.get("exit_code")} for entry in logs
+            ],
+            # torchrun stops the other ranks with SIGTERM once one fails.
+            "others_stopped": any(entry.get("exit_code") == -15 for entry in logs),
+        },
         severity=BLOCKER,
     )
 
@@ -204,30 +159,17 @@ def _distributed_ep_not_validated(result: Mapping[str, Any], pool: str) -> Findi
     note = str(result["ep_note"])
     why = note[len(EP_NOT_VALIDATED) :] if note.lower().startswith(EP_NOT_VALIDATED) else note
     plan = result.get("plan") if isinstance(result.get("plan"), Mapping) else {}
-    verdict = {
-        True: "it matched the single-device reference",
-        False: "it did not pass (see its own note)",
-    }.get(result.get("passed"), "")
     planned_ep = fmt.finite(plan.get("ep"))
-    asked = (
-        f"The plan serves the routed experts with EP{plan.get('ep')} ({_planned_split(result)})"
-        if planned_ep is not None and planned_ep > 1
-        else "The job's options asked for expert parallelism"
-    )
-    lines = [
-        f"{asked}; the `distributed` stage ran {fmt.validated_split(result)} "
-        f"across {_where(result, pool)}"
-        + (f", and {verdict}" if verdict else "")
-        + f", without expert parallelism (EP=1): {sentence(why)}",
-        "",
-        "Not validated here: sharding the experts by expert parallelism (transformers' "
-        "expert-parallel plan), the routing of tokens to other ranks' experts, and its "
-        "collectives.",
-    ]
     return Finding(
         key=DISTRIBUTED_EP_NOT_VALIDATED,
-        title=cut_title(f"Expert parallelism not validated on pool {pool}: {gist(why)}"),
-        body="\n".join(lines),
+        template="distributed/ep-not-validated",
+        data=_run(result, pool)
+        | {
+            "why": why,
+            "passed": result.get("passed") if result.get("passed") in (True, False) else None,
+            # The plan serves the experts with EP>1 (else the job's options asked for it).
+            "planned_ep": plan.get("ep") if planned_ep is not None and planned_ep > 1 else None,
+        },
         severity=MINOR,
     )
 

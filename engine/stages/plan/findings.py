@@ -1,7 +1,7 @@
 """The plan stage's known limitations: nothing fits the pool (with what would), or the
 plan's context is capped below the model's maximum (how many full-context sequences memory
 holds). Registered as the stage's `findings` in `engine.registry`, which passes the
-release's analysis (`findings_read_analysis`)."""
+release's analysis (`findings_read_analysis`); their words are `templates/limitations/plan/`."""
 
 from __future__ import annotations
 
@@ -9,53 +9,32 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine import formatting as fmt
-from engine import markdown as md
-from engine.findings import BLOCKER, INFO, MAJOR, MINOR, Finding, cut_title
+from engine.findings import BLOCKER, INFO, MAJOR, MINOR, Finding
 
 
 def _plan_no_fit(result: Mapping[str, Any], pool: str) -> Finding:
     suggestions = result.get("suggestions") or {}
     layout = result.get("pool") or {}
     inputs = result.get("inputs") or {}
-    kind = str(result.get("accelerator") or "?")
-    have = layout.get("devices")
-    devices = suggestions.get("devices")
-    if devices:
-        title = (
-            f"Needs more devices than pool {pool} has: {devices} x {kind} would fit, "
-            f"the pool has {have}"
-        )
-    else:
-        title = f"Does not fit pool {pool} ({have} x {kind}) at any size the planner tried"
-    fits = []
-    if devices:
-        fits.append(f"{devices} x {md.code(kind)} (the pool has {have})")
-    if suggestions.get("context_tokens"):
-        fits.append(
-            f"a context of {fmt.count(suggestions['context_tokens'])} tokens on this pool "
-            f"(planned: {fmt.count(inputs.get('context_tokens'))})"
-        )
-    if suggestions.get("dtype"):
-        fits.append(
-            f"serving in {md.code(suggestions['dtype'])} on this pool "
-            f"(planned: {md.code(inputs.get('dtype') or 'checkpoint')})"
-        )
-    accelerator = md.text(result.get("accelerator_name") or kind)
-    lines = [
-        f"The plan for pool {md.code(pool)} ({have} x {accelerator}, "
-        f"{fmt.gib(result.get('accelerator_memory_bytes'))} each) found no split that fits, at "
-        f"context {fmt.count(inputs.get('context_tokens'))} tokens x "
-        f"{fmt.count(inputs.get('concurrency'))} sequences, dtype "
-        f"{md.code(inputs.get('dtype') or 'checkpoint')}.",
-        "",
-        f"The planner says: {md.text(result.get('reason') or '')}",
-        "",
-        "What would fit:",
-        "",
-    ]
-    lines += [f"- {item}" for item in fits] or ["- nothing the planner tried"]
     return Finding(
-        key="plan:no-fit", title=cut_title(title), body="\n".join(lines), severity=BLOCKER
+        key="plan:no-fit",
+        template="plan/no-fit",
+        data={
+            "pool": pool,
+            "kind": str(result.get("accelerator") or "?"),
+            "accelerator_name": str(result.get("accelerator_name") or ""),
+            "accelerator_memory_bytes": result.get("accelerator_memory_bytes"),
+            "have": layout.get("devices"),
+            "context_tokens": inputs.get("context_tokens"),
+            "concurrency": inputs.get("concurrency"),
+            "dtype": str(inputs.get("dtype") or ""),
+            "reason": str(result.get("reason") or ""),
+            # What would fit, as the planner suggests it (each None when it suggests none).
+            "fit_devices": suggestions.get("devices") or None,
+            "fit_context_tokens": suggestions.get("context_tokens") or None,
+            "fit_dtype": suggestions.get("dtype") or None,
+        },
+        severity=BLOCKER,
     )
 
 
@@ -115,54 +94,37 @@ def _plan_context_capped(
             low = mid
         else:
             high = mid - 1
-    split = f"TP{result.get('tp')} PP{result.get('pp')} EP{result.get('ep')} DP{dp}"
-    lines = [
-        f"The plan for pool {md.code(pool)} ({split} on "
-        f"{fmt.counted(result.get('devices'), 'device')}) "
-        f"serves a context of {planned:,} tokens x {concurrency} sequences; the model's "
-        f"max_position_embeddings is {max_context:,} tokens. Its launch commands cap the "
-        f"context at {planned:,}.",
-        "",
-        f"- KV cache room per device: {fmt.gib(room)} (budget {fmt.gib(memory['budget'])} minus "
-        f"weights {fmt.gib(memory['weights'])}, activations "
-        f"{fmt.gib(memory['activations_workspace'])} and runtime overhead "
-        f"{fmt.gib(memory.get('runtime_overhead', 0))})",
-        f"- KV cache of one sequence per device: {fmt.gib(per_sequence)} at {planned:,} tokens, "
-        f"{fmt.gib(full_per_device)} at {max_context:,} tokens",
-        f"- sequences at the full context ({max_context:,} tokens): {sequences:,}"
-        + (f" ({sequences // dp:,} per DP replica)" if dp > 1 else ""),
-        f"- longest context one sequence can hold: {low:,} tokens",
-    ]
+    # How many sequences of the full context memory holds against the planned concurrency:
+    # none (major), fewer (minor) or all of them (info).
     if sequences < 1:
-        severity = MAJOR
-        title = (
-            f"Context capped by memory on pool {pool}: at most {low:,} of {max_context:,} "
-            "tokens per sequence"
-        )
-        lines += ["", "The full context does not fit even one sequence on this split."]
+        severity, full_context_fits = MAJOR, "none"
     elif sequences < concurrency:
-        severity = MINOR
-        title = (
-            f"Context capped at {planned:,} of {max_context:,} tokens on pool {pool}: "
-            f"{fmt.counted(sequences, 'sequence')} {'fits' if sequences == 1 else 'fit'} "
-            f"at {max_context:,}"
-        )
-        lines += [
-            "",
-            f"At the full context ({max_context:,} tokens) memory holds "
-            f"{fmt.counted(sequences, 'sequence')}, fewer than the {concurrency} planned (at "
-            f"the planned {planned:,} tokens it holds them all).",
-        ]
+        severity, full_context_fits = MINOR, "fewer"
     else:
-        severity = INFO
-        title = f"Context capped at {planned:,} of {max_context:,} tokens on pool {pool}"
-        lines += [
-            "",
-            f"Memory holds the {concurrency} planned sequences at the full context: raise the "
-            "engine's max model length (plan option `context_tokens`) to serve it.",
-        ]
+        severity, full_context_fits = INFO, "all"
     return Finding(
-        key="plan:context-capped", title=cut_title(title), body="\n".join(lines), severity=severity
+        key="plan:context-capped",
+        template="plan/context-capped",
+        data={
+            "pool": pool,
+            "split": {k: result.get(k) for k in ("tp", "pp", "ep")} | {"dp": dp},
+            "devices": result.get("devices"),
+            "planned": planned,
+            "concurrency": concurrency,
+            "max_context": max_context,
+            "room_bytes": room,
+            "budget_bytes": memory["budget"],
+            "weights_bytes": memory["weights"],
+            "activations_bytes": memory["activations_workspace"],
+            "overhead_bytes": memory.get("runtime_overhead", 0),
+            "per_sequence_bytes": per_sequence,
+            "full_per_device_bytes": full_per_device,
+            "sequences": sequences,
+            "sequences_per_replica": sequences // dp,
+            "longest": low,
+            "full_context_fits": full_context_fits,
+        },
+        severity=severity,
     )
 
 

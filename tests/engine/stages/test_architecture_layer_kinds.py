@@ -16,7 +16,7 @@ from engine.architecture.attention import attention_layout
 from engine.architecture.config_reader import read_config
 from engine.architecture.moe import moe_layout
 from engine.architecture.params import build_inventory
-from engine.registry import findings_for_stage
+from tests.limitation_words import findings_for_stage
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "unknown_layer_kinds"
 

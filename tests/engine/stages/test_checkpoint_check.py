@@ -9,12 +9,13 @@ import pytest
 
 from engine.stages.analyze.findings import findings
 from tests.checkpoint_cases import Case
+from tests.limitation_words import worded
 
 from .test_checkpoint_count import analyse, case
 
 
 def by_key(result: dict) -> dict:
-    return {f.key: f for f in findings(result, pool="cpu")}
+    return {f.key: f for f in worded(findings(result, pool="cpu"))}
 
 
 def corrupted(name: str, table: dict) -> Case:

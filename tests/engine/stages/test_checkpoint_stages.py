@@ -13,6 +13,7 @@ from engine.stages.analyze.findings import findings
 from engine.stages.analyze.run import run as analyze_run
 from engine.stages.fetch.run import run as fetch_run
 from tests.checkpoints import shard
+from tests.limitation_words import worded
 
 from .test_checkpoint_count import case
 
@@ -65,7 +66,7 @@ def test_a_corrupted_upload_gives_findings_naming_its_tensors(fake_hub):
 
     _, analysed, _ = stages(fake_hub, table, c.config)
 
-    found = {f.key: f for f in findings(analysed, pool="cpu")}
+    found = {f.key: f for f in worded(findings(analysed, pool="cpu"))}
     assert "layers 1 are missing" in found["analyze:checkpoint-layers"].body
     assert "`model.layers.1.input_layernorm.weight`" in found["analyze:checkpoint-missing"].body
     assert "`model.layers.3.self_attn.o_proj.weight`" in found["analyze:checkpoint-shape"].body
