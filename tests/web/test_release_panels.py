@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from adaptation.presenters.panels import panel_stages, panel_template
 from adaptation.stages import app_stages
 from adaptation.stages import fetch as fetch_stage
 from engine.registry import stage_names
+from tests import dom
 from tests.factories import make_job, make_release
 
 pytestmark = pytest.mark.django_db
@@ -67,8 +67,7 @@ def test_every_stage_with_a_panel_template_is_on_the_release_page(logged_in_clie
     assert [name for name in used if name in expected] == expected
     html = live.content.decode()
     for section in ("analysis", "validation", "plans", "distributed", "performance", "stability"):
-        tag = re.search(rf'<section id="{section}"[^>]*>', html)
-        assert tag and 'hx-swap-oob="true"' in tag[0], section
+        assert dom.attr(html, f"section#{section}", "hx-swap-oob") == "true", section
 
 
 FETCH_PANEL = """\
@@ -118,9 +117,9 @@ def test_a_stage_with_only_a_template_renders_from_the_generic_context(
     assert panel_template("fetch") in rendered(page)
     assert '<h2 id="fetch-panel-title">Fetch &amp; parse</h2>' in html
     # The newest job's latest attempt and its stored result; the older job is in the history.
-    runs = re.findall(r'<p class="meta stage-run" id="fetch-job-(\d+)">(.*?)</p>', html, re.S)
-    assert [int(pk) for pk, _ in runs] == [newer.pk]
-    assert "Succeeded" in runs[0][1] and "attempt 1" in runs[0][1]
+    runs = dom.find_all(html, 'p[class="meta stage-run"][id^="fetch-job-"]')
+    assert [run["id"] for run in runs] == [f"fetch-job-{newer.pk}"]
+    assert "Succeeded" in runs[0].text and "attempt 1" in runs[0].text
     assert f'id="history-job-{older.pk}"' in html
     assert '<p id="fetch-files">config.json, model.safetensors.index.json</p>' in html
     # Before the analysis: fetch comes first in the registry.
