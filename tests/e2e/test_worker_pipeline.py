@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -33,6 +32,7 @@ from engine.notes import MEASURED_TWIN
 from engine.stages.plan.errors import NoFittingPlan
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
+from tests import dom
 from tests.conftest import REALCONFIGS_DIR
 from tests.e2e.conftest import wait_for
 from tests.factories import cpu_pool, make_watch
@@ -196,15 +196,13 @@ def test_polled_releases_run_on_a_real_worker(
 
 
 def board_row(board: str, release_id: int) -> str:
-    match = re.search(rf'<tr id="release-row-{release_id}".*?</tr>', board, re.S)
-    assert match, f"no board row for release {release_id}"
-    return match.group(0)
+    """The markup of the board's row for the release."""
+    return dom.find(board, f"tr#release-row-{release_id}").html
 
 
 def stage_cell(row: str, stage: str) -> str:
-    match = re.search(rf'<td[^>]*data-stage="{stage}"[^>]*>(.*?)</td>', row, re.S)
-    assert match, f"no {stage} cell"
-    return " ".join(re.sub(r"<[^>]+>", " ", match.group(1)).split())
+    """The text of the row's `stage` cell, its parts (status, duration, ...) apart."""
+    return " ".join(dom.find(row, f'td[data-stage="{stage}"]').strings)
 
 
 def test_adapt_waits_and_prints_the_finished_job(celery_worker_process, tmp_path):
