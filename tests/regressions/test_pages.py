@@ -12,11 +12,6 @@ from tests.factories import make_release
 pytestmark = pytest.mark.django_db
 
 
-def text_of(response) -> str:
-    """The page's text as a reader sees it, whitespace folded."""
-    return dom.text(response)
-
-
 @pytest.fixture
 def regressed(perf_job):
     """A release whose third job's knee runs 80 tokens/s against 100, 104 and 98 before it."""
@@ -29,7 +24,7 @@ def test_the_release_page_says_what_regressed_against_what(logged_in_client, reg
     release, baseline, job = regressed
     response = logged_in_client.get(f"/releases/{release.pk}/")
     assert response.status_code == 200
-    text = text_of(response)
+    text = dom.text(response)
     assert f"Job {job.pk} on pool cpu: 1 figure regressed" in text
     newest_first = ", ".join(f"job {each.pk}" for each in reversed(baseline))
     assert (
@@ -51,7 +46,7 @@ def test_a_release_without_regressions_shows_no_finding(logged_in_client, perf_j
         perf_job(release, tokens_per_s=tokens)
     page = logged_in_client.get(f"/releases/{release.pk}/").content.decode()
     assert '<div id="regressions">' in page  # the live poll's target
-    assert "Regressions" not in text_of(logged_in_client.get(f"/releases/{release.pk}/"))
+    assert "Regressions" not in dom.text(logged_in_client.get(f"/releases/{release.pk}/"))
 
 
 def test_the_board_badges_the_pool_whose_newest_job_regressed(logged_in_client, regressed):
