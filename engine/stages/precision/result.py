@@ -39,20 +39,6 @@ LOGIT_METRICS = (
     "reference_logit_rms",
 )
 
-# What the release page lists as a dtype's verdict resting on: (the figure's key in the
-# entry, its limit's key in the thresholds, the direction it must keep). The page words each
-# figure by its key (`partials/judged_figure.html`); it shows the worst row's cosine where
-# the stage's own check (`checks.CHECKS`) judges the mean cosine against the same limit.
-JUDGED_FIGURES = (
-    ("relative_logit_error", "max_relative_logit_error", "<="),
-    ("max_relative_logit_error", "max_row_relative_logit_error", "<="),
-    ("min_cosine_similarity", "min_cosine_similarity", ">="),
-    ("worst_local_relative_error", "max_local_relative_error", "<="),
-    ("top1_agreement", "min_top1_agreement", ">="),
-    ("kl_divergence", "max_kl_divergence", "<="),
-    ("mean_abs_error", "max_mean_abs_error", "<="),
-)
-
 
 @dataclass(frozen=True)
 class CheckRow:
@@ -101,16 +87,25 @@ def check_rows(values: Mapping[str, Any], thresholds: Mapping[str, Any]) -> list
 @dataclass(frozen=True)
 class JudgedFigure:
     """One figure the release page shows a dtype's verdict resting on (`figure`: its key in
-    the stage's result), with its limit and the direction it must keep ("<=" or ">=")."""
+    the stage's result), with its limit, the direction it must keep ("<=" or ">=") and
+    whether it kept it (`within`) as the stage judged it: `DtypeComparison.judged_figures`
+    makes it from the stage's own rules, and nothing judges it again."""
 
     figure: str
     value: float
     op: str
     limit: float
+    within: bool
 
-    @property
-    def within(self) -> bool:
-        return self.value <= self.limit if self.op == "<=" else self.value >= self.limit
+    @classmethod
+    def of(cls, check: CheckRow) -> JudgedFigure | None:
+        """The figure of one of the stage's checks, judged by the check's own rule
+        (`CheckRow.crossed`); None when the check's figure was not measured (nothing to
+        show)."""
+        if check.value is None:
+            return None
+        op = "<=" if check.side == "max" else ">="
+        return cls(check.metric, check.value, op, check.limit, within=not check.crossed)
 
     @property
     def similarity(self) -> bool:
@@ -317,13 +312,18 @@ class DtypeComparison:
 
     @property
     def judged_figures(self) -> list[JudgedFigure]:
-        """The figures the release page shows its verdict resting on (`JUDGED_FIGURES`), each
-        with a measured value and a set limit."""
-        figures = []
-        for key, limit_key, op in JUDGED_FIGURES:
-            value, limit = finite(getattr(self, key)), self.limit(limit_key)
-            if value is not None and limit is not None:
-                figures.append(JudgedFigure(key, value, op, limit))
+        """The figures the release page shows the dtype's verdict resting on, each judged as
+        the stage judged it: the stage's checks whose limit is set and whose figure was
+        measured (`checks`, in `checks.CHECKS`' order: the MEAN cosine against
+        `min_cosine_similarity`, as the stage holds it), then the worst module's local error
+        against `max_local_relative_error`, within unless a module diverged (`diverged`: the
+        stage's own rule, which also fails a local error that is not finite)."""
+        figures = [figure for row in self.checks if (figure := JudgedFigure.of(row)) is not None]
+        worst, limit = self.worst_local_relative_error, self.limit("max_local_relative_error")
+        if worst is not None and limit is not None:
+            figures.append(
+                JudgedFigure("worst_local_relative_error", worst, "<=", limit, not self.diverged)
+            )
         return figures
 
 

@@ -4,6 +4,8 @@ row without raising, writes back what it reads, and judges once which checks a d
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from engine.stages.precision.result import (
@@ -121,12 +123,52 @@ def test_the_page_lists_each_figure_with_a_value_and_a_limit():
     assert list(figures) == [
         "relative_logit_error",
         "max_relative_logit_error",
-        "min_cosine_similarity",
+        "cosine_similarity",
         "worst_local_relative_error",
     ]
     assert not figures["relative_logit_error"].within
-    assert not figures["min_cosine_similarity"].within  # the worst row's 0.997 < 0.998
-    assert figures["min_cosine_similarity"].similarity
+    # The stage judges the mean cosine (0.999), not the worst row's (0.997), against 0.998.
+    assert figures["cosine_similarity"].within
+    assert (figures["cosine_similarity"].value, figures["cosine_similarity"].op) == (0.999, ">=")
+    assert figures["cosine_similarity"].similarity
     assert not figures["worst_local_relative_error"].within
     assert FLOAT16.limits_source == "multiples of u"
     assert FLOAT16.diverged and FLOAT16.limit("max_local_relative_error") == 0.0625
+
+
+def test_a_dtype_passing_on_its_mean_cosine_with_one_worse_row_shows_its_cosine_within():
+    """The stage passed the dtype: its mean cosine keeps `min_cosine_similarity` though one
+    row's is under it. The page shows the figure the rule used, within its limit."""
+    bfloat16 = DtypeComparison(
+        "bfloat16",
+        passed=True,
+        reason="bfloat16: within thresholds; no module's local error exceeds the limit",
+        relative_logit_error=0.03,
+        max_relative_logit_error=0.09,
+        cosine_similarity=0.9995,
+        min_cosine_similarity=0.9971,
+        thresholds=THRESHOLDS,
+        worst_local_relative_error=0.01,
+    )
+    figures = {f.figure: f for f in bfloat16.judged_figures}
+    cosine = figures["cosine_similarity"]
+    assert (cosine.value, cosine.op, cosine.limit, cosine.within) == (0.9995, ">=", 0.998, True)
+    assert "min_cosine_similarity" not in figures  # the worst row's cosine judges nothing
+    assert all(f.within for f in figures.values()) and bfloat16.crossed == []
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        FLOAT16,
+        replace(FLOAT16, relative_logit_error=0.01, first_divergent_layer=None),
+        replace(FLOAT16, cosine_similarity=0.99, min_cosine_similarity=0.999),
+        replace(FLOAT16, top1_agreement=0.5, thresholds=THRESHOLDS | {"min_top1_agreement": 0.9}),
+    ],
+)
+def test_the_page_marks_exactly_the_figures_the_stage_failed(entry):
+    """A figure is shown out of its limit when, and only when, the stage's rule failed it: a
+    crossed check, or the modules' local error when one diverged."""
+    out = {f.figure for f in entry.judged_figures if not f.within}
+    crossed = {row.metric for row in entry.crossed}
+    assert out == crossed | ({"worst_local_relative_error"} if entry.diverged else set())
