@@ -36,6 +36,7 @@ from adaptation.services.queueing import unsent_stage_runs
 from adaptation.services.suites import suite_definition
 from adaptation.webhooks.endpoints import webhook_url_path
 from engine.registry import job_options_check, stage_list_check
+from engine.stages.analyze.result import AnalysisResult
 
 # A result summary keeps a string up to this many characters.
 SUMMARY_TEXT_CHARS = 300
@@ -552,17 +553,16 @@ class ReleaseDetailOutput(ReleaseOutput):
         run = self._analysis_run(release)
         if run is None:
             return None
-        result = run.result if isinstance(run.result, Mapping) else {}
-        family = result.get("family")
-        architecture = result.get("architecture")
+        analysis = AnalysisResult.from_stored(run.result)
         return AnalysisOutput(
             {
                 "stage_run": run.pk,
                 "job": run.job_id,
                 "finished_at": run.finished_at,
-                "family": family if isinstance(family, str) else None,
-                "architecture": architecture if isinstance(architecture, str) else None,
-                "result": dict(result),
+                "family": analysis.family,
+                "architecture": analysis.architecture,
+                # The row as stored: the API shows every figure the stage wrote.
+                "result": dict(run.result) if isinstance(run.result, Mapping) else {},
             }
         ).data
 

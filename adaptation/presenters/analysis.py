@@ -1,6 +1,7 @@
-"""The release page's analysis: the latest successful `analyze` result as sections of figures
-(each with its value, how it is written and where it comes from), its notes, what is new
-against known families, and how the engine counts its figures.
+"""The release page's analysis: the latest successful `analyze` result, read through
+`AnalysisResult`, as sections of figures (each with its value, how it is written and where it
+comes from), its notes, what is new against known families, and how the engine counts its
+figures.
 
 Every label, note and unit is the template's (`panels/analyze.html` and the
 `analysis_*.html` partials it includes); a figure says only which it is (`key`), what it
@@ -14,11 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptation.models import ModelRelease, StageRun, StageStatus
-from adaptation.presenters.analysis_checkpoint import (
-    checkpoint_figures,
-    config_beside,
-    counted_from_checkpoint,
-)
+from adaptation.presenters.analysis_checkpoint import checkpoint_figures, config_beside
 from adaptation.presenters.analysis_figures import (
     Figure,
     Figures,
@@ -29,6 +26,8 @@ from adaptation.presenters.analysis_figures import (
 from adaptation.presenters.figure_sources import COMPUTED, FigureSources
 from adaptation.presenters.release_jobs import release_jobs
 from engine.formatting import finite
+from engine.stages.analyze.result import AnalysisResult
+from engine.stages.fetch.result import FetchResult
 
 ANALYZE_STAGE = "analyze"
 # The page shows the first sections (model, size, shape) open and folds the rest.
@@ -46,7 +45,8 @@ class AnalysisSection:
 
 @dataclass(frozen=True)
 class NewAspect:
-    """One way a release differs from every known family (`aspect` None when not named)."""
+    """One way a release differs from every known family (`aspect` None when not named), its
+    detail without a leading repeat of the aspect (`analyze.result.NewAspect`)."""
 
     aspect: str | None
     detail: str
@@ -83,10 +83,6 @@ class Analysis:
     def folded_figures(self) -> int:
         """How many figures the folded sections hold."""
         return sum(len(section.figures) for section in self.folded_sections)
-
-
-def _mapping(value: Any) -> Mapping[str, Any] | None:
-    return value if isinstance(value, Mapping) else None
 
 
 # Attention figures in the order shown (then any other key the result has).
@@ -160,12 +156,12 @@ _MOE_KEYS = (
 )
 
 
-def _experts(result: Mapping[str, Any], figures: Figures) -> list[Figure]:
+def _experts(result: AnalysisResult, figures: Figures) -> list[Figure]:
     """The mixture of experts: a dash when the result does not say, "dense" when it has no
     experts, else its figures."""
-    if "moe" not in result:
+    if result.is_moe is None:
         return [figures.of("moe", None)]
-    moe = _mapping(result.get("moe"))
+    moe = result.moe
     if moe is None:
         return [figures.computed("moe", True, "dense")]
     shown = [figures.of(f"moe.{key}", moe.get(key)) for key in _MOE_KEYS]
@@ -177,30 +173,19 @@ def _experts(result: Mapping[str, Any], figures: Figures) -> list[Figure]:
     return shown
 
 
-def _has_dense_layers(result: Mapping[str, Any]) -> bool:
-    """False only for a mixture of experts whose every layer is MoE (gpt-oss, Qwen3-MoE):
-    its `intermediate_size` is no dense FFN's width."""
-    moe = _mapping(result.get("moe"))
-    if moe is None:
-        return True
-    return not (moe.get("dense_layers") == 0 or moe.get("dense_layer_indices") == [])
-
-
-def _quantization_summary(result: Mapping[str, Any]) -> QuantizationSummary | None:
+def _quantization_summary(result: AnalysisResult) -> QuantizationSummary | None:
     """The declared quantization in brief (None when the result does not say)."""
-    if "quantization" not in result:
+    if not result.says_quantization:
         return None
-    quant = result.get("quantization")
+    quant = result.quantization
     if quant is None:
         return QuantizationSummary(declared=False)
-    if not isinstance(quant, Mapping):
-        return QuantizationSummary(declared=True, other=shown_value(quant)[0])
-    method = quant.get("method") or quant.get("quant_method")
+    method = result.quantization_method
     written = quant.get("format")
     bits = finite(quant.get("bits"))
     return QuantizationSummary(
         declared=True,
-        method=str(method or ""),
+        method=method or "",
         format=str(written) if written and written != method else "",
         bits=None if bits is None else item_shown(bits),
     )
@@ -223,9 +208,9 @@ _QUANT_UNITS = {
 }
 
 
-def _quantization(result: Mapping[str, Any], figures: Figures) -> AnalysisSection | None:
+def _quantization(result: AnalysisResult, figures: Figures) -> AnalysisSection | None:
     """The quantization details, when the config declares a quantization."""
-    quant = _mapping(result.get("quantization"))
+    quant = result.quantization
     if quant is None:
         return None
     shown = [
@@ -241,90 +226,90 @@ def _quantization(result: Mapping[str, Any], figures: Figures) -> AnalysisSectio
     return AnalysisSection("quantization", shown)
 
 
-def _bytes_by_dtype(value: Any) -> list[tuple[str, float]] | None:
+def _bytes_by_dtype(by_dtype: Mapping[str, float]) -> list[tuple[str, float]] | None:
     """Weight bytes per stored dtype, largest first (None when the result has none)."""
-    by_dtype = _mapping(value)
     if not by_dtype:
         return None
-    sizes = [(str(dtype), finite(size)) for dtype, size in by_dtype.items()]
-    return sorted(sizes, key=lambda item: -(item[1] or 0.0))  # type: ignore[return-value]
+    return sorted(((dtype, float(size)) for dtype, size in by_dtype.items()), key=lambda i: -i[1])
 
 
-def _windowed_and_estimated(result: Mapping[str, Any], figures: Figures) -> list[Figure]:
+def _windowed_and_estimated(result: AnalysisResult, figures: Figures) -> list[Figure]:
     """The figures only some releases have: full-length KV at max context where sliding layers
     make it differ from the freed figure (engines that keep out-of-window KV), and how the
     parameters were counted where day0's family table did not (transformers' meta-device
     build, or an estimate with what it assumed)."""
     shown = []
-    kept = result.get("kv_cache_bytes_at_max_context_kept")
-    if kept is not None and kept != result.get("kv_cache_bytes_at_max_context"):
-        shown.append(figures.of("kv_cache_bytes_at_max_context_kept", kept, "gib"))
-    source = result.get("params_source")
-    if source and source != "family table":
-        shown.append(figures.of("params_source", source))
-    if result.get("assumptions"):
-        shown.append(figures.of("assumptions", "; ".join(map(str, result["assumptions"]))))
+    if result.kv_kept_differs:
+        shown.append(
+            figures.of(
+                "kv_cache_bytes_at_max_context_kept",
+                result.kv_cache_bytes_at_max_context_kept,
+                "gib",
+            )
+        )
+    if not result.params_from_family_table:
+        shown.append(figures.of("params_source", result.params_source))
+    if result.assumptions:
+        shown.append(figures.of("assumptions", "; ".join(result.assumptions)))
     return shown
 
 
 def analysis_sections(
-    result: Mapping[str, Any], config: Mapping[str, Any] | None = None
+    result: AnalysisResult, config: Mapping[str, Any] | None = None
 ) -> list[AnalysisSection]:
-    """The analysis result as sections of figures; a key the result lacks is a missing figure.
+    """The analysis result as sections of figures; a figure the result lacks is missing.
 
     `config` is the `config.json` the analysis read; a figure's source is "config" only when
     that config holds it (`figure_sources.FIGURE_CONFIG_KEYS`), else "computed".
     """
-    figures = Figures(FigureSources.of_config(config, from_headers=counted_from_checkpoint(result)))
+    figures = Figures(FigureSources.of_config(config, from_headers=result.counted_from_checkpoint))
     of = figures.of
-    family = shown_value(result.get("family"))[0]
-    by_dtype = _bytes_by_dtype(result.get("weight_bytes_by_dtype"))
+    family = shown_value(result.family)[0]
+    by_dtype = _bytes_by_dtype(result.weight_bytes_by_dtype)
     model = [
-        of("architecture", result.get("architecture")),
-        of("model_type", result.get("model_type")),
+        of("architecture", result.architecture),
+        of("model_type", result.model_type),
         Figure(
             "family",
             family,
-            COMPUTED if family is not None or result.get("family_known") is False else "",
+            COMPUTED if family is not None or result.family_known is False else "",
             "family",
         ),
-        of("torch_dtype", result.get("torch_dtype")),
+        of("torch_dtype", result.torch_dtype),
         figures.computed("quantization_summary", _quantization_summary(result), "quantization"),
-        of("tie_word_embeddings", result.get("tie_word_embeddings")),
+        of("tie_word_embeddings", result.tie_word_embeddings),
     ]
     size = [
-        of("total_params", result.get("total_params"), "params"),
+        of("total_params", result.total_params, "params"),
         *filter(None, [config_beside(result, "total_params")]),
-        of("active_params", result.get("active_params"), "params"),
+        of("active_params", result.active_params, "params"),
         *filter(None, [config_beside(result, "active_params")]),
-        of("extra_params", result.get("extra_params"), "params"),
-        of("embedding_params", result.get("embedding_params"), "params"),
-        of("weight_bytes", result.get("weight_bytes"), "gib"),
+        of("extra_params", result.extra_params, "params"),
+        of("embedding_params", result.embedding_params, "params"),
+        of("weight_bytes", result.weight_bytes, "gib"),
         Figure(
             "weight_bytes_by_dtype",
             by_dtype,
             ""
             if by_dtype is None
-            else figures.sources.source(
-                "weight_bytes_by_dtype", result.get("weight_bytes_by_dtype")
-            ),
+            else figures.sources.source("weight_bytes_by_dtype", result.weight_bytes_by_dtype),
             "bytes_by_dtype",
             "pairs",
         ),
-        of("checkpoint_total_size_bytes", result.get("checkpoint_total_size_bytes"), "gib"),
-        of("kv_cache_bytes_per_token", result.get("kv_cache_bytes_per_token"), "bytes_per_token"),
-        of("kv_cache_bytes_at_max_context", result.get("kv_cache_bytes_at_max_context"), "gib"),
+        of("checkpoint_total_size_bytes", result.checkpoint_total_size_bytes, "gib"),
+        of("kv_cache_bytes_per_token", result.kv_cache_bytes_per_token, "bytes_per_token"),
+        of("kv_cache_bytes_at_max_context", result.kv_cache_bytes_at_max_context, "gib"),
         *_windowed_and_estimated(result, figures),
     ]
     shape = [
-        of(key, result.get(key), "count")
+        of(key, getattr(result, key), "count")
         for key in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim")
     ]
-    if _has_dense_layers(result):
-        shape.append(of("intermediate_size", result.get("intermediate_size"), "count"))
+    if result.has_dense_ffn_layers:
+        shape.append(of("intermediate_size", result.intermediate_size, "count"))
     shape += [
-        of("vocab_size", result.get("vocab_size"), "tokens"),
-        of("max_position_embeddings", result.get("max_position_embeddings"), "tokens"),
+        of("vocab_size", result.vocab_size, "tokens"),
+        of("max_position_embeddings", result.max_position_embeddings, "tokens"),
     ]
     quantization = _quantization(result, figures)
     checkpoint = checkpoint_figures(result, figures)
@@ -332,43 +317,12 @@ def analysis_sections(
         AnalysisSection("model", model),
         AnalysisSection("size", size),
         AnalysisSection("shape", shape),
-        AnalysisSection("attention", _attention(_mapping(result.get("attention")), figures)),
-        AnalysisSection("rope", _rope(_mapping(result.get("rope")), figures)),
+        AnalysisSection("attention", _attention(result.attention, figures)),
+        AnalysisSection("rope", _rope(result.rope, figures)),
         AnalysisSection("moe", _experts(result, figures)),
         *([quantization] if quantization else []),
         *([AnalysisSection("checkpoint", checkpoint)] if checkpoint else []),
     ]
-
-
-def _detail_without_aspect(aspect: str | None, detail: str) -> str:
-    """The detail without a leading repeat of its aspect: aspect "RoPE type", detail
-    "RoPE type not seen before: yarn" → "not seen before: yarn"; "RoPE type: yarn" → "yarn"."""
-    if not aspect or not detail.lower().startswith(aspect.lower()):
-        return detail
-    rest = detail[len(aspect) :]
-    if rest[:1].isalnum():  # "family" in "familyX": not a repeat of the aspect
-        return detail
-    return rest.lstrip(" :—-") or detail
-
-
-def _new_aspects(value: Any) -> list[NewAspect]:
-    if not isinstance(value, list):
-        return []
-    aspects = []
-    for item in value:
-        if isinstance(item, Mapping):
-            aspect = str(item["aspect"]) if item.get("aspect") else None
-            detail = str(item.get("detail") or "")
-            aspects.append(NewAspect(aspect, _detail_without_aspect(aspect, detail)))
-        elif item:
-            aspects.append(NewAspect(None, str(item)))
-    return aspects
-
-
-def _conventions(value: Any) -> list[tuple[str, str]]:
-    """How the engine counts its figures: (figure, definition) pairs."""
-    conventions = _mapping(value) or {}
-    return [(str(key), str(text)) for key, text in conventions.items()]
 
 
 def latest_analysis_run(release: ModelRelease) -> StageRun | None:
@@ -397,8 +351,8 @@ def analysed_config(release: ModelRelease, run: StageRun) -> Mapping[str, Any] |
         if other.stage == "fetch" and other.status == StageStatus.SUCCEEDED
     ]
     for fetch in sorted(fetches, key=lambda r: r.attempt, reverse=True):
-        config = fetch.result.get("config") if isinstance(fetch.result, Mapping) else None
-        if isinstance(config, Mapping):
+        config = FetchResult.from_stored(fetch.result).config
+        if config is not None:
             return config
     return None
 
@@ -408,17 +362,16 @@ def analysis(release: ModelRelease) -> Analysis | None:
     run = latest_analysis_run(release)
     if run is None:
         return None
-    result = run.result if isinstance(run.result, Mapping) else {}
-    notes = result.get("notes")
-    family_known = result.get("family_known")
-    mtp = result.get("mtp_layers")
+    result = AnalysisResult.from_stored(run.result)
     return Analysis(
         run=run,
         sections=analysis_sections(result, analysed_config(release, run)),
-        notes=[str(n) for n in notes] if isinstance(notes, list) else [],
-        new_against_known=_new_aspects(result.get("new_against_known")),
-        family_known=family_known if isinstance(family_known, bool) else None,
-        mtp_layers=mtp if isinstance(mtp, int) and not isinstance(mtp, bool) else None,
-        conventions=_conventions(result.get("conventions")),
-        from_headers=counted_from_checkpoint(result),
+        notes=list(result.notes),
+        new_against_known=[
+            NewAspect(aspect.aspect, aspect.detail_without_aspect) for aspect in result.new_aspects
+        ],
+        family_known=result.family_known,
+        mtp_layers=result.mtp_layers if isinstance(result.mtp_layers, int) else None,
+        conventions=list(result.conventions.items()),
+        from_headers=result.counted_from_checkpoint,
     )

@@ -26,15 +26,13 @@ class NameCounts:
 
 @dataclass(frozen=True)
 class QuantizationSummary:
-    """The quantization a config declares, in brief: none (`declared` False), a method with
-    its format (when it differs from the method) and bits per weight, or `other`, a declaration
-    that is not a mapping, shown as it is."""
+    """The quantization a config declares, in brief: none (`declared` False), or a method with
+    its format (when it differs from the method) and bits per weight."""
 
     declared: bool
     method: str = ""
     format: str = ""
     bits: int | float | None = None
-    other: Any = None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from adaptation.models import ModelRelease, OperatorCheck, PrecisionResult, Stag
 from adaptation.presenters.release_jobs import release_jobs
 from adaptation.presenters.stages import finished_run
 from adaptation.selectors.results import operator_checks, precision_results
+from engine.stages.operators.result import OperatorsResult
 from engine.stages.precision.result import DtypeComparison, JudgedFigure, PrecisionStageResult
 
 
@@ -94,17 +95,16 @@ def _operators(release: ModelRelease) -> OperatorCoverage | None:
     counts = {status: 0 for status in OperatorCheck.Status.values}
     for row in rows:
         counts[row.status] += 1
-    result = run.result or {}
-    manifest = result.get("manifest") or {}
+    result = OperatorsResult.from_stored(run.result)
     return OperatorCoverage(
         run=run,
         rows=rows,
         counts=counts,
-        notes=[str(n) for n in result.get("notes", [])],
-        device=str(result.get("device") or run.job.pool.device),
-        against_manifest=result.get("checked_against") == "manifest" or bool(manifest),
-        manifest_accelerator=str(manifest.get("accelerator") or ""),
-        dispatch_key=str(result.get("dispatch_key") or run.job.pool.backend),
+        notes=list(result.notes),
+        device=result.device or run.job.pool.device,
+        against_manifest=result.against_manifest,
+        manifest_accelerator=result.manifest.accelerator if result.manifest else "",
+        dispatch_key=result.dispatch_key or run.job.pool.backend,
     )
 
 
@@ -130,10 +130,11 @@ def validation(release: ModelRelease) -> Validation | None:
     operators, precision = _operators(release), _precision(release)
     if operators is None and precision is None:
         return None
-    twin = None
-    for part in (precision, operators):
-        if part is not None and (part.run.result or {}).get("twin"):
-            twin = part.run.result["twin"]
-            break
-    shrunk = list(twin.get("sizes", [])) if isinstance(twin, dict) else []
+    # The twin both stages ran, as the precision run describes it, else the operators run.
+    described = [
+        precision and PrecisionStageResult.from_stored(precision.run.result).twin,
+        operators and OperatorsResult.from_stored(operators.run.result).twin,
+    ]
+    twin = next((dict(d) for d in described if d), None)
+    shrunk = list(twin.get("sizes") or []) if twin is not None else []
     return Validation(operators=operators, precision=precision, twin=twin, twin_shrunk=shrunk)

@@ -20,11 +20,13 @@ from adaptation.models import (
 )
 from adaptation.selectors.jobs import jobs_with_stage_runs
 from adaptation.selectors.limitations import open_limitations_prefetch
+from engine.stages.analyze.result import AnalysisResult
 
 
 def known_family_analyses(*, exclude_release_id: int | None, limit: int = 50) -> list[dict]:
-    """The newest successful analysis of each model family seen so far, newest first,
-    leaving out the given release (what a new release is compared against)."""
+    """The newest successful analysis of each model family seen so far (as stored), newest
+    first, leaving out the given release (what a new release is compared against); a family
+    is named as `AnalysisResult.family_name` names it."""
     runs = (
         StageRun.objects.filter(stage="analyze", status=StageStatus.SUCCEEDED)
         .exclude(job__release_id=exclude_release_id)
@@ -33,10 +35,9 @@ def known_family_analyses(*, exclude_release_id: int | None, limit: int = 50) ->
     )
     seen: dict[str, dict] = {}
     for run in runs.iterator():
-        result = run.result or {}
-        family = result.get("family") or result.get("model_type") or ""
+        family = AnalysisResult.from_stored(run.result).family_name
         if family and family not in seen:
-            seen[family] = result
+            seen[family] = run.result
             if len(seen) >= limit:
                 break
     return list(seen.values())

@@ -42,6 +42,7 @@ from adaptation.models import (
 from adaptation.selectors.release_notes import NotesError, job_stage_states, notes_limitations
 from engine.contract import PoolSpec, ReleaseRef
 from engine.registry import STAGES
+from engine.stages.release_notes.result import ReleaseNotesResult
 from engine.stages.release_notes.run import build_release_notes
 
 # Additions longer than this are refused (a notes page, not a wiki).
@@ -62,14 +63,11 @@ def release_notes_markdown(notes: Mapping[str, Any]) -> str:
     through the "markdown" template engine (no HTML escaping; strings escaped for
     Markdown by the templates' filters). Raises `TemplateDoesNotExist` for a stage in
     "order" without a section template."""
-    sections = notes["sections"]
+    result = ReleaseNotesResult.from_stored(notes)
+    sections = result.sections or {}
     order = [
-        {
-            "stage": part["stage"],
-            "template": section_template(part["stage"]),
-            "section": sections[part["section"]],
-        }
-        for part in notes["order"]
+        {"stage": part.stage, "template": section_template(part.stage), "section": section}
+        for part, section in result.ordered
     ]
     # The full-size figures follow the serving engine's section (document.md).
     serve_in_order = any(part["stage"] == "serve" for part in order)
@@ -85,7 +83,7 @@ def release_notes_summary(notes: Mapping[str, Any]) -> str:
     """The one-line summary of `notes` (the `release_notes` stage's result), from
     `templates/release_notes/summary.txt` and the values in `sections["summary"]`: plain
     text, nothing escaped (the pages escape it where they show it)."""
-    summary = notes["sections"]["summary"]
+    summary = ReleaseNotesResult.from_stored(notes).summary
     return engines["django"].get_template(SUMMARY_TEMPLATE).render({"summary": summary}).strip()
 
 
@@ -102,7 +100,9 @@ def release_notes_store(
     stores racing for one version: the unique constraint refuses one, which takes the next
     number."""
     markdown = release_notes_markdown(notes)
-    sections = dict(notes["sections"]) | {"summary": release_notes_summary(notes)}
+    sections = dict(ReleaseNotesResult.from_stored(notes).sections or {}) | {
+        "summary": release_notes_summary(notes)
+    }
     for _ in range(5):
         latest = ReleaseNotes.objects.filter(
             release_id=job.release_id, pool_id=job.pool_id

@@ -19,43 +19,50 @@ from adaptation.models import (
 )
 from adaptation.services.release_notes import release_notes_store
 from adaptation.stages import app_stage
+from engine.stages.analyze.result import AnalysisResult
+from engine.stages.fetch.result import FetchResult
+from engine.stages.operators.result import STATUSES as OPERATOR_STATUSES
+from engine.stages.operators.result import OperatorsResult
 from engine.stages.performance.result import PerformanceResult
 from engine.stages.precision.result import PrecisionStageResult
+from engine.stages.release_notes.result import ReleaseNotesResult
 from engine.stages.serve.result import ServeResult
 from engine.stages.serve.rows import serve_rows
 
 
 def store_fetched_files(run: StageRun, result: dict[str, Any]) -> None:
+    """The release's config and what it keeps of the fetch (`FetchResult.release_metadata`)."""
+    fetched = FetchResult.from_stored(result)
     release = run.job.release
-    release.config = result.get("config")
-    release.metadata = {
-        "files": result.get("files", []),
-        "weights": result.get("weights"),
-        "generation_config": result.get("generation_config"),
-        "readme_excerpt": result.get("readme_excerpt", ""),
-    }
+    release.config = None if fetched.config is None else dict(fetched.config)
+    release.metadata = fetched.release_metadata()
     release.save(update_fields=["config", "metadata"])
 
 
 def store_architecture(run: StageRun, result: dict[str, Any]) -> None:
+    """The release's architecture and family, as the analysis names them."""
+    analysis = AnalysisResult.from_stored(result)
     release = run.job.release
-    release.architecture = str(result.get("architecture") or "")[:128]
-    release.family = str(result.get("family") or result.get("model_type") or "")[:64]
+    release.architecture = (analysis.architecture or "")[:128]
+    release.family = (analysis.family_name or "")[:64]
     release.save(update_fields=["architecture", "family"])
 
 
 def store_operator_checks(run: StageRun, result: dict[str, Any]) -> None:
+    """Each operator checked as an `OperatorCheck` row, read through `OperatorsResult` (a
+    row without a name or a known status is no check)."""
     OperatorCheck.objects.bulk_create(
         OperatorCheck(
             stage_run=run,
             pool=run.job.pool,
-            name=str(op["name"])[:200],
-            dtypes=list(op.get("dtypes") or []),
-            feature=str(op.get("feature") or "")[:200],
-            status=op["status"],
-            missing_dtypes=list(op.get("missing_dtypes") or []),
+            name=op.name[:200],
+            dtypes=list(op.dtypes),
+            feature=op.feature[:200],
+            status=op.status,
+            missing_dtypes=list(op.missing_dtypes),
         )
-        for op in result.get("operators", [])
+        for op in OperatorsResult.from_stored(result).rows
+        if op.name and op.status in OPERATOR_STATUSES
     )
 
 
@@ -165,9 +172,10 @@ def store_release_notes(run: StageRun, result: dict[str, Any]) -> None:
     (`adaptation.services.release_notes.release_notes_store`). The run's stored result gets
     the document and the one-line summary too ("markdown" and "summary", as written into the
     version), so that the run reads as the notes it produced (the API shows it)."""
-    if isinstance(result.get("sections"), dict) and isinstance(result.get("order"), list):
+    written = ReleaseNotesResult.from_stored(result)
+    if written.has_notes:
         notes = release_notes_store(job=run.job, stage_run=run, notes=result)
-        run.result = {**result, "markdown": notes.markdown, "summary": notes.sections["summary"]}
+        run.result = written.written(notes.markdown, notes.sections["summary"])
         StageRun.objects.filter(pk=run.pk).update(result=run.result)
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 from engine.architecture import analyze_config
 from engine.stages.distributed.degree import validated_tp
+from engine.stages.fetch.result import FetchResult
+from engine.stages.operators.result import OperatorCounts, OperatorRow, OperatorsResult
 from engine.stages.performance.run import KNEE_RULE, find_knee, predicted_points
 from engine.stages.plan.errors import NoFittingPlan
 from engine.stages.plan.layout import PoolLayout
@@ -72,35 +74,27 @@ def failed_plan(name: str, *, accelerator: str = "h200", devices: int = 1) -> tu
 
 
 def operators() -> dict[str, Any]:
-    return {
-        "operators": [
-            {
-                "name": "aten::mm.default",
-                "dtypes": ["bfloat16"],
-                "feature": "",
-                "status": "covered",
-                "missing_dtypes": [],
-            },
-            {
-                "name": "aten::_grouped_mm.default",
-                "dtypes": ["bfloat16"],
-                "feature": "MoE experts (32 routed, top-4)",
-                "status": "covered",
-                "missing_dtypes": [],
-            },
-        ],
-        "missing": [],
-        "host_only": [],
-        "notes": [],
-        "device": "cuda:0",
-        "backend": "cuda",
-        "checked_against": "torch dispatcher (CUDA)",
-        "dispatch_key": "CUDA",
-        "dtype": "bfloat16",
-        "decode_steps": 2,
-        "twin": TWIN,
-        "counts": {"covered": 2, "missing": 0, "fallback": 0},
-    }
+    """The operators stage's result on the H200 pool: the twin's two operators covered."""
+    rows = (
+        OperatorRow("aten::mm.default", "covered", dtypes=("bfloat16",)),
+        OperatorRow(
+            "aten::_grouped_mm.default",
+            "covered",
+            dtypes=("bfloat16",),
+            feature="MoE experts (32 routed, top-4)",
+        ),
+    )
+    return OperatorsResult(
+        operators=rows,
+        device="cuda:0",
+        backend="cuda",
+        checked_against="torch dispatcher (CUDA)",
+        dispatch_key="CUDA",
+        dtype="bfloat16",
+        decode_steps=2,
+        twin=TWIN,
+        counts=OperatorCounts.of(rows),
+    ).to_dict()
 
 
 def _compared(dtype: str, *, passed: bool, top1: float, max_abs: float) -> DtypeComparison:
@@ -271,7 +265,7 @@ def full_results(plan_result: dict[str, Any] | None = None) -> dict[str, dict[st
     """Every earlier stage's result for gpt-oss-20b on one H200 node, all passing."""
     plan_result = plan_result or plan()
     return {
-        "fetch": {"files": ["config.json"], "config": load_realconfig(GPT_OSS)},
+        "fetch": FetchResult(files=("config.json",), config=load_realconfig(GPT_OSS)).to_dict(),
         "analyze": analysis(),
         "operators": operators(),
         "precision": precision(),

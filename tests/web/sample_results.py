@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.architecture import analyze_config
+from engine.stages.fetch.result import FetchResult
 from tests.conftest import load_realconfig
 
 # The real engine's output for DeepSeek-V3's published config and its index's total_size.
@@ -40,7 +41,6 @@ NEW_FAMILY_ANALYSIS: dict[str, Any] = {
 }
 
 # What the fetch stage hands the analysis: DeepSeek-V3's published config.
-FETCH_RESULT: dict[str, Any] = {
-    "files": ["config.json"],
-    "config": load_realconfig("deepseek-ai__DeepSeek-V3"),
-}
+FETCH_RESULT: dict[str, Any] = FetchResult(
+    files=("config.json",), config=load_realconfig("deepseek-ai__DeepSeek-V3")
+).to_dict()

@@ -13,6 +13,7 @@ from adaptation.models import StageRun
 from adaptation.presenters.board import cell_figure_template
 from adaptation.stages import app_stages
 from engine.registry import stage_names
+from engine.stages.operators.result import OperatorCounts, OperatorsResult
 from tests import dom
 from tests.factories import make_job, make_release, make_watch
 from tests.worker_rows import make_worker
@@ -20,6 +21,8 @@ from tests.worker_rows import make_worker
 pytestmark = pytest.mark.django_db
 
 BOARD = reverse("adaptation:board")
+# An operators run on which 2 of 42 operators are missing, as the stage stores it.
+OPERATORS_TWO_MISSING = OperatorsResult(counts=OperatorCounts(covered=40, missing=2)).to_dict()
 
 
 def cell_text(html: str, release_pk: int, stage: str) -> str:
@@ -358,7 +361,7 @@ def test_missing_operators_show_on_the_board(logged_in_client):
     job = make_job(
         stages=("fetch", "analyze", "operators"),
         statuses={"fetch": "succeeded", "analyze": "succeeded", "operators": "succeeded"},
-        results={"operators": {"counts": {"covered": 40, "missing": 2, "fallback": 0}}},
+        results={"operators": OPERATORS_TWO_MISSING},
     )
     html = logged_in_client.get("/").content.decode()
     row = html[html.index(f'id="release-row-{job.release_id}"') :]

@@ -15,7 +15,7 @@ from adaptation.models import AcceleratorPool, KnownLimitation, StageRun
 from adaptation.selectors.board import BOARD_PAGE_SIZE
 from tests import dom
 from tests.factories import make_job, make_release, make_watch
-from tests.web.test_board import cell_text
+from tests.web.test_board import OPERATORS_TWO_MISSING, cell_text
 
 pytestmark = pytest.mark.django_db
 
@@ -121,7 +121,7 @@ def busy_release(n: int, *, h200: AcceleratorPool, watch) -> None:
         release=release,
         stages=("fetch", "analyze", "operators"),
         statuses={"fetch": "succeeded", "analyze": "succeeded", "operators": "succeeded"},
-        results={"operators": {"counts": {"covered": 40, "missing": 2}}},
+        results={"operators": OPERATORS_TWO_MISSING},
     )
     running = make_job(
         release=release,

@@ -1,17 +1,17 @@
 """The operator coverage's section of the release notes: how many of the twin's operators
 the pool covers, misses or serves through a fallback, and each missing one with the dtypes
 it misses and the model feature that needs it
-(`templates/release_notes/sections/operators.md`).
+(`templates/release_notes/sections/operators.md`), read through `OperatorsResult`.
 
 Plain Python: neither Django nor torch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from engine.notes import NotesContext, StageState
+from engine.stages.operators.result import OperatorsResult
 
 PLACE = 50
 
@@ -24,24 +24,18 @@ def ran_twin(state: StageState) -> bool:
 def section(state: StageState, notes: NotesContext) -> dict[str, Any]:
     """{"available", "counts" ({"covered", "missing", "fallback"}), "checked_against",
     "device", "dtype", "missing": [{"name", "feature", "missing_dtypes"}]}; "available"
-    False (with status and reason) unless the stage succeeded."""
-    result = state.result or {}
-    if not state.succeeded or not isinstance(result.get("counts"), Mapping):
+    False (with status and reason) unless the stage succeeded with its counts."""
+    result = OperatorsResult.from_stored(state.result)
+    if not state.succeeded or result.counts is None:
         return {"available": False, "status": state.status, "reason": state.reason}
-    missing = [
-        {
-            "name": op.get("name"),
-            "feature": op.get("feature") or "",
-            "missing_dtypes": list(op.get("missing_dtypes") or []),
-        }
-        for op in result.get("operators") or []
-        if isinstance(op, Mapping) and op.get("status") == "missing"
-    ]
     return {
         "available": True,
-        "counts": dict(result["counts"]),
-        "checked_against": result.get("checked_against"),
-        "device": result.get("device"),
-        "dtype": result.get("dtype"),
-        "missing": missing,
+        "counts": result.counts.to_dict(),
+        "checked_against": result.checked_against or None,
+        "device": result.device or None,
+        "dtype": result.dtype or None,
+        "missing": [
+            {"name": op.name, "feature": op.feature, "missing_dtypes": list(op.missing_dtypes)}
+            for op in result.missing_operators
+        ],
     }
