@@ -49,6 +49,14 @@ def gist(value: Any) -> str:
 
 
 @register.filter
+def first_clause_if_long(value: Any) -> str:
+    """A title (stripped) that fits its column (`engine.findings.TITLE_MAX_CHARS`), or its
+    first clause (`gist`) when it is longer: `{% filter first_clause_if_long %}…{% endfilter %}`."""
+    text = str(value).strip()
+    return findings.gist(text) if len(text) > findings.TITLE_MAX_CHARS else text
+
+
+@register.filter
 def sentence(value: Any) -> str:
     """`value` as Markdown text ending with one full stop (`engine.findings.sentence`)."""
     return findings.sentence(value)

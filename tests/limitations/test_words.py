@@ -217,6 +217,7 @@ ESCAPING = {
     "counted",
     "signed_count",
     "gib",
+    "bytes_per_step",
     "sig",
     "scientific",
     "percent",

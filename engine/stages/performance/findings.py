@@ -1,6 +1,6 @@
 """The performance stage's known limitations: the twin out of memory before the end of its
 sweep, or raising mid-sweep, per dtype. Registered as the stage's `findings` in
-`engine.registry`.
+`engine.registry`; their words are `templates/limitations/performance/`.
 
 A sweep stopped by its time budget (a stop whose "cause" is "time budget",
 engine/stages/performance/budget.py) raises none: the host ran out of time, which says
@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from engine import markdown as md
-from engine.findings import MAJOR, MINOR, Finding, cut_key, cut_title
+from engine.findings import MAJOR, MINOR, Finding, cut_key
 from engine.stages.performance.result import PerformanceResult
 
 
@@ -28,30 +27,19 @@ def findings(result: Mapping[str, Any], *, pool: str) -> list[Finding] | None:
     found = []
     for dtype, stops in run.out_of_memory_by_dtype().items():
         ran = [p for p in run.measured_points if p.dtype == dtype]
-        first = min(s.batch_size or 0 for s in stops)
-        lines = [
-            f"The performance sweep of the scaled twin in {md.code(dtype)} on pool "
-            f"{md.code(pool)} ran out of memory before the end of the sweep"
-            + (f" (batch {largest_batch})" if largest_batch else "")
-            + ":",
-            "",
-        ]
-        lines += [f"- prompt {s.prompt_len}: {md.text(s.reason)}" for s in stops]
-        best = max((p.batch_size or 0 for p in ran), default=0)
-        lines += [
-            "",
-            f"Largest batch measured in {md.code(dtype)}: {best}."
-            if ran
-            else f"No point was measured in {md.code(dtype)}.",
-            "These are the twin's figures on the pool's device, not the full model's.",
-        ]
         found.append(
             Finding(
                 key=cut_key(f"performance:oom:{dtype}"),
-                title=cut_title(
-                    f"Out of memory at batch {first} in {dtype} on pool {pool} (performance sweep)"
-                ),
-                body="\n".join(lines),
+                template="performance/out-of-memory",
+                data={
+                    "dtype": dtype,
+                    "pool": pool,
+                    "largest_batch": largest_batch,
+                    "first_batch": min(s.batch_size or 0 for s in stops),
+                    "stops": [{"prompt_len": s.prompt_len, "reason": s.reason} for s in stops],
+                    # The largest batch measured in the dtype; None when none was.
+                    "best_batch": max((p.batch_size or 0 for p in ran), default=0) if ran else None,
+                },
                 severity=MINOR if ran else MAJOR,
             )
         )
@@ -59,15 +47,14 @@ def findings(result: Mapping[str, Any], *, pool: str) -> list[Finding] | None:
         found.append(
             Finding(
                 key=cut_key(f"performance:error:{dtype}"),
-                title=cut_title(
-                    f"The twin fails mid-sweep in {dtype} on pool {pool} at batch "
-                    f"{first.batch_size}"
-                ),
-                body=(
-                    f"At prompt {first.prompt_len}, batch {first.batch_size} the "
-                    f"scaled twin in {md.code(dtype)} on pool {md.code(pool)} raised: "
-                    f"{md.text(first.error)}"
-                ),
+                template="performance/twin-error",
+                data={
+                    "dtype": dtype,
+                    "pool": pool,
+                    "prompt_len": first.prompt_len,
+                    "batch_size": first.batch_size,
+                    "error": first.error,
+                },
                 severity=MAJOR,
             )
         )

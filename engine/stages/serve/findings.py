@@ -9,6 +9,8 @@
   float32 reference on the same checkpoint, beyond the dtype's limits;
 - `serve:multi-device` (major): the plan's TP gives other greedy tokens than TP=1;
 - `serve:sweep` (major): requests failed under load, or the sweep stopped.
+
+Their words are `templates/limitations/serve/`.
 """
 
 from __future__ import annotations
@@ -16,9 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from engine import formatting as fmt
-from engine import markdown as md
-from engine.findings import BLOCKER, MAJOR, Finding, cut_title, gist, sentence
+from engine.findings import BLOCKER, MAJOR, Finding
 from engine.stored import as_mapping
 
 from .result import Failure, PrecisionCheck, ServeResult, TPCheck
@@ -28,11 +28,6 @@ SERVE_PRECISION = "serve:precision"
 SERVE_MULTI_DEVICE = "serve:multi-device"
 SERVE_SWEEP = "serve:sweep"
 ALL_KEYS = frozenset({SERVE_CANNOT_SERVE, SERVE_PRECISION, SERVE_MULTI_DEVICE, SERVE_SWEEP})
-
-_CULPRIT_WORDS = {
-    "release": "the release (what the engine's build cannot load or run)",
-    "infrastructure": "the infrastructure (the worker, its engine environment or its memory)",
-}
 
 
 def _architecture(analysis: Mapping[str, Any] | None, result: ServeResult) -> str:
@@ -45,116 +40,93 @@ def _architecture(analysis: Mapping[str, Any] | None, result: ServeResult) -> st
     return "this release"
 
 
+def _divergence(divergence: Any) -> dict[str, Any] | None:
+    """Where greedy tokens first diverged ({"prompt", "position"}), None when none did."""
+    if divergence is None:
+        return None
+    return {"prompt": divergence.prompt, "position": divergence.position}
+
+
 def _cannot_serve(result: ServeResult, failure: Failure, pool: str, arch: str) -> Finding:
     reason = failure.reason or "no reason given"
-    engine = result.engine_label
-    prefix = f"{engine} cannot serve "
-    title = reason if reason.startswith(prefix) else f"{prefix}{arch} on pool {pool}: {reason}"
-    body = []
-    if failure.engine_lines:
-        body += ["The engine's own lines:", "", md.code_block("\n".join(failure.engine_lines)), ""]
-    body += [f"{sentence(reason)}", ""]
-    if failure.culprit in _CULPRIT_WORDS:
-        body += [f"At fault: {_CULPRIT_WORDS[failure.culprit]}.", ""]
-    launched = result.engine.launched_command if result.engine is not None else ""
-    if launched:
-        body += ["The command that was launched:", "", md.code_block(launched, "sh")]
     return Finding(
         key=SERVE_CANNOT_SERVE,
-        title=cut_title(gist(title) if len(title) > 200 else title),
-        body="\n".join(body).rstrip(),
+        template="serve/cannot-serve",
+        data={
+            "engine_label": result.engine_label,
+            "architecture": arch,
+            "pool": pool,
+            "reason": reason,
+            # An engine's reason that already says who cannot serve what is the title itself.
+            "reason_is_title": reason.startswith(f"{result.engine_label} cannot serve "),
+            "engine_lines": "\n".join(failure.engine_lines),
+            "culprit": failure.culprit,
+            "launched_command": (
+                result.engine.launched_command if result.engine is not None else ""
+            ),
+        },
         severity=BLOCKER,
     )
 
 
 def _precision(result: ServeResult, precision: PrecisionCheck, pool: str) -> Finding:
-    divergence = precision.first_divergence
-    where = (
-        f"first divergence at prompt {divergence.prompt}, token {divergence.position}"
-        if divergence is not None
-        else "no token diverged"
-    )
-    body = [
-        f"Through {md.code(result.engine_label)} on pool {md.code(pool)}, "
-        f"{md.code(precision.dtype or '?')} against transformers in float32 on the same "
-        f"checkpoint ({fmt.count(precision.prompts)} prompts, "
-        f"{fmt.count(precision.tokens_compared)} greedy tokens):",
-        "",
-        md.table(
-            ("figure", "measured", "limit"),
-            (
-                ("token agreement", fmt.percent(precision.token_agreement), "—"),
-                (
-                    "max \\|Δ logprob\\| of the chosen tokens",
-                    fmt.sig(precision.max_abs_logprob_diff),
-                    fmt.sig(precision.limit_max_abs_logprob_diff),
-                ),
-                (
-                    "KL over the top-k",
-                    fmt.sig(precision.kl_top_k),
-                    fmt.sig(precision.limit_kl_top_k),
-                ),
-            ),
-        ),
-        "",
-        f"{sentence(where)} Limits: {sentence(precision.limits_source or 'no source recorded')}",
-    ]
     return Finding(
         key=SERVE_PRECISION,
-        title=cut_title(
-            f"{result.engine_label} on pool {pool}: {precision.dtype or '?'} outputs off "
-            f"the float32 reference (max |Δ logprob| "
-            f"{fmt.sig(precision.max_abs_logprob_diff)})"
-        ),
-        body="\n".join(body),
+        template="serve/precision",
+        data={
+            "engine_label": result.engine_label,
+            "pool": pool,
+            "dtype": precision.dtype or "",
+            "prompts": precision.prompts,
+            "tokens_compared": precision.tokens_compared,
+            "token_agreement": precision.token_agreement,
+            "max_abs_logprob_diff": precision.max_abs_logprob_diff,
+            "limit_max_abs_logprob_diff": precision.limit_max_abs_logprob_diff,
+            "kl_top_k": precision.kl_top_k,
+            "limit_kl_top_k": precision.limit_kl_top_k,
+            "divergence": _divergence(precision.first_divergence),
+            "limits_source": precision.limits_source or "",
+        },
         severity=MAJOR,
     )
 
 
 def _multi_device(result: ServeResult, tp: TPCheck, pool: str) -> Finding:
-    divergence = tp.first_divergence
-    where = (
-        f"The first divergence is at prompt {divergence.prompt}, token {divergence.position}."
-        if divergence is not None
-        else ""
-    )
     return Finding(
         key=SERVE_MULTI_DEVICE,
-        title=cut_title(
-            f"{result.engine_label} on pool {pool}: TP={tp.launched} greedy tokens differ from TP=1"
-        ),
-        body=(
-            f"The engine launched at TP={tp.launched} (the plan's TP={tp.planned}) "
-            f"and at TP=1 on the same checkpoint gave different greedy tokens over "
-            f"{fmt.count(tp.tokens_compared)} tokens. {where}"
-        ).strip(),
+        template="serve/multi-device",
+        data={
+            "engine_label": result.engine_label,
+            "pool": pool,
+            "launched": tp.launched,
+            "planned": tp.planned,
+            "tokens_compared": tp.tokens_compared,
+            "divergence": _divergence(tp.first_divergence),
+        },
         severity=MAJOR,
     )
 
 
 def _sweep(result: ServeResult, pool: str) -> Finding:
     failure = result.failure
-    stopped = failure.reason if failure is not None and failure.phase == "sweep" else ""
-    rows = [
-        (fmt.count(level.concurrency), fmt.count(level.completed), fmt.count(level.errors))
-        for level in result.sweep
-    ]
-    body = [
-        f"The load sweep through {md.code(result.engine_label)} on pool {md.code(pool)}:",
-        "",
-        md.table(("concurrency", "completed", "errors"), rows) if rows else "No level finished.",
-    ]
-    if stopped:
-        body += ["", f"It stopped: {sentence(stopped)}"]
-    what = (
-        f"sweep stopped: {gist(stopped)}"
-        if stopped
-        else f"{fmt.counted(result.requests_failed, 'request')} failed"
-    )
     return Finding(
         key=SERVE_SWEEP,
-        title=cut_title(f"{result.engine_label} on pool {pool} under load: {what}"),
-        body="\n".join(body),
+        template="serve/sweep",
+        data={
+            "engine_label": result.engine_label,
+            "pool": pool,
+            "levels": [
+                {
+                    "concurrency": level.concurrency,
+                    "completed": level.completed,
+                    "errors": level.errors,
+                }
+                for level in result.sweep
+            ],
+            # Why the sweep stopped ("" when it ran to its end with failed requests).
+            "stopped": failure.reason if failure is not None and failure.phase == "sweep" else "",
+            "requests_failed": result.requests_failed,
+        },
         severity=MAJOR,
     )
 

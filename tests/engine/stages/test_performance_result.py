@@ -21,6 +21,7 @@ from engine.stages.performance.result import (
     SweepStop,
 )
 from engine.stages.performance.rows import calibration_rows, performance_rows
+from tests.limitation_words import worded
 
 
 def measured(batch: int, tokens_per_s: float, *, dtype: str = "bfloat16") -> dict[str, Any]:
@@ -227,7 +228,7 @@ def test_only_the_release_s_own_stops_and_errors_are_findings():
 
     assert list(run.out_of_memory_by_dtype()) == ["bfloat16"]
     assert run.twin_errors_by_dtype() == {"bfloat16": [SweepError.from_stored(errors[1])]}
-    notes = {f.key: f for f in findings(result, pool="cpu")}
+    notes = {f.key: f for f in worded(findings(result, pool="cpu"))}
     assert list(notes) == ["performance:oom:bfloat16", "performance:error:bfloat16"]
     assert notes["performance:oom:bfloat16"].severity == "minor"
     assert "Largest batch measured in `bfloat16`: 8." in notes["performance:oom:bfloat16"].body

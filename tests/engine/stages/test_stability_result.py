@@ -18,6 +18,7 @@ from engine.stages.stability.result import (
     StabilityThresholds,
     StabilityWorkload,
 )
+from tests.limitation_words import worded
 
 THRESHOLDS = StabilityThresholds(
     leak_bytes_per_step=1024.0,
@@ -159,7 +160,7 @@ def test_the_threshold_shown_is_the_one_the_verdict_applied():
 def test_the_findings_and_the_notes_read_the_same_verdict():
     state = StageState("stability", "failed", leaking_run().to_dict(), "memory leak")
     notes = section(state, notes=None)  # the section reads no other stage
-    found = {f.key: f for f in findings(leaking_run().to_dict(), pool="cpu")}
+    found = {f.key: f for f in worded(findings(leaking_run().to_dict(), pool="cpu"))}
 
     assert notes["verdict"] == "failed" and notes["dtype"] == "bfloat16"
     assert list(found) == ["stability:memory-leak"]

@@ -1,6 +1,6 @@
 """The serve stage's known limitations and its knee, from literal results."""
 
-from engine.registry import findings_for_stage, unjudged_keys
+from engine.registry import unjudged_keys
 from engine.stages.serve.findings import (
     SERVE_CANNOT_SERVE,
     SERVE_MULTI_DEVICE,
@@ -9,6 +9,7 @@ from engine.stages.serve.findings import (
 )
 from engine.stages.serve.result import Failure, PrecisionCheck, TokenDivergence, TPCheck
 from engine.stages.serve.verdict import knee, refusal_culprit
+from tests.limitation_words import findings_for_stage
 
 ENGINE = {"name": "vllm", "version": "0.32.0", "launched_command": "python -m vllm..."}
 

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from engine.contract import PoolSpec, ReleaseRef, StageContext, StageFailed
-from engine.registry import findings_for_stage, unjudged_keys
+from engine.registry import unjudged_keys
 from engine.stages.fetch.run import run as fetch_run
 from engine.stages.plan.artifacts import vllm_command
 from engine.stages.plan.validity import Split
@@ -33,6 +33,7 @@ from engine.stages.serve.process import OWNER_TAG
 from engine.stages.serve.run import run as serve_run
 from tests.engine.stages.realconfigs import REALCONFIGS_DIR
 from tests.engine.stages.serve.engine_server import ENGINE_MISSING, engine_python
+from tests.limitation_words import findings_for_stage
 
 pytestmark = [
     pytest.mark.engine,
