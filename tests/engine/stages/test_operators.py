@@ -14,6 +14,7 @@ import torch
 
 from engine.contract import PoolSpec, ReleaseRef, StageContext, StageFailed
 from engine.stages.operators import run as operators
+from engine.stages.operators.result import OperatorsResult
 from engine.stages.operators.run import OperatorRecorder, check_torch_backend, measure_operators
 from engine.twin import build_twin
 from tests.engine.stages.realconfigs import load
@@ -51,6 +52,8 @@ def ops(result) -> dict:
 def test_every_twin_records_covered_operators_on_the_cpu_pool(on_cpu, name):
     result = on_cpu[name]
     json.dumps(result, allow_nan=False)
+    # the typed result reads what the stage writes back unchanged
+    assert OperatorsResult.from_stored(result).to_dict() == result
     assert result["device"] == "cpu" and result["dtype"] == "bfloat16"
     assert result["missing"] == [] and result["counts"]["fallback"] == 0
     assert result["counts"]["covered"] == len(result["operators"]) > 15
@@ -104,6 +107,7 @@ def test_a_real_manifest_lacking_grouped_gemm_reports_it_with_its_feature(twins)
         "MoE experts (grouped GEMM) needs aten::_grouped_mm.default, missing on pool npu-x1"
     ]
     assert result["checked_against"] == "manifest"
+    assert OperatorsResult.from_stored(result).to_dict() == result
     assert result["counts"] == {
         "covered": len(result["operators"]) - 1,
         "missing": 1,
