@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from engine.contract import PoolSpec, ReleaseRef, StageContext
 from engine.hubs.base import INDEX_FILE, ReleaseFiles
 from engine.stages.fetch.result import (
     FROM_HEADERS,
@@ -17,6 +18,8 @@ from engine.stages.fetch.result import (
     WeightsSummary,
 )
 from engine.stages.fetch.run import parse_release_files
+from engine.stages.fetch.run import run as fetch_run
+from tests.checkpoints import shard
 
 CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64}
 TENSORS = {
@@ -83,6 +86,28 @@ def test_what_the_stage_writes_reads_back_unchanged():
     assert weights.index_only == NameList(1, ("model.norm.weight",))
     assert weights.headers_only is not None and weights.headers_only.count == 2
     assert result.tokenizer is not None and result.tokenizer.files[0].sha256 == "ab12"
+
+
+def test_what_the_stage_fetches_from_a_hub_reads_back_unchanged(fake_hub, monkeypatch, tmp_path):
+    monkeypatch.setenv("DAY0_VAR_DIR", str(tmp_path / "var"))  # where the tokenizer is kept
+    table = {name: (info["dtype"], tuple(info["shape"])) for name, info in TENSORS.items()}
+    files = {
+        "config.json": json.dumps(CONFIG).encode(),
+        "tokenizer.json": b'{"model": {"type": "BPE", "vocab": {}}}',
+        **shard(table, 2, data=False),
+    }
+    release = ReleaseRef(
+        "huggingface", fake_hub.url, "org/model", fake_hub.add_repo("org/model", files)
+    )
+    pool = PoolSpec(name="cpu", backend="cpu", queue="cpu")
+    written = _stored(fetch_run(StageContext(release=release, pool=pool, log=lambda _: None)))
+
+    result = FetchResult.from_stored(written)
+
+    assert result.to_dict() == written
+    assert result.weights is not None and result.weights.shard_count == 2
+    assert result.tokenizer is not None
+    assert [f.name for f in result.tokenizer.files] == ["tokenizer.json"]
 
 
 def test_an_index_alone_and_no_weights_read_back_unchanged():
