@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptation.models import FailureClass
+from engine.stored import StageFailure
 
 # Class names of the exceptions a time limit raises in a worker (Celery's soft limit; billiard's
 # hard one), matched by name in the texts a stage wrote of what it caught.
@@ -83,10 +84,11 @@ def mentions_host_memory(reason: str, result: Any = None) -> bool:
 
 
 def result_culprit(result: Any) -> str | None:
-    """Whom a stage's own failure blames where its result says (`failure.culprit`, as the serve
-    stage's does); None otherwise."""
-    failure = result.get("failure") if isinstance(result, dict) else None
-    culprit = failure.get("culprit") if isinstance(failure, dict) else None
+    """Whom a stage's own failure blames where its result says (its `failure`, read as every
+    stage's is: `engine.stored.StageFailure`); None otherwise, or for a culprit that is no
+    failure class."""
+    failure = StageFailure.of(result)
+    culprit = failure.culprit if failure is not None else None
     return culprit if culprit in FailureClass.values else None
 
 

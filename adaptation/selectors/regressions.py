@@ -54,6 +54,7 @@ from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from adaptation.models import AdaptationJob, BaselineScope, Regression, StageRun, StageStatus
 from adaptation.selectors.jobs import job_current_stage_runs
 from adaptation.stages import app_stage
+from engine.formatting import finite
 from engine.stages.performance.result import PerformanceResult
 from engine.stages.precision.result import PrecisionStageResult
 from engine.stages.serve.result import ServeResult
@@ -138,17 +139,11 @@ def metric_basis(metric: str) -> MetricBasis:
     )
 
 
-def _number(value: Any) -> float | None:
-    """A finite, non-negative number, else None (booleans are not figures)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) and number >= 0 else None
-
-
 def _figure(metric: str, stage: str, value: Any) -> Figure | None:
-    number = _number(value)
-    if number is None:
+    """The figure `metric` of a stored `value`: a finite number (`finite`: booleans are not
+    figures), none below zero; else None."""
+    number = finite(value)
+    if number is None or number < 0:
         return None
     return Figure(
         metric=metric, stage=stage, value=number, unit=FIGURE_KINDS[metric.split(":")[0]].unit

@@ -23,7 +23,7 @@ from engine.registry import get_stage, stage_names
 from tests.cast import cast  # noqa: F401  (the fixture)
 from tests.factories import make_job
 from workers import runner
-from workers.failures import classify_exception, classify_stage_failed
+from workers.failures import classify_exception, classify_stage_failed, result_culprit
 
 pytestmark = pytest.mark.django_db
 
@@ -158,6 +158,36 @@ def test_a_serve_launch_the_host_refused_is_infra(monkeypatch):
     run.refresh_from_db()
     assert run.failure_class == FailureClass.INFRASTRUCTURE
     assert run.error == "the engine did not start: no GPU visible"
+
+
+@pytest.mark.parametrize(
+    ("result", "culprit"),
+    [
+        # The serve stage's failure (`Failure.to_dict`), a stability run its time budget cut
+        # (`StabilityResult`'s), the remote-code sandbox's: one reader for every stage's.
+        (
+            {
+                "failure": {
+                    "phase": "launch",
+                    "reason": "oom",
+                    "engine_lines": [],
+                    "culprit": "release",
+                }
+            },
+            FailureClass.RELEASE,
+        ),
+        ({"failure": {"culprit": "infrastructure", "reason": "time budget"}}, "infrastructure"),
+        ({"failure": {"phase": "sandbox", "culprit": "infrastructure"}}, "infrastructure"),
+        ({"failure": {"culprit": "the moon"}}, None),
+        ({"failure": {"culprit": None}}, None),
+        ({"failure": "engine died"}, None),
+        ({"failure": None}, None),
+        ("failed", None),
+        (None, None),
+    ],
+)
+def test_the_culprit_is_read_from_any_stages_failure(result, culprit):
+    assert result_culprit(result) == culprit
 
 
 def test_a_stage_lost_on_every_attempt_is_infra(settings):

@@ -23,32 +23,22 @@ from engine.formatting import finite
 from engine.stages.performance.budget import TIME_BUDGET
 from engine.stages.performance.rows import calibration_rows, performance_rows
 from engine.stages.plan.result import StoredFit
-from engine.stored import as_count, as_list, as_mapping, whole_number
+from engine.stored import (
+    as_count,
+    as_list,
+    as_mapping,
+    mapping_or_none,
+    mappings,
+    reasons_by_name,
+    string,
+    strings,
+    whole_number,
+)
 
 OUT_OF_MEMORY = "out of memory"
 # How an earlier run's error read when Celery's soft time limit ended the stage mid-point
 # (before the sweep had a time budget): a host out of time, not the twin failing.
 TIME_LIMIT_ERROR = "SoftTimeLimitExceeded"
-
-
-def _str(value: Any) -> str | None:
-    """`value` when it is a string, else None (a stored field of another type is ignored)."""
-    return value if isinstance(value, str) else None
-
-
-def _strings(value: Any) -> tuple[str, ...]:
-    """The strings of a stored list (anything else in it left out)."""
-    return tuple(item for item in as_list(value) if isinstance(item, str))
-
-
-def _reasons(value: Any) -> dict[str, str]:
-    """A stored {name: reason} mapping, its text reasons only."""
-    return {str(k): why for k, why in as_mapping(value).items() if isinstance(why, str)}
-
-
-def _mappings(value: Any) -> list[Mapping[str, Any]]:
-    """The mappings of a stored list (anything else in it left out)."""
-    return [item for item in as_list(value) if isinstance(item, Mapping)]
 
 
 # A point's figures (s, tokens/s, ratios): floats, or None.
@@ -114,12 +104,12 @@ class SweepPoint:
     @classmethod
     def from_stored(cls, point: Mapping[str, Any]) -> SweepPoint:
         return cls(
-            kind=_str(point.get("kind")),
-            model=_str(point.get("model")),
-            dtype=_str(point.get("dtype")),
+            kind=string(point.get("kind")),
+            model=string(point.get("model")),
+            dtype=string(point.get("dtype")),
             batch_size=whole_number(point.get("batch_size")),
             prompt_len=whole_number(point.get("prompt_len")),
-            memory_kind=_str(point.get("memory_kind")),
+            memory_kind=string(point.get("memory_kind")),
             prefill_samples=whole_number(point.get("prefill_samples")),
             decode_samples=whole_number(point.get("decode_samples")),
             **{key: finite(point.get(key)) for key in _POINT_FIGURES},
@@ -163,7 +153,7 @@ class Knee:
         if not isinstance(value, Mapping):
             return None
         return cls(
-            dtype=_str(value.get("dtype")) or "",
+            dtype=string(value.get("dtype")) or "",
             prompt_len=whole_number(value.get("prompt_len")),
             batch_size=whole_number(value.get("batch_size")),
             tpot_s=finite(value.get("tpot_s")),
@@ -171,7 +161,7 @@ class Knee:
             decode_tokens_per_s=finite(value.get("decode_tokens_per_s")),
             found=value.get("found") is True,
             growth_at_knee=finite(value.get("growth_at_knee")),
-            reason=_str(value.get("reason")) or "",
+            reason=string(value.get("reason")) or "",
         )
 
     @property
@@ -193,11 +183,11 @@ class SweepStop:
     @classmethod
     def from_stored(cls, stop: Mapping[str, Any]) -> SweepStop:
         return cls(
-            dtype=_str(stop.get("dtype")),
+            dtype=string(stop.get("dtype")),
             prompt_len=whole_number(stop.get("prompt_len")),
             batch_size=whole_number(stop.get("batch_size")),
-            reason=_str(stop.get("reason")) or "",
-            stored_cause=_str(stop.get("cause")),
+            reason=string(stop.get("reason")) or "",
+            stored_cause=string(stop.get("cause")),
         )
 
     @property
@@ -226,10 +216,10 @@ class SweepError:
     @classmethod
     def from_stored(cls, error: Mapping[str, Any]) -> SweepError:
         return cls(
-            dtype=_str(error.get("dtype")),
+            dtype=string(error.get("dtype")),
             prompt_len=whole_number(error.get("prompt_len")),
             batch_size=whole_number(error.get("batch_size")),
-            error=_str(error.get("error")) or "",
+            error=string(error.get("error")) or "",
         )
 
     @property
@@ -263,7 +253,7 @@ class SweepOptions:
         lens = (whole_number(n) for n in as_list(options.get("prompt_lens")))
         return cls(
             prompt_lens=tuple(n for n in lens if n is not None),
-            dtypes=_strings(options.get("dtypes")),
+            dtypes=strings(options.get("dtypes")),
             knee_growth=finite(options.get("knee_growth")),
             **{
                 key: whole_number(options.get(key))
@@ -306,7 +296,7 @@ class CalibratedPrediction:
             prefill_factor=finite(calibrated.get("prefill_factor")),
             runs=whole_number(calibrated.get("runs")),
             **{
-                key: _str(calibrated.get(key)) or ""
+                key: string(calibrated.get(key)) or ""
                 for key in ("reason", "label", "basis", "caveat", "warning")
             },
         )
@@ -351,12 +341,12 @@ class FullSizePredicted:
             return None
         return cls(
             available=info.get("available") is True,
-            reason=_str(info.get("reason")) or "",
-            source=_str(info.get("source")) or "",
-            accelerator=_str(info.get("accelerator")),
+            reason=string(info.get("reason")) or "",
+            source=string(info.get("source")) or "",
+            accelerator=string(info.get("accelerator")),
             split=dict(as_mapping(info.get("split"))),
-            dtype=_str(info.get("dtype")),
-            dtype_label=_str(info.get("dtype_label")),
+            dtype=string(info.get("dtype")),
+            dtype_label=string(info.get("dtype_label")),
             context_tokens=as_count(info.get("context_tokens")),
             fit=StoredFit.from_stored(info.get("fit")),
             calibrated=CalibratedPrediction.from_stored(info.get("calibrated")),
@@ -407,12 +397,11 @@ class TwinCalibration:
         cal = as_mapping(value)
         if not cal:
             return None
-        device = cal.get("device")
         return cls(
             available=cal.get("available") is True,
-            reason=_str(cal.get("reason")) or "",
-            device=dict(device) if isinstance(device, Mapping) else None,
-            points=tuple(SweepPoint.from_stored(p) for p in _mappings(cal.get("points"))),
+            reason=string(cal.get("reason")) or "",
+            device=mapping_or_none(cal.get("device")),
+            points=tuple(SweepPoint.from_stored(p) for p in mappings(cal.get("points"))),
             decode_efficiency_median=finite(cal.get("decode_efficiency_median")),
             prefill_efficiency_median=finite(cal.get("prefill_efficiency_median")),
             by_dtype=tuple(
@@ -427,11 +416,11 @@ class TwinCalibration:
                 if isinstance(d, Mapping)
             ),
             figures=dict(as_mapping(cal.get("figures"))),
-            basis=_str(cal.get("basis")) or "",
+            basis=string(cal.get("basis")) or "",
             twin_shape=dict(as_mapping(cal.get("twin_shape"))),
             probe_errors=whole_number(cal.get("probe_errors")) or 0,
-            probe_error=_str(cal.get("probe_error")) or "",
-            skipped_dtypes=_reasons(cal.get("skipped_dtypes")),
+            probe_error=string(cal.get("probe_error")) or "",
+            skipped_dtypes=reasons_by_name(cal.get("skipped_dtypes")),
         )
 
     @property
@@ -487,7 +476,7 @@ class PerformanceResult:
             if (knee := Knee.from_stored(stored)) is not None
         }
         return cls(
-            points=tuple(SweepPoint.from_stored(p) for p in _mappings(result.get("points"))),
+            points=tuple(SweepPoint.from_stored(p) for p in mappings(result.get("points"))),
             knee=Knee.from_stored(result.get("knee")),
             knees=tuple(
                 knee
@@ -495,27 +484,27 @@ class PerformanceResult:
                 if (knee := Knee.from_stored(stored)) is not None
             ),
             knee_by_dtype=by_dtype,
-            knee_rule=_str(result.get("knee_rule")) or "",
-            stopped=tuple(SweepStop.from_stored(s) for s in _mappings(result.get("stopped"))),
-            errors=tuple(SweepError.from_stored(e) for e in _mappings(result.get("errors"))),
-            skipped_dtypes=_reasons(result.get("skipped_dtypes")),
+            knee_rule=string(result.get("knee_rule")) or "",
+            stopped=tuple(SweepStop.from_stored(s) for s in mappings(result.get("stopped"))),
+            errors=tuple(SweepError.from_stored(e) for e in mappings(result.get("errors"))),
+            skipped_dtypes=reasons_by_name(result.get("skipped_dtypes")),
             skipped_prompt_lens=tuple(
-                (whole_number(s.get("prompt_len")), _str(s.get("reason")) or "")
-                for s in _mappings(result.get("skipped_prompt_lens"))
+                (whole_number(s.get("prompt_len")), string(s.get("reason")) or "")
+                for s in mappings(result.get("skipped_prompt_lens"))
             ),
             predicted=FullSizePredicted.from_stored(result.get("predicted")),
             calibration=TwinCalibration.from_stored(result.get("calibration")),
-            device=_str(result.get("device")),
-            backend=_str(result.get("backend")),
-            memory_kind=_str(result.get("memory_kind")),
-            memory_method=_str(result.get("memory_method")),
-            timer=_str(result.get("timer")),
+            device=string(result.get("device")),
+            backend=string(result.get("backend")),
+            memory_kind=string(result.get("memory_kind")),
+            memory_method=string(result.get("memory_method")),
+            timer=string(result.get("timer")),
             threads=whole_number(result.get("threads")),
             options=SweepOptions.from_stored(result.get("options")),
             twin=dict(as_mapping(result.get("twin"))),
-            notes=_strings(result.get("notes")),
+            notes=strings(result.get("notes")),
             duration_s=finite(result.get("duration_s")),
-            reason=_str(result.get("reason")) or "",
+            reason=string(result.get("reason")) or "",
             sweep_recorded=isinstance(result.get("stopped"), list)
             or isinstance(result.get("errors"), list),
         )

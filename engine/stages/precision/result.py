@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.formatting import finite
-from engine.stored import as_list, as_mapping, flag, text, whole_number
+from engine.stored import as_list, as_mapping, flag, mapping_or_none, text, texts, whole_number
 
 from .checks import CHECKS
 
@@ -249,7 +249,7 @@ class DtypeComparison:
             positions=whole_number(entry.get("positions")),
             thresholds=dict(as_mapping(entry.get("thresholds"))),
             unit_roundoff=finite(entry.get("unit_roundoff")),
-            notes=[str(note) for note in as_list(entry.get("notes"))],
+            notes=texts(entry.get("notes")),
             first_divergent_layer=whole_number(entry.get("first_divergent_layer")),
             first_divergent_module=text(entry.get("first_divergent_module")),
             first_divergent_name=text(entry.get("first_divergent_name")),
@@ -361,7 +361,6 @@ class PrecisionStageResult:
             else None
         )
         reference, prompt = as_mapping(result.get("reference")), as_mapping(result.get("prompt"))
-        twin = result.get("twin")
         return cls(
             dtypes=dtypes,
             skipped_dtypes={
@@ -374,7 +373,7 @@ class PrecisionStageResult:
             decode_steps=whole_number(result.get("decode_steps")),
             prompt_batch=whole_number(prompt.get("batch")),
             prompt_tokens=whole_number(prompt.get("tokens")),
-            twin=dict(twin) if isinstance(twin, Mapping) else None,
+            twin=mapping_or_none(result.get("twin")),
             passed=flag(result.get("passed")),
         )
 

@@ -32,12 +32,19 @@ from engine.stages.plan.result import (
     StoredFit,
     predicted_points,
 )
-from engine.stored import as_count, as_list, as_mapping, text, whole_number
+from engine.stored import as_count, as_list, as_mapping, as_mappings, text, texts, whole_number
 
 from .command import CommandChange, command_changes
 from .full_size_settings import PRIMARY
 
 STATUSES = ("measured", "skipped", "failed")
+MEASURED = "measured"
+# The run's key in the serve result.
+RESULT_KEY = "full_size"
+# The keys of a run a report reads in the database (it loads no whole result): its status,
+# the TP it launched at and the primary workload's settings; `FullSizeRun.from_stored` reads
+# a mapping of just these.
+SUMMARY_KEYS = ("status", "tp", "sweep_settings")
 
 
 def launch_split(tp: int, plan: Split) -> str:
@@ -95,7 +102,7 @@ _LEVEL_FIGURES = (
 def levels_of(value: Any) -> list[Level]:
     """The levels of a stored sweep, by concurrency (a level without one is left out)."""
     levels = []
-    for point in (as_mapping(p) for p in as_list(value)):
+    for point in as_mappings(value):
         concurrency = whole_number(point.get("concurrency"))
         if concurrency is None:
             continue
@@ -147,7 +154,7 @@ def metrics_samples(value: Any) -> list[MetricsSample]:
             kv_cache_usage=finite(sample.get("kv_cache_usage")),
             **{key: as_count(sample.get(key)) for key in _SAMPLE_FIGURES[1:]},
         )
-        for sample in (as_mapping(s) for s in as_list(value))
+        for sample in as_mappings(value)
     ]
 
 
@@ -359,9 +366,68 @@ class FullSizeRun:
     culprit: str = ""
     engine_lines: list[str] = field(default_factory=list)
 
+    @classmethod
+    def from_stored(cls, value: Any) -> FullSizeRun | None:
+        """The run a stored `full_size` holds, whatever version of the stage wrote it (a field
+        of the wrong shape reads as empty); None where it holds no run (no mapping, or a
+        status that is none of `STATUSES`). Never raises."""
+        full_size = as_mapping(value)
+        status = text(full_size.get("status"))
+        if status not in STATUSES:
+            return None
+        tp = whole_number(full_size.get("tp"))
+        settings = as_mapping(full_size.get("sweep_settings"))
+        workloads = _workloads(full_size, tp) if status != "skipped" else []
+        metrics = as_mapping(full_size.get("engine_metrics"))
+        model = _model(full_size.get("model"))
+        before, before_reason = _predicted_before(full_size.get("predicted_before"), workloads)
+        return cls(
+            status=status,
+            reason=text(full_size.get("reason")),
+            load_format=text(full_size.get("load_format")),
+            launched_command=text(full_size.get("launched_command")),
+            changes=command_changes(full_size.get("command_diff")),
+            load_s=finite(full_size.get("load_s")),
+            tp=tp,
+            dtype=text(full_size.get("dtype")),
+            peak_memory_bytes=finite(full_size.get("peak_memory_bytes")),
+            max_model_len=whole_number(full_size.get("max_model_len")),
+            engine_kv_cache_tokens=whole_number(full_size.get("engine_kv_cache_tokens")),
+            input_tokens=whole_number(settings.get("input_tokens")),
+            output_tokens=whole_number(settings.get("output_tokens")),
+            concurrency_levels=[
+                c
+                for c in (whole_number(v) for v in as_list(settings.get("concurrency")))
+                if c is not None
+            ],
+            requests_per_level=whole_number(settings.get("requests_per_level")),
+            time_budget_s=finite(settings.get("time_budget_s")),
+            load_generator=text(settings.get("load_generator")),
+            workloads=workloads,
+            tp_launches=[_tp_launch(e) for e in as_mappings(full_size.get("tp_scaling"))],
+            tp_left_out=[_tp_left_out(e) for e in as_mappings(full_size.get("tp_skipped"))],
+            scaling=[_scaling_point(r) for r in as_mappings(full_size.get("scaling"))],
+            peaks=_peaks(metrics),
+            metrics_series=metrics_samples(metrics.get("series")),
+            model=model,
+            predicted_before=before,
+            predicted_before_reason=before_reason,
+            duration_s=finite(full_size.get("duration_s")),
+            devices_needed=whole_number(full_size.get("devices_needed")),
+            devices_held=whole_number(full_size.get("devices_held")),
+            weight_bytes=whole_number(full_size.get("weight_bytes"))
+            or (model.weight_bytes if model else None),
+            max_weight_bytes=whole_number(full_size.get("max_weight_bytes")),
+            disabled_by=text(full_size.get("by")),
+            failed_checks=texts(full_size.get("checks")),
+            error=text(full_size.get("error")),
+            culprit=text(full_size.get("culprit")),
+            engine_lines=texts(full_size.get("engine_lines")),
+        )
+
     @property
     def measured(self) -> bool:
-        return self.status == "measured"
+        return self.status == MEASURED
 
     @property
     def primary(self) -> MeasuredWorkload | None:
@@ -415,7 +481,7 @@ def _predicted_before(
     if before.get("available") is False:
         return {}, text(before.get("reason"))
     fit, split = StoredFit.from_stored(before.get("fit")), text(before.get("split"))
-    entries = [as_mapping(w) for w in as_list(before.get("workloads"))]
+    entries = as_mappings(before.get("workloads"))
     if not entries and before.get("sweep"):  # the primary workload's alone
         primary = next((w for w in workloads if w.primary), None)
         entries = [
@@ -460,7 +526,7 @@ def _workloads(full_size: Mapping[str, Any], tp: int | None) -> list[MeasuredWor
             levels=levels_of(entry.get("sweep")),
             stopped=text(entry.get("stopped")),
         )
-        for entry in (as_mapping(e) for e in as_list(full_size.get("workloads")))
+        for entry in as_mappings(full_size.get("workloads"))
     ]
     return [primary, *others]
 
@@ -510,62 +576,11 @@ def _scaling_point(row: Mapping[str, Any]) -> ScalingPoint:
     )
 
 
-def full_size_run(serve_result: Mapping[str, Any] | None) -> FullSizeRun | None:
-    """The full-size run of a serve result, None where it has none (a run stored before the
-    stage measured the full size, or one that stopped before it)."""
-    full_size = as_mapping(as_mapping(serve_result).get("full_size"))
-    status = text(full_size.get("status"))
-    if status not in STATUSES:
-        return None
-    tp = whole_number(full_size.get("tp"))
-    settings = as_mapping(full_size.get("sweep_settings"))
-    workloads = _workloads(full_size, tp) if status != "skipped" else []
-    metrics = as_mapping(full_size.get("engine_metrics"))
-    model = _model(full_size.get("model"))
-    before, before_reason = _predicted_before(full_size.get("predicted_before"), workloads)
-    return FullSizeRun(
-        status=status,
-        reason=text(full_size.get("reason")),
-        load_format=text(full_size.get("load_format")),
-        launched_command=text(full_size.get("launched_command")),
-        changes=command_changes(full_size.get("command_diff")),
-        load_s=finite(full_size.get("load_s")),
-        tp=tp,
-        dtype=text(full_size.get("dtype")),
-        peak_memory_bytes=finite(full_size.get("peak_memory_bytes")),
-        max_model_len=whole_number(full_size.get("max_model_len")),
-        engine_kv_cache_tokens=whole_number(full_size.get("engine_kv_cache_tokens")),
-        input_tokens=whole_number(settings.get("input_tokens")),
-        output_tokens=whole_number(settings.get("output_tokens")),
-        concurrency_levels=[
-            c
-            for c in (whole_number(v) for v in as_list(settings.get("concurrency")))
-            if c is not None
-        ],
-        requests_per_level=whole_number(settings.get("requests_per_level")),
-        time_budget_s=finite(settings.get("time_budget_s")),
-        load_generator=text(settings.get("load_generator")),
-        workloads=workloads,
-        tp_launches=[_tp_launch(as_mapping(e)) for e in as_list(full_size.get("tp_scaling"))],
-        tp_left_out=[_tp_left_out(as_mapping(e)) for e in as_list(full_size.get("tp_skipped"))],
-        scaling=[_scaling_point(as_mapping(r)) for r in as_list(full_size.get("scaling"))],
-        peaks=_peaks(metrics),
-        metrics_series=metrics_samples(metrics.get("series")),
-        model=model,
-        predicted_before=before,
-        predicted_before_reason=before_reason,
-        duration_s=finite(full_size.get("duration_s")),
-        devices_needed=whole_number(full_size.get("devices_needed")),
-        devices_held=whole_number(full_size.get("devices_held")),
-        weight_bytes=whole_number(full_size.get("weight_bytes"))
-        or (model.weight_bytes if model else None),
-        max_weight_bytes=whole_number(full_size.get("max_weight_bytes")),
-        disabled_by=text(full_size.get("by")),
-        failed_checks=[str(c) for c in as_list(full_size.get("checks"))],
-        error=text(full_size.get("error")),
-        culprit=text(full_size.get("culprit")),
-        engine_lines=[str(line) for line in as_list(full_size.get("engine_lines"))],
-    )
+def full_size_run(serve_result: Any) -> FullSizeRun | None:
+    """The full-size run of a serve result (its `full_size`, `FullSizeRun.from_stored`), None
+    where it has none (a run stored before the stage measured the full size, or one that
+    stopped before it). Never raises."""
+    return FullSizeRun.from_stored(as_mapping(serve_result).get(RESULT_KEY))
 
 
 @dataclass(frozen=True)

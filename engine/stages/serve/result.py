@@ -23,7 +23,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.formatting import finite
-from engine.stored import as_count, as_list, as_mapping, flag, text, whole_number
+from engine.stored import (
+    StageFailure,
+    as_count,
+    as_list,
+    as_mapping,
+    flag,
+    text,
+    texts,
+    whole_number,
+    within,
+)
 
 from .command import CommandChange, command_changes
 from .full_size_result import (
@@ -55,50 +65,17 @@ _EARLIER_KNEE_CODES = {"growth_below_threshold": "found", "largest_measured": "b
 
 
 @dataclass(frozen=True)
-class Failure:
-    """Why the stage failed: the `phase` it failed in ("checkpoint", "launch", "precision",
-    "tp", "sweep", "metrics"; "" when not said), its `reason`, the engine's own error lines,
-    and who is at fault (`culprit`: "release", "infrastructure"; "" when not said)."""
-
-    phase: str
-    reason: str
-    engine_lines: list[str] = field(default_factory=list)
-    culprit: str = ""
-
-    @classmethod
-    def from_stored(cls, value: Any) -> Failure | None:
-        """The failure a result holds; None where it holds none (a mapping that is empty)."""
-        failure = as_mapping(value)
-        if not failure:
-            return None
-        return cls(
-            phase=text(failure.get("phase")),
-            reason=text(failure.get("reason")),
-            engine_lines=[str(line) for line in as_list(failure.get("engine_lines"))],
-            culprit=text(failure.get("culprit")),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "phase": self.phase,
-            "reason": self.reason,
-            "engine_lines": list(self.engine_lines),
-            "culprit": self.culprit,
-        }
+class Failure(StageFailure):
+    """Why the stage failed (`engine.stored.StageFailure`, read as every stage's failure is):
+    the `phase` it failed in ("checkpoint", "launch", "precision", "tp", "sweep", "metrics";
+    "" when not said), its `reason`, the engine's own error lines, and who is at fault
+    (`culprit`: "release", "infrastructure"; "" when not said)."""
 
     @property
     def before_serving(self) -> bool:
         """Whether the run failed before the engine answered (saving the checkpoint or
         launching): it measured nothing of precision, TP or load."""
         return self.phase in LAUNCH_PHASES
-
-    @property
-    def release_blamed(self) -> bool:
-        return self.culprit == "release"
-
-    @property
-    def infrastructure_blamed(self) -> bool:
-        return self.culprit == "infrastructure"
 
 
 @dataclass(frozen=True)
@@ -336,16 +313,12 @@ class PrecisionCheck:
     @property
     def logprob_within(self) -> bool | None:
         """Whether the largest |Δ logprob| is within its limit (None: either is missing)."""
-        if self.max_abs_logprob_diff is None or self.limit_max_abs_logprob_diff is None:
-            return None
-        return self.max_abs_logprob_diff <= self.limit_max_abs_logprob_diff
+        return within(self.max_abs_logprob_diff, self.limit_max_abs_logprob_diff)
 
     @property
     def kl_within(self) -> bool | None:
         """Whether the KL over the top-k is within its limit (None: either is missing)."""
-        if self.kl_top_k is None or self.limit_kl_top_k is None:
-            return None
-        return self.kl_top_k <= self.limit_kl_top_k
+        return within(self.kl_top_k, self.limit_kl_top_k)
 
     @property
     def disagreements_beyond_tie(self) -> int | None:
@@ -594,7 +567,7 @@ class ServeResult:
             checkpoint=ServedCheckpoint.from_stored(result.get("checkpoint")),
             load_s=finite(result.get("load_s")),
             peak_memory_bytes=as_count(result.get("peak_memory_bytes")),
-            startup_log=[str(line) for line in as_list(result.get("startup_log"))],
+            startup_log=texts(result.get("startup_log")),
             precision=PrecisionCheck.from_stored(result.get("precision")),
             sweep=sweep,
             sweep_settings=SweepSettings.from_stored(result.get("sweep_settings")),

@@ -20,7 +20,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.formatting import finite
-from engine.stored import as_count, as_list, as_mapping, flag, whole_number
+from engine.stored import (
+    StageFailure,
+    as_count,
+    as_list,
+    as_mapping,
+    flag,
+    over,
+    reasons_by_name,
+    string,
+    strings,
+    whole_number,
+)
 
 # The head of each reason the run gives for a crossed threshold ("memory leak: ..."): the
 # findings quote the stage's own sentence by it.
@@ -29,23 +40,6 @@ NONFINITE = "NaN/Inf outputs"
 EXCEPTIONS = "exceptions"
 DRIFT = "step-time drift"
 TOO_FEW_STEPS = "too few steps to judge"
-
-
-def _str(value: Any) -> str | None:
-    """`value` when it is a string, else None (a stored field of another type is ignored)."""
-    return value if isinstance(value, str) else None
-
-
-def _strings(value: Any) -> tuple[str, ...]:
-    """The strings of a stored list (anything else in it left out)."""
-    return tuple(item for item in as_list(value) if isinstance(item, str))
-
-
-def _over(value: float | None, limit: float | None) -> bool | None:
-    """Whether `value` is above `limit`; None when either is unknown."""
-    if value is None or limit is None:
-        return None
-    return value > limit
 
 
 @dataclass(frozen=True)
@@ -94,18 +88,18 @@ class StabilityThresholds:
         growth (bytes) above `leak_min_growth_bytes`. None (not judged) when the slope or its
         threshold is unknown, or when the slope is over its threshold but the growth or its
         floor is unknown; False as soon as the slope is within its threshold."""
-        over_slope = _over(slope, self.leak_bytes_per_step)
+        over_slope = over(slope, self.leak_bytes_per_step)
         if not over_slope:
             return over_slope
-        return _over(growth, self.leak_min_growth_bytes)
+        return over(growth, self.leak_min_growth_bytes)
 
     def nonfinite_over(self, rows: int | float | None) -> bool | None:
         """Whether more next-token logit rows held NaN/Inf than `max_nonfinite_outputs`."""
-        return _over(rows, self.max_nonfinite_outputs)
+        return over(rows, self.max_nonfinite_outputs)
 
     def drifts(self, drift: float | None) -> bool | None:
         """Whether the step-time drift (a fraction) is above `max_step_time_drift`."""
-        return _over(drift, self.max_step_time_drift)
+        return over(drift, self.max_step_time_drift)
 
 
 @dataclass(frozen=True)
@@ -158,8 +152,8 @@ class StabilityWorkload:
     def from_stored(cls, value: Any) -> StabilityWorkload:
         workload = as_mapping(value)
         return cls(
-            dtype=_str(workload.get("dtype")),
-            device=_str(workload.get("device")),
+            dtype=string(workload.get("dtype")),
+            device=string(workload.get("device")),
             **{
                 key: whole_number(workload.get(key))
                 for key in (
@@ -222,10 +216,11 @@ class StabilityResult:
     and step-time drift with their thresholds, the verdict (`passed`, `reason`, `reasons`),
     the charted samples, what each step served (`workload`) and how it was measured.
 
-    `failure` is {"culprit", "reason"} where the run blames the host (its time budget ended
-    the run before a verdict), else None. `passed` None: the row holds no verdict."""
+    `failure` (`engine.stored.StageFailure`) blames the infrastructure where the host was to
+    blame (its time budget ended the run before a verdict), else None. `passed` None: the
+    row holds no verdict."""
 
-    failure: Mapping[str, Any] | None = None
+    failure: StageFailure | None = None
     duration_s: float | None = None
     duration_asked_s: float | None = None
     ran_longer_reason: str | None = None
@@ -271,34 +266,29 @@ class StabilityResult:
         """The result in a stored row (`StageRun.result`), whatever version wrote it; an
         empty result for anything but a mapping. Never raises."""
         result = as_mapping(value)
-        failure = result.get("failure")
         return cls(
-            failure=dict(failure) if isinstance(failure, Mapping) else None,
+            failure=StageFailure.of(result),
             passed=flag(result.get("passed")),
-            reason=_str(result.get("reason")) or "",
-            reasons=_strings(result.get("reasons")),
-            error_messages=_strings(result.get("error_messages")),
+            reason=string(result.get("reason")) or "",
+            reasons=strings(result.get("reasons")),
+            error_messages=strings(result.get("error_messages")),
             thresholds=StabilityThresholds.from_stored(result.get("thresholds")),
             samples=tuple(StabilitySample.from_stored(s) for s in as_list(result.get("samples"))),
             workload=StabilityWorkload.from_stored(result.get("workload")),
-            skipped_dtypes={
-                str(dtype): why
-                for dtype, why in as_mapping(result.get("skipped_dtypes")).items()
-                if isinstance(why, str)
-            },
+            skipped_dtypes=reasons_by_name(result.get("skipped_dtypes")),
             options=dict(as_mapping(result.get("options"))),
             twin=dict(as_mapping(result.get("twin"))),
-            notes=_strings(result.get("notes")),
+            notes=strings(result.get("notes")),
             **{key: finite(result.get(key)) for key in _FIGURES},
             **{key: whole_number(result.get(key)) for key in _COUNTS},
             **{key: as_count(result.get(key)) for key in _MEMORY},
-            **{key: _str(result.get(key)) for key in _WORDS},
+            **{key: string(result.get(key)) for key in _WORDS},
         )
 
     def to_dict(self) -> dict[str, Any]:
         """The result as the stage stores it (JSON-ready; `from_stored` reads it back)."""
         return {
-            "failure": None if self.failure is None else dict(self.failure),
+            "failure": None if self.failure is None else self.failure.to_dict(),
             "duration_s": self.duration_s,
             "duration_asked_s": self.duration_asked_s,
             "ran_longer_reason": self.ran_longer_reason,

@@ -92,6 +92,7 @@ from engine.stages.stability.result import (
     StabilityThresholds,
     StabilityWorkload,
 )
+from engine.stored import INFRASTRUCTURE, StageFailure
 from engine.twin import Twin, build_twin
 from engine.twin.measure import (
     MemoryProbe,
@@ -450,7 +451,11 @@ def judged_run(
     budget_cut = too_few_only and series.stopped_early == TIME_BUDGET
     return StabilityResult(
         failure=(
-            {"culprit": "infrastructure", "reason": "time budget ended the run before a verdict"}
+            StageFailure(
+                phase="",
+                reason="time budget ended the run before a verdict",
+                culprit=INFRASTRUCTURE,
+            )
             if budget_cut
             else None
         ),
