@@ -144,12 +144,25 @@ class NewAspect:
 
 @dataclass(frozen=True)
 class ConfigCount:
-    """A config-derived figure beside the checkpoint's: the config's value, and the
-    checkpoint's minus it (`difference`, and `relative` to it; None when the config's is 0)."""
+    """A config-derived figure beside the checkpoint's: the config's value, the checkpoint's
+    minus it (`difference`, and `relative` to it; None when the config's is 0), and the
+    checkpoint's."""
 
     config: float | None
     difference: float | None
     relative: float | None
+    checkpoint: float | None = None
+
+
+@dataclass(frozen=True)
+class CountGroup:
+    """A tensor group whose parameters the config and the checkpoint count differently (the
+    checkpoint's minus the config's: `difference`)."""
+
+    group: str
+    config: int | None
+    checkpoint: int | None
+    difference: int
 
 
 @dataclass(frozen=True)
@@ -487,15 +500,40 @@ class AnalysisResult:
         None when the counts are the config's anyway, or the comparison lacks it."""
         if not self.counted_from_checkpoint:
             return None
-        comparison = as_mapping(as_mapping(self.checkpoint).get("comparison"))
-        compared = as_mapping(as_mapping(comparison.get("figures")).get(key))
+        compared = as_mapping(as_mapping(self._comparison.get("figures")).get(key))
         if not compared:
             return None
         return ConfigCount(
             config=finite(compared.get("config")),
             difference=finite(compared.get("difference")),
             relative=finite(compared.get("relative")),
+            checkpoint=finite(compared.get("checkpoint")),
         )
+
+    @property
+    def _comparison(self) -> Mapping[str, Any]:
+        return as_mapping(as_mapping(self.checkpoint).get("comparison"))
+
+    @property
+    def counts_disagree(self) -> bool:
+        """Whether the config-derived total and the checkpoint's disagree beyond rounding
+        (the checkpoint's is then used, and `count_groups` says where they differ)."""
+        compared = as_mapping(self._comparison.get("figures")).get("total_params")
+        return bool(compared) and self._comparison.get("agree", True) is False
+
+    @property
+    def count_groups(self) -> list[CountGroup]:
+        """The tensor groups whose counts differ between the config and the checkpoint."""
+        return [
+            CountGroup(
+                group=str(group),
+                config=whole_number(g.get("config")),
+                checkpoint=whole_number(g.get("checkpoint")),
+                difference=whole_number(g.get("difference")) or 0,
+            )
+            for group, g in as_mapping(self._comparison.get("groups")).items()
+            if isinstance(g, Mapping)
+        ]
 
     @property
     def config_count_estimated(self) -> bool:

@@ -44,6 +44,11 @@ class NameList:
     def to_dict(self) -> dict[str, Any]:
         return {"count": self.count, "names": list(self.names)}
 
+    @property
+    def more(self) -> int:
+        """How many names the list counts past those it keeps (0 when none)."""
+        return max(self.count - len(self.names), 0)
+
 
 @dataclass(frozen=True)
 class WeightsSummary:

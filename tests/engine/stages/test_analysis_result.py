@@ -15,6 +15,7 @@ from engine.stages.analyze.result import (
     AnalysisResult,
     CheckpointCheck,
     ConfigCount,
+    CountGroup,
     LayerCount,
     NewAspect,
 )
@@ -76,6 +77,7 @@ def test_what_the_stage_writes_from_a_checkpoint_reads_back_unchanged(fake_hub):
     assert result.counted_from_checkpoint and result.exact_params
     total = result.config_count("total_params")
     assert total is not None and total.config is not None and total.difference is not None
+    assert total.checkpoint == result.total_params
     check = result.check
     assert check is not None and check.layers_differ and check.layers is not None
     assert check.layers.missing == "1"
@@ -201,15 +203,32 @@ def test_the_config_count_beside_the_checkpoint_s():
             "checkpoint": {
                 "comparison": {
                     "figures": {
-                        "total_params": {"config": 100, "difference": -4, "relative": -0.04}
-                    }
+                        "total_params": {
+                            "config": 100,
+                            "checkpoint": 96,
+                            "difference": -4,
+                            "relative": -0.04,
+                        }
+                    },
+                    "groups": {"experts": {"config": 80, "checkpoint": 76, "difference": -4}},
+                    "agree": False,
                 }
             },
         }
     )
 
-    assert result.config_count("total_params") == ConfigCount(100.0, -4.0, -0.04)
+    assert result.config_count("total_params") == ConfigCount(100.0, -4.0, -0.04, 96.0)
     assert result.config_count("active_params") is None
+    assert result.counts_disagree
+    assert result.count_groups == [CountGroup("experts", 80, 76, -4)]
+    # counted from the config: nothing beside it, nothing to disagree with
+    assert not AnalysisResult.from_stored({"params_counted_from": "config"}).counts_disagree
+
+
+def test_a_bounded_name_list_counts_the_names_past_those_kept():
+    assert NameList(12, ("a", "b")).more == 10
+    assert NameList(1, ("a",)).more == 0
+    assert NameList().more == 0
 
 
 @pytest.mark.parametrize(
