@@ -59,7 +59,6 @@ from engine.stages.serve.full_size_result import (
     comparisons,
     full_size_run,
 )
-from engine.stored import as_mapping
 
 # --- the release page's performance panel ---------------------------------------------------
 
@@ -177,7 +176,7 @@ def engine_full_size(job: AdaptationJob, *, stem: str) -> EngineFullSize | None:
     job has no serve attempt with a full-size run. `stem` prefixes the charts' element ids."""
     runs = latest_runs_by_stage(job)
     serve = runs.get(SERVE_STAGE)
-    run = full_size_run(as_mapping(serve.result)) if serve is not None else None
+    run = full_size_run(serve.result) if serve is not None else None
     if run is None:
         return None
     plan = runs.get(PLAN_STAGE)

@@ -9,42 +9,54 @@ from adaptation.models import AcceleratorPool, StageRun, StageStatus
 from engine.stages.plan.closed_loop import MAX_SWEEPS
 from engine.stages.plan.result import PlanResult, Split
 from engine.stages.plan.run import pool_engine
-from engine.stages.serve.full_size_result import launch_split
+from engine.stages.serve.full_size_result import (
+    MEASURED,
+    RESULT_KEY,
+    Level,
+    MeasuredWorkload,
+    full_size_run,
+    launch_split,
+)
+
+
+def _workload(workload: MeasuredWorkload, levels: list[Level]) -> dict[str, Any]:
+    """A workload as the closed loop reads it: its lengths and its sweep's points."""
+    return {
+        "input_tokens": workload.input_tokens,
+        "output_tokens": workload.output_tokens,
+        "sweep": [level.to_dict() for level in levels],
+    }
 
 
 def _records(run: StageRun, analysis: dict[str, Any], plan: Split) -> list[dict]:
-    """The closed loop's records of one serve run (`plan`: its job's split)."""
-    full_size = (run.result or {}).get("full_size") or {}
-    settings = full_size.get("sweep_settings") or {}
-    engine = pool_engine(run.job.pool)
+    """The closed loop's records of one serve run (`plan`: its job's split), read through
+    the full-size run's own reader (`FullSizeRun`); none where it measured nothing."""
+    full_size = full_size_run(run.result)
+    if full_size is None or not full_size.measured or full_size.primary is None:
+        return []
     base = {
         "stage_run": run.pk,
         "job": run.job_id,
         "analysis": analysis,
-        "dtype": full_size.get("dtype") or "checkpoint",
+        "dtype": full_size.dtype or "checkpoint",
         "kv_dtype": "bfloat16",  # the launches leave --kv-cache-dtype at auto: 16-bit
-        "engine": engine,
+        "engine": pool_engine(run.job.pool),
     }
-    primary = {
-        "input_tokens": settings.get("input_tokens"),
-        "output_tokens": settings.get("output_tokens"),
-        "sweep": full_size.get("sweep") or [],
-    }
+    primary = full_size.primary
     records = [
         {
             **base,
-            "split": launch_split(int(full_size.get("tp") or 1), plan),
-            "workloads": [primary, *(full_size.get("workloads") or [])],
+            "split": launch_split(full_size.tp or 1, plan),
+            "workloads": [_workload(w, w.levels) for w in full_size.workloads],
         }
     ]
-    for entry in full_size.get("tp_scaling") or []:
-        tp = entry.get("tp")
-        if isinstance(tp, int) and tp > 0 and entry.get("sweep"):
+    for launch in full_size.tp_launches:
+        if launch.tp is not None and launch.tp > 0 and launch.levels:
             records.append(
                 {
                     **base,
-                    "split": launch_split(tp, plan),
-                    "workloads": [{**primary, "sweep": entry["sweep"]}],
+                    "split": launch_split(launch.tp, plan),
+                    "workloads": [_workload(primary, launch.levels)],
                 }
             )
     return records
@@ -61,7 +73,7 @@ def pool_full_size_sweeps(*, pool: AcceleratorPool, runs: int = MAX_SWEEPS) -> l
             job__pool=pool,
             stage="serve",
             status__in=(StageStatus.SUCCEEDED, StageStatus.FAILED),
-            result__full_size__status="measured",
+            **{f"result__{RESULT_KEY}__status": MEASURED},
         )
         .select_related("job__pool")
         .order_by("-finished_at", "-id")[:runs]

@@ -36,6 +36,7 @@ from adaptation.models import (
 )
 from adaptation.selectors.regressions import regressions_detected_between
 from engine.hubs.kinds import kinds_without_publication_time
+from engine.stages.serve.full_size_result import MEASURED, RESULT_KEY, SUMMARY_KEYS, FullSizeRun
 
 DEFAULT_PERIOD_DAYS = 30
 # Characters of a failed stage's error read from the database: its start (a stage's own
@@ -347,17 +348,19 @@ def full_size_throughputs(
 ) -> tuple[list[MeasuredThroughput], list[PredictedThroughput]]:
     """The full-size throughput of `release_ids` on the report's pools, newest job first
     (three queries whatever the number of releases): each serve run's measured full-size
-    primary workload at its best level (its TP and lengths read from the run's `full_size`,
-    the level from its stored rows), and, for the releases without one, their succeeded
-    plans' predicted workloads. Only the keys read are taken from the stored results."""
+    primary workload at its best level (its TP and lengths read by the run's own reader,
+    `FullSizeRun`, from the keys the query takes: `SUMMARY_KEYS`; the level from its stored
+    rows), and, for the releases without one, their succeeded plans' predicted workloads.
+    Only the keys read are taken from the stored results."""
     jobs = _jobs(query).filter(release_id__in=release_ids)
     newest = ("-job__created_at", "-job_id", "-attempt")
-    runs = list(
+    stored = f"result__{RESULT_KEY}__"
+    rows = (
         StageRun.objects.filter(
             job__in=jobs,
             stage="serve",
             status__in=(StageStatus.SUCCEEDED, StageStatus.FAILED),
-            result__full_size__status="measured",
+            **{f"{stored}status": MEASURED},
         )
         .order_by(*newest)
         .values_list(
@@ -365,11 +368,16 @@ def full_size_throughputs(
             "job__release_id",
             "job_id",
             "job__pool__name",
-            "result__full_size__tp",
-            "result__full_size__sweep_settings__input_tokens",
-            "result__full_size__sweep_settings__output_tokens",
+            *(f"{stored}{key}" for key in SUMMARY_KEYS),
         )
     )
+    # Each run's full size read by its own reader, from the keys the query took.
+    runs = [
+        (run_id, release_id, job_id, pool, full_size)
+        for run_id, release_id, job_id, pool, *summary in rows
+        if (full_size := FullSizeRun.from_stored(dict(zip(SUMMARY_KEYS, summary, strict=True))))
+        is not None
+    ]
     best: dict[int, tuple[int | None, float]] = {}
     points = PerformancePoint.objects.filter(
         stage_run_id__in=[run[0] for run in runs],
@@ -378,13 +386,21 @@ def full_size_throughputs(
         load_format="dummy",
         metric="output_tokens_per_s",
     ).values_list("stage_run_id", "tp_size", "prompt_len", "output_len", "concurrency", "value")
-    primary = {run[0]: tuple(run[4:7]) for run in runs}
+    primary = {run[0]: (run[4].tp, run[4].input_tokens, run[4].output_tokens) for run in runs}
     for run_id, tp, prompt_len, output_len, concurrency, value in points:
         if (tp, prompt_len, output_len) == primary[run_id] and value > best.get(run_id, (0, 0))[1]:
             best[run_id] = (concurrency, value)
     measured = [
-        MeasuredThroughput(release_id, job_id, pool, tp, tokens_in, tokens_out, *best[run_id])
-        for run_id, release_id, job_id, pool, tp, tokens_in, tokens_out in runs
+        MeasuredThroughput(
+            release_id,
+            job_id,
+            pool,
+            full_size.tp,
+            full_size.input_tokens,
+            full_size.output_tokens,
+            *best[run_id],
+        )
+        for run_id, release_id, job_id, pool, full_size in runs
         if run_id in best
     ]
     workload = "result__predicted__workload__"

@@ -8,14 +8,16 @@ import pytest
 from adaptation.selectors.calibration import pool_calibration
 from adaptation.selectors.full_size import pool_full_size_sweeps
 from engine.architecture import analyze_config
+from engine.stages.serve.full_size_result import Level
 from tests.engine.stages.realconfigs import load
 from tests.factories import cpu_pool, make_job
 
 pytestmark = pytest.mark.django_db
 
+# Two levels as the serve stage stores them (`Level.to_dict`).
 SWEEP = [
-    {"concurrency": 1, "requests": 4, "completed": 4, "output_tokens_per_s": 9.5},
-    {"concurrency": 2, "requests": 8, "completed": 8, "output_tokens_per_s": 17.0},
+    Level(concurrency=1, requests=4, completed=4, output_tokens_per_s=9.5).to_dict(),
+    Level(concurrency=2, requests=8, completed=8, output_tokens_per_s=17.0).to_dict(),
 ]
 
 
@@ -107,3 +109,21 @@ def test_manage_py_plan_on_the_pool_predicts_with_its_own_fit():
     assert fitted["workload"]["fit"]["scope"] == "pool"
     assert fitted["predicted"]["fit"] == fitted["workload"]["fit"]
     assert fitted["workload"]["fit"]["points"] == 3  # two primary levels and one decode-heavy
+
+
+def test_a_stored_run_of_another_shape_gives_what_it_holds():
+    """The records are read through the full-size run's reader: parts of the wrong shape read
+    as empty (a workload that is no mapping, a TP launch with no degree), counts stored as
+    2.0 read as whole numbers, and nothing raises."""
+    pool = cpu_pool()
+    served_job(
+        pool,
+        full_size=measured(
+            tp=2.0,
+            workloads="decode-heavy",
+            tp_scaling=[{"tp": "one", "sweep": SWEEP}, 7],
+        ),
+    )
+    [record] = pool_full_size_sweeps(pool=pool)
+    assert record["split"] == "TP2 PP1 EP1 DP1"
+    assert record["workloads"] == [{"input_tokens": 128, "output_tokens": 64, "sweep": SWEEP}]

@@ -63,17 +63,17 @@ class Level:
     elsewhere); `knee`: whether it is the twin's sweep's knee (`ServeResult.sweep` sets it)."""
 
     concurrency: int | None
-    requests: int | None
-    completed: int | None
-    errors: int | None
-    output_tokens_per_s: float | None
-    requests_per_s: float | None
-    ttft_s_p50: float | None
-    ttft_s_p95: float | None
-    tpot_s_p50: float | None
-    tpot_s_p95: float | None
-    e2e_s_p50: float | None
-    e2e_s_p99: float | None
+    requests: int | None = None
+    completed: int | None = None
+    errors: int | None = None
+    output_tokens_per_s: float | None = None
+    requests_per_s: float | None = None
+    ttft_s_p50: float | None = None
+    ttft_s_p95: float | None = None
+    tpot_s_p50: float | None = None
+    tpot_s_p95: float | None = None
+    e2e_s_p50: float | None = None
+    e2e_s_p99: float | None = None
     kv_cache_usage_peak: float | None = None
     running_peak: float | None = None
     waiting_peak: float | None = None
@@ -82,6 +82,17 @@ class Level:
     @property
     def failed_requests(self) -> bool:
         return bool(self.errors)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The level as a stored sweep point holds what `levels_of` reads of it (the knee
+        mark is the reader's, not stored)."""
+        return {
+            "concurrency": self.concurrency,
+            "requests": self.requests,
+            "completed": self.completed,
+            "errors": self.errors,
+            **{key: getattr(self, key) for key in _LEVEL_FIGURES},
+        }
 
 
 _LEVEL_FIGURES = (
