@@ -645,6 +645,37 @@ def engine_output(engine: Any) -> dict[str, Any]:
     return shown
 
 
+class _InventoryAttribute(serializers.Field):
+    """A pool's field read from its inventory (the view's `inventory_of`, one per pool): the
+    `PoolInventory` attribute `source` names (the field's own name when not given)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(read_only=True, **kwargs)
+
+    def get_attribute(self, instance: AcceleratorPool) -> Any:
+        return getattr(self.context["inventory_of"](instance), self.source)
+
+
+class InventoryInteger(_InventoryAttribute, serializers.IntegerField):
+    pass
+
+
+class InventoryFloat(_InventoryAttribute, serializers.FloatField):
+    pass
+
+
+class InventoryFlag(_InventoryAttribute, serializers.BooleanField):
+    pass
+
+
+class InventoryText(_InventoryAttribute, serializers.CharField):
+    pass
+
+
+class InventoryMoment(_InventoryAttribute, serializers.DateTimeField):
+    pass
+
+
 class PoolOutput(serializers.ModelSerializer):
     """A pool with its layout, workers (live first), devices and queue, as the pools page
     shows it (`adaptation.selectors.inventory.pool_inventory`), and its serving `engine`
@@ -652,15 +683,17 @@ class PoolOutput(serializers.ModelSerializer):
     of its variables' names, never their values (`engine_output`)."""
 
     engine = serializers.SerializerMethodField()
-    layout_devices = serializers.SerializerMethodField()
-    layout_error = serializers.SerializerMethodField()
-    devices_reported = serializers.SerializerMethodField()
-    devices_held = serializers.SerializerMethodField()
-    devices_free = serializers.SerializerMethodField()
-    has_live_worker = serializers.SerializerMethodField()
-    queue_depth = serializers.SerializerMethodField()
-    oldest_queued_at = serializers.SerializerMethodField()
-    oldest_wait_s = serializers.SerializerMethodField()
+    layout_devices = InventoryInteger(source="devices_declared", allow_null=True)
+    layout_error = InventoryText()
+    devices_reported = InventoryInteger()
+    devices_held = InventoryInteger()
+    devices_free = InventoryInteger()
+    has_live_worker = InventoryFlag()
+    queue_depth = InventoryInteger(
+        source="queued_stage_runs", help_text="Stage runs queued for this pool."
+    )
+    oldest_queued_at = InventoryMoment(allow_null=True)
+    oldest_wait_s = InventoryFloat(allow_null=True)
     warnings = serializers.SerializerMethodField()
     workers = serializers.SerializerMethodField()
     stack = serializers.DictField(
@@ -714,43 +747,6 @@ class PoolOutput(serializers.ModelSerializer):
     )
     def get_engine(self, pool: AcceleratorPool) -> dict[str, Any]:
         return engine_output(pool.engine)
-
-    @extend_schema_field(serializers.IntegerField(allow_null=True))
-    def get_layout_devices(self, pool: AcceleratorPool) -> int | None:
-        return self._inventory(pool).devices_declared
-
-    @extend_schema_field(serializers.CharField())
-    def get_layout_error(self, pool: AcceleratorPool) -> str:
-        return self._inventory(pool).layout_error
-
-    @extend_schema_field(serializers.IntegerField())
-    def get_devices_reported(self, pool: AcceleratorPool) -> int:
-        return self._inventory(pool).devices_reported
-
-    @extend_schema_field(serializers.IntegerField())
-    def get_devices_held(self, pool: AcceleratorPool) -> int:
-        return self._inventory(pool).devices_held
-
-    @extend_schema_field(serializers.IntegerField())
-    def get_devices_free(self, pool: AcceleratorPool) -> int:
-        return self._inventory(pool).devices_free
-
-    @extend_schema_field(serializers.BooleanField())
-    def get_has_live_worker(self, pool: AcceleratorPool) -> bool:
-        return self._inventory(pool).has_live_worker
-
-    @extend_schema_field(serializers.IntegerField(help_text="Stage runs queued for this pool."))
-    def get_queue_depth(self, pool: AcceleratorPool) -> int:
-        return self._inventory(pool).queued_stage_runs
-
-    @extend_schema_field(serializers.DateTimeField(allow_null=True))
-    def get_oldest_queued_at(self, pool: AcceleratorPool) -> str | None:
-        queued_at = self._inventory(pool).oldest_queued_at
-        return serializers.DateTimeField().to_representation(queued_at) if queued_at else None
-
-    @extend_schema_field(serializers.FloatField(allow_null=True))
-    def get_oldest_wait_s(self, pool: AcceleratorPool) -> float | None:
-        return self._inventory(pool).oldest_wait_s
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_warnings(self, pool: AcceleratorPool) -> list[str]:
