@@ -10,8 +10,9 @@ The key holds everything the figure depends on, so a cached figure is never stal
 - a digest of the inputs it is handed (canonical JSON: a stage run's stored result changes,
   or a page asks for another view, and the key is another key);
 - `CHART_CODE_VERSION`, a digest of the chart code (every module of `adaptation.charts` and
-  the engine modules they format with) and of plotly's version, so an edit of a chart or a
-  plotly upgrade draws every figure anew.
+  every engine module they import, directly or not: the typed results that judge what a
+  chart draws, the formatting that words it) and of plotly's version, so an edit of a chart,
+  of a rule it draws, or a plotly upgrade draws every figure anew.
 
 Only the figure (plotly JSON, or None for "nothing to draw") is cached, never page state,
 with the same figure as text ready to embed in a page's `<script type="application/json">`
@@ -28,6 +29,7 @@ import hashlib
 import importlib.util
 import json
 import pkgutil
+import re
 from collections.abc import Callable, Mapping, Set
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -38,14 +40,10 @@ import plotly
 from django.core.cache import cache
 from django.core.serializers.json import DjangoJSONEncoder
 
-# Engine modules whose code shapes a figure's words or numbers (the charts import them; a
-# stage's typed result judges what a chart draws, a stop's cause say).
-_ENGINE_MODULES = (
-    "engine.formatting",
-    "engine.units",
-    "engine.stages.performance.result",
-    "engine.stages.stability.result",
-)
+# The package whose modules a chart draws with (its typed results judge what a chart draws,
+# `engine.formatting` words its numbers): every one the charts import, directly or through
+# each other, is part of the chart code (`chart_engine_modules`).
+_ENGINE = "engine"
 # How long (s) an unused figure is kept: its key never goes stale, so this only bounds the
 # room figures take in a shared cache.
 FIGURE_TIMEOUT_S = 7 * 24 * 3600
@@ -56,17 +54,79 @@ _SCRIPT_ESCAPES = {ord(">"): "\\u003E", ord("<"): "\\u003C", ord("&"): "\\u0026"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _code_version() -> str:
-    """A digest of the chart code: the source of every `adaptation.charts` module, of
-    `_ENGINE_MODULES`, and plotly's version."""
+def _module_path(name: str) -> Path | None:
+    """The source file of module `name` (a module, or a package's `__init__`), found by its
+    name alone: nothing is imported. None when there is none (`name` is no module)."""
+    spec = importlib.util.find_spec(name.partition(".")[0])
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    base = Path(next(iter(spec.submodule_search_locations))).joinpath(*name.split(".")[1:])
+    return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
+
+
+# An import statement, anywhere in a module (a function's own imports too): `from X import
+# names` (names in parentheses may span lines) or `import a, b.c`. Read as text, not parsed:
+# a module's imports are all this needs, and parsing every module costs a second at start.
+_FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w., \t]+)", re.M)
+
+
+def _names(listed: str) -> list[str]:
+    """The names an import lists ("a, b as c" or "(a,\n b,  # why\n)"), aliases dropped."""
+    listed = re.sub(r"#[^\n]*", "", listed).strip("() \t\n")
+    return [part.split()[0] for part in listed.split(",") if part.strip()]
+
+
+def _engine_imports(name: str, path: Path) -> set[str]:
+    """The `engine` modules that module `name` (its source at `path`) imports: relative
+    imports resolved, and `from a import b` counted as `a.b` where b is a module."""
+    source = path.read_text()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = {module for match in _IMPORT.finditer(source) for module in _names(match[1])}
+    for match in _FROM_IMPORT.finditer(source):
+        base = match[1]
+        if base.startswith("."):
+            module = base.lstrip(".")
+            parts = package.split(".")
+            parts = parts[: len(parts) - (len(base) - len(module)) + 1]
+            base = ".".join([*parts, *([module] if module else [])])
+        found.add(base)
+        found.update(f"{base}.{imported}" for imported in _names(match[2]))
+    return {
+        module
+        for module in found
+        if module.partition(".")[0] == _ENGINE and _module_path(module) is not None
+    }
+
+
+def _chart_modules() -> list[str]:
     import adaptation.charts as package
 
-    names = [f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__)]
+    return [f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__)]
+
+
+def chart_engine_modules() -> list[str]:
+    """The engine modules the chart code draws with, sorted: every `engine` module an
+    `adaptation.charts` module imports, and every one those import in turn."""
+    todo, seen = _chart_modules(), set()
+    while todo:
+        name = todo.pop()
+        path = _module_path(name)
+        if path is None:
+            continue
+        found = _engine_imports(name, path) - seen
+        seen |= found
+        todo.extend(found)
+    return sorted(seen)
+
+
+def _code_version() -> str:
+    """A digest of the chart code: the source of every `adaptation.charts` module and of the
+    engine modules they draw with (`chart_engine_modules`), and plotly's version."""
     digest = hashlib.sha256(plotly.__version__.encode())
-    for name in sorted([*names, *_ENGINE_MODULES]):
-        origin = importlib.util.find_spec(name).origin
+    for name in sorted([*_chart_modules(), *chart_engine_modules()]):
         digest.update(name.encode())
-        digest.update(Path(origin).read_bytes())
+        digest.update(_module_path(name).read_bytes())
     return digest.hexdigest()[:16]
 
 

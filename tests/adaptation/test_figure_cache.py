@@ -97,6 +97,71 @@ def test_the_chart_code_version_follows_plotly(monkeypatch):
     assert figure_cache._code_version() != version
 
 
+def test_the_chart_code_holds_every_engine_module_a_chart_draws_with():
+    """A typed result's judgement (what a chart marks as the knee, a leak, a failed level)
+    and the formatting of its words are chart code: editing one draws the figures anew."""
+    import importlib
+    import inspect
+
+    modules = set(figure_cache.chart_engine_modules())
+    for name in (
+        "engine.formatting",
+        "engine.stored",
+        "engine.stages.serve.result",
+        "engine.stages.serve.full_size_result",
+        "engine.stages.performance.result",
+        "engine.stages.stability.result",
+        "engine.stages.plan.result",
+        "engine.stages.distributed.result",
+    ):
+        assert name in modules, name
+    # Whatever a chart module holds of the engine, its module is part of the chart code.
+    for chart in figure_cache._chart_modules():
+        for value in vars(importlib.import_module(chart)).values():
+            owner = inspect.getmodule(value)
+            if owner is not None and owner.__name__.startswith("engine."):
+                assert owner.__name__ in modules, (chart, owner.__name__)
+
+
+def test_a_modules_engine_imports_are_read_in_every_form(tmp_path):
+    source = tmp_path / "chart.py"
+    source.write_text(
+        "import engine.units, json\n"
+        "from engine import formatting as fmt\n"
+        "from .command import (\n    CommandChange,  # the diff\n    command_changes,\n)\n"
+        "from ..plan.result import Split\n"
+        "def lazy():\n    from engine.stored import text\n"
+        "from django.db import models\n"
+    )
+    assert figure_cache._engine_imports("engine.stages.serve.chart", source) == {
+        "engine",
+        "engine.units",
+        "engine.formatting",
+        "engine.stages.serve.command",
+        "engine.stages.plan.result",
+        "engine.stored",
+    }
+
+
+def test_the_chart_code_version_follows_a_typed_result(monkeypatch):
+    """An edit of a result module a chart draws through gives another version."""
+    version = figure_cache._code_version()
+    path = figure_cache._module_path("engine.stages.serve.result")
+    edited = path.read_bytes() + b"\n# edited\n"
+    real = figure_cache._module_path
+
+    class Edited(type(path)):
+        def read_bytes(self) -> bytes:
+            return edited
+
+    monkeypatch.setattr(
+        figure_cache,
+        "_module_path",
+        lambda name: Edited(path) if name == "engine.stages.serve.result" else real(name),
+    )
+    assert figure_cache._code_version() != version
+
+
 @pytest.mark.django_db
 def test_a_model_instance_is_no_input():
     run = StageRun.objects.get(job=make_job(), stage="fetch")
