@@ -1,26 +1,27 @@
 """Findings from the checkpoint's own tensors (the analysis's `checkpoint` and
-`checkpoint_check`): its count against the config's, and the tensors, layers and MTP
-modules it holds against what the config implies. Notes for every pool, each naming the
-tensors it is about; their words are `templates/limitations/analyze/checkpoint-*.md`.
-Plain Python: neither Django nor torch."""
+`checkpoint_check`, as its typed result `AnalysisResult` reads them): its count against the
+config's, and the tensors, layers and MTP modules it holds against what the config implies.
+Notes for every pool, each naming the tensors it is about; their words are
+`templates/limitations/analyze/checkpoint-*.md`. Plain Python: neither Django nor torch."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from engine.findings import MAJOR, MINOR, Finding
+from engine.stages.analyze.result import AnalysisResult, CheckpointCheck
+from engine.stages.fetch.result import NameList
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _listed(listed: Mapping[str, Any]) -> dict[str, Any]:
+def _listed(listed: NameList) -> dict[str, Any]:
     """A bounded name list as the words need it: the names kept and how many more there are
     (`more`: the count past them, 0 when none)."""
-    names = [str(n) for n in listed.get("names") or []]
-    return {"names": names, "more": max(int(listed.get("count") or 0) - len(names), 0)}
+    return {"names": list(listed.names), "more": listed.more}
+
+
+def _counted(listed: NameList | None) -> TypeGuard[NameList]:
+    """Whether there is a name list and it counts any name."""
+    return listed is not None and listed.count > 0
 
 
 def _finding(kind: str, severity: str, **data: Any) -> Finding:
@@ -33,122 +34,118 @@ def _finding(kind: str, severity: str, **data: Any) -> Finding:
     )
 
 
-def _count_finding(result: Mapping[str, Any]) -> Finding | None:
+def _count_finding(analysis: AnalysisResult) -> Finding | None:
     """The config-derived total against the checkpoint's, when they disagree beyond
     rounding: the checkpoint's is used, and the groups where they differ say why."""
-    comparison = _mapping(_mapping(result.get("checkpoint")).get("comparison"))
-    total = _mapping(_mapping(comparison.get("figures")).get("total_params"))
-    if not total or comparison.get("agree", True):
+    total = analysis.config_count("total_params")
+    if total is None or not analysis.counts_disagree:
         return None
     groups = [
         {
-            "group": str(group),
-            "config": g.get("config"),
-            "checkpoint": g.get("checkpoint"),
-            "difference": g.get("difference", 0),
+            "group": group.group,
+            "config": group.config,
+            "checkpoint": group.checkpoint,
+            "difference": group.difference,
         }
-        for group, g in _mapping(comparison.get("groups")).items()
-        if isinstance(g, Mapping)
+        for group in analysis.count_groups
     ]
     return _finding(
         "count",
         MINOR,
-        config=total.get("config"),
-        checkpoint=total.get("checkpoint"),
-        relative=total.get("relative"),
-        estimated=bool(_mapping(result.get("config_figures")).get("estimated")),
+        config=total.config,
+        checkpoint=total.checkpoint,
+        relative=total.relative,
+        estimated=analysis.config_count_estimated,
         groups=groups,
     )
 
 
-def _tensor_findings(check: Mapping[str, Any]) -> list[Finding]:
+def _tensor_findings(check: CheckpointCheck) -> list[Finding]:
     found = []
-    source = str(check.get("expected_from") or "?")
-    missing = _mapping(check.get("missing"))
-    if missing.get("count"):
+    source = check.expected_from or "?"
+    if _counted(check.missing):
         found.append(
-            _finding("missing", MAJOR, count=missing["count"], source=source, **_listed(missing))
+            _finding(
+                "missing",
+                MAJOR,
+                count=check.missing.count,
+                source=source,
+                **_listed(check.missing),
+            )
         )
-    wrong = _mapping(check.get("wrong_shape"))
-    if wrong.get("count"):
+    if check.wrong_shape_count:
         tensors = [
-            {"name": t.get("name"), "expected": t.get("expected"), "found": t.get("found")}
-            for t in wrong.get("tensors") or []
-            if isinstance(t, Mapping)
+            {"name": t.name, "expected": t.expected, "found": t.found} for t in check.wrong_shape
         ]
         found.append(
             _finding(
                 "shape",
                 MAJOR,
-                count=wrong["count"],
+                count=check.wrong_shape_count,
                 source=source,
                 tensors=tensors,
-                more=max(int(wrong["count"]) - len(tensors), 0),
+                more=max(check.wrong_shape_count - len(tensors), 0),
             )
         )
-    extra = _mapping(check.get("extra"))
-    if extra.get("count"):
+    if _counted(check.extra):
         found.append(
-            _finding("extra", MINOR, count=extra["count"], source=source, **_listed(extra))
+            _finding("extra", MINOR, count=check.extra.count, source=source, **_listed(check.extra))
         )
     return found
 
 
-def _layer_findings(check: Mapping[str, Any]) -> list[Finding]:
+def _layer_findings(check: CheckpointCheck) -> list[Finding]:
     found = []
-    layers = _mapping(check.get("layers"))
-    if layers.get("missing") or layers.get("extra"):
+    if check.layers is not None and check.layers_differ:
         found.append(
             _finding(
                 "layers",
                 MAJOR,
-                config=layers.get("config"),
-                checkpoint=layers.get("checkpoint"),
-                missing=layers.get("missing") or "",
-                extra=layers.get("extra") or "",
+                config=check.layers.config,
+                checkpoint=check.layers.checkpoint,
+                missing=check.layers.missing,
+                extra=check.layers.extra,
             )
         )
-    mtp = _mapping(check.get("mtp"))
-    if mtp:
+    if check.mtp is not None:
         found.append(
-            _finding("mtp", MINOR, config=mtp.get("config"), checkpoint=mtp.get("checkpoint"))
+            _finding("mtp", MINOR, config=check.mtp.config, checkpoint=check.mtp.checkpoint)
         )
     return found
 
 
-def _header_findings(check: Mapping[str, Any]) -> list[Finding]:
+def _header_findings(check: CheckpointCheck) -> list[Finding]:
     found = []
-    duplicates = _mapping(check.get("duplicates"))
-    if duplicates.get("count"):
+    if _counted(check.duplicates):
         found.append(
-            _finding("duplicates", MINOR, count=duplicates["count"], **_listed(duplicates))
+            _finding("duplicates", MINOR, count=check.duplicates.count, **_listed(check.duplicates))
         )
-    mismatch = _mapping(check.get("index_mismatch"))
-    index_only = _mapping(mismatch.get("index_only"))
-    headers_only = _mapping(mismatch.get("headers_only"))
-    if index_only.get("count") or headers_only.get("count"):
+    index_only = check.index_only if _counted(check.index_only) else None
+    headers_only = check.headers_only if _counted(check.headers_only) else None
+    if index_only is not None or headers_only is not None:
         found.append(
             _finding(
                 "index",
                 MINOR,
-                index_only=_listed(index_only) if index_only.get("count") else None,
-                headers_only=_listed(headers_only) if headers_only.get("count") else None,
+                index_only=_listed(index_only) if index_only is not None else None,
+                headers_only=_listed(headers_only) if headers_only is not None else None,
             )
         )
     return found
 
 
-def checkpoint_findings(result: Mapping[str, Any]) -> list[Finding]:
+def checkpoint_findings(analysis: AnalysisResult) -> list[Finding]:
     """Notes from the analysis's checkpoint figures and check ([] when the analysis was
     counted from the config alone)."""
-    check = _mapping(result.get("checkpoint_check"))
-    if not check and not result.get("checkpoint"):
+    check = analysis.check
+    if not analysis.checkpoint_check and not analysis.checkpoint:
         return []
     found = []
-    count = _count_finding(result)
+    count = _count_finding(analysis)
     if count is not None:
         found.append(count)
-    found += _tensor_findings(check)
-    found += _layer_findings(check)
-    found += _header_findings(check)
+    if check is not None:
+        found += _tensor_findings(check)
+        found += _layer_findings(check)
+        found += _header_findings(check)
     return found

@@ -1,6 +1,7 @@
 """The analysis's known limitations: features of the release that serving or validation
 does not cover, noted for every pool. Registered as the stage's `findings` in
-`engine.registry`; their words are `templates/limitations/analyze/`."""
+`engine.registry`; their words are `templates/limitations/analyze/`. What they say of the
+analysis they ask its typed result (`AnalysisResult`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from engine.architecture.rope import TRANSFORMERS_ROPE_TYPES
 from engine.findings import MAJOR, MINOR, Finding, cut_key
 from engine.stages.analyze.checkpoint_findings import checkpoint_findings
+from engine.stages.analyze.result import AnalysisResult
 
 
 def findings(result: Mapping[str, Any], *, pool: str) -> list[Finding] | None:
@@ -20,77 +22,65 @@ def findings(result: Mapping[str, Any], *, pool: str) -> list[Finding] | None:
     own tensors (`checkpoint_findings`): its count against the config's, missing, extra and
     wrong-shape tensors, layer and MTP counts. None for a result that is not an analysis.
     `pool` is not read: these notes hold on every pool (`Finding.all_pools`)."""
-    if "mtp_layers" not in result and "rope" not in result:
+    analysis = AnalysisResult.from_stored(result)
+    if not analysis.is_analysis:
         return None
     found = []
-    mtp = result.get("mtp_layers") or 0
-    if isinstance(mtp, int) and mtp > 0:
+    if analysis.has_mtp:
         found.append(
             Finding(
                 key="analyze:mtp",
                 template="analyze/mtp",
                 data={
-                    "mtp": mtp,
-                    "extra_params": result.get("extra_params"),
-                    "weight_bytes": result.get("weight_bytes"),
+                    "mtp": analysis.mtp_layers,
+                    "extra_params": analysis.extra_params,
+                    "weight_bytes": analysis.weight_bytes,
                 },
                 severity=MINOR,
                 all_pools=True,
             )
         )
-    rope = result.get("rope") or {}
-    rope_type = rope.get("type") if isinstance(rope, Mapping) else None
-    if rope_type and rope_type not in TRANSFORMERS_ROPE_TYPES:
+    if analysis.rope_type_unknown:
         found.append(
             Finding(
                 key="analyze:rope-type",
                 template="analyze/rope-type",
-                data={"rope_type": str(rope_type), "known": sorted(TRANSFORMERS_ROPE_TYPES)},
+                data={"rope_type": analysis.rope_type, "known": sorted(TRANSFORMERS_ROPE_TYPES)},
                 severity=MAJOR,
                 all_pools=True,
             )
         )
-    keys = result.get("config_keys") or []
-    if "auto_map" in keys and result.get("family_known") is False:
-        architecture = result.get("architecture") or result.get("model_type") or "?"
+    if analysis.ships_code_for_unknown_family:
         found.append(
             Finding(
                 key="analyze:remote-code",
                 template="analyze/remote-code",
-                data={"architecture": str(architecture)},
+                data={"architecture": analysis.architecture or analysis.model_type or "?"},
                 severity=MAJOR,
                 all_pools=True,
             )
         )
-    found += _layer_kind_findings(result)
-    return found + checkpoint_findings(result)
+    found += _layer_kind_findings(analysis)
+    return found + checkpoint_findings(analysis)
 
 
-def _layer_kind_findings(result: Mapping[str, Any]) -> list[Finding]:
-    """One minor finding per `layer_types` name day0 does not know (`estimated_layer_kinds`):
+def _layer_kind_findings(analysis: AnalysisResult) -> list[Finding]:
+    """One minor finding per `layer_types` name day0 does not know (`layer_kind_estimates`):
     its layers were counted from a guess (`counted_as`: one of `layer_kinds.py`'s kinds), so
     the figures that follow from it are estimates; the parameter counts are exact when
     transformers built the model or the checkpoint was counted (`exact_params`)."""
-    found = []
-    exact_params = result.get("params_source") == "transformers meta-device build" or (
-        result.get("params_counted_from") == "checkpoint"
-    )
-    for guess in result.get("estimated_layer_kinds") or []:
-        if not isinstance(guess, Mapping):
-            continue
-        name = str(guess.get("name"))
-        found.append(
-            Finding(
-                key=cut_key(f"analyze:layer-kind:{name}"),
-                template="analyze/layer-kind",
-                data={
-                    "name": name,
-                    "counted_as": str(guess.get("counted_as")),
-                    "layers": len(guess.get("layers") or []),
-                    "exact_params": exact_params,
-                },
-                severity=MINOR,
-                all_pools=True,
-            )
+    return [
+        Finding(
+            key=cut_key(f"analyze:layer-kind:{estimate.name}"),
+            template="analyze/layer-kind",
+            data={
+                "name": estimate.name,
+                "counted_as": estimate.counted_as,
+                "layers": estimate.layers,
+                "exact_params": analysis.exact_params,
+            },
+            severity=MINOR,
+            all_pools=True,
         )
-    return found
+        for estimate in analysis.layer_kind_estimates
+    ]

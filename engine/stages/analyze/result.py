@@ -259,6 +259,28 @@ class CheckpointCheck:
         )
 
 
+@dataclass(frozen=True)
+class LayerKindEstimate:
+    """A `layer_types` name day0 does not know, and how its layers were counted: the kind it
+    was counted as (one of `layer_kinds.py`'s kinds; "" where not said) and how many layers
+    carry the name."""
+
+    name: str
+    counted_as: str
+    layers: int
+
+    @classmethod
+    def from_stored(cls, value: Any) -> LayerKindEstimate:
+        """An entry of a stored `estimated_layer_kinds` (a mapping: `LayerKindGuess.to_dict`);
+        a missing name or kind reads as the text "None", as the notes always wrote it."""
+        guess = as_mapping(value)
+        return cls(
+            name=str(guess.get("name")),
+            counted_as=str(guess.get("counted_as")),
+            layers=len(as_list(guess.get("layers"))),
+        )
+
+
 def _layer_count(value: Any) -> LayerCount | None:
     if not isinstance(value, Mapping) or not value:
         return None
@@ -464,6 +486,13 @@ class AnalysisResult:
         return isinstance(self.mtp_layers, int) and self.mtp_layers > 0
 
     @property
+    def layer_kind_estimates(self) -> list[LayerKindEstimate]:
+        """The `layer_types` names day0 does not know, each with the kind its layers were
+        counted as (its figures are estimates; `exact_params` says whether the parameter
+        counts are too)."""
+        return [LayerKindEstimate.from_stored(guess) for guess in self.estimated_layer_kinds]
+
+    @property
     def ships_code_for_unknown_family(self) -> bool:
         """Whether the config names modeling code shipped with the release (`auto_map`) for
         a family day0 does not know."""
@@ -487,6 +516,29 @@ class AnalysisResult:
         """Whether the parameters were counted from day0's own module list for the family
         (the usual way; a row that does not say counts as that)."""
         return not self.params_source or self.params_source == FAMILY_TABLE
+
+    def kv_bytes_at_context(self, tokens: int) -> float | None:
+        """KV-cache bytes of one sequence of `tokens` tokens over the whole model (as
+        `engine.architecture.kv_cache.kv_cache_bytes_at_context`: a sliding layer keeps at most
+        its window, a chunked one its chunk, a full one every token), from the bytes per token
+        spread evenly over the KV layers. None when the result lacks the bytes per token or
+        the count of KV layers."""
+        attention = as_mapping(self.attention)
+        per_token = finite(self.kv_cache_bytes_per_token)
+        layers = finite(attention.get("kv_cache_layers"))
+        if not per_token or not layers:
+            return None
+        window = as_count(attention.get("sliding_window")) or tokens
+        chunk = as_count(attention.get("attention_chunk_size")) or tokens
+
+        def count(key: str) -> int | float:
+            return as_count(attention.get(key)) or 0
+
+        return (per_token / layers) * (
+            count("full_layers") * tokens
+            + count("sliding_layers") * min(tokens, window)
+            + count("chunked_layers") * min(tokens, chunk)
+        )
 
     @property
     def kv_kept_differs(self) -> bool:

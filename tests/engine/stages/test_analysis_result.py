@@ -17,6 +17,7 @@ from engine.stages.analyze.result import (
     ConfigCount,
     CountGroup,
     LayerCount,
+    LayerKindEstimate,
     NewAspect,
 )
 from engine.stages.analyze.run import run as analyze_run
@@ -138,6 +139,42 @@ def test_what_findings_judge_of_an_analysis():
     assert AnalysisResult(config_figures={"estimated": True}).config_count_estimated
     # neither an MTP count nor a RoPE summary: not an analysis
     assert not AnalysisResult.from_stored({"family": "llama"}).is_analysis
+
+
+def test_a_layer_kind_day0_does_not_know_reads_with_the_kind_it_was_counted_as():
+    result = AnalysisResult.from_stored(
+        {
+            "estimated_layer_kinds": [
+                {"name": "sparse_attn", "counted_as": "sliding_attention", "layers": [1, 3, 5]},
+                {"name": "odd"},
+                "not a guess",
+            ]
+        }
+    )
+
+    assert result.layer_kind_estimates == [
+        LayerKindEstimate("sparse_attn", "sliding_attention", 3),
+        LayerKindEstimate("odd", "None", 0),  # as the notes always wrote an unnamed kind
+    ]
+
+
+def test_kv_bytes_of_one_sequence_keep_a_sliding_layers_window_and_a_chunked_layers_chunk():
+    attention = {
+        "kv_cache_layers": 4,
+        "full_layers": 2,
+        "sliding_layers": 1,
+        "chunked_layers": 1,
+        "sliding_window": 128,
+        "attention_chunk_size": 512,
+    }
+    result = AnalysisResult(kv_cache_bytes_per_token=400, attention=attention)
+
+    # 100 bytes per token per layer: 2 full layers x 1,000 + 128 + 512
+    assert result.kv_bytes_at_context(1000) == 100 * (2 * 1000 + 128 + 512)
+    # below the window and the chunk every layer keeps every token
+    assert result.kv_bytes_at_context(100) == 100 * 4 * 100
+    assert AnalysisResult(kv_cache_bytes_per_token=400).kv_bytes_at_context(1000) is None
+    assert AnalysisResult(attention=attention).kv_bytes_at_context(1000) is None
 
 
 @pytest.mark.parametrize(
