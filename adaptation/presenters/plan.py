@@ -29,20 +29,7 @@ from adaptation.presenters.release_jobs import release_jobs
 from adaptation.selectors.inventory import StartEstimate
 from adaptation.selectors.jobs import latest_runs_by_stage
 from engine.stages.distributed.result import DistributedResult, MeasuredScaling
-from engine.stages.plan.result import (
-    ARTIFACT_KINDS,
-    CATALOG,
-    CPU_MEASURED,
-    Calibration,
-    Communication,
-    MeasuredDevice,
-    PlanResult,
-    PlanWorkload,
-    RunnerUp,
-    ScalingPoint,
-    SpeedPrediction,
-    Split,
-)
+from engine.stages.plan.result import ARTIFACT_KINDS, PlanResult
 from engine.stored import as_mapping
 
 PLAN_STAGE = "plan"
@@ -113,48 +100,21 @@ class Artifact:
 @dataclass
 class PlanPanel:
     """The plan of one job's pool: its latest `plan` attempt, shaped for the page. `state` is
-    "planned", "failed" or "waiting" (pending, queued, running)."""
+    "planned", "failed" or "waiting" (pending, queued, running). A planned panel's figures
+    are its typed `result`'s, read there by the template; the panel adds what the page makes
+    of them: the charts, the scaling point measured on the twin, the artifacts to copy."""
 
     job: AdaptationJob
     run: StageRun
     pool_name: str
+    result: PlanResult
     accelerator: str = ""
     state: str = "waiting"
     # Pending or queued on a pool no live worker serves: that pool (it says so), else None.
     waiting_for: AcceleratorPool | None = None
-    split: Split | None = None
-    devices: int | None = None
-    pool_devices: int | None = None
-    nodes: int | float | None = None
-    devices_per_node: int | None = None
-    dtype_label: str = ""
-    context_tokens: int | None = None  # the inputs it was planned for (None: not recorded)
-    concurrency: int | None = None
-    memory: Mapping[str, float] = field(default_factory=dict)  # bytes per device, by part
-    weights_by_dtype: list[tuple[str, float | None]] = field(default_factory=list)
-    predicted: SpeedPrediction | None = None
-    predicted_reason: str = ""  # why there is no prediction ("" when there is one)
-    # The served workload predicted with the fit it names (None: the plan predicted none).
-    workload: PlanWorkload | None = None
-    calibration: Calibration | None = None
-    speeds_from: str = CATALOG
-    # The cpu figures the plan predicted on, measured by the pool's performance runs
-    # ("host_busy": only on a busy host, the panel says so); None when not a measured cpu plan.
-    measured_device: MeasuredDevice | None = None
     charts: list[ChartSlot] = field(default_factory=list)
-    scaling: list[ScalingPoint] = field(default_factory=list)
-    # No speed predicted for any device count: no scaling curve, and the reason ("" if none).
-    scaling_unpredicted: bool = False
-    scaling_reason: str = ""
     measured: MeasuredScaling | None = None  # drawn on the scaling chart too
-    first_devices: int | None = None  # the scaling curve's first device count
-    runners_up: list[RunnerUp] = field(default_factory=list)
-    communication: Communication | None = None
     artifacts: list[Artifact] = field(default_factory=list)
-    artifact_notes: list[str] = field(default_factory=list)
-    assumptions: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    validity_flags: list[str] = field(default_factory=list)
     failure: PlanFailure | None = None
     start: StartEstimate | None = None
     compare_query: str = ""
@@ -164,9 +124,19 @@ class PlanPanel:
         return f"plan-job-{self.job.pk}"
 
     @property
+    def devices_per_node(self) -> int | None:
+        """The pool's devices per node as the plan read it (None: not recorded)."""
+        return self.result.pool.devices_per_node if self.result.pool else None
+
+    @property
+    def first_devices(self) -> int | None:
+        """The scaling curve's first device count (the measured point's basis)."""
+        return self.result.scaling[0].devices if self.result.scaling else None
+
+    @property
     def efficiency_above_one(self) -> bool:
         """Whether a scaling row's efficiency per device is above 1 (the panel says why)."""
-        return any(row.above_one for row in self.scaling)
+        return any(row.above_one for row in self.result.scaling)
 
 
 def _charts(panel: PlanPanel, result: PlanResult) -> list[ChartSlot]:
@@ -191,32 +161,8 @@ def _planned(panel: PlanPanel, result: PlanResult, measured: MeasuredScaling | N
     """Fill `panel` from a succeeded plan's result, with the scaling point the job's
     `distributed` run measured on the twin when there is one."""
     panel.state = "planned"
-    panel.split = result.split
-    panel.devices = result.devices
-    panel.pool_devices = result.pool.devices if result.pool else None
-    panel.nodes = result.nodes
-    panel.devices_per_node = result.pool.devices_per_node if result.pool else None
-    panel.dtype_label = result.dtype_shown
-    panel.context_tokens = result.context_tokens
-    panel.concurrency = result.concurrency
-    panel.memory = result.memory_per_device_bytes
-    panel.weights_by_dtype = list(result.memory_weights_by_dtype_bytes.items())
-    panel.predicted = result.predicted
-    panel.workload = result.workload
-    panel.predicted_reason = result.predicted_reason
-    panel.calibration = result.calibration
-    panel.speeds_from = result.speeds_from
-    panel.measured_device = result.measured_device if result.speeds_from == CPU_MEASURED else None
     panel.measured = measured
     panel.charts = _charts(panel, result)
-    panel.first_devices = result.scaling[0].devices if result.scaling else None
-    if result.scaling_predicted:
-        panel.scaling = result.scaling
-    else:  # a split per count, but no speed to draw: say why instead of an empty chart
-        panel.scaling_unpredicted = True
-        panel.scaling_reason = result.predicted_reason
-    panel.runners_up = result.runners_up
-    panel.communication = result.communication
     panel.artifacts = [
         Artifact(
             kind, result.artifacts.texts[kind], f"{panel.dom_id}-artifact-{kind.replace('_', '-')}"
@@ -224,10 +170,6 @@ def _planned(panel: PlanPanel, result: PlanResult, measured: MeasuredScaling | N
         for kind in ARTIFACT_KINDS
         if kind in result.artifacts.texts
     ]
-    panel.artifact_notes = result.artifacts.notes
-    panel.assumptions = result.assumptions
-    panel.notes = result.notes
-    panel.validity_flags = result.validity_flags
 
 
 def start_devices(job: AdaptationJob) -> int | None:
@@ -263,6 +205,7 @@ def plan_panel(
         job=job,
         run=run,
         pool_name=job.pool.name,
+        result=result,
         accelerator=result.accelerator_name or job.pool.accelerator or "",
         compare_query=plan_query(
             (result.inputs.to_dict() if result.inputs else None)
