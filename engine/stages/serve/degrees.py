@@ -56,4 +56,3 @@ def engine_env(pool: Any, settings: Mapping[str, Any], tp: int) -> dict[str, str
         if tp > 1:
             env.setdefault("VLLM_CPU_OMP_THREADS_BIND", thread_binding(tp, worker_cores()))
     return env
-
