@@ -12,107 +12,35 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun, StageStatus
 from adaptation.presenters.plan import DISTRIBUTED_STAGE
 from adaptation.presenters.release_jobs import release_jobs
 from adaptation.presenters.stages import SkippedBecause, settle_unfinished
 from adaptation.selectors.jobs import latest_runs_by_stage
-from engine.stages.distributed.result import (
-    FAILED,
-    PASSED,
-    DistributedResult,
-    DivisibilityRow,
-    Headline,
-    RankComparison,
-    RankLog,
-)
-from engine.stages.plan.result import Split
-
-
-@dataclass(frozen=True)
-class RunFacts:
-    """How the run was made: the twin (class, parameters, where its weights come from), the
-    prompt (batch x tokens) and the decode steps compared and timed, the reference, the
-    launcher and the ranks' wall time (s)."""
-
-    twin_class: str | None = None  # None: the result describes no twin
-    twin_parameters: float | None = None
-    weights_source: str = ""
-    prompted: bool = False  # the result says what prompt the ranks ran
-    batch: int | None = None
-    prompt_tokens: int | None = None
-    decode_steps: int | None = None
-    timing_steps: int | None = None
-    reference: str = ""
-    launcher: str = ""
-    elapsed_s: float | None = None
-
-    @property
-    def any(self) -> bool:
-        return any(
-            (
-                self.twin_class is not None,
-                self.prompted,
-                self.reference,
-                self.launcher,
-                self.elapsed_s is not None,
-            )
-        )
-
-
-def _facts(result: DistributedResult) -> RunFacts:
-    twin = result.twin
-    return RunFacts(
-        twin_class=twin.model_class if twin else None,
-        twin_parameters=twin.parameters if twin else None,
-        weights_source=twin.weights_source if twin else "",
-        prompted=result.prompted,
-        batch=result.prompt_batch,
-        prompt_tokens=result.prompt_tokens,
-        decode_steps=result.decode_steps,
-        timing_steps=result.timing_steps,
-        reference=result.tolerance.reference,
-        launcher=result.launcher,
-        elapsed_s=result.elapsed_s,
-    )
+from engine.stages.distributed.result import FAILED, PASSED, DistributedResult, RankLog
 
 
 @dataclass
 class DistributedPanel:
     """One job's multi-device validation: its latest `distributed` attempt. `state` is
     "passed", "failed", "not-validated", "waiting" (pending, queued, running), "skipped" or
-    "cancelled"; `reason` the stage's own words ("" when it gave none)."""
+    "cancelled"; `reason` the stage's own words ("" when it gave none). The figures are its
+    typed `result`'s, read there by the template: the split, ranks, headline, logs and how it
+    was run only when `validated` (the run validated a split, passed or failed)."""
 
     job: AdaptationJob
     run: StageRun
+    result: DistributedResult = field(default_factory=DistributedResult)
     state: str = "waiting"
     # Pending or queued on a pool no live worker serves: that pool (it says so), else None.
     waiting_for: AcceleratorPool | None = None
     skipped: SkippedBecause | None = None
     reason: str = ""
-    inject: list[tuple[str, Any]] = field(default_factory=list)  # broken on purpose: how
-    validated: bool = False  # the run validated a split: the figures below are its
-    tp: int | None = None
-    ep: int | None = None
-    world_size: int | None = None
-    backend: str = ""
-    device_type: str = ""
-    threads_per_rank: int | None = None
-    plan_split: Split | None = None  # the plan's split, beside the one validated
-    pool_devices: int | None = None
+    validated: bool = False
     degree_reason: str = ""  # why the degree validated differs from the plan's
-    headline: Headline | None = None
-    ranks: list[RankComparison] = field(default_factory=list)
-    tolerance_rule: str = ""
-    divisibility: list[DivisibilityRow] = field(default_factory=list)
-    ep_note: str = ""
     failed_rank: int | None = None
     failed_log: RankLog | None = None
-    rank_logs: list[RankLog] = field(default_factory=list)
-    facts: RunFacts = field(default_factory=RunFacts)
-    notes: list[str] = field(default_factory=list)
 
     @property
     def dom_id(self) -> str:
@@ -122,22 +50,27 @@ class DistributedPanel:
     def divisibility_broken(self) -> bool:
         """Whether a size the degree must divide was not kept for the twin (the panel then
         shows how the run was set up unfolded)."""
-        return any(row.kept is False for row in self.divisibility)
+        return any(row.kept is False for row in self.result.divisibility)
+
+    @property
+    def described(self) -> bool:
+        """Whether a validated run says how it was made: the twin, the prompt, the
+        reference, the launcher or the ranks' wall time."""
+        result = self.result
+        return self.validated and any(
+            (
+                result.twin is not None,
+                result.prompted,
+                result.tolerance.reference,
+                result.launcher,
+                result.elapsed_s is not None,
+            )
+        )
 
 
 def _validated(panel: DistributedPanel, result: DistributedResult) -> None:
-    """Fill the figures of a run that validated the split (passed or failed)."""
+    """Mark a run that validated the split (passed or failed), with its failing rank's log."""
     panel.validated = True
-    panel.tp, panel.ep = result.tp, result.ep
-    panel.world_size = result.world_size
-    panel.backend = result.backend
-    panel.device_type = result.device_type
-    panel.threads_per_rank = result.threads_per_rank
-    panel.headline = result.headline
-    panel.ranks = result.ranks
-    panel.tolerance_rule = result.tolerance.rule
-    panel.facts = _facts(result)
-    panel.rank_logs = result.rank_logs
     failing = result.failing_rank if panel.state == FAILED else None
     if failing is not None:
         panel.failed_rank = failing
@@ -156,8 +89,8 @@ def distributed_panel(
     run = latest_runs_by_stage(job).get(DISTRIBUTED_STAGE)
     if run is None:
         return None
-    panel = DistributedPanel(job=job, run=run)
     result = DistributedResult.from_stored(run.result)
+    panel = DistributedPanel(job=job, run=run, result=result)
     if settle_unfinished(panel, job, run, pools_without_worker):
         return panel
     if run.status == StageStatus.FAILED:
@@ -167,15 +100,8 @@ def distributed_panel(
         verdict = result.verdict
         panel.state = verdict if verdict in (PASSED, FAILED) else "not-validated"
         panel.reason = result.reason
-    panel.plan_split = result.plan
-    panel.pool_devices = result.pool_devices
     # A degree below 2 is the not-validated reason itself: said once.
     panel.degree_reason = "" if result.degree_reason == panel.reason else result.degree_reason
-    panel.divisibility = result.divisibility
-    panel.ep_note = result.ep_note
-    panel.notes = result.notes
-    # A failure the job asked for, to prove the checks: said under the verdict.
-    panel.inject = list(result.inject.items())
     if result.ran:
         _validated(panel, result)
     return panel
