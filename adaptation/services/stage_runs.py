@@ -138,6 +138,22 @@ def _locked(stage_run_id: int) -> StageRun | None:
     )
 
 
+def _locked_attempt(stage_run_id: int, attempt: int | None) -> StageRun | None:
+    """The run locked (`_locked`) while it is on attempt number `attempt` (None: any); None
+    when it is gone or has moved on to another attempt."""
+    row = _locked(stage_run_id)
+    if row is None or (attempt is not None and attempt_number(row) != attempt):
+        return None
+    return row
+
+
+def _ended_by(row: StageRun, attempt: int | None, ended: str) -> bool:
+    """Whether attempt `attempt` already ended `row` as `ended`: a retried write whose first
+    commit went through but whose answer was lost."""
+    current = attempt_current(row) or {}
+    return attempt is not None and current.get("ended") == ended
+
+
 def _update_read(row: StageRun, **fields: Any) -> int:
     """Update `row` only if its status and start are still what was read (a conditional
     update: on SQLite, which has no row locks, the first writer wins)."""
@@ -372,13 +388,11 @@ def stage_run_succeed(
 def _succeed(pk: int, *, result: dict[str, Any], log: str, attempt: int | None) -> bool:
     now = timezone.now()
     with transaction.atomic():
-        row = _locked(pk)
-        if row is None or (attempt is not None and attempt_number(row) != attempt):
+        row = _locked_attempt(pk, attempt)
+        if row is None:
             return False
         if row.status != StageStatus.RUNNING:
-            # Stored by this very attempt already: the answer to its commit was lost.
-            current = attempt_current(row) or {}
-            return attempt is not None and current.get("ended") == AttemptEnd.SUCCEEDED
+            return _ended_by(row, attempt, AttemptEnd.SUCCEEDED)
         attempts = _attempt_closed(
             row, ended=AttemptEnd.SUCCEEDED, reason="", culprit=None, now=now
         )
@@ -455,16 +469,11 @@ def _fail(
 ) -> bool:
     now = timezone.now()
     with transaction.atomic():
-        row = _locked(pk)
-        if row is None or (attempt is not None and attempt_number(row) != attempt):
+        row = _locked_attempt(pk, attempt)
+        if row is None:
             return False
         if row.status not in ACTIVE_STAGE_STATUSES:
-            current = attempt_current(row) or {}
-            return (
-                attempt is not None
-                and row.status == StageStatus.FAILED
-                and current.get("ended") == ended
-            )
+            return row.status == StageStatus.FAILED and _ended_by(row, attempt, ended)
         attempts = row.attempts
         if row.status == StageStatus.RUNNING:
             attempts = _attempt_closed(row, ended=ended, reason=error, culprit=culprit, now=now)
@@ -532,12 +541,11 @@ def _requeue(pk: int, *, reason: str, log: str, attempt: int | None) -> bool:
     now = timezone.now()
     line = f"{now:%H:%M:%S} retrying: {reason}"
     with transaction.atomic():
-        row = _locked(pk)
-        if row is None or (attempt is not None and attempt_number(row) != attempt):
+        row = _locked_attempt(pk, attempt)
+        if row is None:
             return False
         if row.status != StageStatus.RUNNING:
-            current = attempt_current(row) or {}
-            return attempt is not None and current.get("ended") == AttemptEnd.TRANSIENT
+            return _ended_by(row, attempt, AttemptEnd.TRANSIENT)
         attempts = _attempt_closed(
             row, ended=AttemptEnd.TRANSIENT, reason=reason, culprit=Culprit.INFRASTRUCTURE, now=now
         )
