@@ -2,17 +2,24 @@
 its outputs off the single-device reference, a rank that crashed or hung, and expert
 parallelism left out; and the keys a run could not judge (`unjudged_keys`). Registered as
 the stage's `findings` and `unjudged_keys` in `engine.registry`; their words are
-`templates/limitations/distributed/`."""
+`templates/limitations/distributed/`. What they say of the run they ask its typed result
+(`DistributedResult`)."""
 
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Mapping
 from typing import Any
 
-from engine import formatting as fmt
 from engine.findings import BLOCKER, MINOR, Finding, gist
-from engine.stages.distributed.degree import EP_NOT_VALIDATED
+from engine.stages.distributed.result import (
+    FAILED,
+    PASSED,
+    DistributedResult,
+    Divergence,
+    RankComparison,
+)
 
 DISTRIBUTED_NOT_VALIDATED = "distributed:not-validated"
 DISTRIBUTED_MISMATCH = "distributed:mismatch"
@@ -21,42 +28,43 @@ DISTRIBUTED_EP_NOT_VALIDATED = "distributed:ep-not-validated"
 # Lines of a failed run's reason quoted in its note, and the longest line kept.
 _REASON_LINES = 8
 _REASON_LINE_CHARS = 300
+# What a divergent module's note says of it.
+_DIVERGENCE_KEYS = ("module", "layer", "kind", "max_abs_error", "tolerance", "shape")
 
 
-def _planned_split(result: Mapping[str, Any]) -> dict[str, Any] | None:
+def _planned_split(run: DistributedResult) -> dict[str, Any] | None:
     """The plan's split the stage was asked to validate ({"tp", "pp", "ep", "dp"}), None when
     the result names none."""
-    plan = result.get("plan")
-    if not isinstance(plan, Mapping) or not plan.get("tp"):
+    if run.plan is None or not run.plan.tp:
         return None
-    return {key: plan.get(key) for key in ("tp", "pp", "ep", "dp")}
+    return run.plan.to_dict()
 
 
-def _run(result: Mapping[str, Any], pool: str) -> dict[str, Any]:
+def _run(run: DistributedResult, pool: str) -> dict[str, Any]:
     """What every note's words say of the run: where its ranks ran (`world_size` processes of
     `backend` on `pool`, device `device_type`), the split it validated (`validated`: "tp",
     "ep"), the plan's (`plan`, None when unnamed) and why that degree (`degree_reason`)."""
     return {
         "pool": pool,
-        "world_size": result.get("world_size"),
-        "backend": str(result.get("backend") or ""),
-        "device_type": str(result.get("device_type") or ""),
-        "validated": {"tp": result.get("tp"), "ep": result.get("ep")},
-        "plan": _planned_split(result),
-        "degree_reason": str(result.get("degree_reason") or ""),
+        "world_size": run.world_size,
+        "backend": run.backend,
+        "device_type": run.device_type,
+        "validated": {"tp": run.tp, "ep": run.ep},
+        "plan": _planned_split(run),
+        "degree_reason": run.degree_reason,
     }
 
 
-def _distributed_not_validated(result: Mapping[str, Any], pool: str) -> Finding:
-    reason = str(result.get("reason") or "no reason given")
-    degree = str(result.get("degree_reason") or "")
+def _distributed_not_validated(run: DistributedResult, pool: str) -> Finding:
+    reason = run.reason or "no reason given"
+    degree = run.degree_reason
     return Finding(
         key=DISTRIBUTED_NOT_VALIDATED,
         template="distributed/not-validated",
-        data=_run(result, pool)
+        data=_run(run, pool)
         | {
             "reason": reason,
-            "pool_devices": fmt.finite(result.get("pool_devices")),
+            "pool_devices": run.pool_devices,
             # The split it would have run, when that says more than the reason.
             "degree_reason": degree if degree != reason else "",
         },
@@ -64,43 +72,50 @@ def _distributed_not_validated(result: Mapping[str, Any], pool: str) -> Finding:
     )
 
 
-def _rank_row(row: Mapping[str, Any]) -> dict[str, Any]:
+def _rank_row(row: RankComparison) -> dict[str, Any]:
     """One rank's comparison with the reference, as its note's table shows it."""
-    divergent = row.get("first_divergent") or {}
+    divergent = row.divergence
     return {
-        "rank": row.get("rank"),
-        "max_abs_error": row.get("max_abs_error"),
-        "tolerance": row.get("tolerance"),
-        "top1_agreement": row.get("top1_agreement"),
-        "module": divergent.get("module"),
-        "layer": divergent.get("layer"),
-        "passed": bool(row.get("passed")),
+        "rank": row.rank,
+        "max_abs_error": row.max_abs_error,
+        "tolerance": row.tolerance,
+        "top1_agreement": row.top1_agreement,
+        "module": divergent.module if divergent is not None else None,
+        "layer": divergent.layer if divergent is not None else None,
+        "passed": row.passed is True,
     }
 
 
-def _distributed_mismatch(result: Mapping[str, Any], pool: str) -> Finding:
-    ranks = [row for row in result.get("ranks") or [] if isinstance(row, Mapping)]
-    failing = [row for row in ranks if row.get("passed") is False]
-    first: Mapping[str, Any] = failing[0] if failing else {}
-    tolerance = result.get("tolerance") if isinstance(result.get("tolerance"), Mapping) else {}
-    divergent = first.get("first_divergent") or result.get("first_divergent") or {}
+def _divergence(divergent: Divergence | None) -> dict[str, Any]:
+    """The first divergent module as the note says it (every key None without one)."""
+    if divergent is None:
+        return dict.fromkeys(_DIVERGENCE_KEYS)
+    return divergent.where() | {
+        "max_abs_error": divergent.max_abs_error,
+        "tolerance": divergent.tolerance,
+        "shape": divergent.shape,
+    }
+
+
+def _distributed_mismatch(run: DistributedResult, pool: str) -> Finding:
+    failing = run.failing_ranks
+    first = failing[0] if failing else None
+    # The first failing rank's figures; the run's where no rank failed by name.
+    divergent = (first.divergence if first is not None else None) or run.first_divergent
     return Finding(
         key=DISTRIBUTED_MISMATCH,
         template="distributed/mismatch",
-        data=_run(result, pool)
+        data=_run(run, pool)
         | {
-            "ranks": [_rank_row(row) for row in ranks],
+            "ranks": [_rank_row(row) for row in run.ranks],
             "failing": len(failing),
             # The first failing rank: its number, its error, its figure against its limit.
-            "first_rank": first.get("rank"),
-            "first_error": str(first.get("error") or ""),
-            "error": fmt.finite(first.get("max_abs_error", result.get("max_abs_error"))),
-            "limit": first.get("tolerance", tolerance.get("max_abs_error")),
-            "divergent": {
-                key: divergent.get(key)
-                for key in ("module", "layer", "kind", "max_abs_error", "tolerance", "shape")
-            },
-            "tolerance_rule": str(tolerance.get("rule") or ""),
+            "first_rank": first.rank if first is not None else None,
+            "first_error": first.error if first is not None else "",
+            "error": first.max_abs_error if first is not None else run.max_abs_error,
+            "limit": first.tolerance if first is not None else run.tolerance.max_abs_error,
+            "divergent": _divergence(divergent),
+            "tolerance_rule": run.tolerance.rule,
         },
         severity=BLOCKER,
     )
@@ -115,11 +130,9 @@ def _seconds(text: str) -> float | None:
         return None
 
 
-def _distributed_rank_failed(result: Mapping[str, Any], pool: str) -> Finding:
-    reason = str(result.get("reason") or "")
-    logs = [entry for entry in result.get("rank_logs") or [] if isinstance(entry, Mapping)]
-    failed_rank = result.get("failed_rank")
-    failed = next((entry for entry in logs if entry.get("rank") == failed_rank), None)
+def _distributed_rank_failed(run: DistributedResult, pool: str) -> Finding:
+    reason = run.reason
+    failed = run.rank_log(run.failed_rank)
     hung = re.search(r"did not finish within ([0-9.,]+) s", reason)
     # The reason's first line is "<headline>: <the culprit rank and how it ended>".
     culprit = next(iter(reason.splitlines()), "").partition(": ")[2]
@@ -131,44 +144,39 @@ def _distributed_rank_failed(result: Mapping[str, Any], pool: str) -> Finding:
     return Finding(
         key=DISTRIBUTED_RANK_FAILED,
         template="distributed/rank-failed",
-        data=_run(result, pool)
+        data=_run(run, pool)
         | {
             "culprit": culprit,
             # A rank that fell behind: its peers timed out, so the run hung.
             "hung": bool(hung) or "stopped after" in culprit,
             # The time limit the ranks ran past, in seconds (as `run.py` writes it, `:g`).
             "hung_within_s": _seconds(hung.group(1)) if hung else None,
-            "failed_rank": failed_rank,
-            "failed_exit_code": (failed or {}).get("exit_code"),
+            "failed_rank": run.failed_rank,
+            "failed_exit_code": failed.exit_code if failed is not None else None,
             "reason_gist": gist(reason),
-            "elapsed_s": result.get("elapsed_s"),
+            "elapsed_s": run.elapsed_s,
             # The reason's first lines, quoted as the stage wrote them, and where they were cut.
             "quoted": "\n".join(quoted[:_REASON_LINES]),
             "cut_at_lines": _REASON_LINES if len(quoted) > _REASON_LINES else None,
-            "rank_logs": [
-                {"rank": entry.get("rank"), "exit_code": entry.get("exit_code")} for entry in logs
-            ],
+            "rank_logs": [{"rank": log.rank, "exit_code": log.exit_code} for log in run.rank_logs],
             # torchrun stops the other ranks with SIGTERM once one fails.
-            "others_stopped": any(entry.get("exit_code") == -15 for entry in logs),
+            "others_stopped": any(log.signal == signal.SIGTERM for log in run.rank_logs),
         },
         severity=BLOCKER,
     )
 
 
-def _distributed_ep_not_validated(result: Mapping[str, Any], pool: str) -> Finding:
-    note = str(result["ep_note"])
-    why = note[len(EP_NOT_VALIDATED) :] if note.lower().startswith(EP_NOT_VALIDATED) else note
-    plan = result.get("plan") if isinstance(result.get("plan"), Mapping) else {}
-    planned_ep = fmt.finite(plan.get("ep"))
+def _distributed_ep_not_validated(run: DistributedResult, pool: str) -> Finding:
+    planned_ep = run.plan.ep if run.plan is not None else None
     return Finding(
         key=DISTRIBUTED_EP_NOT_VALIDATED,
         template="distributed/ep-not-validated",
-        data=_run(result, pool)
+        data=_run(run, pool)
         | {
-            "why": why,
-            "passed": result.get("passed") if result.get("passed") in (True, False) else None,
+            "why": run.ep_reason,
+            "passed": run.passed,
             # The plan serves the experts with EP>1 (else the job's options asked for it).
-            "planned_ep": plan.get("ep") if planned_ep is not None and planned_ep > 1 else None,
+            "planned_ep": planned_ep if planned_ep is not None and planned_ep > 1 else None,
         },
         severity=MINOR,
     )
@@ -184,22 +192,22 @@ def findings(result: Mapping[str, Any], *, pool: str) -> list[Finding] | None:
     parallelism was not validated beside the TP split (`ep_note`). None for a result that is
     not a distributed run. A run the job broke on purpose (its `inject` option) raises
     nothing: it proves the check, not a fault of the release."""
-    if result.get("inject"):
+    run = DistributedResult.from_stored(result)
+    if run.broken_on_purpose:
         return []
-    validated = result.get("validated")
-    if validated is False:
-        return [_distributed_not_validated(result, pool)]
-    if validated is not True or result.get("passed") not in (True, False):
+    if run.validated is False:
+        return [_distributed_not_validated(run, pool)]
+    if run.verdict not in (PASSED, FAILED):
         return None
     found = []
-    if result["passed"] is False:
-        ranks = [row for row in result.get("ranks") or [] if isinstance(row, Mapping)]
-        if ranks:
-            found.append(_distributed_mismatch(result, pool))
+    if run.verdict == FAILED:
+        # A crash (no rank's outputs compared) against outputs off the reference.
+        if run.crashed:
+            found.append(_distributed_rank_failed(run, pool))
         else:
-            found.append(_distributed_rank_failed(result, pool))
-    if result.get("ep_note"):
-        found.append(_distributed_ep_not_validated(result, pool))
+            found.append(_distributed_mismatch(run, pool))
+    if run.ep_note:
+        found.append(_distributed_ep_not_validated(run, pool))
     return found
 
 
@@ -208,7 +216,8 @@ def unjudged_keys(result: Mapping[str, Any]) -> frozenset[str]:
     about a mismatch, a crash or expert parallelism found before; a run whose ranks crashed
     compared no outputs, so it says nothing about a mismatch; a run broken on purpose (its
     `inject` option) says nothing at all."""
-    if result.get("inject"):
+    run = DistributedResult.from_stored(result)
+    if run.broken_on_purpose:
         return frozenset(
             {
                 DISTRIBUTED_NOT_VALIDATED,
@@ -217,11 +226,10 @@ def unjudged_keys(result: Mapping[str, Any]) -> frozenset[str]:
                 DISTRIBUTED_EP_NOT_VALIDATED,
             }
         )
-    if result.get("validated") is False:
+    if run.validated is False:
         return frozenset(
             {DISTRIBUTED_MISMATCH, DISTRIBUTED_RANK_FAILED, DISTRIBUTED_EP_NOT_VALIDATED}
         )
-    ranks = [row for row in result.get("ranks") or [] if isinstance(row, Mapping)]
-    if result.get("validated") is True and result.get("passed") is False and not ranks:
+    if run.crashed:
         return frozenset({DISTRIBUTED_MISMATCH})
     return frozenset()

@@ -25,7 +25,7 @@ from typing import Any
 
 from engine.formatting import finite
 from engine.stages.plan.result import Split
-from engine.stored import as_list, as_mapping, flag, text, whole_number
+from engine.stored import as_list, as_mapping, flag, string, text, whole_number
 
 from .degree import EP_NOT_VALIDATED
 
@@ -309,6 +309,7 @@ class DistributedResult:
     launcher: str = ""
     elapsed_s: float | None = None
     inject: dict[str, Any] = field(default_factory=dict)
+    inject_named: str = ""  # the failure injected named in words, where `inject` is no mapping
     max_abs_error: float | None = None
     top1_agreement: float | None = None
     tolerance: Tolerance = field(default_factory=Tolerance)
@@ -358,6 +359,7 @@ class DistributedResult:
             launcher=text(result.get("launcher")),
             elapsed_s=finite(result.get("elapsed_s")),
             inject={str(key): item for key, item in as_mapping(result.get("inject")).items()},
+            inject_named=string(result.get("inject")) or "",
             max_abs_error=finite(result.get("max_abs_error")),
             top1_agreement=finite(result.get("top1_agreement")),
             tolerance=Tolerance.from_stored(result.get("tolerance")),
@@ -428,8 +430,9 @@ class DistributedResult:
     @property
     def broken_on_purpose(self) -> bool:
         """Whether the job's `inject` option broke the run (it proves the check, not a fault
-        of the release)."""
-        return bool(self.inject)
+        of the release): the row's `inject` holds the option's settings, or names the failure
+        injected in words."""
+        return bool(self.inject) or bool(self.inject_named)
 
     @property
     def failing_ranks(self) -> list[RankComparison]:

@@ -86,6 +86,14 @@ def test_a_wrong_shard_fails_on_the_first_rank_off_the_reference():
     assert point is not None and (point.devices, point.passed) == (2, False)
 
 
+def test_a_run_broken_on_purpose_says_so_by_the_options_settings_or_by_name():
+    assert DistributedResult.from_stored({"inject": {"kill_rank": 1}}).broken_on_purpose
+    named = DistributedResult.from_stored({"inject": "wrong-shard"})
+    assert named.broken_on_purpose and named.inject == {}
+    for nothing in ({}, "", None, ["kill_rank"]):
+        assert not DistributedResult.from_stored({"inject": nothing}).broken_on_purpose
+
+
 def test_a_killed_rank_is_a_crash_named_with_its_signal():
     result = DistributedResult.from_stored(recorded("crash"))
 
