@@ -6,7 +6,7 @@ it draws in full, with its baseline and links to the jobs compared with) and the
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from django.urls import reverse
 
@@ -29,23 +29,43 @@ class BaselineJob:
 
 
 @dataclass(frozen=True)
-class RegressionItem:
-    """One regression: the figure (`figure`, a `FIGURE_KINDS` name), what it was measured on
-    (`measured_on`: twin, release, engine-twin, engine-release, worker), at which dtype and
-    prompt length (tokens) where the figure has them, the stage it comes from (name and
-    title), the value and the baseline's median, lowest and highest in `unit`, which way is
-    worse (`worse`: "lower" or "higher"), how much worse than the median (`worse_by_percent`)
-    against the margin (`margin_percent`) and, for a duration, the least worsening it needed
-    (`floor`, in `unit`; 0 for other figures), the scope ("release" or "family") and the good
-    runs compared with, newest first."""
+class BadgeFigure:
+    """A regressed figure as a title names it (the board's badge, the suite matrix's cell,
+    and each `RegressionItem`, which extends it): what the figure is."""
 
-    metric: str
     figure: str
     measured_on: str
     dtype: str
     prompt_tokens: int | None
     stage: str
     stage_title: str
+
+
+def badge_figure(metric: str) -> BadgeFigure:
+    """What the figure of `metric` (a regression's metric key) is, for
+    `partials/regression_figure.html` and `partials/regression_measured_on.html`."""
+    basis = metric_basis(metric)
+    return BadgeFigure(
+        figure=basis.figure,
+        measured_on=basis.measured_on,
+        dtype=basis.dtype,
+        prompt_tokens=basis.prompt_tokens,
+        stage=basis.stage,
+        stage_title=stage_title(basis.stage) if basis.stage else "",
+    )
+
+
+@dataclass(frozen=True)
+class RegressionItem(BadgeFigure):
+    """One regression: what the figure is (`BadgeFigure`: its `FIGURE_KINDS` name, what it
+    was measured on, its dtype and prompt length, its stage), the value and the baseline's
+    median, lowest and highest in `unit`, which way is worse (`worse`: "lower" or "higher"),
+    how much worse than the median (`worse_by_percent`) against the margin
+    (`margin_percent`) and, for a duration, the least worsening it needed (`floor`, in
+    `unit`; 0 for other figures), the scope ("release" or "family") and the good runs
+    compared with, newest first."""
+
+    metric: str
     unit: str
     value: float
     median: float
@@ -77,17 +97,11 @@ def _job_url(job_id: int, release_id: int | None) -> str:
 def regression_item(regression: Regression, releases: dict[int, int]) -> RegressionItem:
     """The values of one stored regression; `releases` maps its baseline jobs to their
     releases (`selectors.regressions.release_ids_of_jobs`)."""
-    basis = metric_basis(regression.metric)
-    kind = FIGURE_KINDS.get(basis.figure)
-    stage = basis.stage
+    what = badge_figure(regression.metric)
+    kind = FIGURE_KINDS.get(what.figure)
     return RegressionItem(
+        **asdict(what),
         metric=regression.metric,
-        figure=basis.figure,
-        measured_on=basis.measured_on,
-        dtype=basis.dtype,
-        prompt_tokens=basis.prompt_tokens,
-        stage=stage,
-        stage_title=stage_title(stage) if stage else "",
         unit=regression.unit,
         value=regression.value,
         median=regression.baseline_median,
@@ -129,33 +143,6 @@ def jobs_regressions(jobs: Iterable[AdaptationJob]) -> list[JobRegressions]:
         for job in jobs
         if job.pk in by_job
     ]
-
-
-@dataclass(frozen=True)
-class BadgeFigure:
-    """A regressed figure as a title names it (the board's badge, the suite matrix's cell):
-    the `RegressionItem` fields that say what it is."""
-
-    figure: str
-    measured_on: str
-    dtype: str
-    prompt_tokens: int | None
-    stage: str
-    stage_title: str
-
-
-def badge_figure(metric: str) -> BadgeFigure:
-    """What the figure of `metric` (a regression's metric key) is, for
-    `partials/regression_figure.html` and `partials/regression_measured_on.html`."""
-    basis = metric_basis(metric)
-    return BadgeFigure(
-        figure=basis.figure,
-        measured_on=basis.measured_on,
-        dtype=basis.dtype,
-        prompt_tokens=basis.prompt_tokens,
-        stage=basis.stage,
-        stage_title=stage_title(basis.stage) if basis.stage else "",
-    )
 
 
 @dataclass(frozen=True)
