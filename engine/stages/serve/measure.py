@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from engine.contract import StageContext, raise_if_cancelled
+from engine.stages.plan.result import PlanResult
 
 from .options import (
     DEFAULT_INPUT_TOKENS,
@@ -22,13 +23,11 @@ from .verdict import Measured, knee
 
 
 def plan_concurrency(plan: Mapping[str, Any] | None) -> int:
-    """The concurrency the plan was made for (its `concurrency`, else how many sequences fit
-    at its context), else the sweep's default cap."""
-    for key in ("concurrency", "max_sequences_at_context"):
-        value = (plan or {}).get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return DEFAULT_MAX_CONCURRENCY
+    """The top of the load sweep: how many sequences the stored plan holds at its context
+    (`PlanResult.max_sequences_at_context`), else (no plan, or one that says none) the
+    sweep's default cap."""
+    held = PlanResult.from_stored(plan).max_sequences_at_context
+    return held if held is not None and held > 0 else DEFAULT_MAX_CONCURRENCY
 
 
 def measure(

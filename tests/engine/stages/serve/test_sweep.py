@@ -14,7 +14,9 @@ import httpx
 import pytest
 
 from engine.stages.serve import bench_child
+from engine.stages.serve.measure import plan_concurrency
 from engine.stages.serve.metrics import Scraper, parse_metrics
+from engine.stages.serve.options import DEFAULT_MAX_CONCURRENCY
 from engine.stages.serve.sweep import (
     LOAD_GENERATOR,
     SweepError,
@@ -50,6 +52,24 @@ def sample_lines(path: Path = SAMPLE) -> list[dict]:
 )
 def test_levels_double_up_to_the_smaller_of_plan_and_cap(plan, cap, levels):
     assert levels_for(plan, cap) == levels
+
+
+@pytest.mark.parametrize(
+    ("plan", "top"),
+    [
+        # the plan's inputs name the concurrency it was made for; the sweep goes past it, to
+        # the sequences the plan holds at its context
+        ({"inputs": {"concurrency": 4}, "max_sequences_at_context": 24}, 24),
+        ({"max_sequences_at_context": 3}, 3),
+        ({"inputs": {"concurrency": 4}}, DEFAULT_MAX_CONCURRENCY),
+        ({"max_sequences_at_context": 0}, DEFAULT_MAX_CONCURRENCY),
+        ({"max_sequences_at_context": True}, DEFAULT_MAX_CONCURRENCY),
+        ({"fits": False, "reason": "nothing fits"}, DEFAULT_MAX_CONCURRENCY),
+        (None, DEFAULT_MAX_CONCURRENCY),
+    ],
+)
+def test_the_sweep_goes_up_to_the_sequences_the_plan_holds_at_its_context(plan, top):
+    assert plan_concurrency(plan) == top
 
 
 def test_a_point_is_vllms_line_in_seconds():
