@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from adaptation.admin.messages import secret_show_once
+from adaptation.admin.read_only import ReadOnlyAdmin
 from adaptation.models import (
     NotificationDelivery,
     NotificationEvent,
@@ -207,7 +208,7 @@ class NotificationSubscriptionAdmin(admin.ModelAdmin):
 
 
 @admin.register(NotificationDelivery)
-class NotificationDeliveryAdmin(admin.ModelAdmin):
+class NotificationDeliveryAdmin(ReadOnlyAdmin):
     """The delivery log: read-only, with "Retry now"."""
 
     list_display = (
@@ -246,12 +247,6 @@ class NotificationDeliveryAdmin(admin.ModelAdmin):
     @admin.display(description="Payload")
     def payload_json(self, obj: NotificationDelivery) -> str:
         return format_html("<pre>{}</pre>", json.dumps(obj.payload, indent=2))
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("adaptation.change_notificationdelivery")

@@ -16,6 +16,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.html import format_html
 
+from adaptation.admin.read_only import ReadOnlyAdmin
 from adaptation.models import AcceleratorKind, AcceleratorPool, Worker
 from engine.catalog import CatalogError, load_catalog
 from engine.units import GIB, TERA
@@ -258,7 +259,7 @@ class AcceleratorKindAdmin(admin.ModelAdmin):
 
 
 @admin.register(Worker)
-class WorkerAdmin(admin.ModelAdmin):
+class WorkerAdmin(ReadOnlyAdmin):
     """Workers register themselves; the admin only reads them."""
 
     list_display = (
@@ -277,11 +278,5 @@ class WorkerAdmin(admin.ModelAdmin):
     def devices_count(self, obj: Worker) -> int:
         return len(obj.devices or [])
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

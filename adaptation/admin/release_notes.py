@@ -12,11 +12,12 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from adaptation.admin.read_only import ReadOnlyAdmin
 from adaptation.models import ReleaseNotes, ReleaseNotesAdditions
 
 
 @admin.register(ReleaseNotes)
-class ReleaseNotesAdmin(admin.ModelAdmin):
+class ReleaseNotesAdmin(ReadOnlyAdmin):
     """Every version of every release's notes; read-only."""
 
     list_display = ("release", "pool", "version", "job", "created_at", "page")
@@ -40,12 +41,6 @@ class ReleaseNotesAdmin(admin.ModelAdmin):
         return format_html(
             '<a href="{}?pool={}&amp;version={}">view</a>', url, notes.pool.name, notes.version
         )
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(ReleaseNotesAdditions)

@@ -10,6 +10,7 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
+from adaptation.admin.read_only import NoAddAdmin
 from adaptation.models import (
     AdaptationJob,
     AllowedHubEndpoint,
@@ -123,7 +124,7 @@ class StageRunInline(admin.TabularInline):
 
 
 @admin.register(AdaptationJob)
-class AdaptationJobAdmin(admin.ModelAdmin):
+class AdaptationJobAdmin(NoAddAdmin):
     """Jobs to read. A job is started from its release's page ("Adapt on pool…"), the API or
     `manage.py adapt`, which check its options and queue its first stage: the admin adds none
     (its add form saved a job without a pool or stage runs)."""
@@ -141,12 +142,9 @@ class AdaptationJobAdmin(admin.ModelAdmin):
         "finished_at",
     )
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
 
 @admin.register(ModelRelease)
-class ModelReleaseAdmin(admin.ModelAdmin):
+class ModelReleaseAdmin(NoAddAdmin):
     """Releases as polls, webhooks and the API found them. Where a release is (its hub,
     endpoint, repo and revision) is read-only and none is added here: the stages fetch from
     it, and only a watch's or webhook's endpoint is checked against the allowed hubs and
@@ -164,9 +162,6 @@ class ModelReleaseAdmin(admin.ModelAdmin):
         "config",
         "metadata",
     )
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
 
 
 @admin.register(OperatorCheck)

@@ -15,6 +15,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from adaptation.admin.messages import secret_show_once
+from adaptation.admin.read_only import ReadOnlyAdmin
 from adaptation.models import PendingUpload, WebhookDelivery, WebhookEndpoint
 from adaptation.webhooks.endpoints import (
     webhook_endpoint_create,
@@ -111,18 +112,8 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
             )
 
 
-class _ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows the receivers write: viewable (and deletable, to prune), never added or edited."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(_ReadOnlyAdmin):
+class WebhookDeliveryAdmin(ReadOnlyAdmin):
     """Every request an endpoint received, newest first: what it announced, the answer and
     why, and the job it started or joined; searchable by repo, revision and delivery id.
     Old ones that started nothing are pruned daily (`day0.prune_webhook_deliveries`)."""
@@ -154,7 +145,7 @@ class WebhookDeliveryAdmin(_ReadOnlyAdmin):
 
 
 @admin.register(PendingUpload)
-class PendingUploadAdmin(_ReadOnlyAdmin):
+class PendingUploadAdmin(ReadOnlyAdmin):
     """Hub uploads being coalesced, one per endpoint and repo: the revision they wait at,
     how many deliveries and completeness checks so far (the last check's error), and the job
     they started once settled."""
