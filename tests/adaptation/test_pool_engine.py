@@ -18,9 +18,9 @@ from django.test import override_settings
 
 from adaptation.models import AcceleratorPool, StageStatus
 from engine.contract import StageDefinition
-from tests.api.conftest import results
+from tests.adaptation.api.conftest import results
+from tests.adaptation.notifications.conftest import fake_getaddrinfo
 from tests.factories import cpu_pool, make_job
-from tests.notifications.conftest import fake_getaddrinfo
 from workers import runner
 
 pytestmark = pytest.mark.django_db

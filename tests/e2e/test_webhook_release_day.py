@@ -22,11 +22,11 @@ from adaptation.models import (
 )
 from adaptation.notifications.services import subscription_create
 from adaptation.webhooks.endpoints import webhook_endpoint_create, webhook_url_path
+from tests.adaptation.webhooks.conftest import hub_body
 from tests.conftest import QUICK_MEASUREMENTS, REALCONFIGS_DIR
 from tests.e2e.conftest import celery_worker_process, wait_for  # noqa: F401  (fixture)
 from tests.factories import make_watch
 from tests.receiver import receiver  # noqa: F401  (fixture)
-from tests.webhooks.conftest import hub_body
 
 pytestmark = [pytest.mark.e2e]
 

@@ -26,8 +26,8 @@ from adaptation.models import AllowedHubEndpoint, HubKind, HubWatch, ModelReleas
 from adaptation.services.hub_polling import hub_watch_poll
 from engine.hubs import HubSpec
 from engine.hubs.huggingface import HuggingFaceSource
+from tests.adaptation.webhooks.conftest import Endpoint, hub_body, post_generic, post_hub
 from tests.factories import cpu_pool, make_watch
-from tests.webhooks.conftest import Endpoint, hub_body, post_generic, post_hub
 
 pytestmark = pytest.mark.django_db
 

@@ -28,8 +28,8 @@ from adaptation.models import (
     WebhookKind,
 )
 from adaptation.webhooks.endpoints import webhook_endpoint_create
+from tests.adaptation.webhooks.conftest import Endpoint, hub_payload, signed_headers
 from tests.factories import cpu_pool, make_watch
-from tests.webhooks.conftest import Endpoint, hub_payload, signed_headers
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from adaptation.models import AcceleratorPool, StackChange, SuiteRun, SuiteTrigger
 from tests import dom
-from tests.api.conftest import results
+from tests.adaptation.api.conftest import results
 from tests.factories import cpu_pool
 from tests.worker_rows import cuda_devices, make_worker
 

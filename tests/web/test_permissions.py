@@ -28,7 +28,7 @@ SAMPLES = {
     "suite": "standard",
 }
 # Logout is POST-only; /favicon.ico redirects to the static icon, for anyone.
-# /metrics is off (404) unless a token or allowed networks are set (tests/metrics/).
+# /metrics is off (404) unless a token or allowed networks are set (tests/adaptation/metrics/).
 PUBLIC = {"accounts/login/": 200, "accounts/logout/": 405, "favicon.ico": 301, "metrics": 404}
 WEBHOOK_RECEIVERS = ("webhooks/huggingface/", "webhooks/generic/")
 

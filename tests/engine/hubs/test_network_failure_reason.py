@@ -23,7 +23,7 @@ from urllib3.connection import HTTPSConnection
 from urllib3.exceptions import MaxRetryError, NameResolutionError, ProxyError
 
 from engine.hubs.http import network_failure_reason, unreachable_message
-from tests.notifications.test_outbound_http import _self_signed_cert
+from tests.adaptation.notifications.test_outbound_http import _self_signed_cert
 
 # `.invalid` never resolves (RFC 2606), with or without a network.
 NOWHERE = "day0-hub.invalid"

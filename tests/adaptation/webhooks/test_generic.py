@@ -22,8 +22,8 @@ from adaptation.models import (
     WebhookDelivery,
 )
 from adaptation.secrets import secret_encrypt
+from tests.adaptation.webhooks.conftest import post_generic, signed_headers
 from tests.factories import make_release, make_watch
-from tests.webhooks.conftest import post_generic, signed_headers
 
 pytestmark = pytest.mark.django_db
 

@@ -37,10 +37,10 @@ from adaptation.selectors.workers import live_workers
 from adaptation.services.jobs import job_create
 from adaptation.webhooks.endpoints import webhook_endpoint_create
 from engine.registry import stage_names
+from tests.adaptation.metrics.conftest import labels, scrape
 from tests.conftest import REALCONFIGS_DIR
 from tests.factories import cpu_pool, make_job, make_release
 from tests.helpers import mirror_release, run_queued_stages
-from tests.metrics.conftest import labels, scrape
 from tests.web.serve_results import served
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("metrics_token")]

@@ -7,7 +7,7 @@ import pytest
 from adaptation.models import DeliveryVerdict, PendingUpload, WebhookDelivery, WebhookEndpoint
 from adaptation.secrets import secret_decrypt, secret_matches
 from adaptation.webhooks.endpoints import webhook_endpoint_create
-from tests.api.conftest import results
+from tests.adaptation.api.conftest import results
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from adaptation.models import AcceleratorPool, StageRun
-from tests.api.conftest import results
+from tests.adaptation.api.conftest import results
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db

@@ -18,8 +18,8 @@ from adaptation.models import (
     WebhookDelivery,
 )
 from adaptation.webhooks.huggingface import HubEvent, hub_event_triage
+from tests.adaptation.webhooks.conftest import REPO, hub_body, hub_payload, post_hub
 from tests.factories import make_job, make_release, make_watch
-from tests.webhooks.conftest import REPO, hub_body, hub_payload, post_hub
 
 pytestmark = pytest.mark.django_db
 

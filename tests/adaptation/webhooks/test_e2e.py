@@ -11,9 +11,9 @@ import pytest
 from django.test import Client
 
 from adaptation.models import AdaptationJob, PendingUpload, StageRun, StageStatus
+from tests.adaptation.webhooks.conftest import REPO, hub_body, post_hub
 from tests.conftest import REALCONFIGS_DIR
 from tests.e2e.conftest import celery_worker_process, wait_for  # noqa: F401  (fixture)
-from tests.webhooks.conftest import REPO, hub_body, post_hub
 
 pytestmark = [pytest.mark.e2e]
 

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from adaptation.models import StageRun
-from tests.api.conftest import results
+from tests.adaptation.api.conftest import results
 
 pytestmark = pytest.mark.django_db
 

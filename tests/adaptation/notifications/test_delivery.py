@@ -15,8 +15,8 @@ from adaptation.models import NotificationDelivery, NotificationSubscription, St
 from adaptation.notifications import services
 from adaptation.notifications.services import notification_deliver, subscription_create
 from adaptation.secrets import secret_decrypt
+from tests.adaptation.notifications.conftest import fake_getaddrinfo
 from tests.factories import make_job
-from tests.notifications.conftest import fake_getaddrinfo
 
 pytestmark = pytest.mark.django_db
 

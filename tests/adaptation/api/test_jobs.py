@@ -10,7 +10,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from adaptation.models import AdaptationJob, StageRun, Trigger
-from tests.api.conftest import results
+from tests.adaptation.api.conftest import results
 from tests.factories import cpu_pool, make_job, make_release
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ import pytest
 
 from adaptation import outbound_http
 from adaptation.outbound_http import OutboundBlocked, OutboundError
-from tests.notifications.conftest import fake_getaddrinfo
+from tests.adaptation.notifications.conftest import fake_getaddrinfo
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from adaptation.models import HubKind, HubWatch
 from adaptation.services.hub_polling import hub_watch_poll
+from tests.adaptation.metrics.conftest import labels, scrape
 from tests.factories import make_watch
-from tests.metrics.conftest import labels, scrape
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("metrics_token")]
 

@@ -21,8 +21,8 @@ from adaptation.webhooks import uploads
 from adaptation.webhooks.uploads import pending_upload_settle, pending_uploads_sweep
 from engine.hubs import HubSpec
 from engine.hubs.huggingface import HuggingFaceSource
+from tests.adaptation.webhooks.conftest import REPO, hub_body, post_hub
 from tests.factories import make_job, make_release
-from tests.webhooks.conftest import REPO, hub_body, post_hub
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from day0web.env import env_networks
-from tests.metrics.conftest import TOKEN
+from tests.adaptation.metrics.conftest import TOKEN
 
 pytestmark = pytest.mark.django_db
 
