@@ -204,7 +204,7 @@ CONTENT_SECURITY_POLICY = {
 
 # HTTPS (docs/operations.md, "HTTPS"): all off by default, so `make run` serves plain http on
 # localhost; .env.example's production block turns them on for a site served over TLS, where
-# `manage.py check --deploy --fail-level WARNING` then passes (tests/web/test_deploy_check.py).
+# `manage.py check --deploy --fail-level WARNING` then passes (tests/day0web/test_deploy_check.py).
 # Plain http requests are redirected to https:
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
 # Browsers are told to use https only, for this many seconds (Strict-Transport-Security):

@@ -5,7 +5,7 @@ the engine's own analysis, plan, performance sweep and stability run of the real
 (`tests.performance_rows`), its operators and precision measured on this CPU by the stages'
 own functions (made once per session), the recorded distributed run at the plan's split
 (`tests.release_notes.results.distributed`), a vLLM serve of the twin
-(`tests.web.serve_results`) and release notes built by the `release_notes` stage's own
+(`tests.serve_results`) and release notes built by the `release_notes` stage's own
 `build_release_notes`. Each result is stored through the stage's result handler, as a worker
 stores it (operator checks, precision rows, performance and serve points, notes).
 """
@@ -25,7 +25,7 @@ from tests.conftest import load_realconfig
 from tests.factories import make_job, make_release
 from tests.performance_rows import DENSE, _json, engine_results, h200_pool
 from tests.release_notes.results import distributed
-from tests.web.serve_results import FAILED_AT_LAUNCH, served
+from tests.serve_results import FAILED_AT_LAUNCH, served
 
 FULL_STAGES = tuple(stage.name for stage in STAGES)
 REPO = DENSE.replace("__", "/")

@@ -1,7 +1,7 @@
 """Stage results for tests, built from the stages' own result types and written with their
 `to_dict`, so a fixture has the keys the stage writes and its readers read
 (`engine/stages/precision/result.py`; the serve stage's parts are built in
-`tests/web/serve_results.py`)."""
+`tests/serve_results.py`)."""
 
 from __future__ import annotations
 

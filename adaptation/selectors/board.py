@@ -3,8 +3,9 @@ nothing more (no stored results, logs or configs: a board page reads a few colum
 hundred rows).
 
 The columns each model loads are named here (`only`): a presenter or template reading another
-field of these rows would cost a query per row, which `tests/web/test_board_pages.py` catches
-by counting the board's queries at 3 and at 60 releases.
+field of these rows would cost a query per row, which
+`tests/adaptation/views/test_board_pages.py` catches by counting the board's queries at 3 and
+at 60 releases.
 """
 
 from __future__ import annotations

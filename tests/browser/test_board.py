@@ -12,7 +12,7 @@ from django.utils import timezone
 from adaptation.models import AcceleratorPool, StageRun
 from adaptation.services.jobs import job_refresh_status
 from tests.factories import make_job, make_release, make_watch
-from tests.web.sample_results import DEEPSEEK_V3_ANALYSIS, FETCH_RESULT
+from tests.sample_results import DEEPSEEK_V3_ANALYSIS, FETCH_RESULT
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -19,7 +19,7 @@ from engine.stages.plan.planner import plan_release
 from tests.browser.test_plan_panel import log_in
 from tests.conftest import load_realconfig
 from tests.factories import make_job, make_release
-from tests.web.serve_results import FAILED_AT_LAUNCH, served
+from tests.serve_results import FAILED_AT_LAUNCH, served
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -19,7 +19,7 @@ from adaptation.services.jobs import job_cancel, job_rerun_stage
 from adaptation.services.stage_runs import stage_run_claim, stage_run_fail, stage_run_succeed
 from tests.factories import make_job, make_release
 from tests.limitations.conftest import DEEPSEEK, analysis_of
-from tests.web.sample_results import DEEPSEEK_V3_ANALYSIS
+from tests.sample_results import DEEPSEEK_V3_ANALYSIS
 
 pytestmark = pytest.mark.django_db
 

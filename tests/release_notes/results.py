@@ -1,7 +1,7 @@
 """Stage results for the release-notes tests: the real `analyze` and `plan` engines on
 gpt-oss-20b's published config (one H200 node), and operators, precision, distributed,
 performance and stability results in the shapes those stages return (`workers/stages/*.py`;
-the keys the end-to-end tests and `tests/web/sample_results.py` read), with the performance
+the keys the end-to-end tests and `tests/sample_results.py` read), with the performance
 stage's own knee finder and full-size predictions from the plan. The distributed stage's
 results are recorded runs (`tests/data/distributed/`)."""
 

@@ -1,7 +1,7 @@
 """The release notes' full-size figures: `engine/stages/release_notes/full_size.py` builds the
 section from the serve stage's full-size run and the plan's prediction,
 `templates/release_notes/full_size.md` words it, after the serving engine's section. Results
-shaped as docs/stages/serve.md gives them (tests/web/serve_results.py `FULL_SIZE`)."""
+shaped as docs/stages/serve.md gives them (tests/serve_results.py `FULL_SIZE`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
 from engine.stages.release_notes.full_size import full_size_section
 from engine.stages.release_notes.run import build_release_notes
-from tests.web.serve_results import (
+from tests.serve_results import (
     FULL_SIZE_TP2,
     PREDICTED_BEFORE,
     PREDICTED_PREFILL_HEAVY,

@@ -1,6 +1,6 @@
 """The serving engine's section of the release notes: `engine/stages/serve/notes.py` builds a
 `ServeSection` from the stage's state, `templates/release_notes/sections/serve.md` words it.
-Results shaped as docs/stages/serve.md gives them (tests/web/serve_results.py)."""
+Results shaped as docs/stages/serve.md gives them (tests/serve_results.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.template import engines
 from engine.contract import PoolSpec, ReleaseRef
 from engine.notes import NotesContext, StageState
 from engine.stages.serve.notes import ServeSection, section
-from tests.web.serve_results import (
+from tests.serve_results import (
     ENGINE_LINES,
     FAILED_AT_LAUNCH,
     LAUNCHED_COMMAND,

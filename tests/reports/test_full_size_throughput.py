@@ -17,7 +17,7 @@ from adaptation.services import stage_results
 from tests.factories import make_release
 from tests.reports.conftest import job_with_runs
 from tests.reports.test_reports import page_rows
-from tests.web.serve_results import FIT, full_size, served
+from tests.serve_results import FIT, full_size, served
 
 pytestmark = pytest.mark.django_db
 

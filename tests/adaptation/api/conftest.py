@@ -14,7 +14,7 @@ from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, Stag
 from tests.cast import cast  # noqa: F401  (the fixture)
 from tests.conftest import load_realconfig
 from tests.factories import cpu_pool, make_job, make_release
-from tests.web.sample_results import DEEPSEEK_V3_ANALYSIS
+from tests.sample_results import DEEPSEEK_V3_ANALYSIS
 from tests.worker_rows import cuda_devices, make_worker
 
 S = StageStatus

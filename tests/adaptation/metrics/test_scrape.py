@@ -41,7 +41,7 @@ from tests.adaptation.metrics.conftest import labels, scrape
 from tests.conftest import REALCONFIGS_DIR
 from tests.factories import cpu_pool, make_job, make_release
 from tests.helpers import mirror_release, run_queued_stages
-from tests.web.serve_results import served
+from tests.serve_results import served
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("metrics_token")]
 

@@ -1,7 +1,7 @@
 """The one reader of the serve stage's full-size run (`engine/stages/serve/full_size_result.py`)
 and of the plan's predicted workload (`engine/stages/plan/result.py`): which prediction
 stands beside each measured workload, what a fit rests on, and tolerant reading of stored
-JSON. Results shaped as docs/stages/serve.md gives them (tests/web/serve_results.py)."""
+JSON. Results shaped as docs/stages/serve.md gives them (tests/serve_results.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import copy
 
 from engine.stages.plan.result import PlanResult, Split, StoredFit
 from engine.stages.serve.full_size_result import comparisons, full_size_run, launch_split
-from tests.web.serve_results import (
+from tests.serve_results import (
     FIT,
     FULL_SIZE_TP2,
     PREDICTED_BEFORE,

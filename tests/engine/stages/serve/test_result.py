@@ -19,7 +19,7 @@ from engine.stages.serve.result import (
     TPCheck,
 )
 from engine.stages.serve.verdict import failed_checks
-from tests.web.serve_results import FAILED_AT_LAUNCH, SERVED, full_size, served
+from tests.serve_results import FAILED_AT_LAUNCH, SERVED, full_size, served
 
 # A check every figure of which is within its limits: 160 tokens, 4 disagreements, each a tie.
 PASSING = PrecisionCheck(

@@ -14,8 +14,8 @@ from django.utils import timezone
 from adaptation.models import AcceleratorPool, KnownLimitation, StageRun
 from adaptation.selectors.board import BOARD_PAGE_SIZE
 from tests import dom
+from tests.adaptation.views.test_board import OPERATORS_TWO_MISSING, cell_text
 from tests.factories import make_job, make_release, make_watch
-from tests.web.test_board import OPERATORS_TWO_MISSING, cell_text
 
 pytestmark = pytest.mark.django_db
 

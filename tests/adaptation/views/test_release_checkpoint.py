@@ -9,8 +9,13 @@ import pytest
 from engine.architecture import analyze_config
 from engine.architecture.checkpoint_analysis import with_checkpoint
 from engine.stages.fetch.run import summarize_weights
+from tests.adaptation.views.test_release_page import (
+    analysed_release,
+    page_url,
+    row_source,
+    row_value,
+)
 from tests.checkpoint_cases import Case, llama
-from tests.web.test_release_page import analysed_release, page_url, row_source, row_value
 
 pytestmark = pytest.mark.django_db
 

@@ -14,8 +14,14 @@ from engine.formatting import ms, tokens_per_s
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
 from tests import dom
+from tests.adaptation.presenters.test_plan_panel import (
+    REPO,
+    make_pool,
+    page,
+    planned_release,
+    section,
+)
 from tests.conftest import load_realconfig
-from tests.web.test_plan_panel import REPO, make_pool, page, planned_release, section
 
 pytestmark = pytest.mark.django_db
 

@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from adaptation.models import AcceleratorPool, StageRun
 from tests import dom
+from tests.adaptation.views.test_board import cell_text
 from tests.factories import cpu_pool, make_job, make_release
-from tests.web.test_board import cell_text
 from tests.worker_rows import GIB, cuda_devices, make_worker
 
 pytestmark = pytest.mark.django_db

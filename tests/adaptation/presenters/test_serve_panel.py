@@ -1,6 +1,6 @@
 """The release page's "Serving engine" panel (`presenters.serve`, `panels/serve.html`) and its
 charts (`charts.serve`), fed results shaped as docs/stages/serve.md gives them
-(tests/web/serve_results.py): a twin served by vLLM, a launch that failed with the engine's
+(tests/serve_results.py): a twin served by vLLM, a launch that failed with the engine's
 own error lines, a pool that names no engine."""
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
 from engine.stages.serve.full_size_result import MetricsSample
 from tests import dom
+from tests.adaptation.presenters.test_plan_panel import figure
 from tests.factories import make_job, make_release
-from tests.web.serve_results import (
+from tests.serve_results import (
     ENGINE_LINES,
     FAILED_AT_LAUNCH,
     LAUNCHED_COMMAND,
@@ -29,7 +30,6 @@ from tests.web.serve_results import (
     SERVED,
     served,
 )
-from tests.web.test_plan_panel import figure
 
 pytestmark = pytest.mark.django_db
 

@@ -1,6 +1,6 @@
 """The serve panel's full-size section (`partials/serve_full_size.html`, read by
 `engine/stages/serve/full_size_result.py`): the engine serving Llama-3.1-8B at full size with
-dummy weights on two H200s (tests/web/serve_results.py `FULL_SIZE`), beside the plan's
+dummy weights on two H200s (tests/serve_results.py `FULL_SIZE`), beside the plan's
 prediction for the same workload; a run the pool's weight cap skipped and one the engine
 refused."""
 
@@ -13,8 +13,15 @@ from engine.architecture import analyze_config
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
 from tests import dom
-from tests.web.serve_results import FULL_SIZE_COMMAND, full_size, served
-from tests.web.test_serve_panel import REPO, article, by_id, rendered, rows, serve_job
+from tests.adaptation.presenters.test_serve_panel import (
+    REPO,
+    article,
+    by_id,
+    rendered,
+    rows,
+    serve_job,
+)
+from tests.serve_results import FULL_SIZE_COMMAND, full_size, served
 
 pytestmark = pytest.mark.django_db
 

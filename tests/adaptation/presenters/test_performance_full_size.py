@@ -1,6 +1,6 @@
 """The performance panel's full-size part (`presenters.performance.EngineFullSize`,
 `partials/perf_engine_full_size.html`, `charts.full_size`): the engine serving Llama-3.1-8B
-at full size with dummy weights (tests/web/serve_results.py `FULL_SIZE`), each workload drawn
+at full size with dummy weights (tests/serve_results.py `FULL_SIZE`), each workload drawn
 against concurrency beside the plan's prediction for the same lengths, labelled with what it
 is and on what."""
 
@@ -15,16 +15,16 @@ from engine.architecture import analyze_config
 from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
 from tests import dom
+from tests.adaptation.presenters.test_plan_panel import figure
+from tests.adaptation.presenters.test_serve_panel import REPO, h200_pool
 from tests.factories import make_job, make_release
-from tests.web.serve_results import (
+from tests.serve_results import (
     FULL_SIZE_TP2,
     PREDICTED_BEFORE,
     PREDICTED_PREFILL_HEAVY,
     full_size,
     served,
 )
-from tests.web.test_plan_panel import figure
-from tests.web.test_serve_panel import REPO, h200_pool
 
 pytestmark = pytest.mark.django_db
 

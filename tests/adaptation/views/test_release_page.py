@@ -13,7 +13,7 @@ from django.utils import timezone
 from adaptation.models import StageRun
 from tests import dom
 from tests.factories import make_job, make_release
-from tests.web.sample_results import (
+from tests.sample_results import (
     DEEPSEEK_V3_ANALYSIS,
     FETCH_RESULT,
     NEW_FAMILY_ANALYSIS,

@@ -22,8 +22,8 @@ from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
 from engine.stages.plan.result import PlanResult
 from tests import dom
+from tests.adaptation.presenters.test_plan_panel import figure, page, section, table_row
 from tests.factories import make_job, make_release
-from tests.web.test_plan_panel import figure, page, section, table_row
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,8 @@ from django.utils import timezone
 from adaptation.models import StageRun
 from engine import formatting
 from tests import dom
+from tests.adaptation.views.test_board import BOARD, cell_text, clock_text
 from tests.factories import make_job, make_release
-from tests.web.test_board import BOARD, cell_text, clock_text
 
 FULL = ("fetch", "analyze", "operators", "plan")
 

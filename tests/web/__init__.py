@@ -1,1 +1,0 @@
-"""Tests of the server-rendered pages."""

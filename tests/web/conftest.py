@@ -1,3 +1,0 @@
-"""Page test fixtures: the named cast of permission tests (`tests.cast`)."""
-
-from tests.cast import cast  # noqa: F401  (the fixture)
