@@ -74,59 +74,13 @@ class Judged:
         )
 
 
-@dataclass(frozen=True)
-class StabilityRun:
-    """How the run went: how long (s), how many steps (and warm-up steps left out of the
-    fits), what each step served (a batch of prompts and decode steps, in a dtype on a
-    device), its step time's median and p95 (s) and wall-time
-    drift (a fraction, reported only), memory from start to end and its maximum (bytes), how
-    memory was read, and why it stopped early ("" when it did not)."""
-
-    duration_s: float | None
-    steps: int | None
-    warmup_steps: int | None
-    batch_size: int | None
-    prompt_len: int | None
-    decode_steps: int | None
-    dtype: str | None
-    device: str | None
-    step_time_median_s: float | None
-    step_time_p95_s: float | None
-    wall_time_drift: float | None
-    memory_start_bytes: float | None
-    memory_end_bytes: float | None
-    memory_max_bytes: float | None
-    memory_method: str
-    stopped_early: str
-
-    @classmethod
-    def of(cls, result: StabilityResult) -> StabilityRun:
-        workload = result.workload
-        return cls(
-            duration_s=result.duration_s,
-            steps=result.steps,
-            warmup_steps=result.warmup_steps,
-            batch_size=workload.batch_size,
-            prompt_len=workload.prompt_len,
-            decode_steps=workload.decode_steps,
-            dtype=workload.dtype,
-            device=workload.device,
-            step_time_median_s=result.step_time_median_s,
-            step_time_p95_s=result.step_time_p95_s,
-            wall_time_drift=result.wall_time_drift,
-            memory_start_bytes=result.memory_start_bytes,
-            memory_end_bytes=result.memory_end_bytes,
-            memory_max_bytes=result.memory_max_bytes,
-            memory_method=result.memory_method or result.memory_kind or "",
-            stopped_early=result.stopped_early or "",
-        )
-
-
 @dataclass
 class StabilityPanel:
     """One job's stability run: its newest finished `stability` attempt (`run`; None before
     one finished) and its newest attempt (`latest`). `state` is "passed", "failed" or
-    "waiting"; `reason` the stage's verdict in its words ("" when it gave none)."""
+    "waiting"; `reason` the stage's verdict in its words ("" when it gave none). The run's
+    figures, reasons, exceptions and notes are its typed `result`'s (None: the run stored
+    none), read there by the template; `judged` sets them beside their thresholds."""
 
     job: AdaptationJob
     run: StageRun | None
@@ -134,12 +88,9 @@ class StabilityPanel:
     state: str = "waiting"
     passed: bool | None = None
     reason: str = ""
-    reasons: list[str] = field(default_factory=list)
+    result: StabilityResult | None = None
     judged: Judged | None = None
-    figures: StabilityRun | None = None
     charts: list[ChartSlot] = field(default_factory=list)
-    error_messages: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
     skipped: SkippedBecause | None = None
 
     @property
@@ -199,11 +150,8 @@ def stability_panel(job: AdaptationJob) -> StabilityPanel | None:
     panel.passed = bool(result.passed) and run.status == StageStatus.SUCCEEDED
     panel.state = "passed" if panel.passed else "failed"
     panel.reason = result.reason or str(run.error or "")
-    panel.reasons = list(result.reasons)
+    panel.result = result
     panel.judged = Judged.of(result)
-    panel.figures = StabilityRun.of(result)
-    panel.error_messages = list(result.error_messages)
-    panel.notes = list(result.notes)
     panel.charts = _charts(panel, result)
     return panel
 
