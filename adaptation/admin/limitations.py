@@ -52,24 +52,8 @@ class KnownLimitationAdmin(admin.ModelAdmin):
     search_fields = ("title",)
     list_select_related = ("release", "pool")
     raw_id_fields = ("release",)
-    fields = (
-        "release",
-        "pool",
-        "title",
-        "severity",
-        "status",
-        "body",
-        "key",
-        "stage",
-        "stage_run",
-        "author",
-        "created_at",
-        "updated_at",
-        "resolved_at",
-        "status_history",
-        "template",
-        "template_data",
-    )
+    # What a person may edit, then what only the stages and the history write.
+    fields = ("release", "pool", "title", "severity", "status", "body", *_ALWAYS_READ_ONLY)
 
     @admin.display(description="title")
     def shown_title(self, note: KnownLimitation) -> str:
