@@ -11,7 +11,7 @@ table of stages.
 Functions are named by import path ("package.module:function", as the engine registry names
 `run`, `findings` and `notes`) and resolved when called: the stage modules import nothing of
 the presenters, services or selectors that read them, so no import circle forms between
-those packages (`lint-imports`). `tests/adaptation/test_app_stages.py` resolves every path
+those packages (`lint-imports`). `tests/adaptation/stages/test_app_stages.py` resolves every path
 and loads every template named here.
 """
 

@@ -122,7 +122,7 @@ def worker_with_64_gib(monkeypatch):
 
 
 def test_a_cpu_plan_predicts_on_the_quiet_probe_not_the_busy_ones_after_it(worker_with_64_gib):
-    from tests.adaptation.test_pool_measured_figures import probed_run
+    from tests.adaptation.selectors.test_pool_measured_figures import probed_run
 
     pool = cpu_pool()
     quiet = probed_run(pool, 29.0, 1.6, busy=False, minutes_ago=60)
@@ -138,7 +138,7 @@ def test_a_cpu_plan_predicts_on_the_quiet_probe_not_the_busy_ones_after_it(worke
 
 
 def test_a_cpu_plan_on_busy_probes_only_says_so(worker_with_64_gib):
-    from tests.adaptation.test_pool_measured_figures import probed_run
+    from tests.adaptation.selectors.test_pool_measured_figures import probed_run
 
     pool = cpu_pool()
     probed_run(pool, 2.8, 0.01, busy=True, minutes_ago=1)

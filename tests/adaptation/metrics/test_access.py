@@ -18,7 +18,7 @@ from tests.adaptation.metrics.conftest import TOKEN
 
 pytestmark = pytest.mark.django_db
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

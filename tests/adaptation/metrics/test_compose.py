@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from adaptation.metrics.exposition import metrics_text
 from tests.test_process_layout import command_line, render_compose
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from tests.factories import make_job, make_release
 
 pytestmark = pytest.mark.django_db
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "distributed"
+DATA = Path(__file__).resolve().parents[2] / "data" / "distributed"
 REPO = "deepseek-ai/DeepSeek-V3"
 STAGES = ("fetch", "analyze", "plan", "distributed")
 

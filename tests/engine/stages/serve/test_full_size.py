@@ -212,7 +212,7 @@ def test_each_workload_sends_requests_of_its_lengths_at_each_level(served):
 def test_its_levels_are_stored_and_adapt_shows_them(served, monkeypatch):
     from adaptation.models import PerformancePoint, StageStatus
     from adaptation.selectors.jobs import job_summary
-    from tests.adaptation.test_serve_points import serve_job
+    from tests.adaptation.selectors.test_serve_points import serve_job
 
     job = serve_job(monkeypatch, lambda ctx: served)
     run = job.stage_runs.get(stage="serve")

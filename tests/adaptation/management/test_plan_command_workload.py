@@ -19,7 +19,7 @@ from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import evaluate_split, plan_release
 from engine.stages.plan.validity import Split
 from engine.stages.plan.workload import Workload, predict_workload
-from tests.adaptation.plan_calls import plan_json, plan_refused
+from tests.adaptation.management.plan_calls import plan_json, plan_refused
 from tests.conftest import REALCONFIGS_DIR, load_realconfig
 
 pytestmark = pytest.mark.django_db

@@ -115,7 +115,7 @@ def plan_json(*args: str) -> dict:
 
 
 def test_manage_py_plan_shows_which_host_the_cpu_figures_were_measured_on():
-    from tests.adaptation.test_plan_command import GPT_OSS_20B, make_worker
+    from tests.adaptation.management.test_plan_command import GPT_OSS_20B, make_worker
 
     pool = cpu_pool()
     make_worker("cpu@small", 24)

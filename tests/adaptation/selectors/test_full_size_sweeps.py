@@ -88,7 +88,7 @@ def test_manage_py_plan_on_the_pool_predicts_with_its_own_fit():
 
     from django.core.management import call_command
 
-    from tests.adaptation.test_pool_measured_figures import probed_run
+    from tests.adaptation.selectors.test_pool_measured_figures import probed_run
     from tests.engine.stages.realconfigs import REALCONFIGS_DIR
 
     pool = cpu_pool()

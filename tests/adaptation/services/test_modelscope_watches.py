@@ -31,8 +31,8 @@ from workers.runner import execute_stage_run
 
 pytestmark = pytest.mark.django_db
 
-REALCONFIGS = Path(__file__).resolve().parents[1] / "data" / "realconfigs"
-TOKENIZER = Path(__file__).resolve().parents[1] / "data" / "tokenizers" / "qwen3"
+REALCONFIGS = Path(__file__).resolve().parents[2] / "data" / "realconfigs"
+TOKENIZER = Path(__file__).resolve().parents[2] / "data" / "tokenizers" / "qwen3"
 TOKEN = "ms-fake-valid-token"
 SHARD_BYTES = 300_000  # each shard's data: three times the first range read
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from adaptation.models import AcceleratorKind, AcceleratorPool, AdaptationJob, Worker
 from engine.catalog import load_catalog
-from tests.adaptation.plan_calls import plan_json, plan_refused
+from tests.adaptation.management.plan_calls import plan_json, plan_refused
 from tests.conftest import REALCONFIGS_DIR, load_realconfig
 from tests.factories import cpu_pool
 
