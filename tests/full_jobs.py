@@ -4,7 +4,7 @@ Llama-3.1-8B on one node of eight H200s, each stage's result in the shape its st
 the engine's own analysis, plan, performance sweep and stability run of the real twin
 (`tests.performance_rows`), its operators and precision measured on this CPU by the stages'
 own functions (made once per session), the recorded distributed run at the plan's split
-(`tests.release_notes.results.distributed`), a vLLM serve of the twin
+(`tests.release_notes_results.distributed`), a vLLM serve of the twin
 (`tests.serve_results`) and release notes built by the `release_notes` stage's own
 `build_release_notes`. Each result is stored through the stage's result handler, as a worker
 stores it (operator checks, precision rows, performance and serve points, notes).
@@ -24,7 +24,7 @@ from engine.registry import STAGES
 from tests.conftest import load_realconfig
 from tests.factories import make_job, make_release
 from tests.performance_rows import DENSE, _json, engine_results, h200_pool
-from tests.release_notes.results import distributed
+from tests.release_notes_results import distributed
 from tests.serve_results import FAILED_AT_LAUNCH, served
 
 FULL_STAGES = tuple(stage.name for stage in STAGES)

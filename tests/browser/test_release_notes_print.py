@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from adaptation.roles import ENGINEER, role_grant
+from tests.adaptation.services.test_release_notes_store import finished_job
 from tests.helpers import run_queued_stages
-from tests.release_notes.test_store import finished_job
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

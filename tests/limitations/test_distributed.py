@@ -19,7 +19,7 @@ from engine.stages.distributed.degree import validated_tp
 from engine.stages.distributed.run import not_validated
 from tests.factories import make_job
 from tests.limitation_words import findings_for_stage
-from tests.release_notes.results import recorded_distributed as stored
+from tests.release_notes_results import recorded_distributed as stored
 
 MISMATCH = "distributed:mismatch"
 RANK_FAILED = "distributed:rank-failed"

@@ -17,7 +17,7 @@ from engine.markdown import code, first_line, text
 from engine.notes import MEASURED_TWIN, PREDICTED_FULL
 from engine.registry import STAGES
 from engine.stages.release_notes.run import build_release_notes, run
-from tests.release_notes.results import (
+from tests.release_notes_results import (
     KNEE_BATCH,
     MEASURED_TOKENS_PER_S,
     REPO_ID,

@@ -14,9 +14,9 @@ from adaptation.services.release_notes import (
     release_notes_regenerate,
 )
 from tests import dom
+from tests.adaptation.services.test_release_notes_store import finished_job
 from tests.factories import make_job, make_release
 from tests.helpers import run_queued_stages
-from tests.release_notes.test_store import finished_job
 
 pytestmark = pytest.mark.django_db
 

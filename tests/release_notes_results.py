@@ -38,7 +38,7 @@ TWIN = {
 # The twin's measured decode sweep (bfloat16, prompt 32): tokens/s grows 90%, 74%, then 6%.
 MEASURED_TOKENS_PER_S = {1: 100.0, 2: 190.0, 4: 330.0, 8: 350.0}
 KNEE_BATCH = 4
-DISTRIBUTED_RECORDS = Path(__file__).resolve().parents[1] / "data" / "distributed"
+DISTRIBUTED_RECORDS = Path(__file__).resolve().parent / "data" / "distributed"
 
 
 def _json(value: Any) -> Any:

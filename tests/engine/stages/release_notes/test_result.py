@@ -14,7 +14,7 @@ from engine.contract import PoolSpec, ReleaseRef
 from engine.registry import STAGES
 from engine.stages.release_notes.result import NotesPart, ReleaseNotesResult
 from engine.stages.release_notes.run import NOTES_FORMAT, build_release_notes
-from tests.release_notes.results import REPO_ID, full_results
+from tests.release_notes_results import REPO_ID, full_results
 
 RELEASE = ReleaseRef("huggingface", "https://huggingface.co", REPO_ID, "6cee5e8")
 POOL = PoolSpec(name="h200x8", backend="cuda", queue="pool.h200x8", device="cuda:0")

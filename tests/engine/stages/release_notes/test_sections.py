@@ -20,8 +20,8 @@ from engine.contract import StageContext, StageDefinition
 from engine.notes import NotesContext, StageState
 from engine.registry import STAGES
 from engine.stages.release_notes.run import build_release_notes, notes_sections, read_stages, run
-from tests.release_notes.results import full_results
-from tests.release_notes.test_engine import H200, RELEASE
+from tests.engine.stages.release_notes.test_engine import H200, RELEASE
+from tests.release_notes_results import full_results
 
 SECTIONS_DIR = Path(settings.BASE_DIR) / "templates" / "release_notes" / "sections"
 

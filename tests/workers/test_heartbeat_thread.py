@@ -11,7 +11,7 @@ import pytest
 
 from adaptation.models import AcceleratorPool, StackChange, SuiteRun, SuiteTrigger
 from tests.factories import cpu_pool
-from tests.stacks.environments import fake_engine_env, install, site_packages_of
+from tests.workers.environments import fake_engine_env, install, site_packages_of
 from workers import pools, stack
 
 

@@ -1,5 +1,5 @@
 """The notes' "Multi-device validation" section and what it leaves unvalidated, from the
-`distributed` stage's recorded runs (`tests.release_notes.results.recorded_distributed`):
+`distributed` stage's recorded runs (`tests.release_notes_results.recorded_distributed`):
 the split validated on the twin against the plan's, its error against the tolerance, step
 times at TP=2 and TP=1, the share of time in collectives and the scaling efficiency, each
 labelled measured on the twin; a failed run with its reason and rank; a split that could not
@@ -12,11 +12,11 @@ import pytest
 from adaptation.models import StageStatus
 from adaptation.services.release_notes import release_notes_regenerate
 from engine.notes import MEASURED_TWIN
+from tests.adaptation.services.test_release_notes_store import STAGES
+from tests.engine.stages.release_notes.test_engine import not_validated_lines, notes_for, section
 from tests.factories import make_job, make_release
 from tests.performance_rows import h200_pool
-from tests.release_notes.results import REPO_ID, full_results, recorded_distributed
-from tests.release_notes.test_engine import not_validated_lines, notes_for, section
-from tests.release_notes.test_store import STAGES
+from tests.release_notes_results import REPO_ID, full_results, recorded_distributed
 
 NO_EP_PLAN = (
     "expert parallelism could not be validated: transformers' Qwen3MoeForCausalLM has no "

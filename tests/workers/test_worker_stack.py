@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.stacks.environments import fake_engine_env, install, site_packages_of
+from tests.workers.environments import fake_engine_env, install, site_packages_of
 from workers import pools, stack
 
 

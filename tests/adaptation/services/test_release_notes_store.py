@@ -26,11 +26,11 @@ from adaptation.services.release_notes import (
     release_notes_additions_update,
     release_notes_regenerate,
 )
+from tests.engine.stages.release_notes.test_engine import not_validated_lines
 from tests.factories import make_job, make_release
 from tests.helpers import run_queued_stages
 from tests.performance_rows import h200_pool
-from tests.release_notes.results import REPO_ID, failed_plan, full_results, precision
-from tests.release_notes.test_engine import not_validated_lines
+from tests.release_notes_results import REPO_ID, failed_plan, full_results, precision
 
 pytestmark = pytest.mark.django_db
 
@@ -49,7 +49,7 @@ STAGES = (
 
 def finished_job(*, release=None, pool=None, notes_status="queued"):
     """A job of gpt-oss-20b whose stages before the notes succeeded with the results of
-    `tests.release_notes.results`; the notes stage `notes_status`."""
+    `tests.release_notes_results`; the notes stage `notes_status`."""
     results = full_results()
     statuses = dict.fromkeys(STAGES[:-1], StageStatus.SUCCEEDED) | {"release_notes": notes_status}
     return make_job(

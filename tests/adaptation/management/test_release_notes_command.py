@@ -10,10 +10,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from adaptation.services.release_notes import release_notes_additions_update
+from tests.adaptation.services.test_release_notes_store import finished_job
 from tests.factories import make_job, make_release
 from tests.helpers import run_queued_stages
 from tests.performance_rows import h200_pool
-from tests.release_notes.test_store import finished_job
 
 pytestmark = pytest.mark.django_db
 
