@@ -18,7 +18,7 @@ from adaptation.models import ReleaseNotes
 from adaptation.roles import ADMIN, role_grant
 from tests.factories import cpu_pool, make_job, make_release
 from tests.performance_rows import DENSE, measured_job
-from tests.reports.conftest import job_with_runs
+from tests.report_runs import job_with_runs
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

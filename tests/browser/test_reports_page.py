@@ -14,7 +14,7 @@ import pytest
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun
 from adaptation.roles import MANAGER, role_grant
 from tests.factories import cpu_pool, make_release
-from tests.reports.conftest import job_with_runs
+from tests.report_runs import job_with_runs
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

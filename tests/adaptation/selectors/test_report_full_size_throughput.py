@@ -14,9 +14,9 @@ from django.urls import reverse
 
 from adaptation.models import PerformancePoint, StageRun
 from adaptation.services import stage_results
+from tests.adaptation.views.test_reports import page_rows
 from tests.factories import make_release
-from tests.reports.conftest import job_with_runs
-from tests.reports.test_reports import page_rows
+from tests.report_runs import job_with_runs
 from tests.serve_results import FIT, full_size, served
 
 pytestmark = pytest.mark.django_db

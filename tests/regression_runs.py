@@ -1,5 +1,6 @@
 """Regression tests: jobs whose stored stage results carry chosen figures (no stage runs), in
-the shapes the stages store."""
+the shapes the stages store; `perf_job` is given to the app's tests by
+tests/adaptation/conftest.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from typing import Any
 import pytest
 
 from adaptation.models import AdaptationJob, ModelRelease, StageStatus
-from tests.cast import cast  # noqa: F401  (the named cast of roles)
 from tests.factories import make_job
 
 PERF_STAGES = ("fetch", "analyze", "performance")

@@ -19,7 +19,7 @@ from adaptation.services import regressions as regression_services
 from adaptation.services.regressions import judge, regressions_detect
 from engine.stages.precision.result import DtypeComparison
 from tests.factories import make_job, make_release
-from tests.regressions.conftest import KNEE_METRIC, PERF_STAGES, TTFT_METRIC, performance_result
+from tests.regression_runs import KNEE_METRIC, PERF_STAGES, TTFT_METRIC, performance_result
 from tests.serve_results import served
 from tests.typed_results import precision_result
 

@@ -26,7 +26,7 @@ from adaptation.services.stage_runs import stage_run_fail
 from day0web.env import env_stage_levels
 from engine.registry import stage_names
 from tests.factories import make_release
-from tests.reports.conftest import job_with_runs
+from tests.report_runs import job_with_runs
 
 pytestmark = pytest.mark.django_db
 

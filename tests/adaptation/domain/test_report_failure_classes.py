@@ -15,7 +15,7 @@ from adaptation.domain.reports import error_excerpt, is_full_job
 from adaptation.models import StageRun
 from tests import dom
 from tests.factories import cpu_pool, make_release
-from tests.reports.conftest import job_with_runs
+from tests.report_runs import job_with_runs
 
 pytestmark = pytest.mark.django_db
 

@@ -17,7 +17,7 @@ from django.urls import reverse
 from adaptation.models import KnownLimitation, StageRun
 from tests import dom
 from tests.factories import cpu_pool, make_release
-from tests.reports.conftest import job_with_runs
+from tests.report_runs import job_with_runs
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from adaptation.models import KnownLimitation
 from engine.registry import stage_names
 from tests import dom
 from tests.factories import cpu_pool, make_release
-from tests.reports.conftest import job_with_runs
+from tests.report_runs import job_with_runs
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ from adaptation.notifications import services as notification_services
 from adaptation.notifications.formats import render_message
 from adaptation.notifications.services import subscription_create
 from tests.factories import make_release
-from tests.reports.conftest import job_with_runs
+from tests.report_runs import job_with_runs
 from workers.tasks import weekly_summary
 
 pytestmark = pytest.mark.django_db

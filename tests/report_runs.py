@@ -1,5 +1,6 @@
-"""Report test fixtures: the named cast (`tests.cast`), a second pool, and a helper that writes
-a job's stage runs with chosen finish times."""
+"""Report test fixtures: a second pool (`h200`, given to the app's tests by
+tests/adaptation/conftest.py) and a helper that writes a job's stage runs with chosen finish
+times."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import pytest
 
 from adaptation.models import AcceleratorPool, AdaptationJob, ModelRelease, StageRun
 from adaptation.services.jobs import job_refresh_status
-from tests.cast import cast  # noqa: F401  (the fixture)
 from tests.factories import cpu_pool
 
 

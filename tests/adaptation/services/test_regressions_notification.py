@@ -20,7 +20,7 @@ from adaptation.notifications.formats import regression_line, render_message
 from adaptation.notifications.services import subscription_create, subscription_events_check
 from adaptation.services.regressions import regressions_detect_safely
 from tests.factories import make_release
-from tests.regressions.conftest import KNEE_METRIC
+from tests.regression_runs import KNEE_METRIC
 
 pytestmark = pytest.mark.django_db
 
