@@ -183,7 +183,8 @@ def summary_text(plan: dict, note: str, workload: dict | None = None) -> str:
             f"{_tokens_per_s(predicted.get('largest_batch'))}",
         ]
     else:
-        lines.append(f"  {'predicted':<14}{predicted.get('reason') or 'no prediction'}")
+        reason = predicted.get("reason")
+        lines.append(f"  {'predicted':<14}no prediction" + (f": {reason}" if reason else ""))
     lines += [f"  {'warning':<14}{flag}" for flag in plan.get("validity_flags", [])]
     for row in plan["runners_up"][:5]:
         lines.append(f"  {'runner-up':<14}{fmt.split(row)} on {row['devices']}: {row['why_lost']}")

@@ -96,7 +96,7 @@ class FullSizePredictor:
         ]
         if self.comm.step_time_s(1) is None:
             missing.append("interconnect bandwidth")
-        return f"no prediction: {acc.kind} has no published " + ", ".join(missing)
+        return f"{acc.kind} has no published " + ", ".join(missing)
 
     def max_batch(self) -> int:
         """Sequences one DP replica holds at the full target context: KV room / KV per

@@ -19,8 +19,8 @@ The kinds, with their values:
 - "full_size_speed" {"predicted", "measured_on_engine"}: full-size speed is the plan's
   prediction, or none; or, `measured_on_engine`, it was measured on the pool's engine with
   dummy weights only (the real checkpoint at full size was never run);
-- "context" {"prompt_tokens", "context_tokens"}: the longest prompt measured is shorter
-  than the planned context;
+- "context" {"prompt_tokens", "context_tokens"}: the longest prompt measured (on the twin,
+  or at full size on the engine) is shorter than the planned context;
 - "skipped_dtype" {"stage", "dtype", "reason"}: the precision or performance stage skipped
   a dtype (`reason`: the stage's, its first line);
 - "stability_duration" {"duration_s"}: how long the stability run was.
@@ -115,7 +115,15 @@ def not_validated(
             {"kind": "full_size_speed", "predicted": predicted, "measured_on_engine": measured}
         )
         context = configuration.get("context_tokens")
-        prompt_lens = performance.get("prompt_lens") or []
+        # The longest prompt measured anywhere: the twin's sweep, or the engine's full-size
+        # workloads (a prefill-heavy pair sends longer prompts than the twin did).
+        prompt_lens = list(performance.get("prompt_lens") or [])
+        if measured:
+            prompt_lens += [
+                w["input_tokens"]
+                for w in full_size.get("workloads") or []  # type: ignore[union-attr]
+                if isinstance(w, Mapping) and isinstance(w.get("input_tokens"), int)
+            ]
         if context and prompt_lens and max(prompt_lens) < context:
             items.append(
                 {"kind": "context", "prompt_tokens": max(prompt_lens), "context_tokens": context}

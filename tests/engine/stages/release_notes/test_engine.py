@@ -469,3 +469,23 @@ def test_max_concurrency_comes_from_memory_when_the_plan_predicts_no_speed():
     results["plan"]["predicted"] = {"kind": "predicted", "available": False, "reason": "cpu"}
     configuration = notes_for(results)["sections"]["configuration"]
     assert fits >= 1 and configuration["max_concurrency"] == fits
+
+
+def test_the_longest_prompt_counts_the_full_size_workloads():
+    """A prefill-heavy full-size workload sent longer prompts than the twin's sweep: the
+    notes name the longest prompt measured anywhere, not the twin's."""
+    from engine.stages.release_notes.not_validated import not_validated
+
+    sections = {"plan": {"available": True, "context_tokens": 8192}, "performance": {}}
+    sections["performance"]["prompt_lens"] = [16, 128]
+    measured = {"status": "measured", "workloads": [{"input_tokens": 128}, {"input_tokens": 256}]}
+
+    def context(full_size):
+        items = not_validated({}, sections, [], None, False, full_size=full_size)
+        return next(item for item in items if item["kind"] == "context")
+
+    assert context(measured)["prompt_tokens"] == 256
+    assert context(None)["prompt_tokens"] == 128  # the twin's alone
+    assert (
+        context({"status": "failed", "workloads": [{"input_tokens": 4096}]})["prompt_tokens"] == 128
+    )

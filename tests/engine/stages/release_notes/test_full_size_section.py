@@ -97,7 +97,7 @@ def test_the_notes_give_the_full_size_figures_with_their_labels(llama_plan):
         "| 1 | 161 | 31 ms | 6.2 ms | 150 | 28 ms | 6.6 ms |\n" in text
     )
     assert (
-        "Predicted: **predicted (full-size)**, fit h200 x vllm, 8 points, x1.26 (published "
+        "Predicted columns: **predicted (full-size)**, fit h200 x vllm, 8 points, x1.26 (published "
         "serving results), made before the measurement at TP2 PP1 EP1 DP1." in text
     )
     assert "### Prefill-heavy workload: 2,048 + 128 tokens a request, TP=2\n" in text
