@@ -57,7 +57,9 @@ def _tail(path: Path, lines: int = EXCERPT_LINES) -> str:
         return ""
     # Progress bars, Python's warnings, the profiler's trace points and faulthandler's stack
     # dump (kept apart as "stack") are noise in an excerpt; everything else is kept.
-    noise = ("warnings.warn", "File ", "Current thread", "Thread 0x", "USDT:")
+    # faulthandler heads a dump "Stack (most recent call first):" when it dumps one thread
+    # (rank.py registers it so), "Thread 0x…"/"Current thread 0x…" when it dumps them all.
+    noise = ("warnings.warn", "File ", "Current thread", "Thread 0x", "Stack (most recent", "USDT:")
     kept = [
         line
         for line in text.splitlines()

@@ -431,3 +431,18 @@ def test_work_folders_live_under_the_var_dir_and_stale_ones_are_swept(tmp_path, 
     os.utime(stale, (old, old))
     assert distributed.work_root() == tmp_path / "distributed"
     assert not stale.exists() and fresh.exists()  # a run still going keeps its folder
+
+
+def test_a_stack_dump_is_not_the_excerpt_of_a_ranks_log(tmp_path):
+    """A rank's excerpt leaves out faulthandler's dump, whichever header it writes ("Stack"
+    for one thread, as rank.py registers it), so a hung rank's last line is what it logged
+    itself, not the dump's header."""
+    stderr = tmp_path / "stderr.log"
+    stderr.write_text(
+        "[rank 1] injected: hanging instead of running\n"
+        "Stack (most recent call first):\n"
+        '  File "/app/engine/stages/distributed/rank.py", line 170 in main\n'
+        "Current thread 0x00007f (most recent call first):\n"
+        '  File "/app/engine/stages/distributed/rank.py", line 171 in main\n'
+    )
+    assert launch._tail(stderr) == "[rank 1] injected: hanging instead of running"

@@ -89,12 +89,13 @@ def test_a_slow_host_stops_the_sweep_at_its_budget_and_the_stage_succeeds(monkey
         options={"max_batch_size": 64, "prompt_lens": [16], "dtypes": ["float32"]},
         soft_time_limit_s=10,
     )
-    started = time.perf_counter()
     result = performance.run(ctx)
-    took = time.perf_counter() - started
     json.dumps(result, allow_nan=False)
-    # Within the budget less its safety margin, and well before 64 (16 s of sleep alone).
-    assert took < 10 * (1 - SAFETY_MARGIN)
+    # The points it chose to measure fit the budget less its safety margin (their injected
+    # time, not the wall clock, which a busy host stretches), and it stopped well before 64
+    # (16 s of sleep alone).
+    assert sum(0.25 * batch for batch in slept) < 10 * (1 - SAFETY_MARGIN)
+    assert 64 not in slept
     budget = result["time_budget"]
     assert budget["stopped"] == TIME_BUDGET and budget["budget_s"] == 10
     assert budget["source"] == "the stage's soft time limit"
