@@ -16,8 +16,8 @@ from engine.stages.plan.layout import PoolLayout
 from engine.stages.plan.planner import plan_release
 from engine.stages.plan.run import no_fit_result
 from tests.conftest import load_realconfig
+from tests.limitation_twins import DEEPSEEK, LLAMA, analysis_of
 from tests.limitation_words import findings_for_stage
-from tests.limitations.conftest import DEEPSEEK, LLAMA, analysis_of
 
 
 def by_key(findings) -> dict:

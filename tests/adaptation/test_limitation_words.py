@@ -24,7 +24,7 @@ from adaptation.services.stage_runs import stage_run_claim, stage_run_fail
 from engine.findings import Finding
 from tests import dom
 from tests.factories import make_job, make_release
-from tests.limitations.conftest import DEEPSEEK, analysis_of
+from tests.limitation_twins import DEEPSEEK, analysis_of
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "templates" / TEMPLATE_FOLDER

@@ -1,6 +1,6 @@
-"""Known-limitation test fixtures: the named cast (`tests.cast`) and the real stage results
-they are built from, computed once per session (the operators and precision stages run the
-scaled twins on the CPU, a second or so each)."""
+"""Known-limitation test fixtures: the real stage results the findings are built from, computed
+once per session (the operators and precision stages run the scaled twins on the CPU, a second
+or so each). tests/engine/conftest.py and tests/adaptation/conftest.py give the fixtures."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 
 from engine.architecture import analyze_config
-from tests.cast import cast  # noqa: F401  (the fixture)
 from tests.conftest import load_realconfig
 
 MANIFEST = (
-    Path(__file__).resolve().parents[2] / "engine/stages/operators/manifests/example-npu.json"
+    Path(__file__).resolve().parents[1] / "engine/stages/operators/manifests/example-npu.json"
 )
 LLAMA = "meta-llama__Llama-3.1-8B"
 DEEPSEEK = "deepseek-ai__DeepSeek-V3"

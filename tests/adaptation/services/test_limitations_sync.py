@@ -18,7 +18,7 @@ from adaptation.services import limitations
 from adaptation.services.jobs import job_cancel, job_rerun_stage
 from adaptation.services.stage_runs import stage_run_claim, stage_run_fail, stage_run_succeed
 from tests.factories import make_job, make_release
-from tests.limitations.conftest import DEEPSEEK, analysis_of
+from tests.limitation_twins import DEEPSEEK, analysis_of
 from tests.sample_results import DEEPSEEK_V3_ANALYSIS
 
 pytestmark = pytest.mark.django_db
