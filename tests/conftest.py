@@ -58,7 +58,7 @@ def mirror_roots_with_tmp(settings, tmp_path_factory: pytest.TempPathFactory) ->
 # judged (a limit of +1000%): steps of about 50 ms of CPU time on a shared 2-core host drift
 # +50% whenever a neighbour starts beside the last quarter (seen: +54% with another pytest
 # running). These tests are about whole jobs going through; the drift verdict has its own
-# tests, with a deliberate slowdown (tests/engine/stages/test_stability.py).
+# tests, with a deliberate slowdown (tests/engine/stages/stability/test_stability.py).
 QUICK_MEASUREMENTS = {
     "performance": {"max_batch_size": 4, "prompt_lens": [16], "repeats": 3, "prefill_repeats": 1},
     "stability": {

@@ -36,7 +36,7 @@ DENSE_SWEEP = {
 }
 MOE_SWEEP = DENSE_SWEEP | {"prompt_lens": [16], "dtypes": ["bfloat16"]}
 # The pages read a clean run: on a busy machine a 2 s run's step times drift past the stage's
-# +50 % default (tests/engine/stages/test_stability.py tests the drift check itself).
+# +50 % default (tests/engine/stages/stability/test_stability.py tests the drift check itself).
 STABILITY = {"duration_s": 2.0, "min_steps": 20, "max_step_time_drift": 10.0}
 OOM_BATCH = 4
 

@@ -185,7 +185,7 @@ def _fit_from_json(entry: dict) -> Fit:
 def published_fits() -> FitTable:
     """The fits of the repository's published rows, as `refit.py` stored them in
     `FITS_JSON` (read in a millisecond; fitting anew takes seconds). Should the rows have
-    changed since, every fit's source says so (tests/engine/stages/test_plan_fits.py fails
+    changed since, every fit's source says so (tests/engine/stages/plan/test_plan_fits.py fails
     on such a file, so a checkout does not ship one). Empty when the file is unreadable."""
     try:
         document = json.loads(FITS_JSON.read_text(encoding="utf-8"))

@@ -1,6 +1,6 @@
 """Fit the planner's constants on the repository's published rows and store them
 (`fits.FITS_JSON`): run `python -m engine.stages.plan.refit` after changing the rows, their
-configs or the step-time model; tests/engine/stages/test_plan_fits.py checks the stored
+configs or the step-time model; tests/engine/stages/plan/test_plan_fits.py checks the stored
 constants are what a fresh fit gives.
 """
 

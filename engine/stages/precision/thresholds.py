@@ -62,8 +62,9 @@ REFERENCE_WIDTH = 256
 MEAN_LOGIT_ERROR_K = 16.0
 ROW_LOGIT_ERROR_K = 32.0
 
-# What was measured when the multiples were set (tests/engine/stages/test_precision.py checks the
-# defaults hold with no false positive over the same grid): twins of the six configs in
+# What was measured when the multiples were set
+# (tests/engine/stages/precision/test_precision.py checks the defaults hold with no false
+# positive over the same grid): twins of the six configs in
 # tests/data/realconfigs, seeds 0-3, CPU, MoE routing teacher-forced.
 MEASURED = (
     "Measured on the six real-config twins x seeds 0-3 (CPU): largest local error 1.7u "

@@ -14,7 +14,7 @@ the family's own, after the learned vocabulary as in the real releases:
   Qwen2's regex (one digit per piece) and NFC normalization.
 
 The output is deterministic: the same arguments give the same bytes, in any process
-(`tests/engine/stages/test_fetch_tokenizer.py` checks it and that the copies committed beside
+(`tests/engine/stages/fetch/test_fetch_tokenizer.py` checks it and that the copies committed beside
 this file, `llama3/` and `qwen3/`, are what it writes today). To regenerate them:
 
     .venv/bin/python tests/data/tokenizers/make_tokenizer.py

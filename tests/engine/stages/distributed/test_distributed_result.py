@@ -23,7 +23,7 @@ from engine.stages.distributed.result import (
 )
 from engine.stages.plan.result import Split
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "distributed"
+DATA = Path(__file__).resolve().parents[3] / "data" / "distributed"
 
 
 def recorded(name: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from engine.stages.plan.result import (
     Suggestions,
 )
 from engine.stages.plan.run import run
-from tests.engine.stages.test_plan_stage import context, pool
+from tests.engine.stages.plan.test_plan_stage import context, pool
 
 
 @pytest.fixture(scope="module")

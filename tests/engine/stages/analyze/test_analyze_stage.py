@@ -6,8 +6,7 @@ import pytest
 
 from engine.contract import PoolSpec, ReleaseRef, StageContext, StageFailed
 from engine.stages.analyze.run import run
-
-from .realconfigs import load
+from tests.engine.stages.realconfigs import load
 
 
 def _ctx(fetch: dict | None, known: tuple[dict, ...] = ()) -> StageContext:

@@ -280,7 +280,7 @@ json.dump(measure_operators(build_twin(load("meta-llama__Llama-3.1-8B")), pool),
 def test_one_pass_on_a_device_finds_every_missing_kernel():
     # A PrivateUse1 device implemented in Python (torch.utils.backend_registration) with only
     # allocation, copies and aten::mm; in a child process, as it registers a device for good.
-    repo = Path(__file__).resolve().parents[3]
+    repo = Path(__file__).resolve().parents[4]
     done = subprocess.run(
         [sys.executable, "-c", FAKE_DEVICE],
         cwd=repo,

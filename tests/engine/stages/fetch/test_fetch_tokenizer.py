@@ -21,7 +21,7 @@ from engine.stages.fetch.run import run as fetch_run
 from tests.data.tokenizers.make_tokenizer import COMMITTED, write_bpe_tokenizer
 from tests.fakehub import FakeHub
 
-TOKENIZERS = Path(__file__).resolve().parents[2] / "data" / "tokenizers"
+TOKENIZERS = Path(__file__).resolve().parents[3] / "data" / "tokenizers"
 LLAMA3 = {p.name: p.read_bytes() for p in sorted((TOKENIZERS / "llama3").iterdir())}
 QWEN3 = {p.name: p.read_bytes() for p in sorted((TOKENIZERS / "qwen3").iterdir())}
 SPECIAL_TOKENS_MAP = b'{"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}\n'

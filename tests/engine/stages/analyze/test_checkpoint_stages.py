@@ -13,9 +13,8 @@ from engine.stages.analyze.findings import findings
 from engine.stages.analyze.run import run as analyze_run
 from engine.stages.fetch.run import run as fetch_run
 from tests.checkpoints import shard
+from tests.engine.stages.test_checkpoint_count import case
 from tests.limitation_words import worded
-
-from .test_checkpoint_count import case
 
 POOL = PoolSpec(name="cpu", backend="cpu", queue="cpu")
 REPO = "deepseek-ai/DeepSeek-V3"
