@@ -25,7 +25,7 @@ from engine.stages.fetch.result import NameList
 from engine.stages.fetch.run import run as fetch_run
 from tests.checkpoints import shard
 from tests.conftest import load_realconfig
-from tests.engine.stages.test_checkpoint_count import case
+from tests.engine.architecture.test_checkpoint_count import case
 
 POOL = PoolSpec(name="cpu", backend="cpu", queue="cpu")
 

@@ -13,7 +13,7 @@ from engine.stages.analyze.findings import findings
 from engine.stages.analyze.run import run as analyze_run
 from engine.stages.fetch.run import run as fetch_run
 from tests.checkpoints import shard
-from tests.engine.stages.test_checkpoint_count import case
+from tests.engine.architecture.test_checkpoint_count import case
 from tests.limitation_words import worded
 
 POOL = PoolSpec(name="cpu", backend="cpu", queue="cpu")

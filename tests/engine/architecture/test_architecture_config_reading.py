@@ -8,8 +8,7 @@ import pytest
 
 from engine.architecture import AnalysisError, analyze_config, meta_bounds
 from engine.architecture import meta_build as meta_build_module
-
-from .realconfigs import load
+from tests.engine.stages.realconfigs import load
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.architecture import analyze_config
-
-from .realconfigs import load
+from tests.engine.stages.realconfigs import load
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

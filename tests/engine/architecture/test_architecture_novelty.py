@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from engine.architecture import analyze_config, compare_with_known
-
-from .realconfigs import load
+from tests.engine.stages.realconfigs import load
 
 
 def _analysis(name: str) -> dict:

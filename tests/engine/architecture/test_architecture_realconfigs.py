@@ -7,8 +7,7 @@ import json
 import pytest
 
 from engine.architecture import analyze_config
-
-from .realconfigs import PUBLISHED, REALCONFIGS_DIR, load
+from tests.engine.stages.realconfigs import PUBLISHED, REALCONFIGS_DIR, load
 
 NAMES = sorted(PUBLISHED)
 
