@@ -273,7 +273,7 @@ def test_attach_mode_measures_a_running_endpoint(tiny_engine, var_dir, monkeypat
     ctx = StageContext(
         release=ReleaseRef("mirror", "", "meta-llama/Llama-3.1-8B", "main"),
         pool=pool,
-        previous={"plan": {"concurrency": 2}},
+        previous={"plan": {"max_sequences_at_context": 2}},  # what the plan writes
         options=OPTIONS,
         log=print,
     )
