@@ -108,15 +108,15 @@ def _chart_modules() -> list[str]:
 def chart_engine_modules() -> list[str]:
     """The engine modules the chart code draws with, sorted: every `engine` module an
     `adaptation.charts` module imports, and every one those import in turn."""
-    todo, seen = _chart_modules(), set()
-    while todo:
-        name = todo.pop()
+    pending, seen = _chart_modules(), set()
+    while pending:
+        name = pending.pop()
         path = _module_path(name)
         if path is None:
             continue
         found = _engine_imports(name, path) - seen
         seen |= found
-        todo.extend(found)
+        pending.extend(found)
     return sorted(seen)
 
 
